@@ -1,0 +1,421 @@
+#include "engine/format.h"
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace ckptfs::engine::format {
+
+void PutBE64(std::string* dst, uint64_t v) {
+  char b[8];
+  for (int i = 7; i >= 0; --i) {
+    b[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+  dst->append(b, 8);
+}
+
+uint64_t GetBE64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+namespace {
+template <typename T>
+void PutLE(std::string* dst, T v) {
+  char b[sizeof(T)];
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    b[i] = static_cast<char>(v & 0xff);
+    v = static_cast<T>(v >> 8);
+  }
+  dst->append(b, sizeof(T));
+}
+template <typename T>
+T GetLE(const char* p) {
+  T v = 0;
+  for (size_t i = sizeof(T); i-- > 0;) v = static_cast<T>((v << 8) | static_cast<uint8_t>(p[i]));
+  return v;
+}
+Status Short(const char* what, size_t got, size_t want) {
+  return Status::Corruption(std::string(what) + ": " + std::to_string(got) +
+                            " bytes, expected " + std::to_string(want));
+}
+}  // namespace
+
+void PutLE16(std::string* dst, uint16_t v) { PutLE(dst, v); }
+void PutLE32(std::string* dst, uint32_t v) { PutLE(dst, v); }
+void PutLE64(std::string* dst, uint64_t v) { PutLE(dst, v); }
+uint16_t GetLE16(const char* p) { return GetLE<uint16_t>(p); }
+uint32_t GetLE32(const char* p) { return GetLE<uint32_t>(p); }
+uint64_t GetLE64(const char* p) { return GetLE<uint64_t>(p); }
+
+uint64_t Checksum(std::string_view data) { return XXH3_64bits(data.data(), data.size()); }
+
+// ---- Store directory. ----
+namespace {
+constexpr char kFormatMagicLine[] = "ckptfs store format ";
+}
+
+std::string FormatFileContents() {
+  return std::string(kFormatMagicLine) + std::to_string(kFormatVersion) + "\n";
+}
+
+Status ParseFormatFile(std::string_view contents) {
+  std::string_view magic(kFormatMagicLine);
+  if (contents.substr(0, magic.size()) != magic) {
+    return Status::Corruption("FORMAT file does not start with \"" + std::string(magic) + "\"");
+  }
+  std::string_view rest = contents.substr(magic.size());
+  uint32_t version = 0;
+  size_t i = 0;
+  for (; i < rest.size() && rest[i] >= '0' && rest[i] <= '9'; ++i) {
+    version = version * 10 + static_cast<uint32_t>(rest[i] - '0');
+  }
+  if (i == 0) return Status::Corruption("FORMAT file has no version number");
+  if (version != kFormatVersion) {
+    return Status(EINVAL, "store format version " + std::to_string(version) +
+                              " is not supported (this build reads version " +
+                              std::to_string(kFormatVersion) + ")");
+  }
+  return Status::OK();
+}
+
+std::string SegmentFileName(uint64_t segment_id) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%08llu.seg", static_cast<unsigned long long>(segment_id));
+  return std::string(kSegmentsDirName) + "/" + buf;
+}
+
+bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
+  constexpr std::string_view kExt = ".seg";
+  if (name.size() <= kExt.size() || name.substr(name.size() - kExt.size()) != kExt) return false;
+  std::string_view digits = name.substr(0, name.size() - kExt.size());
+  if (digits.size() < 8 || digits.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *segment_id = v;
+  return true;
+}
+
+// ---- Keys. ----
+std::string InodeKey(uint64_t ino) {
+  std::string k;
+  PutBE64(&k, ino);
+  return k;
+}
+std::string DentryPrefix(uint64_t parent) { return InodeKey(parent); }
+std::string DentryKey(uint64_t parent, std::string_view name) {
+  std::string k = DentryPrefix(parent);
+  k.append(name);
+  return k;
+}
+std::string ExtentPrefix(uint64_t ino) { return InodeKey(ino); }
+std::string ExtentKey(uint64_t ino, uint64_t file_offset) {
+  std::string k = ExtentPrefix(ino);
+  PutBE64(&k, file_offset);
+  return k;
+}
+std::string SegmentKey(uint64_t segment_id) { return InodeKey(segment_id); }
+std::string XattrKey(uint64_t ino, std::string_view name) { return DentryKey(ino, name); }
+std::string OrphanKey(uint64_t ino) {
+  std::string k(kMetaOrphanPrefix);
+  PutBE64(&k, ino);
+  return k;
+}
+
+// ---- Inodes. ----
+namespace {
+constexpr size_t kInodeFixedSize = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85
+}
+
+std::string EncodeInode(const InodeValue& v) {
+  std::string s;
+  s.reserve(kInodeFixedSize + v.symlink_target.size());
+  s.push_back(static_cast<char>(kInodeValueVersion));
+  PutLE32(&s, v.mode);
+  PutLE32(&s, v.uid);
+  PutLE32(&s, v.gid);
+  PutLE32(&s, v.nlink);
+  PutLE32(&s, v.rdev);
+  PutLE64(&s, v.size);
+  PutLE64(&s, static_cast<uint64_t>(v.atime_sec));
+  PutLE32(&s, v.atime_nsec);
+  PutLE64(&s, static_cast<uint64_t>(v.mtime_sec));
+  PutLE32(&s, v.mtime_nsec);
+  PutLE64(&s, static_cast<uint64_t>(v.ctime_sec));
+  PutLE32(&s, v.ctime_nsec);
+  PutLE64(&s, v.generation);
+  PutLE64(&s, v.parent);
+  PutLE32(&s, static_cast<uint32_t>(v.symlink_target.size()));
+  s.append(v.symlink_target);
+  return s;
+}
+
+Status DecodeInode(std::string_view in, InodeValue* v) {
+  if (in.size() < kInodeFixedSize) return Short("inode value", in.size(), kInodeFixedSize);
+  if (static_cast<uint8_t>(in[0]) != kInodeValueVersion) {
+    return Status::Corruption("inode value version " + std::to_string(uint8_t(in[0])) +
+                              ", expected " + std::to_string(kInodeValueVersion));
+  }
+  const char* p = in.data() + 1;
+  auto u32 = [&p] { uint32_t x = GetLE32(p); p += 4; return x; };
+  auto u64 = [&p] { uint64_t x = GetLE64(p); p += 8; return x; };
+  v->mode = u32();
+  v->uid = u32();
+  v->gid = u32();
+  v->nlink = u32();
+  v->rdev = u32();
+  v->size = u64();
+  v->atime_sec = static_cast<int64_t>(u64());
+  v->atime_nsec = u32();
+  v->mtime_sec = static_cast<int64_t>(u64());
+  v->mtime_nsec = u32();
+  v->ctime_sec = static_cast<int64_t>(u64());
+  v->ctime_nsec = u32();
+  v->generation = u64();
+  v->parent = u64();
+  uint32_t tlen = u32();
+  if (in.size() != kInodeFixedSize + tlen) {
+    return Short("inode value", in.size(), kInodeFixedSize + tlen);
+  }
+  v->symlink_target.assign(p, tlen);
+  return Status::OK();
+}
+
+// ---- Dentries. ----
+std::string EncodeDentry(const DentryValue& v) {
+  std::string s;
+  PutLE64(&s, v.ino);
+  s.push_back(static_cast<char>(v.type));
+  return s;
+}
+
+Status DecodeDentry(std::string_view in, DentryValue* v) {
+  if (in.size() != 9) return Short("dentry value", in.size(), 9);
+  v->ino = GetLE64(in.data());
+  v->type = static_cast<uint8_t>(in[8]);
+  if (v->ino == 0) return Status::Corruption("dentry value names inode 0");
+  return Status::OK();
+}
+
+// ---- Extents. ----
+std::string EncodeExtent(const ExtentValue& v) {
+  std::string s;
+  if (v.is_inline) {
+    s.reserve(1 + v.inline_data.size());
+    s.push_back(static_cast<char>(kExtentInline));
+    s.append(v.inline_data);
+    return s;
+  }
+  s.reserve(kExtentRecordValueSize);
+  s.push_back(static_cast<char>(kExtentRecord));
+  PutLE32(&s, v.length);
+  PutLE64(&s, v.segment_id);
+  PutLE64(&s, v.record_offset);
+  PutLE32(&s, v.stored_len);
+  PutLE32(&s, v.raw_len);
+  s.push_back(static_cast<char>(v.codec));
+  PutLE32(&s, v.skip);
+  PutLE64(&s, v.checksum);
+  return s;
+}
+
+Status DecodeExtent(std::string_view in, ExtentValue* v) {
+  if (in.empty()) return Short("extent value", 0, 1);
+  uint8_t kind = static_cast<uint8_t>(in[0]);
+  if (kind == kExtentInline) {
+    *v = ExtentValue();
+    v->is_inline = true;
+    v->inline_data.assign(in.substr(1));
+    v->length = static_cast<uint32_t>(v->inline_data.size());
+    return Status::OK();
+  }
+  if (kind != kExtentRecord) {
+    return Status::Corruption("extent value kind " + std::to_string(kind) + ", expected 0 or 1");
+  }
+  if (in.size() != kExtentRecordValueSize) {
+    return Short("extent value", in.size(), kExtentRecordValueSize);
+  }
+  const char* p = in.data() + 1;
+  v->is_inline = false;
+  v->inline_data.clear();
+  v->length = GetLE32(p);
+  v->segment_id = GetLE64(p + 4);
+  v->record_offset = GetLE64(p + 12);
+  v->stored_len = GetLE32(p + 20);
+  v->raw_len = GetLE32(p + 24);
+  uint8_t codec = static_cast<uint8_t>(p[28]);
+  v->skip = GetLE32(p + 29);
+  v->checksum = GetLE64(p + 33);
+  if (codec > static_cast<uint8_t>(Codec::kZstd)) {
+    return Status::Corruption("extent codec " + std::to_string(codec) + " is unknown");
+  }
+  v->codec = static_cast<Codec>(codec);
+  if (uint64_t{v->skip} + v->length > v->raw_len || v->length == 0) {
+    return Status::Corruption("extent window [" + std::to_string(v->skip) + ", +" +
+                              std::to_string(v->length) + ") outside record of " +
+                              std::to_string(v->raw_len) + " bytes");
+  }
+  return Status::OK();
+}
+
+// ---- Segment stats. ----
+std::string EncodeSegmentStat(const SegmentStat& v) {
+  std::string s;
+  PutLE64(&s, static_cast<uint64_t>(v.live));
+  PutLE64(&s, static_cast<uint64_t>(v.dead));
+  PutLE64(&s, static_cast<uint64_t>(v.sealed));
+  PutLE64(&s, static_cast<uint64_t>(v.size));
+  return s;
+}
+
+Status DecodeSegmentStat(std::string_view in, SegmentStat* v) {
+  if (in.size() != kSegmentStatSize) return Short("segment stat", in.size(), kSegmentStatSize);
+  v->live = static_cast<int64_t>(GetLE64(in.data()));
+  v->dead = static_cast<int64_t>(GetLE64(in.data() + 8));
+  v->sealed = static_cast<int64_t>(GetLE64(in.data() + 16));
+  v->size = static_cast<int64_t>(GetLE64(in.data() + 24));
+  return Status::OK();
+}
+
+SegmentStat MergeSegmentStat(const SegmentStat& a, const SegmentStat& b) {
+  return SegmentStat{a.live + b.live, a.dead + b.dead, std::max(a.sealed, b.sealed),
+                     std::max(a.size, b.size)};
+}
+
+// ---- Segment header. ----
+std::string EncodeSegmentHeader(uint64_t segment_id) {
+  std::string s(kSegmentMagic, sizeof(kSegmentMagic));
+  PutLE32(&s, kSegmentVersion);
+  PutLE32(&s, 0);
+  PutLE64(&s, segment_id);
+  PutLE64(&s, Checksum(s));
+  return s;
+}
+
+Status DecodeSegmentHeader(std::string_view in, uint64_t* segment_id) {
+  if (in.size() < kSegmentHeaderSize) return Short("segment header", in.size(), kSegmentHeaderSize);
+  if (std::memcmp(in.data(), kSegmentMagic, sizeof(kSegmentMagic)) != 0) {
+    return Status::Corruption("segment header magic is not \"CKPTSEG1\"");
+  }
+  uint32_t version = GetLE32(in.data() + 8);
+  if (version != kSegmentVersion) {
+    return Status::Corruption("segment version " + std::to_string(version) + ", expected " +
+                              std::to_string(kSegmentVersion));
+  }
+  uint64_t want = GetLE64(in.data() + 24);
+  uint64_t got = Checksum(in.substr(0, 24));
+  if (want != got) return Status::Corruption("segment header checksum mismatch");
+  *segment_id = GetLE64(in.data() + 16);
+  return Status::OK();
+}
+
+// ---- Records. ----
+std::string EncodeRecordHeader(const RecordHeader& h) {
+  std::string s;
+  s.reserve(kRecordHeaderSize);
+  PutLE32(&s, kRecordMagic);
+  s.push_back(static_cast<char>(kRecordVersion));
+  s.push_back(static_cast<char>(h.codec));
+  PutLE16(&s, 0);
+  PutLE64(&s, h.ino);
+  PutLE64(&s, h.file_offset);
+  PutLE32(&s, h.raw_len);
+  PutLE32(&s, h.stored_len);
+  PutLE64(&s, h.payload_checksum);
+  PutLE32(&s, 0);
+  PutLE32(&s, static_cast<uint32_t>(Checksum(s)));
+  return s;
+}
+
+Status DecodeRecordHeader(std::string_view in, RecordHeader* h) {
+  if (in.size() < kRecordHeaderSize) return Short("record header", in.size(), kRecordHeaderSize);
+  const char* p = in.data();
+  uint32_t magic = GetLE32(p);
+  if (magic != kRecordMagic) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "record magic 0x%08x, expected 0x%08x", magic, kRecordMagic);
+    return Status::Corruption(buf);
+  }
+  uint32_t want = GetLE32(p + 44);
+  uint32_t got = static_cast<uint32_t>(Checksum(in.substr(0, 44)));
+  if (want != got) return Status::Corruption("record header checksum mismatch");
+  if (static_cast<uint8_t>(p[4]) != kRecordVersion) {
+    return Status::Corruption("record version " + std::to_string(uint8_t(p[4])) + ", expected " +
+                              std::to_string(kRecordVersion));
+  }
+  uint8_t codec = static_cast<uint8_t>(p[5]);
+  if (codec > static_cast<uint8_t>(Codec::kZstd)) {
+    return Status::Corruption("record codec " + std::to_string(codec) + " is unknown");
+  }
+  h->codec = static_cast<Codec>(codec);
+  h->ino = GetLE64(p + 8);
+  h->file_offset = GetLE64(p + 16);
+  h->raw_len = GetLE32(p + 24);
+  h->stored_len = GetLE32(p + 28);
+  h->payload_checksum = GetLE64(p + 32);
+  if (h->codec == Codec::kNone && h->stored_len != h->raw_len) {
+    return Status::Corruption("uncompressed record stores " + std::to_string(h->stored_len) +
+                              " bytes for " + std::to_string(h->raw_len));
+  }
+  return Status::OK();
+}
+
+std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
+                        RecordHeader* header_out) {
+  RecordHeader h;
+  h.ino = ino;
+  h.file_offset = file_offset;
+  h.raw_len = static_cast<uint32_t>(data.size());
+  std::string out(kRecordHeaderSize, '\0');
+  bool compressed = false;
+  if (level > 0 && data.size() > 64) {
+    size_t bound = ZSTD_compressBound(data.size());
+    out.resize(kRecordHeaderSize + bound);
+    size_t n = ZSTD_compress(out.data() + kRecordHeaderSize, bound, data.data(), data.size(),
+                             level);
+    if (!ZSTD_isError(n) && n < data.size()) {
+      out.resize(kRecordHeaderSize + n);
+      h.codec = Codec::kZstd;
+      compressed = true;
+    }
+  }
+  if (!compressed) {
+    out.resize(kRecordHeaderSize);
+    out.append(data);
+    h.codec = Codec::kNone;
+  }
+  h.stored_len = static_cast<uint32_t>(out.size() - kRecordHeaderSize);
+  h.payload_checksum = Checksum(std::string_view(out).substr(kRecordHeaderSize));
+  std::string header = EncodeRecordHeader(h);
+  std::memcpy(out.data(), header.data(), kRecordHeaderSize);
+  if (header_out) *header_out = h;
+  return out;
+}
+
+Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out) {
+  if (payload.size() != h.stored_len) return Short("record payload", payload.size(), h.stored_len);
+  if (Checksum(payload) != h.payload_checksum) {
+    return Status::Corruption("record payload checksum mismatch");
+  }
+  if (h.codec == Codec::kNone) {
+    out->assign(payload);
+    return Status::OK();
+  }
+  out->resize(h.raw_len);
+  size_t n = ZSTD_decompress(out->data(), out->size(), payload.data(), payload.size());
+  if (ZSTD_isError(n) || n != h.raw_len) {
+    return Status::Corruption(std::string("zstd payload does not decode to ") +
+                              std::to_string(h.raw_len) + " bytes");
+  }
+  return Status::OK();
+}
+
+}  // namespace ckptfs::engine::format

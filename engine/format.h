@@ -1,0 +1,163 @@
+// On-disk encodings of ckptfs: index keys and values, segment headers and
+// segment records. Pure code: depends only on the standard library, zstd and
+// xxhash, does no I/O. docs/FORMAT.md documents every layout below, and
+// engine/format_test.cc holds golden bytes that keep the two in step.
+//
+// Byte order: index keys are big-endian so that byte order is numeric order;
+// every value and on-disk header field is little-endian.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "engine/status.h"
+
+namespace ckptfs::engine::format {
+
+// ---- Fixed-width coding. ----
+void PutBE64(std::string* dst, uint64_t v);
+uint64_t GetBE64(const char* p);
+void PutLE16(std::string* dst, uint16_t v);
+void PutLE32(std::string* dst, uint32_t v);
+void PutLE64(std::string* dst, uint64_t v);
+uint16_t GetLE16(const char* p);
+uint32_t GetLE32(const char* p);
+uint64_t GetLE64(const char* p);
+
+// XXH3 64-bit hash, the checksum of every on-disk structure.
+uint64_t Checksum(std::string_view data);
+
+// ---- Store directory. ----
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kFormatFileName[] = "FORMAT";
+inline constexpr char kIndexDirName[] = "index";
+inline constexpr char kSegmentsDirName[] = "segments";
+inline constexpr char kLockFileName[] = "LOCK";
+// Content of the FORMAT file.
+std::string FormatFileContents();
+// Checks the FORMAT file's content: magic line and a supported version.
+Status ParseFormatFile(std::string_view contents);
+// "segments/00000001.seg" relative to the store: 8+ decimal digits.
+std::string SegmentFileName(uint64_t segment_id);
+// Inverse of SegmentFileName's base name; false when `name` is not one.
+bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id);
+
+// ---- RocksDB column families. ----
+inline constexpr char kCfInodes[] = "inodes";
+inline constexpr char kCfDentries[] = "dentries";
+inline constexpr char kCfExtents[] = "extents";
+inline constexpr char kCfSegments[] = "segments";
+inline constexpr char kCfXattrs[] = "xattrs";
+// The meta family is RocksDB's "default" family.
+
+// inodes: BE64(ino)
+std::string InodeKey(uint64_t ino);
+// dentries: BE64(parent) + name bytes
+std::string DentryKey(uint64_t parent, std::string_view name);
+std::string DentryPrefix(uint64_t parent);
+// extents: BE64(ino) + BE64(file offset)
+std::string ExtentKey(uint64_t ino, uint64_t file_offset);
+std::string ExtentPrefix(uint64_t ino);
+// segments: BE64(segment id)
+std::string SegmentKey(uint64_t segment_id);
+// xattrs: BE64(ino) + name bytes
+std::string XattrKey(uint64_t ino, std::string_view name);
+// meta keys
+inline constexpr char kMetaFormatVersion[] = "format_version";
+inline constexpr char kMetaNextIno[] = "next_ino";
+inline constexpr char kMetaInodeCount[] = "inode_count";
+inline constexpr char kMetaCleanShutdown[] = "clean_shutdown";
+inline constexpr char kMetaOrphanPrefix[] = "orphan/";
+std::string OrphanKey(uint64_t ino);
+
+struct InodeValue {
+  uint32_t mode = 0, uid = 0, gid = 0, nlink = 0, rdev = 0;
+  uint64_t size = 0;
+  int64_t atime_sec = 0, mtime_sec = 0, ctime_sec = 0;
+  uint32_t atime_nsec = 0, mtime_nsec = 0, ctime_nsec = 0;
+  uint64_t generation = 1;
+  uint64_t parent = 0;
+  std::string symlink_target;
+  bool operator==(const InodeValue&) const = default;
+};
+inline constexpr uint8_t kInodeValueVersion = 1;
+std::string EncodeInode(const InodeValue& v);
+Status DecodeInode(std::string_view in, InodeValue* v);
+
+struct DentryValue {
+  uint64_t ino = 0;
+  uint8_t type = 0;  // S_IFMT >> 12
+  bool operator==(const DentryValue&) const = default;
+};
+std::string EncodeDentry(const DentryValue& v);
+Status DecodeDentry(std::string_view in, DentryValue* v);
+
+enum class Codec : uint8_t { kNone = 0, kZstd = 1 };
+
+// A window [skip, skip+length) of one record's decoded data, or inline bytes.
+struct ExtentValue {
+  bool is_inline = false;
+  uint32_t length = 0;  // logical bytes covered (inline: the data size)
+  std::string inline_data;
+  uint64_t segment_id = 0;
+  uint64_t record_offset = 0;
+  uint32_t stored_len = 0;
+  uint32_t raw_len = 0;
+  Codec codec = Codec::kNone;
+  uint32_t skip = 0;
+  uint64_t checksum = 0;  // of the record's stored payload
+  bool operator==(const ExtentValue&) const = default;
+};
+inline constexpr uint8_t kExtentRecord = 0;
+inline constexpr uint8_t kExtentInline = 1;
+inline constexpr size_t kExtentRecordValueSize = 42;
+std::string EncodeExtent(const ExtentValue& v);
+Status DecodeExtent(std::string_view in, ExtentValue* v);
+
+// Per-segment accounting. Stored whole or as a merge operand (a delta):
+// live and dead add up, sealed and size take the maximum.
+struct SegmentStat {
+  int64_t live = 0;   // logical bytes referenced by extents
+  int64_t dead = 0;   // logical bytes written and no longer referenced
+  int64_t sealed = 0; // 1 once the segment takes no more appends
+  int64_t size = 0;   // file size at sealing
+  bool operator==(const SegmentStat&) const = default;
+};
+inline constexpr size_t kSegmentStatSize = 32;
+std::string EncodeSegmentStat(const SegmentStat& v);
+Status DecodeSegmentStat(std::string_view in, SegmentStat* v);
+SegmentStat MergeSegmentStat(const SegmentStat& a, const SegmentStat& b);
+
+// ---- Segment files. ----
+inline constexpr char kSegmentMagic[8] = {'C', 'K', 'P', 'T', 'S', 'E', 'G', '1'};
+inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr size_t kSegmentHeaderSize = 32;
+std::string EncodeSegmentHeader(uint64_t segment_id);
+Status DecodeSegmentHeader(std::string_view in, uint64_t* segment_id);
+
+inline constexpr uint32_t kRecordMagic = 0x52504b43;  // "CKPR" on disk
+inline constexpr uint8_t kRecordVersion = 1;
+inline constexpr size_t kRecordHeaderSize = 48;
+struct RecordHeader {
+  Codec codec = Codec::kNone;
+  uint64_t ino = 0;
+  uint64_t file_offset = 0;
+  uint32_t raw_len = 0;
+  uint32_t stored_len = 0;
+  uint64_t payload_checksum = 0;
+  bool operator==(const RecordHeader&) const = default;
+};
+std::string EncodeRecordHeader(const RecordHeader& h);
+// Checks magic, version, header checksum and codec.
+Status DecodeRecordHeader(std::string_view in, RecordHeader* h);
+
+// Builds a record (header + payload) for `data`; compresses with zstd at
+// `level` (> 0) and keeps the compressed form only when it is smaller.
+std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
+                        RecordHeader* header_out);
+// Verifies the payload checksum and decodes it into `out` (raw_len bytes).
+// `payload` is exactly stored_len bytes.
+Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out);
+
+}  // namespace ckptfs::engine::format

@@ -1,0 +1,83 @@
+// Status and Result: the error types of the engine.
+//
+// A Status carries a POSIX errno (0 = OK) and a message. fs/ answers FUSE
+// requests with -errno taken straight from it; tools/ print the message. No
+// exception crosses an engine API.
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace ckptfs::engine {
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(int err, std::string msg) : errno_(err), msg_(std::move(msg)) {}
+
+  static Status OK() { return Status(); }
+  static Status Errno(int err, std::string msg = {}) { return Status(err, std::move(msg)); }
+  // Data on disk does not match what the index or a checksum says. Maps to EIO.
+  static Status Corruption(std::string msg) { return Status(EIO, "corruption: " + msg); }
+  static Status IOError(int err, const std::string& what) {
+    return Status(err, what + ": " + std::strerror(err));
+  }
+
+  bool ok() const { return errno_ == 0; }
+  // The errno to return to an application; 0 when ok().
+  int code() const { return errno_; }
+  const std::string& message() const { return msg_; }
+  std::string ToString() const {
+    if (ok()) return "OK";
+    return msg_.empty() ? std::string(std::strerror(errno_)) : msg_;
+  }
+
+ private:
+  int errno_ = 0;
+  std::string msg_;
+};
+
+// Either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
+
+  bool ok() const { return v_.index() == 0; }
+  // REQUIRES: ok()
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  // OK when a value is held.
+  Status status() const { return ok() ? Status::OK() : std::get<1>(v_); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace ckptfs::engine
+
+// Returns from the enclosing function when `expr` yields a non-OK Status.
+#define CKPTFS_RETURN_IF_ERROR(expr)            \
+  do {                                          \
+    ::ckptfs::engine::Status _st = (expr);      \
+    if (!_st.ok()) return _st;                  \
+  } while (0)
+
+#define CKPTFS_CONCAT_INNER(a, b) a##b
+#define CKPTFS_CONCAT(a, b) CKPTFS_CONCAT_INNER(a, b)
+// Declares `lhs` from a Result, or returns its Status from the enclosing function.
+#define CKPTFS_ASSIGN_OR_RETURN(lhs, expr) \
+  CKPTFS_ASSIGN_OR_RETURN_IMPL(CKPTFS_CONCAT(_res_, __LINE__), lhs, expr)
+#define CKPTFS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return tmp.status();                \
+  lhs = std::move(tmp).value()

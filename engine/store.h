@@ -1,0 +1,243 @@
+// The ckptfs engine: a whole filesystem tree kept in a few append-only,
+// checksummed segment files plus a RocksDB index. This is the only engine
+// header that fs/ and tools/ include.
+//
+// Thread safety: every method of Store may be called from any number of
+// threads at once. Writers of different inodes proceed in parallel; writers of
+// one inode are serialized by that inode's lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace ckptfs::engine {
+
+using Ino = uint64_t;
+inline constexpr Ino kRootIno = 1;
+// Longest name of one directory entry, as on ext4.
+inline constexpr size_t kMaxNameLen = 255;
+// Longest symlink target.
+inline constexpr size_t kMaxSymlinkLen = 4095;
+
+struct Timespec {
+  int64_t sec = 0;
+  uint32_t nsec = 0;
+  bool operator==(const Timespec&) const = default;
+};
+
+struct Attr {
+  Ino ino = 0;
+  uint32_t mode = 0;  // S_IFMT type bits and permission bits
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;  // bytes; for a symlink the target length
+  uint32_t rdev = 0;
+  Timespec atime, mtime, ctime;
+  uint64_t generation = 1;  // inode numbers are never reused, so always 1
+  Ino parent = 0;           // directories only: the containing directory
+};
+
+// Which attributes SetAttr changes. Times set to "now" use the store's clock.
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;  // permission bits only; the type is kept
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;  // truncate down or extend with a hole
+  std::optional<Timespec> atime;
+  std::optional<Timespec> mtime;
+  bool atime_now = false;
+  bool mtime_now = false;
+};
+
+struct DirEntry {
+  std::string name;
+  Ino ino = 0;
+  uint32_t type = 0;  // S_IFMT bits of the child
+};
+
+enum class RenameMode { kReplace, kNoReplace, kExchange };
+
+struct FsStats {
+  uint64_t block_size = 4096;
+  uint64_t total_bytes = 0;  // of the filesystem that holds the store
+  uint64_t free_bytes = 0;
+  uint64_t avail_bytes = 0;
+  uint64_t inodes = 0;  // live inodes in the store
+};
+
+// Counters since the store was opened. Monotonic; read without locks.
+struct EngineStats {
+  uint64_t reads = 0, read_bytes = 0;
+  uint64_t writes = 0, write_bytes = 0;
+  uint64_t backing_reads = 0, backing_read_bytes = 0;  // preads of segment files
+  uint64_t coalesced_reads = 0;  // backing reads that served more than one record
+  uint64_t cache_hits = 0, cache_misses = 0;
+  uint64_t inline_writes = 0;     // writes kept in the index
+  uint64_t records_written = 0;   // segment records appended
+  uint64_t stored_bytes = 0;      // payload bytes appended (after compression)
+  uint64_t fsyncs = 0, device_syncs = 0;  // device_syncs <= fsyncs: group commit
+  uint64_t checksum_errors = 0;
+  uint64_t segments = 0;
+  uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
+};
+
+// Where one piece of a file's data lies. Used by fsck, compaction and the GPU
+// loader, which read segment files directly.
+struct ExtentInfo {
+  uint64_t file_offset = 0;
+  uint64_t length = 0;
+  bool is_inline = false;
+  std::string inline_data;      // when is_inline
+  uint64_t segment_id = 0;      // otherwise: the record holding the bytes
+  uint64_t record_offset = 0;   // offset of the record header in the segment
+  uint32_t record_stored_len = 0;
+  uint32_t record_raw_len = 0;
+  uint8_t codec = 0;            // 0 none, 1 zstd
+  uint64_t payload_checksum = 0;
+  uint32_t skip = 0;            // offset of this extent within the record's data
+};
+
+struct SegmentInfo {
+  uint64_t id = 0;
+  std::string path;
+  uint64_t file_bytes = 0;
+  int64_t live_bytes = 0;
+  int64_t dead_bytes = 0;
+  bool sealed = false;
+};
+
+struct StoreOptions {
+  // Create the store when `dir` is missing or empty. Default: true.
+  bool create_if_missing = true;
+  // Open without writing anything; all mutations fail with EROFS. Default: false.
+  bool read_only = false;
+  // A segment is sealed and a new one started once it reaches this size.
+  // Default: 1 GiB. Fixed while open.
+  uint64_t segment_target_bytes = 1ull << 30;
+  // Files whose data fits in this many bytes are kept inline in the index.
+  // Default: 4096. Fixed while open.
+  uint32_t inline_max_bytes = 4096;
+  // Largest payload of one record. Bounds the read amplification of a random
+  // small read. Default: 1 MiB. Fixed while open.
+  uint32_t max_record_bytes = 1u << 20;
+  // Two reads in one segment merge when the bytes between them are at most
+  // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.
+  uint64_t coalesce_gap = 256u << 10;
+  // A merged read never exceeds this many bytes; a small read is extended up to
+  // this size to pull neighbouring records into the cache. 0 turns coalescing
+  // off. Default: 1 MiB. Changes at run time.
+  uint64_t coalesce_max = 1u << 20;
+  // Bytes of verified, decoded records kept in memory. Default: 128 MiB.
+  // Changes at run time.
+  uint64_t cache_bytes = 128ull << 20;
+  // zstd level for new records, 0 = no compression. A record is kept
+  // compressed only where that saves space. Default: 0. Changes at run time.
+  int compression_level = 0;
+  // Writes fail with ENOSPC while the filesystem under the store has less free
+  // space than this, so that the index always has room. Default: 64 MiB.
+  uint64_t min_free_bytes = 64ull << 20;
+  // Written into the store's lock file so that a second opener can say who
+  // holds it (e.g. "ckptfs mount /mnt/ckpt"). Default: the process name.
+  std::string holder;
+};
+
+class Store {
+ public:
+  // Opens (or creates) the store in `dir`. Fails with EBUSY and a message that
+  // names the holder when another process has it open; with EINVAL when `dir`
+  // is not a store and not empty; with EIO ("corruption: ...") on a damaged
+  // store. Purges inodes left unlinked-but-open by an earlier crash.
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir,
+                                             const StoreOptions& options);
+  // Returns true when `dir` holds a store (its FORMAT file exists).
+  static bool IsStore(const std::string& dir);
+
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  // Syncs and closes. Call Close() first to see its status.
+  virtual ~Store() = default;
+  // Flushes everything to disk and marks the store cleanly closed. Further
+  // calls (other than the destructor) fail with EIO.
+  virtual Status Close() = 0;
+
+  // ---- Namespace. Each mutation is one atomic index batch. ----
+  virtual Result<Attr> Lookup(Ino parent, std::string_view name) = 0;
+  virtual Result<Attr> GetAttr(Ino ino) = 0;
+  virtual Result<Attr> SetAttr(Ino ino, const SetAttrRequest& req) = 0;
+  virtual Result<Attr> Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                             uint32_t gid) = 0;
+  // Creates a regular file (or a fifo, socket or device node per `mode`).
+  // EEXIST when the name exists.
+  virtual Result<Attr> Create(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                              uint32_t gid, uint32_t rdev = 0) = 0;
+  virtual Result<Attr> Symlink(Ino parent, std::string_view name, std::string_view target,
+                               uint32_t uid, uint32_t gid) = 0;
+  virtual Result<std::string> ReadLink(Ino ino) = 0;
+  // Adds a hard link to the non-directory `ino`.
+  virtual Result<Attr> Link(Ino ino, Ino new_parent, std::string_view new_name) = 0;
+  virtual Status Unlink(Ino parent, std::string_view name) = 0;
+  virtual Status Rmdir(Ino parent, std::string_view name) = 0;
+  virtual Status Rename(Ino parent, std::string_view name, Ino new_parent,
+                        std::string_view new_name, RenameMode mode) = 0;
+  // Calls `fn` for the entries of directory `ino` in name order, starting after
+  // `after` ("" = from the start), until it returns false. A position is a
+  // name, so it stays valid while entries are added or removed.
+  virtual Status ReadDir(Ino ino, std::string_view after,
+                         const std::function<bool(const DirEntry&)>& fn) = 0;
+  virtual Result<FsStats> StatFs() = 0;
+
+  // ---- Extended attributes (stored for any name). ----
+  virtual Status SetXattr(Ino ino, std::string_view name, std::string_view value,
+                          int flags) = 0;  // flags: XATTR_CREATE / XATTR_REPLACE
+  virtual Result<std::string> GetXattr(Ino ino, std::string_view name) = 0;  // ENODATA
+  virtual Result<std::vector<std::string>> ListXattr(Ino ino) = 0;
+  virtual Status RemoveXattr(Ino ino, std::string_view name) = 0;
+
+  // ---- File data. ----
+  // Open/Release bracket every use of a file's data by a handle: an unlinked
+  // inode keeps its data until its last Release.
+  virtual Status OpenFile(Ino ino) = 0;
+  virtual Status Release(Ino ino) = 0;
+  // Reads up to `len` bytes at `offset` into `buf`; short only at end of file.
+  // Holes read as zeros. EIO when a checksum does not match.
+  virtual Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) = 0;
+  // Writes `data` at `offset`, extending the file as needed. On return the
+  // bytes are in a segment file and the extent in the index log (durable
+  // against a process crash, not yet against power loss).
+  virtual Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) = 0;
+  // Reserves space: mode 0 extends the size to offset+len when larger.
+  virtual Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) = 0;
+  // SEEK_DATA / SEEK_HOLE semantics; ENXIO past the end.
+  virtual Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) = 0;
+  // Makes the file's data and metadata durable against power loss. Concurrent
+  // calls share device flushes (group commit).
+  virtual Status Fsync(Ino ino, bool datasync) = 0;
+  // Makes everything written so far durable.
+  virtual Status SyncAll() = 0;
+
+  // ---- Introspection and settings. ----
+  virtual Result<std::vector<ExtentInfo>> GetExtents(Ino ino) = 0;
+  virtual std::vector<SegmentInfo> ListSegments() = 0;
+  virtual std::string SegmentPath(uint64_t segment_id) const = 0;
+  virtual EngineStats GetStats() = 0;
+  // The effective settings as "key=value" lines.
+  virtual std::string GetConfig() = 0;
+  // Changes a run-time setting: coalesce_gap, coalesce_max, cache_bytes,
+  // compression_level. EINVAL for an unknown key or a malformed value.
+  virtual Status SetConfig(std::string_view key, std::string_view value) = 0;
+  // Drops the record cache (for cold-read measurements).
+  virtual void DropCache() = 0;
+};
+
+}  // namespace ckptfs::engine
