@@ -73,9 +73,14 @@ Status ParseFormatFile(std::string_view contents) {
   uint32_t version = 0;
   size_t i = 0;
   for (; i < rest.size() && rest[i] >= '0' && rest[i] <= '9'; ++i) {
+    // Nine digits cannot overflow; a longer number must not wrap to a valid one.
+    if (i == 9) return Status::Corruption("FORMAT file version number is too long");
     version = version * 10 + static_cast<uint32_t>(rest[i] - '0');
   }
   if (i == 0) return Status::Corruption("FORMAT file has no version number");
+  if (i < rest.size() && rest[i] != '\n') {
+    return Status::Corruption("FORMAT file version number is followed by junk");
+  }
   if (version != kFormatVersion) {
     return Status(EINVAL, "store format version " + std::to_string(version) +
                               " is not supported (this build reads version " +
@@ -95,10 +100,15 @@ bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
   if (name.size() <= kExt.size() || name.substr(name.size() - kExt.size()) != kExt) return false;
   std::string_view digits = name.substr(0, name.size() - kExt.size());
   if (digits.size() < 8 || digits.size() > 20) return false;
+  // SegmentFileName pads to exactly 8 digits: a longer name with a leading
+  // zero is not one of its names (and would alias another segment's id).
+  if (digits.size() > 8 && digits[0] == '0') return false;
   uint64_t v = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;  // does not fit in 64 bits
+    v = v * 10 + d;
   }
   *segment_id = v;
   return true;
@@ -368,35 +378,38 @@ Status DecodeRecordHeader(std::string_view in, RecordHeader* h) {
   return Status::OK();
 }
 
-std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
-                        RecordHeader* header_out) {
-  RecordHeader h;
+PreparedRecord PrepareRecord(uint64_t ino, uint64_t file_offset, std::string_view data,
+                             int level) {
+  PreparedRecord r;
+  RecordHeader& h = r.header;
   h.ino = ino;
   h.file_offset = file_offset;
   h.raw_len = static_cast<uint32_t>(data.size());
-  std::string out(kRecordHeaderSize, '\0');
-  bool compressed = false;
+  h.codec = Codec::kNone;
   if (level > 0 && data.size() > 64) {
     size_t bound = ZSTD_compressBound(data.size());
-    out.resize(kRecordHeaderSize + bound);
-    size_t n = ZSTD_compress(out.data() + kRecordHeaderSize, bound, data.data(), data.size(),
-                             level);
+    r.compressed.resize(bound);
+    size_t n = ZSTD_compress(r.compressed.data(), bound, data.data(), data.size(), level);
     if (!ZSTD_isError(n) && n < data.size()) {
-      out.resize(kRecordHeaderSize + n);
+      r.compressed.resize(n);
       h.codec = Codec::kZstd;
-      compressed = true;
+    } else {
+      r.compressed.clear();
     }
   }
-  if (!compressed) {
-    out.resize(kRecordHeaderSize);
-    out.append(data);
-    h.codec = Codec::kNone;
-  }
-  h.stored_len = static_cast<uint32_t>(out.size() - kRecordHeaderSize);
-  h.payload_checksum = Checksum(std::string_view(out).substr(kRecordHeaderSize));
-  std::string header = EncodeRecordHeader(h);
-  std::memcpy(out.data(), header.data(), kRecordHeaderSize);
-  if (header_out) *header_out = h;
+  std::string_view payload = h.codec == Codec::kZstd ? std::string_view(r.compressed) : data;
+  h.stored_len = static_cast<uint32_t>(payload.size());
+  h.payload_checksum = Checksum(payload);
+  r.header_bytes = EncodeRecordHeader(h);
+  return r;
+}
+
+std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
+                        RecordHeader* header_out) {
+  PreparedRecord r = PrepareRecord(ino, file_offset, data, level);
+  std::string out = r.header_bytes;
+  out.append(r.header.codec == Codec::kZstd ? std::string_view(r.compressed) : data);
+  if (header_out) *header_out = r.header;
   return out;
 }
 

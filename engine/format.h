@@ -152,8 +152,17 @@ std::string EncodeRecordHeader(const RecordHeader& h);
 // Checks magic, version, header checksum and codec.
 Status DecodeRecordHeader(std::string_view in, RecordHeader* h);
 
-// Builds a record (header + payload) for `data`; compresses with zstd at
-// `level` (> 0) and keeps the compressed form only when it is smaller.
+// A record ready to append: the encoded header, then the payload, which is
+// `compressed` when that is non-empty and the caller's data otherwise.
+struct PreparedRecord {
+  RecordHeader header;
+  std::string header_bytes;  // kRecordHeaderSize bytes
+  std::string compressed;
+};
+// Compresses `data` with zstd at `level` (> 0) and keeps the compressed form
+// only when it is smaller; computes the checksums.
+PreparedRecord PrepareRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level);
+// PrepareRecord, returned as one string (header + payload).
 std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
                         RecordHeader* header_out);
 // Verifies the payload checksum and decodes it into `out` (raw_len bytes).

@@ -1,0 +1,79 @@
+// InodeTable: the in-memory state of inodes in use.
+//
+// An inode is in the table while it is pinned: for the length of one engine
+// call (InodeRef) or while files are open on it. Its cached attributes are
+// valid while it stays in the table, because every change of them goes
+// through the entry under its mutex.
+//
+// Lock order: StoreImpl::ns_mu_, then InodeState::mu of several inodes in
+// ascending inode number, then a table shard's mutex (held only briefly).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/format.h"
+
+namespace ckptfs::engine {
+
+struct InodeState {
+  explicit InodeState(uint64_t i) : ino(i) {}
+  const uint64_t ino;
+  std::mutex mu;  // serializes every change of this inode
+  bool loaded = false;            // GUARDED_BY(mu)
+  bool purged = false;            // GUARDED_BY(mu): gone from the index
+  format::InodeValue attr;        // GUARDED_BY(mu); valid when loaded
+  std::atomic<int> open_count{0}; // handles open on it
+  int pins = 0;                   // GUARDED_BY(table shard mutex)
+};
+
+class InodeTable {
+ public:
+  // Returns the entry for `ino`, creating it if needed, and pins it.
+  InodeState* Pin(uint64_t ino);
+  // Unpins; the entry is dropped when nothing pins it.
+  void Unpin(InodeState* s);
+  size_t size();
+
+ private:
+  static constexpr int kShards = 64;
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<uint64_t, std::unique_ptr<InodeState>> map;
+  };
+  Shard shards_[kShards];
+};
+
+// Pins an inode for the scope of one call.
+class InodeRef {
+ public:
+  InodeRef() = default;
+  InodeRef(InodeTable* t, uint64_t ino) : t_(t), s_(t->Pin(ino)) {}
+  ~InodeRef() { reset(); }
+  InodeRef(InodeRef&& o) noexcept : t_(o.t_), s_(o.s_) { o.s_ = nullptr; }
+  InodeRef& operator=(InodeRef&& o) noexcept {
+    if (this != &o) {
+      reset();
+      t_ = o.t_;
+      s_ = o.s_;
+      o.s_ = nullptr;
+    }
+    return *this;
+  }
+  void reset() {
+    if (s_ != nullptr) t_->Unpin(s_);
+    s_ = nullptr;
+  }
+  InodeState* operator->() const { return s_; }
+  InodeState* get() const { return s_; }
+  explicit operator bool() const { return s_ != nullptr; }
+
+ private:
+  InodeTable* t_ = nullptr;
+  InodeState* s_ = nullptr;
+};
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,35 @@
+#include "engine/read_plan.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace ckptfs::engine {
+
+std::vector<BackingRead> PlanReads(std::vector<RecordRef> needed, const CoalesceSettings& c) {
+  std::sort(needed.begin(), needed.end(), [](const RecordRef& a, const RecordRef& b) {
+    return std::tie(a.segment_id, a.offset) < std::tie(b.segment_id, b.offset);
+  });
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+
+  std::vector<BackingRead> plan;
+  for (const RecordRef& r : needed) {
+    if (c.enabled() && !plan.empty()) {
+      BackingRead& last = plan.back();
+      uint64_t last_end = last.offset + last.required;
+      uint64_t merged_end = std::max(last_end, r.offset + r.length);
+      if (last.segment_id == r.segment_id && r.offset >= last_end &&
+          r.offset - last_end <= c.gap && merged_end - last.offset <= c.max) {
+        last.required = merged_end - last.offset;
+        last.records.push_back(r);
+        continue;
+      }
+    }
+    plan.push_back(BackingRead{r.segment_id, r.offset, r.length, r.length, {r}});
+  }
+  for (BackingRead& b : plan) {
+    b.length = c.enabled() ? std::max(b.required, c.max) : b.required;
+  }
+  return plan;
+}
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,56 @@
+// RecordCache: verified, decoded segment records kept in memory, bounded in
+// bytes, least recently used first out. Keyed by record location, so a hit
+// never needs re-verification.
+//
+// Thread safety: thread-safe; sharded so that readers rarely contend.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace ckptfs::engine {
+
+using RecordData = std::shared_ptr<const std::string>;
+
+class RecordCache {
+ public:
+  explicit RecordCache(uint64_t capacity_bytes) { SetCapacity(capacity_bytes); }
+
+  RecordData Lookup(uint64_t segment_id, uint64_t offset);
+  void Insert(uint64_t segment_id, uint64_t offset, RecordData data);
+  // Shrinks or grows the budget; evicts at once when shrinking.
+  void SetCapacity(uint64_t capacity_bytes);
+  void Clear();
+  uint64_t capacity() const { return capacity_; }
+
+ private:
+  static constexpr int kShards = 16;
+  struct Key {
+    uint64_t segment_id, offset;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>()(k.offset * 0x9E3779B97F4A7C15ull ^ k.segment_id);
+    }
+  };
+  struct Shard {
+    std::mutex mu;
+    std::list<std::pair<Key, RecordData>> lru;  // front = most recent; GUARDED_BY(mu)
+    std::unordered_map<Key, std::list<std::pair<Key, RecordData>>::iterator, KeyHash> map;
+    uint64_t bytes = 0;
+    uint64_t capacity = 0;
+    void EvictLocked();
+  };
+  Shard& ShardFor(const Key& k) { return shards_[KeyHash()(k) % kShards]; }
+
+  std::atomic<uint64_t> capacity_{0};
+  Shard shards_[kShards];
+};
+
+}  // namespace ckptfs::engine

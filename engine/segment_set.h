@@ -1,0 +1,79 @@
+// SegmentSet: the segment files of a store and the appends to them.
+//
+// Appends reserve their byte range under a short lock and then pwrite outside
+// it, so appends of different writers proceed in parallel. A crash can leave
+// zero-filled gaps between records; no extent ever points into one, because
+// the index entry is written only after the pwrite returned.
+//
+// Thread safety: all methods are thread-safe. Segment file descriptors stay
+// open for the life of the set (a store has few segments).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace ckptfs::engine {
+
+struct AppendResult {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;       // of the record in the segment file
+  uint64_t sealed_id = 0;    // nonzero: this append sealed that segment ...
+  uint64_t sealed_size = 0;  // ... at this size
+};
+
+class SegmentSet {
+ public:
+  // Opens every segment file in `segments_dir`. `sealed` lists segments the
+  // index records as sealed; the highest unsealed one takes further appends.
+  static Result<std::unique_ptr<SegmentSet>> Open(const std::string& segments_dir,
+                                                  uint64_t target_bytes, bool read_only,
+                                                  const std::vector<uint64_t>& sealed);
+  ~SegmentSet();
+
+  // Appends one record: `header` then `payload`, contiguous. Starts a new
+  // segment when the active one would grow past the target size.
+  Result<AppendResult> Append(std::string_view header, std::string_view payload);
+  // Reads exactly `len` bytes; a short read is reported as corruption.
+  Status Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
+  // Reads up to `len` bytes, fewer only at the end of the file.
+  Result<size_t> ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
+  // fdatasyncs every segment appended to since the previous call.
+  Status SyncDirty();
+
+  // Bytes in the segment file including reserved space (0 if unknown).
+  uint64_t Size(uint64_t segment_id) const;
+  std::vector<uint64_t> Ids() const;
+  std::string Path(uint64_t segment_id) const;
+  uint64_t active_id() const;
+
+ private:
+  struct Segment {
+    uint64_t id = 0;
+    int fd = -1;
+    std::atomic<uint64_t> end{0};  // reserved bytes, header included
+    std::atomic<bool> dirty{false};
+  };
+  SegmentSet(std::string dir, uint64_t target_bytes, bool read_only)
+      : dir_(std::move(dir)), target_bytes_(target_bytes), read_only_(read_only) {}
+  // REQUIRES: mu_ is held.
+  Status StartSegmentLocked(uint64_t id);
+  std::shared_ptr<Segment> Find(uint64_t id) const;
+
+  const std::string dir_;
+  const uint64_t target_bytes_;
+  const bool read_only_;
+  mutable std::mutex mu_;  // guards segments_, active_, next_id_
+  std::map<uint64_t, std::shared_ptr<Segment>> segments_;
+  std::shared_ptr<Segment> active_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,483 @@
+// File data operations of StoreImpl: writes, reads, truncation, holes.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+namespace {
+
+constexpr uint64_t kMaxFileSize = 1ull << 60;
+
+std::string KeyName(uint64_t segment_id, uint64_t offset) {
+  return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
+}
+
+}  // namespace
+
+void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
+                           rocksdb::ColumnFamilyHandle* cf) {
+  for (const auto& [id, d] : deltas) {
+    b->Merge(cf, format::SegmentKey(id), format::EncodeSegmentStat(d));
+  }
+}
+
+Status StoreImpl::CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out) {
+  std::string prefix = format::ExtentPrefix(ino);
+  std::string upper = format::ExtentPrefix(ino + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_extents_));
+  std::string key = format::ExtentKey(ino, start);
+  it->SeekForPrev(key);
+  if (!it->Valid() || !it->key().starts_with(prefix)) it->Seek(key);
+  for (; it->Valid(); it->Next()) {
+    if (it->key().size() != 16) return Status::Corruption("extent key is not 16 bytes");
+    Extent e;
+    e.offset = format::GetBE64(it->key().data() + 8);
+    if (e.offset >= end) break;
+    Status s = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e.value);
+    if (!s.ok()) {
+      return Status(s.code(), "inode " + std::to_string(ino) + " extent at " +
+                                  std::to_string(e.offset) + ": " + s.message());
+    }
+    if (e.offset + e.value.length > start) out->push_back(std::move(e));
+  }
+  return FromRocks(it->status(), "read extents");
+}
+
+Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
+                              StatDeltas* deltas) {
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtents(s->ino, start, end, &ex));
+  for (const Extent& e : ex) {
+    const uint64_t e_end = e.offset + e.value.length;
+    const uint64_t ov_start = std::max(start, e.offset);
+    const uint64_t ov_end = std::min(end, e_end);
+    b->Delete(cf_extents_, format::ExtentKey(s->ino, e.offset));
+    if (!e.value.is_inline) {
+      auto& d = (*deltas)[e.value.segment_id];
+      d.live -= static_cast<int64_t>(ov_end - ov_start);
+      d.dead += static_cast<int64_t>(ov_end - ov_start);
+    }
+    if (e.offset < start) {  // left piece keeps its key
+      format::ExtentValue left = e.value;
+      left.length = static_cast<uint32_t>(start - e.offset);
+      if (left.is_inline) left.inline_data.resize(left.length);
+      b->Put(cf_extents_, format::ExtentKey(s->ino, e.offset), format::EncodeExtent(left));
+    }
+    if (end < e_end) {  // right piece starts at `end`
+      format::ExtentValue right = e.value;
+      const uint32_t cut = static_cast<uint32_t>(end - e.offset);
+      right.length = static_cast<uint32_t>(e_end - end);
+      if (right.is_inline) {
+        right.inline_data = e.value.inline_data.substr(cut);
+      } else {
+        right.skip += cut;
+      }
+      b->Put(cf_extents_, format::ExtentKey(s->ino, end), format::EncodeExtent(right));
+    }
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
+                                rocksdb::WriteBatch* b, StatDeltas* deltas) {
+  const int level = compression_level_.load();
+  for (size_t pos = 0; pos < data.size(); pos += options_.max_record_bytes) {
+    std::string_view chunk = data.substr(pos, options_.max_record_bytes);
+    format::PreparedRecord rec = format::PrepareRecord(ino, offset + pos, chunk, level);
+    std::string_view payload =
+        rec.header.codec == format::Codec::kZstd ? std::string_view(rec.compressed) : chunk;
+    CKPTFS_ASSIGN_OR_RETURN(AppendResult r, segments_->Append(rec.header_bytes, payload));
+    if (r.sealed_id != 0) {
+      auto& d = (*deltas)[r.sealed_id];
+      d.sealed = 1;
+      d.size = static_cast<int64_t>(r.sealed_size);
+    }
+    format::ExtentValue e;
+    e.length = static_cast<uint32_t>(chunk.size());
+    e.segment_id = r.segment_id;
+    e.record_offset = r.offset;
+    e.stored_len = rec.header.stored_len;
+    e.raw_len = rec.header.raw_len;
+    e.codec = rec.header.codec;
+    e.checksum = rec.header.payload_checksum;
+    b->Put(cf_extents_, format::ExtentKey(ino, offset + pos), format::EncodeExtent(e));
+    (*deltas)[r.segment_id].live += static_cast<int64_t>(chunk.size());
+    counters_.records_written++;
+    counters_.stored_bytes += rec.header.stored_len;
+  }
+  return Status::OK();
+}
+
+Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  if (data.empty()) return size_t{0};
+  if (offset >= kMaxFileSize || data.size() > kMaxFileSize - offset) {
+    return Status(EFBIG, "write past the largest file size");
+  }
+  CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size()));
+  InodeRef s(&inodes_, ino);
+  std::lock_guard<std::mutex> l(s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
+  if (!S_ISREG(s->attr.mode)) return Status(EINVAL, "not a regular file");
+  return WriteLocked(s.get(), offset, data);
+}
+
+Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data) {
+  const uint64_t ino = s->ino;
+  const uint64_t end = offset + data.size();
+  format::InodeValue v = s->attr;
+  const uint64_t new_size = std::max(v.size, end);
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+
+  bool stored = false;
+  if (new_size <= options_.inline_max_bytes) {
+    // Small file: keep all of it in one inline extent, if it has no records.
+    std::vector<Extent> ex;
+    CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxFileSize, &ex));
+    if (std::all_of(ex.begin(), ex.end(), [](const Extent& e) { return e.value.is_inline; })) {
+      std::string content(new_size, '\0');
+      for (const Extent& e : ex) {
+        if (e.offset >= new_size) continue;
+        size_t n = std::min<uint64_t>(e.value.inline_data.size(), new_size - e.offset);
+        std::memcpy(content.data() + e.offset, e.value.inline_data.data(), n);
+        b.Delete(cf_extents_, format::ExtentKey(ino, e.offset));
+      }
+      std::memcpy(content.data() + offset, data.data(), data.size());
+      format::ExtentValue iv;
+      iv.is_inline = true;
+      iv.length = static_cast<uint32_t>(content.size());
+      iv.inline_data = std::move(content);
+      b.Put(cf_extents_, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
+      counters_.inline_writes++;
+      stored = true;
+    }
+  }
+  if (!stored) {
+    // A small inline head that this write touches moves into the record.
+    std::string folded;
+    uint64_t w_off = offset;
+    std::string_view w_data = data;
+    std::string head;
+    rocksdb::Status rs =
+        db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, 0), &head);
+    format::ExtentValue hv;
+    if (rs.ok() && format::DecodeExtent(head, &hv).ok() && hv.is_inline && offset > 0 &&
+        offset <= hv.length) {
+      folded = std::move(hv.inline_data);
+      if (folded.size() < end) folded.resize(end);
+      std::memcpy(folded.data() + offset, data.data(), data.size());
+      w_off = 0;
+      w_data = folded;
+    } else if (!rs.ok() && !rs.IsNotFound()) {
+      return FromRocks(rs, "read extent");
+    }
+    CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_off + w_data.size(), &b, &deltas));
+    CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, w_off, w_data, &b, &deltas));
+  }
+  Timespec now = Now();
+  v.size = new_size;
+  v.mtime_sec = v.ctime_sec = now.sec;
+  v.mtime_nsec = v.ctime_nsec = now.nsec;
+  PutInode(&b, ino, v);
+  EmitDeltas(deltas, &b, cf_segments_);
+  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  s->attr = v;
+  counters_.writes++;
+  counters_.write_bytes += data.size();
+  return data.size();
+}
+
+Status StoreImpl::FetchRecords(
+    const std::vector<std::pair<RecordRef, const format::ExtentValue*>>& want,
+    std::map<std::pair<uint64_t, uint64_t>, RecordData>* out) {
+  std::vector<RecordRef> needed;
+  std::map<std::pair<uint64_t, uint64_t>, const format::ExtentValue*> expect;
+  for (const auto& [ref, ev] : want) {
+    auto key = std::make_pair(ref.segment_id, ref.offset);
+    if (out->count(key) || expect.count(key)) continue;
+    if (RecordData d = cache_->Lookup(ref.segment_id, ref.offset)) {
+      counters_.cache_hits++;
+      (*out)[key] = std::move(d);
+      continue;
+    }
+    counters_.cache_misses++;
+    expect[key] = ev;
+    needed.push_back(ref);
+  }
+  if (needed.empty()) return Status::OK();
+
+  CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
+  for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
+    std::unique_ptr<char[]> buf(new char[br.length]);
+    CKPTFS_ASSIGN_OR_RETURN(size_t n, segments_->ReadUpTo(br.segment_id, br.offset, br.length, buf.get()));
+    counters_.backing_reads++;
+    counters_.backing_read_bytes += n;
+    size_t served = 0;
+    // Decodes the record at `pos` of the buffer; nullptr when it is not intact.
+    auto decode = [&](uint64_t pos, Status* err) -> RecordData {
+      if (pos + format::kRecordHeaderSize > n) {
+        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": segment ends early");
+        return nullptr;
+      }
+      format::RecordHeader h;
+      std::string_view rest(buf.get() + pos, n - pos);
+      *err = format::DecodeRecordHeader(rest, &h);
+      if (!err->ok()) return nullptr;
+      if (format::kRecordHeaderSize + h.stored_len > rest.size()) {
+        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": record truncated");
+        return nullptr;
+      }
+      auto data = std::make_shared<std::string>();
+      *err = format::DecodeRecordPayload(h, rest.substr(format::kRecordHeaderSize, h.stored_len),
+                                         data.get());
+      if (!err->ok()) return nullptr;
+      cache_->Insert(br.segment_id, br.offset + pos, data);
+      served++;
+      return data;
+    };
+    for (size_t i = 0; i < br.records.size(); ++i) {
+      const RecordRef& r = br.records[i];
+      const uint64_t pos = r.offset - br.offset;
+      const format::ExtentValue* ev = expect[{r.segment_id, r.offset}];
+      Status err;
+      RecordData d = decode(pos, &err);
+      if (d != nullptr && (d->size() != ev->raw_len ||
+                           format::kRecordHeaderSize + ev->stored_len != r.length)) {
+        err = Status::Corruption(KeyName(r.segment_id, r.offset) + ": record does not match its extent");
+        d = nullptr;
+      }
+      if (d == nullptr) {
+        counters_.checksum_errors++;
+        return Status(EIO, "corruption: " + err.message());
+      }
+      (*out)[{r.segment_id, r.offset}] = d;
+      // Neighbouring records in the same read go into the cache too.
+      const uint64_t stop = i + 1 < br.records.size() ? br.records[i + 1].offset - br.offset : n;
+      uint64_t next = pos + r.length;
+      while (next < stop) {
+        Status ignore;
+        RecordData extra = decode(next, &ignore);
+        if (extra == nullptr) break;
+        format::RecordHeader h;
+        (void)format::DecodeRecordHeader(std::string_view(buf.get() + next, n - next), &h);
+        next += format::kRecordHeaderSize + h.stored_len;
+      }
+    }
+    if (served > 1) counters_.coalesced_reads++;
+  }
+  return Status::OK();
+}
+
+Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) {
+  uint64_t size;
+  {
+    InodeRef s(&inodes_, ino);
+    std::lock_guard<std::mutex> l(s->mu);
+    CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+    if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
+    size = s->attr.size;
+  }
+  counters_.reads++;
+  if (offset >= size || len == 0) return size_t{0};
+  len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
+  const uint64_t end = offset + len;
+
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, end, &ex));
+  std::vector<std::pair<RecordRef, const format::ExtentValue*>> want;
+  for (const Extent& e : ex) {
+    if (e.value.is_inline) continue;
+    want.push_back({RecordRef{e.value.segment_id, e.value.record_offset,
+                              format::kRecordHeaderSize + e.value.stored_len},
+                    &e.value});
+  }
+  std::map<std::pair<uint64_t, uint64_t>, RecordData> records;
+  CKPTFS_RETURN_IF_ERROR(FetchRecords(want, &records));
+
+  uint64_t pos = offset;  // bytes before `pos` are filled
+  for (const Extent& e : ex) {
+    const uint64_t from = std::max(offset, e.offset);
+    const uint64_t to = std::min(end, e.offset + e.value.length);
+    if (from >= to) continue;
+    if (from > pos) std::memset(buf + (pos - offset), 0, from - pos);  // hole
+    const char* src;
+    if (e.value.is_inline) {
+      src = e.value.inline_data.data() + (from - e.offset);
+    } else {
+      const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
+      src = d->data() + e.value.skip + (from - e.offset);
+    }
+    std::memcpy(buf + (from - offset), src, to - from);
+    pos = std::max(pos, to);
+  }
+  if (pos < end) std::memset(buf + (pos - offset), 0, end - pos);
+  counters_.read_bytes += len;
+  return len;
+}
+
+Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  InodeRef s(&inodes_, ino);
+  std::lock_guard<std::mutex> l(s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  format::InodeValue v = s->attr;
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  Timespec now = Now();
+  if (req.mode) v.mode = (v.mode & S_IFMT) | (*req.mode & 07777);
+  if (req.uid) v.uid = *req.uid;
+  if (req.gid) v.gid = *req.gid;
+  if (req.size) {
+    if (S_ISDIR(v.mode)) return Status(EISDIR, "is a directory");
+    if (!S_ISREG(v.mode)) return Status(EINVAL, "not a regular file");
+    if (*req.size > kMaxFileSize) return Status(EFBIG, "size past the largest file size");
+    if (*req.size < v.size) {
+      CKPTFS_RETURN_IF_ERROR(PunchLocked(s.get(), *req.size, kMaxFileSize, &b, &deltas));
+    }
+    if (*req.size != v.size) {
+      v.mtime_sec = now.sec;
+      v.mtime_nsec = now.nsec;
+    }
+    v.size = *req.size;
+  }
+  if (req.atime_now) {
+    v.atime_sec = now.sec;
+    v.atime_nsec = now.nsec;
+  } else if (req.atime) {
+    v.atime_sec = req.atime->sec;
+    v.atime_nsec = req.atime->nsec;
+  }
+  if (req.mtime_now) {
+    v.mtime_sec = now.sec;
+    v.mtime_nsec = now.nsec;
+  } else if (req.mtime) {
+    v.mtime_sec = req.mtime->sec;
+    v.mtime_nsec = req.mtime->nsec;
+  }
+  v.ctime_sec = now.sec;
+  v.ctime_nsec = now.nsec;
+  PutInode(&b, ino, v);
+  EmitDeltas(deltas, &b, cf_segments_);
+  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  s->attr = v;
+  Attr a;
+  a.ino = ino;
+  a.mode = v.mode;
+  a.uid = v.uid;
+  a.gid = v.gid;
+  a.nlink = v.nlink;
+  a.size = v.size;
+  a.rdev = v.rdev;
+  a.atime = {v.atime_sec, v.atime_nsec};
+  a.mtime = {v.mtime_sec, v.mtime_nsec};
+  a.ctime = {v.ctime_sec, v.ctime_nsec};
+  a.generation = v.generation;
+  a.parent = v.parent;
+  return a;
+}
+
+Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  if (mode != 0) return Status(EOPNOTSUPP, "only fallocate mode 0 is supported");
+  if (offset >= kMaxFileSize || len > kMaxFileSize - offset) return Status(EFBIG, "too large");
+  InodeRef s(&inodes_, ino);
+  std::lock_guard<std::mutex> l(s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  if (!S_ISREG(s->attr.mode)) return Status(S_ISDIR(s->attr.mode) ? EISDIR : ENODEV, "not a file");
+  if (offset + len <= s->attr.size) return Status::OK();
+  format::InodeValue v = s->attr;
+  Timespec now = Now();
+  v.size = offset + len;
+  v.ctime_sec = now.sec;
+  v.ctime_nsec = now.nsec;
+  rocksdb::WriteBatch b;
+  PutInode(&b, ino, v);
+  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  s->attr = v;
+  return Status::OK();
+}
+
+Result<uint64_t> StoreImpl::SeekData(Ino ino, uint64_t offset, bool hole) {
+  CKPTFS_ASSIGN_OR_RETURN(Attr a, GetAttr(ino));
+  if (offset >= a.size) return Status(ENXIO, "offset past the end of the file");
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, a.size, &ex));
+  if (!hole) {
+    for (const Extent& e : ex) {
+      if (e.offset + e.value.length > offset) return std::max(offset, e.offset);
+    }
+    return Status(ENXIO, "no data after offset");
+  }
+  uint64_t pos = offset;
+  for (const Extent& e : ex) {
+    if (e.offset > pos) break;  // a gap before this extent
+    pos = std::max(pos, e.offset + e.value.length);
+  }
+  return std::min(pos, a.size);
+}
+
+Status StoreImpl::OpenFile(Ino ino) {
+  InodeState* s = inodes_.Pin(ino);  // held until Release
+  std::lock_guard<std::mutex> l(s->mu);
+  Status st = LoadLocked(s);
+  if (!st.ok()) {
+    inodes_.Unpin(s);
+    return st;
+  }
+  s->open_count++;
+  return Status::OK();
+}
+
+Status StoreImpl::Release(Ino ino) {
+  InodeRef ref(&inodes_, ino);
+  InodeState* s = ref.get();
+  std::lock_guard<std::mutex> l(s->mu);
+  if (s->open_count.load() <= 0) return Status(EBADF, "inode " + std::to_string(ino) + " is not open");
+  Status result;
+  if (--s->open_count == 0 && s->loaded && s->attr.nlink == 0 && !s->purged && !options_.read_only &&
+      !closed_) {
+    rocksdb::WriteBatch b;
+    StatDeltas deltas;
+    PurgeLocked(s, &b, &deltas);
+    EmitDeltas(deltas, &b, cf_segments_);
+    result = Commit(&b);
+    if (result.ok()) s->purged = true;
+  }
+  inodes_.Unpin(s);  // the pin taken by OpenFile
+  return result;
+}
+
+Result<std::vector<ExtentInfo>> StoreImpl::GetExtents(Ino ino) {
+  CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxFileSize, &ex));
+  std::vector<ExtentInfo> out;
+  out.reserve(ex.size());
+  for (Extent& e : ex) {
+    ExtentInfo i;
+    i.file_offset = e.offset;
+    i.length = e.value.length;
+    i.is_inline = e.value.is_inline;
+    i.inline_data = std::move(e.value.inline_data);
+    i.segment_id = e.value.segment_id;
+    i.record_offset = e.value.record_offset;
+    i.record_stored_len = e.value.stored_len;
+    i.record_raw_len = e.value.raw_len;
+    i.codec = static_cast<uint8_t>(e.value.codec);
+    i.payload_checksum = e.value.checksum;
+    i.skip = e.value.skip;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+}  // namespace ckptfs::engine

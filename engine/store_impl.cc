@@ -1,0 +1,505 @@
+#include "engine/store_impl.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/table.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "engine/merge_ops.h"
+
+namespace ckptfs::engine {
+
+namespace {
+
+constexpr uint64_t kSpaceCheckBytes = 16 << 20;
+constexpr uint64_t kSpaceCheckMs = 200;
+
+uint64_t NowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Returns 1 when `path` is a directory with entries, 0 when empty, -1 when absent.
+int DirState(const std::string& path, Status* err) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return -1;
+    *err = Status::IOError(errno, "open " + path);
+    return 1;
+  }
+  int state = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      state = 1;
+      break;
+    }
+  }
+  ::closedir(d);
+  return state;
+}
+
+bool ParseSize(std::string_view v, uint64_t* out) {
+  if (v.empty()) return false;
+  uint64_t n = 0;
+  size_t i = 0;
+  for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i) {
+    if (n > (UINT64_MAX - 9) / 10) return false;
+    n = n * 10 + static_cast<uint64_t>(v[i] - '0');
+  }
+  if (i == 0) return false;
+  std::string_view suffix = v.substr(i);
+  int shift = 0;
+  if (suffix == "" ) shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
+  else return false;
+  if (shift > 0 && n > (UINT64_MAX >> shift)) return false;
+  *out = n << shift;
+  return true;
+}
+
+}  // namespace
+
+Timespec Now() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+bool Store::IsStore(const std::string& dir) {
+  struct stat st;
+  return ::stat((dir + "/" + format::kFormatFileName).c_str(), &st) == 0;
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
+  if (options.max_record_bytes == 0 || options.max_record_bytes > (64u << 20)) {
+    return Status(EINVAL, "max_record_bytes must be between 1 and 64 MiB");
+  }
+  if (options.inline_max_bytes > (64u << 10)) {
+    return Status(EINVAL, "inline_max_bytes must be at most 64 KiB");
+  }
+  if (options.segment_target_bytes < (1u << 20)) {
+    return Status(EINVAL, "segment_target_bytes must be at least 1 MiB");
+  }
+  auto store = std::make_unique<StoreImpl>(dir, options);
+  CKPTFS_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+StoreImpl::StoreImpl(std::string dir, const StoreOptions& options)
+    : dir_(dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.find_last_not_of('/') + 1)
+                                                 : dir),
+      options_(options),
+      coalesce_gap_(options.coalesce_gap),
+      coalesce_max_(options.coalesce_max),
+      compression_level_(options.compression_level) {
+  if (options_.holder.empty()) {
+    options_.holder = "process " + std::to_string(::getpid());
+  }
+}
+
+StoreImpl::~StoreImpl() {
+  if (!closed_) {
+    Status s = Close();
+    if (!s.ok()) std::fprintf(stderr, "ckptfs: closing %s: %s\n", dir_.c_str(), s.ToString().c_str());
+  }
+}
+
+Status StoreImpl::Init() {
+  Status err;
+  int state = DirState(dir_, &err);
+  CKPTFS_RETURN_IF_ERROR(err);
+  bool creating = false;
+  if (state == -1 || (state == 0)) {
+    if (!options_.create_if_missing || options_.read_only) {
+      return Status(ENOENT, dir_ + " is not a ckptfs store (missing or empty)");
+    }
+    if (state == -1 && ::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::IOError(errno, "create store directory " + dir_);
+    }
+    creating = true;
+  } else if (!IsStore(dir_)) {
+    return Status(EINVAL, dir_ + " is not a ckptfs store: it is not empty and has no " +
+                              format::kFormatFileName + " file");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
+  if (creating) {
+    CKPTFS_RETURN_IF_ERROR(CreateLayout());
+  } else {
+    std::ifstream in(dir_ + "/" + format::kFormatFileName);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    Status s = format::ParseFormatFile(ss.str());
+    if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
+  }
+  CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
+  CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
+
+  std::vector<uint64_t> sealed;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_segments_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      format::SegmentStat st;
+      if (it->key().size() != 8) continue;
+      CKPTFS_RETURN_IF_ERROR(
+          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st));
+      if (st.sealed) sealed.push_back(format::GetBE64(it->key().data()));
+    }
+    CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan segments"));
+  }
+  CKPTFS_ASSIGN_OR_RETURN(
+      segments_, SegmentSet::Open(dir_ + "/" + format::kSegmentsDirName,
+                                  options_.segment_target_bytes, options_.read_only, sealed));
+  cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
+  syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
+  if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
+  return Status::OK();
+}
+
+Status StoreImpl::CreateLayout() {
+  std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
+  if (::mkdir(seg_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::IOError(errno, "create " + seg_dir);
+  }
+  std::string tmp = dir_ + "/" + format::kFormatFileName + ".tmp";
+  std::string content = format::FormatFileContents();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(errno, "create " + tmp);
+  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
+            ::fsync(fd) == 0;
+  int err = errno;
+  ::close(fd);
+  if (!ok) return Status::IOError(err, "write " + tmp);
+  if (::rename(tmp.c_str(), (dir_ + "/" + format::kFormatFileName).c_str()) != 0) {
+    return Status::IOError(errno, "rename " + tmp);
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::OpenIndex(bool create) {
+  rocksdb::DBOptions dbo;
+  dbo.create_if_missing = create;
+  dbo.create_missing_column_families = true;
+  dbo.max_open_files = 256;  // bounds descriptors; the index stays small
+  dbo.keep_log_file_num = 2;
+  dbo.info_log_level = rocksdb::WARN_LEVEL;
+  dbo.max_background_jobs = 2;
+  dbo.db_write_buffer_size = 128ull << 20;  // all memtables together
+  dbo.max_total_wal_size = 256ull << 20;
+
+  auto table_cache = rocksdb::NewLRUCache(64ull << 20);
+  auto cf_opts = [&](std::shared_ptr<rocksdb::MergeOperator> merge) {
+    rocksdb::ColumnFamilyOptions o;
+    rocksdb::BlockBasedTableOptions t;
+    t.block_cache = table_cache;
+    o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+    o.write_buffer_size = 32ull << 20;
+    o.merge_operator = std::move(merge);
+    return o;
+  };
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, cf_opts(NewCounterMergeOperator())},
+      {format::kCfInodes, cf_opts(nullptr)},
+      {format::kCfDentries, cf_opts(nullptr)},
+      {format::kCfExtents, cf_opts(nullptr)},
+      {format::kCfSegments, cf_opts(NewSegmentStatMergeOperator())},
+      {format::kCfXattrs, cf_opts(nullptr)},
+  };
+  rocksdb::DB* raw = nullptr;
+  std::string path = dir_ + "/" + format::kIndexDirName;
+  rocksdb::Status s = rocksdb::DB::Open(dbo, path, cfs, &handles_, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+      return Status(EBUSY, "index " + path + " is in use: " + s.ToString());
+    }
+    return Status(EIO, "open index " + path + ": " + s.ToString());
+  }
+  db_.reset(raw);
+  cf_meta_ = handles_[0];
+  cf_inodes_ = handles_[1];
+  cf_dentries_ = handles_[2];
+  cf_extents_ = handles_[3];
+  cf_segments_ = handles_[4];
+  cf_xattrs_ = handles_[5];
+  return Status::OK();
+}
+
+Status StoreImpl::LoadMeta(bool creating) {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaFormatVersion, &v);
+  if (s.IsNotFound()) {
+    if (!creating) return Status::Corruption(dir_ + ": index has no format_version");
+    rocksdb::WriteBatch b;
+    std::string ver;
+    format::PutLE32(&ver, format::kFormatVersion);
+    b.Put(cf_meta_, format::kMetaFormatVersion, ver);
+    Timespec now = Now();
+    format::InodeValue root;
+    root.mode = S_IFDIR | 0755;
+    root.uid = ::getuid();
+    root.gid = ::getgid();
+    root.nlink = 2;
+    root.parent = kRootIno;
+    root.atime_sec = root.mtime_sec = root.ctime_sec = now.sec;
+    root.atime_nsec = root.mtime_nsec = root.ctime_nsec = now.nsec;
+    PutInode(&b, kRootIno, root);
+    std::string one;
+    format::PutLE64(&one, 1);
+    b.Put(cf_meta_, format::kMetaInodeCount, one);
+    next_ino_ = kRootIno + 1;
+    ino_limit_ = next_ino_ + kInoBlock;
+    std::string lim;
+    format::PutLE64(&lim, ino_limit_);
+    b.Put(cf_meta_, format::kMetaNextIno, lim);
+    return Commit(&b, /*sync=*/true);
+  }
+  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read format_version"));
+  if (v.size() != 4 || format::GetLE32(v.data()) != format::kFormatVersion) {
+    return Status::Corruption(dir_ + ": index format_version does not match this build");
+  }
+  s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaNextIno, &v);
+  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read next_ino"));
+  if (v.size() != 8) return Status::Corruption("next_ino value is not 8 bytes");
+  next_ino_ = ino_limit_ = format::GetLE64(v.data());
+  if (!options_.read_only) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    CKPTFS_RETURN_IF_ERROR(
+        FromRocks(db_->Delete(wo, cf_meta_, format::kMetaCleanShutdown), "clear clean mark"));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::PurgeOrphans() {
+  std::vector<uint64_t> orphans;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
+    std::string_view prefix(format::kMetaOrphanPrefix);
+    for (it->Seek(prefix.data()); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      if (it->key().size() == prefix.size() + 8) {
+        orphans.push_back(format::GetBE64(it->key().data() + prefix.size()));
+      }
+    }
+    CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan orphans"));
+  }
+  for (uint64_t ino : orphans) {
+    InodeRef s(&inodes_, ino);
+    std::lock_guard<std::mutex> l(s->mu);
+    rocksdb::WriteBatch b;
+    StatDeltas deltas;
+    Status st = LoadLocked(s.get());
+    if (st.ok()) {
+      PurgeLocked(s.get(), &b, &deltas);
+    } else if (st.code() == ENOENT) {
+      b.Delete(cf_meta_, format::OrphanKey(ino));
+    } else {
+      return st;
+    }
+    EmitDeltas(deltas, &b, cf_segments_);
+    CKPTFS_RETURN_IF_ERROR(Commit(&b));
+    s->purged = true;
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::Close() {
+  if (closed_.exchange(true)) return Status(EIO, "store already closed");
+  Status result;
+  if (!options_.read_only && db_ != nullptr) {
+    result = FlushDurable();
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    Status s = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
+    if (result.ok()) result = s;
+  }
+  if (db_ != nullptr) {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    handles_.clear();
+    rocksdb::Status s = db_->Close();
+    if (result.ok() && !s.ok()) result = Status(EIO, "close index: " + s.ToString());
+    db_.reset();
+  }
+  segments_.reset();
+  lock_.reset();
+  return result;
+}
+
+Status StoreImpl::FromRocks(const rocksdb::Status& s, const std::string& what) const {
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace()) return Status(ENOSPC, what + ": " + s.ToString());
+  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
+  return Status(EIO, what + ": " + s.ToString());
+}
+
+Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  rocksdb::Status s = db_->Write(wo, batch);
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace() || (s.getState() && std::strstr(s.getState(), "No space"))) {
+    // RocksDB stops writes after a failed WAL append; try to resume so that
+    // the store is usable again once space is freed.
+    db_->Resume();
+    return Status(ENOSPC, "index write: no space left on device");
+  }
+  return FromRocks(s, "index write");
+}
+
+Status StoreImpl::CheckWritable() const {
+  if (options_.read_only) return Status(EROFS, "store is read-only");
+  if (closed_) return Status(EIO, "store is closed");
+  return Status::OK();
+}
+
+Status StoreImpl::CheckSpace(uint64_t incoming) {
+  std::lock_guard<std::mutex> l(space_mu_);
+  uint64_t now = NowMs();
+  space_since_check_ += incoming;
+  if (space_since_check_ >= kSpaceCheckBytes || now - space_checked_ms_ >= kSpaceCheckMs ||
+      space_avail_ < options_.min_free_bytes + incoming) {
+    struct statvfs vfs;
+    if (::statvfs(dir_.c_str(), &vfs) == 0) {
+      space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    }
+    space_checked_ms_ = now;
+    space_since_check_ = 0;
+  }
+  if (space_avail_ < options_.min_free_bytes + incoming) {
+    return Status(ENOSPC, "no space left on the filesystem under " + dir_);
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::FlushDurable() {
+  CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+  return FromRocks(db_->SyncWAL(), "sync index log");
+}
+
+Status StoreImpl::Fsync(Ino ino, bool datasync) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  counters_.fsyncs++;
+  return syncer_->Sync();
+}
+
+Status StoreImpl::SyncAll() {
+  if (options_.read_only) return Status::OK();
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  counters_.fsyncs++;
+  return syncer_->Sync();
+}
+
+std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
+  return dir_ + "/" + format::SegmentFileName(segment_id);
+}
+
+std::vector<SegmentInfo> StoreImpl::ListSegments() {
+  std::vector<SegmentInfo> out;
+  for (uint64_t id : segments_->Ids()) {
+    SegmentInfo info;
+    info.id = id;
+    info.path = SegmentPath(id);
+    info.file_bytes = segments_->Size(id);
+    std::string v;
+    format::SegmentStat st;
+    if (db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v).ok() &&
+        format::DecodeSegmentStat(v, &st).ok()) {
+      info.live_bytes = st.live;
+      info.dead_bytes = st.dead;
+      info.sealed = st.sealed != 0;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+EngineStats StoreImpl::GetStats() {
+  EngineStats s;
+  s.reads = counters_.reads;
+  s.read_bytes = counters_.read_bytes;
+  s.writes = counters_.writes;
+  s.write_bytes = counters_.write_bytes;
+  s.backing_reads = counters_.backing_reads;
+  s.backing_read_bytes = counters_.backing_read_bytes;
+  s.coalesced_reads = counters_.coalesced_reads;
+  s.cache_hits = counters_.cache_hits;
+  s.cache_misses = counters_.cache_misses;
+  s.inline_writes = counters_.inline_writes;
+  s.records_written = counters_.records_written;
+  s.stored_bytes = counters_.stored_bytes;
+  s.fsyncs = counters_.fsyncs;
+  s.device_syncs = syncer_->flushes();
+  s.checksum_errors = counters_.checksum_errors;
+  for (const SegmentInfo& seg : ListSegments()) {
+    s.segments++;
+    s.live_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
+    s.dead_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+  }
+  return s;
+}
+
+std::string StoreImpl::GetConfig() {
+  std::ostringstream o;
+  o << "coalesce_gap=" << coalesce_gap_.load() << "\n"
+    << "coalesce_max=" << coalesce_max_.load() << "\n"
+    << "cache_bytes=" << cache_->capacity() << "\n"
+    << "compression_level=" << compression_level_.load() << "\n"
+    << "segment_target_bytes=" << options_.segment_target_bytes << "\n"
+    << "inline_max_bytes=" << options_.inline_max_bytes << "\n"
+    << "max_record_bytes=" << options_.max_record_bytes << "\n"
+    << "min_free_bytes=" << options_.min_free_bytes << "\n"
+    << "read_only=" << (options_.read_only ? 1 : 0) << "\n";
+  return o.str();
+}
+
+Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
+  uint64_t v = 0;
+  if (!ParseSize(value, &v)) {
+    return Status(EINVAL, "malformed value \"" + std::string(value) + "\" for " + std::string(key));
+  }
+  if (key == "coalesce_gap") {
+    coalesce_gap_ = v;
+  } else if (key == "coalesce_max") {
+    coalesce_max_ = v;
+  } else if (key == "cache_bytes") {
+    cache_->SetCapacity(v);
+  } else if (key == "compression_level") {
+    if (v > 22) return Status(EINVAL, "compression_level must be 0 (off) to 22");
+    compression_level_ = static_cast<int>(v);
+  } else {
+    return Status(EINVAL, "unknown or fixed setting \"" + std::string(key) +
+                              "\" (run-time settings: coalesce_gap, coalesce_max, cache_bytes, "
+                              "compression_level)");
+  }
+  return Status::OK();
+}
+
+void StoreImpl::DropCache() { cache_->Clear(); }
+
+Result<FsStats> StoreImpl::StatFs() {
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
+  FsStats st;
+  st.block_size = vfs.f_frsize;
+  st.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  st.free_bytes = static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize;
+  st.avail_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);
+  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read inode_count"));
+  if (v.size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
+  st.inodes = format::GetLE64(v.data());
+  return st;
+}
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,200 @@
+// StoreImpl: the orchestrator behind engine/store.h. Namespace operations are
+// in store_namespace.cc, file data in store_data.cc, open/close/settings in
+// store_impl.cc.
+//
+// Concurrency: namespace mutations take ns_mu_ and then the InodeState
+// mutexes of every inode they touch, in ascending inode order. File data
+// operations take only their inode's mutex, so writers of different files run
+// in parallel; their segment appends reserve space under SegmentSet's short
+// lock and write outside it. Readers take no inode lock for the data: a
+// RocksDB iterator gives them a consistent view of the extents.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/format.h"
+#include "engine/group_commit.h"
+#include "engine/inode_table.h"
+#include "engine/read_plan.h"
+#include "engine/record_cache.h"
+#include "engine/segment_set.h"
+#include "engine/store.h"
+#include "engine/store_lock.h"
+
+namespace ckptfs::engine {
+
+class StoreImpl final : public Store {
+ public:
+  StoreImpl(std::string dir, const StoreOptions& options);
+  ~StoreImpl() override;
+  // Opens everything; called once by Store::Open.
+  Status Init();
+
+  Status Close() override;
+  Result<Attr> Lookup(Ino parent, std::string_view name) override;
+  Result<Attr> GetAttr(Ino ino) override;
+  Result<Attr> SetAttr(Ino ino, const SetAttrRequest& req) override;
+  Result<Attr> Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                     uint32_t gid) override;
+  Result<Attr> Create(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                      uint32_t gid, uint32_t rdev) override;
+  Result<Attr> Symlink(Ino parent, std::string_view name, std::string_view target, uint32_t uid,
+                       uint32_t gid) override;
+  Result<std::string> ReadLink(Ino ino) override;
+  Result<Attr> Link(Ino ino, Ino new_parent, std::string_view new_name) override;
+  Status Unlink(Ino parent, std::string_view name) override;
+  Status Rmdir(Ino parent, std::string_view name) override;
+  Status Rename(Ino parent, std::string_view name, Ino new_parent, std::string_view new_name,
+                RenameMode mode) override;
+  Status ReadDir(Ino ino, std::string_view after,
+                 const std::function<bool(const DirEntry&)>& fn) override;
+  Result<FsStats> StatFs() override;
+  Status SetXattr(Ino ino, std::string_view name, std::string_view value, int flags) override;
+  Result<std::string> GetXattr(Ino ino, std::string_view name) override;
+  Result<std::vector<std::string>> ListXattr(Ino ino) override;
+  Status RemoveXattr(Ino ino, std::string_view name) override;
+
+  Status OpenFile(Ino ino) override;
+  Status Release(Ino ino) override;
+  Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) override;
+  Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) override;
+  Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) override;
+  Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) override;
+  Status Fsync(Ino ino, bool datasync) override;
+  Status SyncAll() override;
+
+  Result<std::vector<ExtentInfo>> GetExtents(Ino ino) override;
+  std::vector<SegmentInfo> ListSegments() override;
+  std::string SegmentPath(uint64_t segment_id) const override;
+  EngineStats GetStats() override;
+  std::string GetConfig() override;
+  Status SetConfig(std::string_view key, std::string_view value) override;
+  void DropCache() override;
+
+ private:
+  // Segment accounting changes gathered while building one batch.
+  using StatDeltas = std::map<uint64_t, format::SegmentStat>;
+  struct Extent {
+    uint64_t offset = 0;
+    format::ExtentValue value;
+  };
+
+  // ---- store_impl.cc ----
+  Status CreateLayout();
+  Status OpenIndex(bool create);
+  Status LoadMeta(bool creating);
+  Status PurgeOrphans();
+  // Applies one batch; maps RocksDB errors to errno.
+  Status Commit(rocksdb::WriteBatch* batch, bool sync = false);
+  Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
+  Status CheckWritable() const;
+  // ENOSPC when the filesystem under the store runs short of min_free_bytes.
+  Status CheckSpace(uint64_t incoming);
+  Status FlushDurable();
+
+  // ---- store_namespace.cc ----
+  // One namespace change: the pinned, locked inodes it touches, working
+  // copies of their attributes, and the batch that will carry it.
+  struct Txn {
+    explicit Txn(StoreImpl* store) : st(store) {}
+    // Pins, locks (ascending) and loads these inodes. Call once.
+    Status Lock(std::vector<uint64_t> inos);
+    // The working copy of a locked inode's attributes; marks it for writing.
+    format::InodeValue& A(uint64_t ino);
+    InodeState* S(uint64_t ino);
+    // Drops one name of `ino`; purges or orphans it when that was the last.
+    void DropLink(uint64_t ino, const Timespec& now);
+    // Removes `ino` and everything it owns.
+    void Purge(uint64_t ino);
+    // Writes the batch and, on success, the working copies into the cache.
+    Status Commit();
+
+    StoreImpl* st;
+    std::vector<InodeRef> refs;
+    std::vector<std::unique_lock<std::mutex>> locks;
+    std::map<uint64_t, format::InodeValue> attrs;
+    std::vector<uint64_t> purged;
+    rocksdb::WriteBatch batch;
+    StatDeltas deltas;
+  };
+
+  // REQUIRES: s->mu is held. Loads attributes from the index when needed.
+  Status LoadLocked(InodeState* s);
+  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name);
+  Result<Attr> GetAttrOf(InodeState* s);
+  void PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v);
+  uint64_t AllocIno(rocksdb::WriteBatch* b);  // REQUIRES: ns_mu_ is held
+  Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
+  // Removes the inode and everything it owns. REQUIRES: s->mu is held.
+  void PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
+  Result<bool> DirIsEmpty(Ino dir);
+  // True when `ino` is `ancestor` or lies below it.
+  Result<bool> IsInSubtree(Ino ino, Ino ancestor);
+
+  // ---- store_data.cc ----
+  // Extents of `ino` overlapping [start, end), in offset order.
+  Status CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
+  // Removes [start, end) from the file's extents. REQUIRES: s->mu is held.
+  Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
+                     StatDeltas* deltas);
+  Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data);
+  Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
+                       rocksdb::WriteBatch* b, StatDeltas* deltas);
+  static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
+                         rocksdb::ColumnFamilyHandle* cf);
+  // Fetches verified, decoded records, from the cache or with planned reads.
+  Status FetchRecords(const std::vector<std::pair<RecordRef, const format::ExtentValue*>>& want,
+                      std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
+
+  const std::string dir_;
+  StoreOptions options_;
+  std::unique_ptr<StoreLock> lock_;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_inodes_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_dentries_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_extents_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_segments_ = nullptr;
+  rocksdb::ColumnFamilyHandle* cf_xattrs_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::unique_ptr<SegmentSet> segments_;
+  std::unique_ptr<RecordCache> cache_;
+  std::unique_ptr<GroupCommit> syncer_;
+  InodeTable inodes_;
+  std::atomic<bool> closed_{false};
+
+  static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time
+  std::mutex ns_mu_;            // serializes namespace mutations (see top)
+  uint64_t next_ino_ = 0;       // GUARDED_BY(ns_mu_)
+  uint64_t ino_limit_ = 0;      // GUARDED_BY(ns_mu_): persisted high-water mark
+
+  // Run-time settings.
+  std::atomic<uint64_t> coalesce_gap_;
+  std::atomic<uint64_t> coalesce_max_;
+  std::atomic<int> compression_level_;
+
+  // Free-space check, refreshed at most every kSpaceCheckInterval bytes or ms.
+  std::mutex space_mu_;
+  uint64_t space_avail_ = UINT64_MAX;  // GUARDED_BY(space_mu_)
+  uint64_t space_checked_ms_ = 0;      // GUARDED_BY(space_mu_)
+  uint64_t space_since_check_ = 0;     // GUARDED_BY(space_mu_)
+
+  struct Counters {
+    std::atomic<uint64_t> reads{0}, read_bytes{0}, writes{0}, write_bytes{0};
+    std::atomic<uint64_t> backing_reads{0}, backing_read_bytes{0}, coalesced_reads{0};
+    std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, inline_writes{0};
+    std::atomic<uint64_t> records_written{0}, stored_bytes{0}, fsyncs{0}, checksum_errors{0};
+  } counters_;
+};
+
+// Current time of the store's clock.
+Timespec Now();
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,559 @@
+// Namespace operations of StoreImpl: each one atomic WriteBatch.
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <algorithm>
+
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+namespace {
+
+constexpr size_t kMaxXattrValue = 64 << 10;
+
+Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
+  Attr a;
+  a.ino = ino;
+  a.mode = v.mode;
+  a.uid = v.uid;
+  a.gid = v.gid;
+  a.nlink = v.nlink;
+  a.size = v.size;
+  a.rdev = v.rdev;
+  a.atime = {v.atime_sec, v.atime_nsec};
+  a.mtime = {v.mtime_sec, v.mtime_nsec};
+  a.ctime = {v.ctime_sec, v.ctime_nsec};
+  a.generation = v.generation;
+  a.parent = v.parent;
+  return a;
+}
+
+void SetCtime(format::InodeValue* v, const Timespec& t) {
+  v->ctime_sec = t.sec;
+  v->ctime_nsec = t.nsec;
+}
+void SetMtime(format::InodeValue* v, const Timespec& t) {
+  v->mtime_sec = t.sec;
+  v->mtime_nsec = t.nsec;
+  SetCtime(v, t);
+}
+
+Status ValidateName(std::string_view name) {
+  if (name.size() > kMaxNameLen) {
+    return Status(ENAMETOOLONG, "name is longer than " + std::to_string(kMaxNameLen) + " bytes");
+  }
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos) {
+    return Status(EINVAL, "invalid name \"" + std::string(name) + "\"");
+  }
+  return Status::OK();
+}
+
+uint8_t TypeOf(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
+
+std::string CounterDelta(int64_t d) {
+  std::string s;
+  format::PutLE64(&s, static_cast<uint64_t>(d));
+  return s;
+}
+
+}  // namespace
+
+// ---- Txn ----
+
+Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
+  std::sort(inos.begin(), inos.end());
+  inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
+  for (uint64_t ino : inos) {
+    refs.emplace_back(&st->inodes_, ino);
+    locks.emplace_back(refs.back()->mu);
+    CKPTFS_RETURN_IF_ERROR(st->LoadLocked(refs.back().get()));
+  }
+  return Status::OK();
+}
+
+InodeState* StoreImpl::Txn::S(uint64_t ino) {
+  for (auto& r : refs) {
+    if (r->ino == ino) return r.get();
+  }
+  return nullptr;  // not reached: callers lock every inode they touch
+}
+
+format::InodeValue& StoreImpl::Txn::A(uint64_t ino) {
+  auto it = attrs.find(ino);
+  if (it == attrs.end()) it = attrs.emplace(ino, S(ino)->attr).first;
+  return it->second;
+}
+
+void StoreImpl::Txn::Purge(uint64_t ino) {
+  st->PurgeLocked(S(ino), &batch, &deltas);
+  purged.push_back(ino);
+}
+
+void StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
+  format::InodeValue& v = A(ino);
+  if (v.nlink > 0) v.nlink--;
+  SetCtime(&v, now);
+  if (v.nlink > 0) return;
+  if (S(ino)->open_count.load() > 0) {
+    batch.Put(st->cf_meta_, format::OrphanKey(ino), "");
+  } else {
+    Purge(ino);
+  }
+}
+
+Status StoreImpl::Txn::Commit() {
+  for (auto& [ino, v] : attrs) {
+    if (std::find(purged.begin(), purged.end(), ino) == purged.end()) {
+      st->PutInode(&batch, ino, v);
+    }
+  }
+  EmitDeltas(deltas, &batch, st->cf_segments_);
+  CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
+  for (auto& [ino, v] : attrs) S(ino)->attr = v;
+  for (uint64_t ino : purged) S(ino)->purged = true;
+  return Status::OK();
+}
+
+// ---- helpers ----
+
+Status StoreImpl::LoadLocked(InodeState* s) {
+  if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
+  if (s->loaded) return Status::OK();
+  std::string v;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(s->ino), &v);
+  if (rs.IsNotFound()) return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
+  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read inode " + std::to_string(s->ino)));
+  Status ds = format::DecodeInode(v, &s->attr);
+  if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
+  s->loaded = true;
+  return Status::OK();
+}
+
+void StoreImpl::PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v) {
+  b->Put(cf_inodes_, format::InodeKey(ino), format::EncodeInode(v));
+}
+
+uint64_t StoreImpl::AllocIno(rocksdb::WriteBatch* b) {
+  if (next_ino_ >= ino_limit_) {
+    ino_limit_ = next_ino_ + kInoBlock;
+    std::string lim;
+    format::PutLE64(&lim, ino_limit_);
+    b->Put(cf_meta_, format::kMetaNextIno, lim);
+  }
+  return next_ino_++;
+}
+
+Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name) {
+  std::string v;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), cf_dentries_, format::DentryKey(parent, name), &v);
+  if (rs.IsNotFound()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
+  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read dentry"));
+  format::DentryValue d;
+  CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(v, &d));
+  return d;
+}
+
+Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
+  std::lock_guard<std::mutex> l(s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s));
+  return ToAttr(s->ino, s->attr);
+}
+
+void StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {
+  const uint64_t ino = s->ino;
+  b->Delete(cf_inodes_, format::InodeKey(ino));
+  b->Delete(cf_meta_, format::OrphanKey(ino));
+  b->Merge(cf_meta_, format::kMetaInodeCount, CounterDelta(-1));
+  std::string upper = format::ExtentPrefix(ino + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_extents_));
+  for (it->Seek(format::ExtentPrefix(ino)); it->Valid(); it->Next()) {
+    format::ExtentValue e;
+    if (format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() &&
+        !e.is_inline) {
+      auto& d = (*deltas)[e.segment_id];
+      d.live -= e.length;
+      d.dead += e.length;
+    }
+    b->Delete(cf_extents_, it->key());
+  }
+  std::unique_ptr<rocksdb::Iterator> xt(db_->NewIterator(ro, cf_xattrs_));
+  for (xt->Seek(format::ExtentPrefix(ino)); xt->Valid(); xt->Next()) {
+    b->Delete(cf_xattrs_, xt->key());
+  }
+}
+
+Result<bool> StoreImpl::DirIsEmpty(Ino dir) {
+  std::string upper = format::DentryPrefix(dir + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_dentries_));
+  it->Seek(format::DentryPrefix(dir));
+  bool empty = !it->Valid();
+  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan directory"));
+  return empty;
+}
+
+Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor) {
+  // Parent pointers change only under ns_mu_, which the caller holds; read
+  // them from the index without taking inode locks.
+  for (int depth = 0; depth < 100000; ++depth) {
+    if (ino == ancestor) return true;
+    if (ino == kRootIno) return false;
+    std::string v;
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(ino), &v);
+    CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read inode " + std::to_string(ino)));
+    format::InodeValue iv;
+    CKPTFS_RETURN_IF_ERROR(format::DecodeInode(v, &iv));
+    ino = iv.parent;
+  }
+  return Status::Corruption("directory parent chain does not reach the root");
+}
+
+// ---- queries ----
+
+Result<Attr> StoreImpl::GetAttr(Ino ino) {
+  InodeRef s(&inodes_, ino);
+  return GetAttrOf(s.get());
+}
+
+Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
+  CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  CKPTFS_ASSIGN_OR_RETURN(Attr p, GetAttr(parent));
+  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
+  return GetAttr(d.ino);
+}
+
+Status StoreImpl::ReadDir(Ino ino, std::string_view after,
+                          const std::function<bool(const DirEntry&)>& fn) {
+  CKPTFS_ASSIGN_OR_RETURN(Attr a, GetAttr(ino));
+  if (!S_ISDIR(a.mode)) return Status(ENOTDIR, "inode " + std::to_string(ino) + " is not a directory");
+  std::string prefix = format::DentryPrefix(ino);
+  std::string upper = format::DentryPrefix(ino + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_dentries_));
+  std::string start = format::DentryKey(ino, after);
+  it->Seek(start);
+  if (!after.empty() && it->Valid() && it->key() == rocksdb::Slice(start)) it->Next();
+  for (; it->Valid(); it->Next()) {
+    format::DentryValue d;
+    CKPTFS_RETURN_IF_ERROR(
+        format::DecodeDentry(std::string_view(it->value().data(), it->value().size()), &d));
+    DirEntry e;
+    e.name.assign(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+    e.ino = d.ino;
+    e.type = static_cast<uint32_t>(d.type) << 12;
+    if (!fn(e)) break;
+  }
+  return FromRocks(it->status(), "read directory");
+}
+
+Result<std::string> StoreImpl::ReadLink(Ino ino) {
+  InodeRef s(&inodes_, ino);
+  std::lock_guard<std::mutex> l(s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  if (!S_ISLNK(s->attr.mode)) return Status(EINVAL, "not a symlink");
+  return s->attr.symlink_target;
+}
+
+// ---- mutations ----
+
+Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::InodeValue v) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
+  format::InodeValue& p = t.A(parent);
+  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
+  if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+  Result<format::DentryValue> existing = GetDentry(parent, name);
+  if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
+  if (existing.status().code() != ENOENT) return existing.status();
+
+  Timespec now = Now();
+  v.atime_sec = v.mtime_sec = v.ctime_sec = now.sec;
+  v.atime_nsec = v.mtime_nsec = v.ctime_nsec = now.nsec;
+  v.generation = 1;
+  uint64_t ino = AllocIno(&t.batch);
+  if (S_ISDIR(v.mode)) {
+    v.parent = parent;
+    p.nlink++;
+  }
+  SetMtime(&p, now);
+  PutInode(&t.batch, ino, v);
+  t.batch.Put(cf_dentries_, format::DentryKey(parent, name),
+              format::EncodeDentry({ino, TypeOf(v.mode)}));
+  t.batch.Merge(cf_meta_, format::kMetaInodeCount, CounterDelta(1));
+  CKPTFS_RETURN_IF_ERROR(t.Commit());
+  return ToAttr(ino, v);
+}
+
+Result<Attr> StoreImpl::Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                              uint32_t gid) {
+  format::InodeValue v;
+  v.mode = S_IFDIR | (mode & 07777);
+  v.uid = uid;
+  v.gid = gid;
+  v.nlink = 2;
+  return MakeNode(parent, name, v);
+}
+
+Result<Attr> StoreImpl::Create(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
+                               uint32_t gid, uint32_t rdev) {
+  uint32_t type = mode & S_IFMT;
+  if (type == 0) type = S_IFREG;
+  if (type == S_IFDIR || type == S_IFLNK) return Status(EINVAL, "Create makes no directories or symlinks");
+  format::InodeValue v;
+  v.mode = type | (mode & 07777);
+  v.uid = uid;
+  v.gid = gid;
+  v.nlink = 1;
+  v.rdev = rdev;
+  return MakeNode(parent, name, v);
+}
+
+Result<Attr> StoreImpl::Symlink(Ino parent, std::string_view name, std::string_view target,
+                                uint32_t uid, uint32_t gid) {
+  if (target.empty()) return Status(ENOENT, "empty symlink target");
+  if (target.size() > kMaxSymlinkLen) return Status(ENAMETOOLONG, "symlink target too long");
+  format::InodeValue v;
+  v.mode = S_IFLNK | 0777;
+  v.uid = uid;
+  v.gid = gid;
+  v.nlink = 1;
+  v.size = target.size();
+  v.symlink_target.assign(target);
+  return MakeNode(parent, name, v);
+}
+
+Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
+  format::InodeValue& v = t.A(ino);
+  format::InodeValue& p = t.A(new_parent);
+  if (S_ISDIR(v.mode)) return Status(EPERM, "hard links to directories are not allowed");
+  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
+  if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
+  if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+  Result<format::DentryValue> existing = GetDentry(new_parent, new_name);
+  if (existing.ok()) return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
+  if (existing.status().code() != ENOENT) return existing.status();
+  Timespec now = Now();
+  v.nlink++;
+  SetCtime(&v, now);
+  SetMtime(&p, now);
+  t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name),
+              format::EncodeDentry({ino, TypeOf(v.mode)}));
+  CKPTFS_RETURN_IF_ERROR(t.Commit());
+  return ToAttr(ino, v);
+}
+
+Status StoreImpl::Unlink(Ino parent, std::string_view name) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+  if (S_ISDIR(t.A(d.ino).mode)) return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
+  Timespec now = Now();
+  SetMtime(&t.A(parent), now);
+  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
+  t.DropLink(d.ino, now);
+  return t.Commit();
+}
+
+Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+  if (!S_ISDIR(t.A(d.ino).mode)) return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
+  CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino));
+  if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
+  Timespec now = Now();
+  format::InodeValue& p = t.A(parent);
+  p.nlink--;
+  SetMtime(&p, now);
+  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
+  t.A(d.ino).nlink = 0;
+  t.Purge(d.ino);
+  return t.Commit();
+}
+
+Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
+                         std::string_view new_name, RenameMode mode) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
+  std::lock_guard<std::mutex> ns(ns_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue src, GetDentry(parent, name));
+  Result<format::DentryValue> dst_r = GetDentry(new_parent, new_name);
+  if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
+  const bool has_dst = dst_r.ok();
+  const format::DentryValue dst = has_dst ? *dst_r : format::DentryValue{};
+
+  Txn t(this);
+  std::vector<uint64_t> inos = {parent, new_parent, src.ino};
+  if (has_dst) inos.push_back(dst.ino);
+  CKPTFS_RETURN_IF_ERROR(t.Lock(inos));
+  if (!S_ISDIR(t.A(new_parent).mode)) return Status(ENOTDIR, "target parent is not a directory");
+  if (t.A(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
+  const bool src_dir = S_ISDIR(t.A(src.ino).mode);
+  const bool dst_dir = has_dst && S_ISDIR(t.A(dst.ino).mode);
+  Timespec now = Now();
+
+  if (mode == RenameMode::kExchange) {
+    if (!has_dst) return Status(ENOENT, "no entry \"" + std::string(new_name) + "\" to exchange");
+    if (src.ino == dst.ino) return Status::OK();
+    if (parent != new_parent) {
+      if (src_dir) {
+        CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(new_parent, src.ino));
+        if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
+      }
+      if (dst_dir) {
+        CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(parent, dst.ino));
+        if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
+      }
+    }
+    t.batch.Put(cf_dentries_, format::DentryKey(parent, name), format::EncodeDentry(dst));
+    t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
+    if (parent != new_parent) {
+      if (src_dir) {
+        t.A(src.ino).parent = new_parent;
+        t.A(parent).nlink--;
+        t.A(new_parent).nlink++;
+      }
+      if (dst_dir) {
+        t.A(dst.ino).parent = parent;
+        t.A(new_parent).nlink--;
+        t.A(parent).nlink++;
+      }
+    }
+    SetCtime(&t.A(src.ino), now);
+    SetCtime(&t.A(dst.ino), now);
+    SetMtime(&t.A(parent), now);
+    SetMtime(&t.A(new_parent), now);
+    return t.Commit();
+  }
+
+  if (has_dst) {
+    if (mode == RenameMode::kNoReplace) {
+      return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
+    }
+    if (dst.ino == src.ino) return Status::OK();  // two names of one inode
+    if (src_dir && !dst_dir) return Status(ENOTDIR, "cannot replace a non-directory with a directory");
+    if (!src_dir && dst_dir) return Status(EISDIR, "cannot replace a directory with a non-directory");
+    if (dst_dir) {
+      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino));
+      if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(new_name) + "\" is not empty");
+    }
+  }
+  if (src_dir && parent != new_parent) {
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(new_parent, src.ino));
+    if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
+  }
+  if (src_dir && has_dst && dst_dir) {
+    // Replacing an ancestor of the source would detach it.
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(parent, dst.ino));
+    if (loop) return Status(ENOTEMPTY, "directory \"" + std::string(new_name) + "\" is not empty");
+  }
+
+  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
+  t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
+  if (has_dst) {
+    if (dst_dir) {
+      t.A(new_parent).nlink--;
+      t.A(dst.ino).nlink = 0;
+      t.Purge(dst.ino);
+    } else {
+      t.DropLink(dst.ino, now);
+    }
+  }
+  if (src_dir && parent != new_parent) {
+    t.A(src.ino).parent = new_parent;
+    t.A(parent).nlink--;
+    t.A(new_parent).nlink++;
+  }
+  SetCtime(&t.A(src.ino), now);
+  SetMtime(&t.A(parent), now);
+  SetMtime(&t.A(new_parent), now);
+  return t.Commit();
+}
+
+// ---- extended attributes ----
+
+Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view value, int flags) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  if (name.empty() || name.size() > 255) return Status(ERANGE, "bad xattr name length");
+  if (value.size() > kMaxXattrValue) return Status(E2BIG, "xattr value too large");
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+  std::string key = format::XattrKey(ino, name);
+  std::string old;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
+  if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read xattr");
+  if ((flags & XATTR_CREATE) && rs.ok()) return Status(EEXIST, "xattr exists");
+  if ((flags & XATTR_REPLACE) && rs.IsNotFound()) return Status(ENODATA, "no such xattr");
+  t.batch.Put(cf_xattrs_, key, rocksdb::Slice(value.data(), value.size()));
+  SetCtime(&t.A(ino), Now());
+  return t.Commit();
+}
+
+Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
+  CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
+  std::string v;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), cf_xattrs_, format::XattrKey(ino, name), &v);
+  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
+  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
+  return v;
+}
+
+Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
+  CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
+  std::string prefix = format::XattrKey(ino, "");
+  std::string upper = format::XattrKey(ino + 1, "");
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_xattrs_));
+  std::vector<std::string> names;
+  for (it->Seek(prefix); it->Valid(); it->Next()) {
+    names.emplace_back(it->key().data() + prefix.size(), it->key().size() - prefix.size());
+  }
+  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "list xattrs"));
+  return names;
+}
+
+Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  Txn t(this);
+  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+  std::string key = format::XattrKey(ino, name);
+  std::string old;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
+  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
+  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
+  t.batch.Delete(cf_xattrs_, key);
+  SetCtime(&t.A(ino), Now());
+  return t.Commit();
+}
+
+}  // namespace ckptfs::engine
