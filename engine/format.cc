@@ -413,11 +413,16 @@ std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view dat
   return out;
 }
 
-Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out) {
+Status VerifyRecordPayload(const RecordHeader& h, std::string_view payload) {
   if (payload.size() != h.stored_len) return Short("record payload", payload.size(), h.stored_len);
   if (Checksum(payload) != h.payload_checksum) {
     return Status::Corruption("record payload checksum mismatch");
   }
+  return Status::OK();
+}
+
+Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out) {
+  CKPTFS_RETURN_IF_ERROR(VerifyRecordPayload(h, payload));
   if (h.codec == Codec::kNone) {
     out->assign(payload);
     return Status::OK();

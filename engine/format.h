@@ -165,6 +165,8 @@ PreparedRecord PrepareRecord(uint64_t ino, uint64_t file_offset, std::string_vie
 // PrepareRecord, returned as one string (header + payload).
 std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
                         RecordHeader* header_out);
+// Verifies the payload checksum only. `payload` is exactly stored_len bytes.
+Status VerifyRecordPayload(const RecordHeader& h, std::string_view payload);
 // Verifies the payload checksum and decodes it into `out` (raw_len bytes).
 // `payload` is exactly stored_len bytes.
 Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out);

@@ -11,11 +11,19 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace ckptfs::engine {
 
-using RecordData = std::shared_ptr<const std::string>;
+// A record's decoded bytes. `bytes` points into memory that `owner` keeps
+// alive: the buffer of the backing read for an uncompressed record (no copy),
+// or the decompressed data.
+struct RecordBytes {
+  std::shared_ptr<const void> owner;
+  std::string_view bytes;
+};
+using RecordData = std::shared_ptr<const RecordBytes>;
 
 class RecordCache {
  public:

@@ -217,13 +217,14 @@ Status StoreImpl::FetchRecords(
 
   CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
-    std::unique_ptr<char[]> buf(new char[br.length]);
+    std::shared_ptr<char[]> buf(new char[br.length]);
     CKPTFS_ASSIGN_OR_RETURN(size_t n, segments_->ReadUpTo(br.segment_id, br.offset, br.length, buf.get()));
     counters_.backing_reads++;
     counters_.backing_read_bytes += n;
     size_t served = 0;
-    // Decodes the record at `pos` of the buffer; nullptr when it is not intact.
-    auto decode = [&](uint64_t pos, Status* err) -> RecordData {
+    // Verifies and decodes the record at `pos` of the buffer and caches it;
+    // nullptr (and `*err`) when it is not intact. `*next` = the byte after it.
+    auto decode = [&](uint64_t pos, Status* err, uint64_t* next) -> RecordData {
       if (pos + format::kRecordHeaderSize > n) {
         *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": segment ends early");
         return nullptr;
@@ -236,10 +237,20 @@ Status StoreImpl::FetchRecords(
         *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": record truncated");
         return nullptr;
       }
-      auto data = std::make_shared<std::string>();
-      *err = format::DecodeRecordPayload(h, rest.substr(format::kRecordHeaderSize, h.stored_len),
-                                         data.get());
+      std::string_view payload = rest.substr(format::kRecordHeaderSize, h.stored_len);
+      auto data = std::make_shared<RecordBytes>();
+      if (h.codec == format::Codec::kNone) {
+        *err = format::VerifyRecordPayload(h, payload);
+        data->owner = buf;
+        data->bytes = payload;
+      } else {
+        auto decoded = std::make_shared<std::string>();
+        *err = format::DecodeRecordPayload(h, payload, decoded.get());
+        data->bytes = *decoded;
+        data->owner = std::move(decoded);
+      }
       if (!err->ok()) return nullptr;
+      *next = pos + format::kRecordHeaderSize + h.stored_len;
       cache_->Insert(br.segment_id, br.offset + pos, data);
       served++;
       return data;
@@ -249,8 +260,9 @@ Status StoreImpl::FetchRecords(
       const uint64_t pos = r.offset - br.offset;
       const format::ExtentValue* ev = expect[{r.segment_id, r.offset}];
       Status err;
-      RecordData d = decode(pos, &err);
-      if (d != nullptr && (d->size() != ev->raw_len ||
+      uint64_t next = 0;
+      RecordData d = decode(pos, &err, &next);
+      if (d != nullptr && (d->bytes.size() != ev->raw_len ||
                            format::kRecordHeaderSize + ev->stored_len != r.length)) {
         err = Status::Corruption(KeyName(r.segment_id, r.offset) + ": record does not match its extent");
         d = nullptr;
@@ -262,14 +274,9 @@ Status StoreImpl::FetchRecords(
       (*out)[{r.segment_id, r.offset}] = d;
       // Neighbouring records in the same read go into the cache too.
       const uint64_t stop = i + 1 < br.records.size() ? br.records[i + 1].offset - br.offset : n;
-      uint64_t next = pos + r.length;
       while (next < stop) {
         Status ignore;
-        RecordData extra = decode(next, &ignore);
-        if (extra == nullptr) break;
-        format::RecordHeader h;
-        (void)format::DecodeRecordHeader(std::string_view(buf.get() + next, n - next), &h);
-        next += format::kRecordHeaderSize + h.stored_len;
+        if (decode(next, &ignore, &next) == nullptr) break;
       }
     }
     if (served > 1) counters_.coalesced_reads++;
@@ -314,7 +321,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
       src = e.value.inline_data.data() + (from - e.offset);
     } else {
       const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
-      src = d->data() + e.value.skip + (from - e.offset);
+      src = d->bytes.data() + e.value.skip + (from - e.offset);
     }
     std::memcpy(buf + (from - offset), src, to - from);
     pos = std::max(pos, to);

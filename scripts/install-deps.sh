@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ckptfs builds, tests and runs with. Idempotent:
+# does nothing when everything is present (unless CI=true, which always
+# refreshes the package lists first).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libfuse3-dev fuse3 librocksdb-dev libzstd-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
+  rsync tar diffutils procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ] && [ "${CI:-}" != "true" ]; then
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "ckptfs: installing ${#missing[@]} package(s): ${missing[*]:-none}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"

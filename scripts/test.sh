@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs every ckptfs test: installs what is missing, builds, then
+#   1. all tests (unit, crash, concurrency, mount) in a release build,
+#   2. the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. the concurrency tests under ThreadSanitizer.
+# Usage: scripts/test.sh            (from anywhere; builds under build/)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/install-deps.sh || { echo "ckptfs: installing dependencies failed"; exit 1; }
+
+jobs=$(nproc)
+total_pass=0
+total_fail=0
+failed_suites=()
+
+# run_suite NAME BUILD_DIR "CMAKE ARGS" "CTEST ARGS"
+run_suite() {
+  local name=$1 dir=$2 cmake_args=$3 ctest_args=$4
+  echo "=== $name: build ($dir)"
+  # shellcheck disable=SC2086
+  if ! cmake -S "$root" -B "$dir" -G Ninja $cmake_args >"$dir.cmake.log" 2>&1; then
+    cat "$dir.cmake.log"; failed_suites+=("$name (configure)"); total_fail=$((total_fail + 1)); return
+  fi
+  if ! ninja -C "$dir" -j "$jobs" >"$dir.build.log" 2>&1; then
+    tail -50 "$dir.build.log"; failed_suites+=("$name (build)"); total_fail=$((total_fail + 1)); return
+  fi
+  echo "=== $name: test"
+  local log="$dir.ctest.log"
+  # shellcheck disable=SC2086
+  (cd "$dir" && ctest --output-on-failure --timeout 900 $ctest_args) 2>&1 | tee "$log"
+  local pass fail
+  pass=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
+  fail=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout)' "$log" || true)
+  if [ "$pass" -eq 0 ] && [ "$fail" -eq 0 ]; then
+    failed_suites+=("$name (ran no test)"); fail=1
+  fi
+  [ "$fail" -eq 0 ] || failed_suites+=("$name")
+  total_pass=$((total_pass + pass))
+  total_fail=$((total_fail + fail))
+}
+
+run_suite "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo" "-j 2"
+run_suite "asan+ubsan unit" build-asan \
+  "-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=OFF -DCKPTFS_BUILD_BENCH=OFF" \
+  "-L unit -j 2"
+run_suite "tsan concurrency" build-tsan \
+  "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=OFF -DCKPTFS_BUILD_BENCH=OFF" \
+  "-L concurrency"
+
+echo
+if [ ${#failed_suites[@]} -gt 0 ]; then
+  echo "failing: ${failed_suites[*]}"
+fi
+echo "ckptfs: $total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
