@@ -43,7 +43,7 @@ run_suite() {
 run_suite "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo" "-j 2"
 run_suite "asan+ubsan unit" build-asan \
   "-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=OFF -DCKPTFS_BUILD_BENCH=OFF" \
-  "-L unit -j 2"
+  "-L unit|concurrency -j 2"
 run_suite "tsan concurrency" build-tsan \
   "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=OFF -DCKPTFS_BUILD_BENCH=OFF" \
   "-L concurrency"
