@@ -208,11 +208,10 @@ std::string Hex(std::string_view s) {
 
 // Every example block the tests below check. The document must have exactly these.
 const std::set<std::string> kHexBlocks = {
-    "format-file",   "orphan-key",     "inode-key",          "inode-file",
-    "inode-symlink", "dentry-key",     "dentry-value",       "extent-key",
-    "extent-record", "extent-window",  "extent-inline",      "segment-key",
-    "segment-stat",  "segment-stat-delta", "xattr-key",      "segment-header",
-    "record"};
+    "format-file",    "orphan-key",   "inode-key",    "inode-file",         "inode-symlink",
+    "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
+    "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
+    "segment-header", "record"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "column-families", "meta-keys"};
 
 // Asserts that `st` is a corruption whose message contains `what`.
@@ -240,7 +239,9 @@ std::string LE64Bytes(uint64_t v) {
 void ResealRecordHeader(std::string* h) {
   h->replace(44, 4, LE32Bytes(static_cast<uint32_t>(Checksum(h->substr(0, 44)))));
 }
-void ResealSegmentHeader(std::string* h) { h->replace(24, 8, LE64Bytes(Checksum(h->substr(0, 24)))); }
+void ResealSegmentHeader(std::string* h) {
+  h->replace(24, 8, LE64Bytes(Checksum(h->substr(0, 24))));
+}
 
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::mt19937_64 rng(seed);
@@ -313,17 +314,17 @@ TEST(DocParser, ReadsHexAndTextBlocksAndSkipsOthers) {
 
 TEST(DocParser, RejectsMalformedBlocks) {
   const char* bad[] = {
-      "```hex name=a\n 1: 01\n```\n",             // offset does not match
-      "```hex name=a\n01 02\n 1: 03\n```\n",      // offset does not match
-      "```hex name=a\n0g\n```\n",                 // not hex
-      "```hex name=a\n012\n```\n",                // three digits
-      "```hex name=a\n1\n```\n",                  // one digit
-      "```hex name=a\nx: 01\n```\n",              // bad offset
-      "```hex name=a\n```\n",                     // empty
-      "```hex name=a\n01\n",                      // not closed
+      "```hex name=a\n 1: 01\n```\n",                      // offset does not match
+      "```hex name=a\n01 02\n 1: 03\n```\n",               // offset does not match
+      "```hex name=a\n0g\n```\n",                          // not hex
+      "```hex name=a\n012\n```\n",                         // three digits
+      "```hex name=a\n1\n```\n",                           // one digit
+      "```hex name=a\nx: 01\n```\n",                       // bad offset
+      "```hex name=a\n```\n",                              // empty
+      "```hex name=a\n01\n",                               // not closed
       "```hex name=a\n01\n```\n```hex name=a\n02\n```\n",  // duplicate
       "```hex name=a\n01\n```\n```text name=a\nx\n```\n",  // duplicate across kinds
-      "```hex name=\n01\n```\n",                  // no name
+      "```hex name=\n01\n```\n",                           // no name
   };
   for (const char* doc : bad) {
     EXPECT_NE(ParseDocBlocks(doc).error, "") << doc;
@@ -360,8 +361,8 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
   EXPECT_EQ(std::string("default\n") + kCfInodes + "\n" + kCfDentries + "\n" + kCfExtents + "\n" +
                 kCfSegments + "\n" + kCfXattrs,
             DocText("column-families"));
-  EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount +
-                "\n" + kMetaCleanShutdown + "\n" + kMetaOrphanPrefix,
+  EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
+                kMetaCleanShutdown + "\n" + kMetaOrphanPrefix,
             DocText("meta-keys"));
 }
 
@@ -497,8 +498,14 @@ TEST(Coding, ByteOrder) {
 
 TEST(Coding, RoundTripsExtremes) {
   std::mt19937_64 rng(7);
-  std::vector<uint64_t> values = {0, 1, 0x80, 0xff, 0x100, 0x7fffffffffffffffull,
-                                  0x8000000000000000ull, std::numeric_limits<uint64_t>::max()};
+  std::vector<uint64_t> values = {0,
+                                  1,
+                                  0x80,
+                                  0xff,
+                                  0x100,
+                                  0x7fffffffffffffffull,
+                                  0x8000000000000000ull,
+                                  std::numeric_limits<uint64_t>::max()};
   for (int i = 0; i < 1000; ++i) values.push_back(rng());
   for (uint64_t v : values) {
     std::string s;
@@ -524,9 +531,12 @@ TEST(Keys, ByteOrderIsNumericOrder) {
   std::mt19937_64 rng(11);
   auto pick = [&rng]() -> uint64_t {
     switch (rng() % 3) {
-      case 0: return rng() % 1000;  // close values, differing in the low byte
-      case 1: return rng() >> (rng() % 64);
-      default: return rng();
+      case 0:
+        return rng() % 1000;  // close values, differing in the low byte
+      case 1:
+        return rng() >> (rng() % 64);
+      default:
+        return rng();
     }
   };
   for (int i = 0; i < 5000; ++i) {
@@ -569,14 +579,14 @@ TEST(Keys, PrefixesGroupOneInode) {
 
 TEST(FormatFile, AcceptsWhatItWrites) {
   EXPECT_TRUE(ParseFormatFile(FormatFileContents()).ok());
-  EXPECT_TRUE(ParseFormatFile("ckptfs store format 1").ok());           // no newline
+  EXPECT_TRUE(ParseFormatFile("ckptfs store format 1").ok());               // no newline
   EXPECT_TRUE(ParseFormatFile("ckptfs store format 1\nfuture: x\n").ok());  // reserved lines
 }
 
 TEST(FormatFile, RejectsBadMagic) {
-  for (const char* s : {"", "ckptfs", "ckptfs store format", "CKPTFS store format 1\n",
-                        "ckptfs store  format 1\n", " ckptfs store format 1\n",
-                        "leveldb store format 1\n"}) {
+  for (const char* s :
+       {"", "ckptfs", "ckptfs store format", "CKPTFS store format 1\n", "ckptfs store  format 1\n",
+        " ckptfs store format 1\n", "leveldb store format 1\n"}) {
     ExpectCorruption(ParseFormatFile(s), "does not start with");
   }
 }
@@ -604,8 +614,8 @@ TEST(FormatFile, RejectsOtherVersionsAsUnsupported) {
 }
 
 TEST(SegmentFileNames, RoundTrip) {
-  for (uint64_t id : {0ull, 1ull, 42ull, 99999999ull, 100000000ull, 123456789ull,
-                      0xffffffffull, 10000000000000000000ull, 0xffffffffffffffffull}) {
+  for (uint64_t id : {0ull, 1ull, 42ull, 99999999ull, 100000000ull, 123456789ull, 0xffffffffull,
+                      10000000000000000000ull, 0xffffffffffffffffull}) {
     std::string path = SegmentFileName(id);
     ASSERT_EQ(path.substr(0, 9), "segments/") << path;
     uint64_t got = ~id;
@@ -618,15 +628,26 @@ TEST(SegmentFileNames, RoundTrip) {
 
 TEST(SegmentFileNames, RejectsOtherNames) {
   for (const char* name : {
-           "", ".seg", "1.seg", "0000001.seg",    // fewer than 8 digits
-           "00000001", "00000001.se", "00000001.SEG", "00000001.seg.tmp", "00000001.seg~",
-           "0000000a.seg", "-0000001.seg", "+00000001.seg", " 00000001.seg", "0000 001.seg",
-           "segments/00000001.seg",               // a path, not a base name
-           "000000001.seg",                       // 9 digits with a leading zero: not canonical
+           "",
+           ".seg",
+           "1.seg",
+           "0000001.seg",  // fewer than 8 digits
+           "00000001",
+           "00000001.se",
+           "00000001.SEG",
+           "00000001.seg.tmp",
+           "00000001.seg~",
+           "0000000a.seg",
+           "-0000001.seg",
+           "+00000001.seg",
+           " 00000001.seg",
+           "0000 001.seg",
+           "segments/00000001.seg",  // a path, not a base name
+           "000000001.seg",          // 9 digits with a leading zero: not canonical
            "0123456789.seg",
-           "18446744073709551616.seg",            // 2^64: does not fit
-           "99999999999999999999.seg",            // 20 digits that overflow
-           "100000000000000000000.seg",           // 21 digits
+           "18446744073709551616.seg",   // 2^64: does not fit
+           "99999999999999999999.seg",   // 20 digits that overflow
+           "100000000000000000000.seg",  // 21 digits
        }) {
     uint64_t id = 77;
     EXPECT_FALSE(ParseSegmentFileName(name, &id)) << name;
@@ -657,6 +678,24 @@ TEST(InodeCodec, RoundTrip) {
   dir.nlink = 2;
   dir.parent = 1;
   values.push_back(dir);
+  // Every field different, so that two swapped fields cannot go unnoticed.
+  InodeValue distinct;
+  distinct.mode = 0100600;
+  distinct.uid = 1001;
+  distinct.gid = 1002;
+  distinct.nlink = 3;
+  distinct.rdev = 0x0804;
+  distinct.size = 0x0102030405060708ull;
+  distinct.atime_sec = 1600000001;
+  distinct.atime_nsec = 11;
+  distinct.mtime_sec = 1600000002;
+  distinct.mtime_nsec = 22;
+  distinct.ctime_sec = 1600000003;
+  distinct.ctime_nsec = 33;
+  distinct.generation = 5;
+  distinct.parent = 6;
+  distinct.symlink_target = "t";
+  values.push_back(distinct);
   for (const InodeValue& in : values) {
     std::string enc = EncodeInode(in);
     EXPECT_EQ(enc.size(), 85 + in.symlink_target.size());
@@ -747,8 +786,18 @@ TEST(ExtentCodec, RoundTrip) {
   whole.stored_len = 1000;
   whole.codec = Codec::kZstd;
   values.push_back(whole);
-  for (std::string data : {std::string(), std::string("x"), std::string("a\0b", 3),
-                           RandomBytes(4096, 3)}) {
+  ExtentValue distinct;  // every field different
+  distinct.length = 100;
+  distinct.segment_id = 7;
+  distinct.record_offset = 0x10000000020ull;
+  distinct.stored_len = 300;
+  distinct.raw_len = 400;
+  distinct.codec = Codec::kZstd;
+  distinct.skip = 200;
+  distinct.checksum = 0xfedcba9876543210ull;
+  values.push_back(distinct);
+  for (std::string data :
+       {std::string(), std::string("x"), std::string("a\0b", 3), RandomBytes(4096, 3)}) {
     ExtentValue inl;
     inl.is_inline = true;
     inl.inline_data = data;
@@ -805,9 +854,13 @@ TEST(ExtentCodec, RejectsWindowOutsideRecord) {
     bool ok;
   };
   const Window windows[] = {
-      {0, 12, 12, true},           {11, 1, 12, true},   {6, 6, 12, true},
-      {0, 13, 12, false},          {12, 1, 12, false},  {7, 6, 12, false},
-      {0, 0, 12, false},           // empty extent
+      {0, 12, 12, true},
+      {11, 1, 12, true},
+      {6, 6, 12, true},
+      {0, 13, 12, false},
+      {12, 1, 12, false},
+      {7, 6, 12, false},
+      {0, 0, 12, false},  // empty extent
       {13, 0, 12, false},
       {0xffffffffu, 1, 0xffffffffu, false},  // skip + length wraps in 32 bits
       {1, 0xffffffffu, 0xffffffffu, false},
@@ -837,7 +890,7 @@ TEST(SegmentStatCodec, RoundTrip) {
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   for (SegmentStat in : {SegmentStat{}, SegmentStat{1, 2, 3, 4}, SegmentStat{-6, 6, 0, 0},
-                         SegmentStat{kMin, kMax, -1, kMin}}) {
+                         SegmentStat{kMin, kMax, -1, kMin}, SegmentStat{kMax, kMin, 5, -7}}) {
     std::string enc = EncodeSegmentStat(in);
     EXPECT_EQ(enc.size(), kSegmentStatSize);
     SegmentStat out{9, 9, 9, 9};
@@ -859,6 +912,8 @@ TEST(SegmentStatMerge, LiveAndDeadAddSealedAndSizeTakeTheMaximum) {
   EXPECT_EQ(MergeSegmentStat({10, 1, 0, 0}, {-6, 6, 0, 0}), (SegmentStat{4, 7, 0, 0}));
   EXPECT_EQ(MergeSegmentStat({10, 1, 1, 500}, {5, 0, 0, 0}), (SegmentStat{15, 1, 1, 500}));
   EXPECT_EQ(MergeSegmentStat({0, 0, 0, 100}, {0, 0, 1, 50}), (SegmentStat{0, 0, 1, 100}));
+  // Sealing twice (e.g. an operand replayed) still leaves sealed = 1.
+  EXPECT_EQ(MergeSegmentStat({7, 3, 1, 100}, {0, 0, 1, 100}), (SegmentStat{7, 3, 1, 100}));
   // The doc's sealed segment merged with the doc's delta.
   EXPECT_EQ(MergeSegmentStat({10485760, 4096, 1, 10489984}, {-6, 6, 0, 0}),
             (SegmentStat{10485754, 4102, 1, 10489984}));
@@ -968,7 +1023,14 @@ TEST(RecordHeaderCodec, RoundTrip) {
   raw.file_offset = 1ull << 40;
   raw.raw_len = raw.stored_len = 1u << 20;
   raw.payload_checksum = 0x0123456789abcdefull;
-  for (const RecordHeader& in : {RecordHeader(), max, raw}) {
+  RecordHeader distinct;  // every field different
+  distinct.codec = Codec::kZstd;
+  distinct.ino = 11;
+  distinct.file_offset = 22;
+  distinct.raw_len = 33;
+  distinct.stored_len = 44;
+  distinct.payload_checksum = 55;
+  for (const RecordHeader& in : {RecordHeader(), max, raw, distinct}) {
     std::string enc = EncodeRecordHeader(in);
     ASSERT_EQ(enc.size(), kRecordHeaderSize);
     EXPECT_EQ(Hex(enc.substr(0, 4)), "43 4b 50 52");  // "CKPR"
@@ -1138,6 +1200,21 @@ TEST(Records, ZstdIsNotTriedForSixtyFourBytesOrLess) {
   EXPECT_EQ(out, std::string(65, '\0'));
 }
 
+TEST(Records, PrepareRecordMatchesBuildRecord) {
+  for (int level : {0, 3}) {
+    for (const std::string& data : {Compressible(100000), RandomBytes(5000, 9), std::string()}) {
+      PreparedRecord r = PrepareRecord(4, 8, data, level);
+      RecordHeader built;
+      std::string record = BuildRecord(4, 8, data, level, &built);
+      EXPECT_EQ(r.header, built);
+      EXPECT_EQ(Hex(r.header_bytes), Hex(record.substr(0, kRecordHeaderSize)));
+      EXPECT_EQ(r.compressed.empty(), r.header.codec == Codec::kNone);
+      std::string_view payload = r.compressed.empty() ? std::string_view(data) : r.compressed;
+      EXPECT_EQ(payload, std::string_view(record).substr(kRecordHeaderSize));
+    }
+  }
+}
+
 TEST(Records, RejectsPayloadOfWrongLength) {
   std::string record = DocHex("record");
   RecordHeader h;
@@ -1147,6 +1224,9 @@ TEST(Records, RejectsPayloadOfWrongLength) {
   ExpectCorruption(DecodeRecordPayload(h, payload.substr(0, 11), &out), "11 bytes, expected 12");
   ExpectCorruption(DecodeRecordPayload(h, payload + "!", &out), "13 bytes, expected 12");
   ExpectCorruption(DecodeRecordPayload(h, "", &out), "0 bytes, expected 12");
+  EXPECT_TRUE(VerifyRecordPayload(h, payload).ok());
+  ExpectCorruption(VerifyRecordPayload(h, payload.substr(0, 11)), "11 bytes, expected 12");
+  ExpectCorruption(VerifyRecordPayload(h, payload + "!"), "13 bytes, expected 12");
 }
 
 TEST(Records, RejectsPayloadChecksumMismatch) {
@@ -1161,6 +1241,9 @@ TEST(Records, RejectsPayloadChecksumMismatch) {
       RecordHeader got;
       std::string out;
       ExpectCorruption(ReadRecord(bad, &got, &out), "payload checksum mismatch");
+      ASSERT_TRUE(DecodeRecordHeader(bad, &got).ok());
+      ExpectCorruption(VerifyRecordPayload(got, std::string_view(bad).substr(kRecordHeaderSize)),
+                       "payload checksum mismatch");
     }
     // A wrong checksum in the header (resealed, so the header itself decodes).
     std::string bad = record;

@@ -134,6 +134,14 @@ Status StoreImpl::Init() {
                               format::kFormatFileName + " file");
   }
   CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
+  if (!creating && !options_.read_only) {
+    // A crash while the store was being created leaves FORMAT without an
+    // index and without segments: finish creating it.
+    Status ignored;
+    std::string index_dir = dir_ + "/" + format::kIndexDirName;
+    std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
+    if (DirState(index_dir, &ignored) == -1 && DirState(seg_dir, &ignored) <= 0) creating = true;
+  }
   if (creating) {
     CKPTFS_RETURN_IF_ERROR(CreateLayout());
   } else {
