@@ -12,6 +12,8 @@
 namespace ckptfs::engine {
 
 namespace {
+constexpr std::string_view kTmpSuffix = ".tmp";
+
 Status FsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(errno, "open " + dir);
@@ -46,6 +48,11 @@ Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(const std::string& segments
   while (dirent* e = ::readdir(d)) {
     uint64_t id;
     if (format::ParseSegmentFileName(e->d_name, &id)) ids.push_back(id);
+    const std::string_view name(e->d_name);
+    if (!read_only && name.size() > kTmpSuffix.size() &&
+        name.substr(name.size() - kTmpSuffix.size()) == kTmpSuffix) {
+      ::unlink((segments_dir + "/" + e->d_name).c_str());  // a segment never started
+    }
   }
   ::closedir(d);
   std::sort(ids.begin(), ids.end());
@@ -79,8 +86,10 @@ Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(const std::string& segments
   return set;
 }
 
-SegmentSet::~SegmentSet() {
-  for (auto& [id, seg] : segments_) ::close(seg->fd);
+SegmentSet::~SegmentSet() = default;
+
+SegmentSet::Segment::~Segment() {
+  if (fd >= 0) ::close(fd);
 }
 
 std::string SegmentSet::Path(uint64_t segment_id) const {
@@ -90,16 +99,20 @@ std::string SegmentSet::Path(uint64_t segment_id) const {
 }
 
 Status SegmentSet::StartSegmentLocked(uint64_t id) {
+  // The file gets its name only once its header is on disk, so that a crash
+  // never leaves a segment file without a valid header (Open would refuse it).
   std::string path = Path(id);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError(errno, "create " + path);
+  std::string tmp = path + std::string(kTmpSuffix);
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(errno, "create " + tmp);
   std::string hdr = format::EncodeSegmentHeader(id);
   Status s = PwriteAll(fd, hdr.data(), hdr.size(), 0, path);
   if (s.ok() && ::fdatasync(fd) != 0) s = Status::IOError(errno, "fdatasync " + path);
+  if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0) s = Status::IOError(errno, "create " + path);
+  ::unlink(tmp.c_str());
   if (s.ok()) s = FsyncDir(dir_);
   if (!s.ok()) {
     ::close(fd);
-    ::unlink(path.c_str());
     return s;
   }
   auto seg = std::make_shared<Segment>();
@@ -196,6 +209,28 @@ std::vector<uint64_t> SegmentSet::Ids() const {
   std::vector<uint64_t> ids;
   for (auto& [id, seg] : segments_) ids.push_back(id);
   return ids;
+}
+
+uint64_t SegmentSet::max_id() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return segments_.empty() ? 0 : segments_.rbegin()->first;
+}
+
+Status SegmentSet::Remove(uint64_t segment_id) {
+  if (read_only_) return Status(EROFS, "store is read-only");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (active_ != nullptr && active_->id == segment_id) {
+      return Status(EBUSY, "segment " + std::to_string(segment_id) + " is the active segment");
+    }
+    if (segments_.erase(segment_id) == 0) return Status::OK();
+  }
+  // The descriptor closes when the last reader lets go of the Segment.
+  const std::string path = Path(segment_id);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::IOError(errno, "delete " + path);
+  }
+  return Status::OK();
 }
 
 uint64_t SegmentSet::active_id() const {

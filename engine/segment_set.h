@@ -5,8 +5,10 @@
 // zero-filled gaps between records; no extent ever points into one, because
 // the index entry is written only after the pwrite returned.
 //
-// Thread safety: all methods are thread-safe. Segment file descriptors stay
-// open for the life of the set (a store has few segments).
+// Thread safety: all methods are thread-safe. A segment's file descriptor
+// stays open while the set or any operation holds the segment: Remove() drops
+// it from the set, and a read that is still in progress keeps it (and its
+// descriptor) alive until it finishes.
 #pragma once
 
 #include <atomic>
@@ -53,9 +55,16 @@ class SegmentSet {
   std::vector<uint64_t> Ids() const;
   std::string Path(uint64_t segment_id) const;
   uint64_t active_id() const;
+  // Highest segment id in the set (0 when empty).
+  uint64_t max_id() const;
+  // Drops a sealed segment from the set and deletes its file (compaction).
+  // Reads that already hold it finish normally; later reads of it fail as
+  // for a missing segment. EBUSY for the active segment; OK when absent.
+  Status Remove(uint64_t segment_id);
 
  private:
   struct Segment {
+    ~Segment();  // closes fd
     uint64_t id = 0;
     int fd = -1;
     std::atomic<uint64_t> end{0};  // reserved bytes, header included

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,6 +150,78 @@ struct StoreOptions {
   // Written into the store's lock file so that a second opener can say who
   // holds it (e.g. "ckptfs mount /mnt/ckpt"). Default: the process name.
   std::string holder;
+  // Background compaction: a thread checks every few seconds and compacts
+  // (CompactOptions defaults) once the dead bytes of all segments together
+  // reach this many. 0 turns it off. Default: 0. Fixed while open.
+  uint64_t background_compact_dead_bytes = 0;
+  // Bandwidth limit of background compaction, in bytes copied per second;
+  // 0 = unlimited. Default: 64 MiB/s. Fixed while open.
+  uint64_t background_compact_bytes_per_sec = 64ull << 20;
+};
+
+// ---- fsck (engine/fsck*.cc) ----
+struct FsckOptions {
+  // Fix what can be fixed (see Store::Fsck). Default: false (report only).
+  bool repair = false;
+  // Skip the payload checksums (headers, lengths and the index are still
+  // checked). Default: false.
+  bool quick = false;
+  // Called now and then with segment bytes checked so far and the total; from
+  // fsck's worker threads, one call at a time.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// One problem fsck found. `kind` is a stable snake_case name (see
+// engine/fsck.h for the list); `path` names the affected file when there is
+// one ("" otherwise), rebuilt from the directory entries.
+struct FsckFinding {
+  std::string kind;
+  std::string path;
+  uint64_t ino = 0;
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;  // byte range: in the file for data findings, else in the segment
+  uint64_t length = 0;
+  std::string detail;
+  bool repaired = false;
+  // Informational findings (dead space, gaps left by a crash, pending
+  // orphans) are normal in a healthy store and do not make it unclean.
+  bool informational = false;
+};
+
+struct FsckReport {
+  std::vector<FsckFinding> findings;
+  std::map<std::string, uint64_t> counts;  // findings by kind
+  uint64_t files_checked = 0;    // non-directory inodes
+  uint64_t dirs_checked = 0;
+  uint64_t records_checked = 0;  // segment records walked
+  uint64_t bytes_checked = 0;    // segment bytes walked (payloads read unless quick)
+  std::vector<std::string> lost_files;  // paths of files that lost data
+  uint64_t errors() const;          // non-informational findings
+  uint64_t errors_left() const;     // ... of those, not repaired
+  // No error findings (informational ones allowed).
+  bool clean() const { return errors() == 0; }
+};
+
+// ---- compaction (engine/store_compact.cc) ----
+struct CompactOptions {
+  // Rewrite sealed segments whose dead fraction dead / (live + dead) is at
+  // least this, and segments with nothing live. Default: 0.3.
+  double dead_ratio = 0.3;
+  // Only report what would be done. Default: false.
+  bool dry_run = false;
+  // Bytes copied per second, 0 = unlimited. Default: 0.
+  uint64_t bytes_per_sec = 0;
+  // Called with live bytes copied so far and the total to copy.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+struct CompactReport {
+  uint64_t segments_rewritten = 0;  // segments retired (file deleted)
+  uint64_t bytes_reclaimed = 0;     // segment file bytes freed minus bytes written
+  uint64_t bytes_copied = 0;        // record bytes (headers included) written anew
+  double seconds = 0;
+  std::vector<uint64_t> segments;   // ids of the retired (dry run: chosen) segments
+  std::vector<std::string> errors;  // segments kept because of unreadable data
 };
 
 class Store {
@@ -161,14 +234,26 @@ class Store {
                                              const StoreOptions& options);
   // Returns true when `dir` holds a store (its FORMAT file exists).
   static bool IsStore(const std::string& dir);
+  // Checks a store that is not open: every index entry, every segment record
+  // and the namespace. Takes the store's lock (EBUSY naming the holder when
+  // it is mounted). With `repair`, fixes segment counters and link counts,
+  // drops entries that point at missing inodes and extents that point at
+  // missing or corrupt data (the file keeps its size; the range reads as a
+  // hole and the file is listed in lost_files), and moves orphaned inodes
+  // under /lost+found. A non-OK result means fsck could not run.
+  static Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options);
+  // Open + Compact + Close of a store that is not open.
+  static Result<CompactReport> CompactOffline(const std::string& dir,
+                                              const CompactOptions& options);
 
   Store() = default;
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   // Syncs and closes. Call Close() first to see its status.
   virtual ~Store() = default;
-  // Flushes everything to disk and marks the store cleanly closed. Further
-  // calls (other than the destructor) fail with EIO.
+  // Flushes everything to disk, marks the store cleanly closed and releases
+  // it. Further calls (other than the destructor) fail with EIO.
+  // REQUIRES: no other call on this Store is in progress.
   virtual Status Close() = 0;
 
   // ---- Namespace. Each mutation is one atomic index batch. ----
@@ -235,9 +320,19 @@ class Store {
   virtual std::string GetConfig() = 0;
   // Changes a run-time setting: coalesce_gap, coalesce_max, cache_bytes,
   // compression_level. EINVAL for an unknown key or a malformed value.
+  // "compact" = "R[ dry_run]" runs Compact with dead_ratio R and returns when
+  // it is done; GetConfig then shows its result as last_compaction.* lines.
   virtual Status SetConfig(std::string_view key, std::string_view value) = 0;
   // Drops the record cache (for cold-read measurements).
   virtual void DropCache() = 0;
+
+  // Rewrites the live data of sealed segments with much dead space into new
+  // segments and deletes the old files, while reads and writes go on. Safe
+  // against a crash at any point: old records stay referenced until the
+  // index batch that moves them commits, and a file is deleted only after
+  // the new data and the index are durable and no read still uses it. One
+  // compaction runs at a time; others wait. Also run by SetConfig("compact", R).
+  virtual Result<CompactReport> Compact(const CompactOptions& options) = 0;
 };
 
 }  // namespace ckptfs::engine

@@ -26,6 +26,7 @@ void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
 }
 
 Status StoreImpl::CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out) {
+  if (closed_) return Status(EIO, "store is closed");
   std::string prefix = format::ExtentPrefix(ino);
   std::string upper = format::ExtentPrefix(ino + 1);
   rocksdb::Slice upper_slice(upper);
@@ -131,6 +132,7 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
 }
 
 Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data) {
+  EpochGate::Guard gate(&io_gate_);  // compaction waits for the commit below
   const uint64_t ino = s->ino;
   const uint64_t end = offset + data.size();
   format::InodeValue v = s->attr;
@@ -295,6 +297,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   }
   counters_.reads++;
   if (offset >= size || len == 0) return size_t{0};
+  EpochGate::Guard gate(&io_gate_);  // compaction keeps our extents' segments meanwhile
   len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
   const uint64_t end = offset + len;
 

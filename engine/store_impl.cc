@@ -6,15 +6,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <rocksdb/cache.h>
-#include <rocksdb/table.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
-#include "engine/merge_ops.h"
+#include "engine/index_db.h"
 
 namespace ckptfs::engine {
 
@@ -172,6 +169,7 @@ Status StoreImpl::Init() {
   cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
   if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
+  StartBackgroundCompaction();
   return Status::OK();
 }
 
@@ -196,44 +194,11 @@ Status StoreImpl::CreateLayout() {
 }
 
 Status StoreImpl::OpenIndex(bool create) {
-  rocksdb::DBOptions dbo;
-  dbo.create_if_missing = create;
-  dbo.create_missing_column_families = true;
-  dbo.max_open_files = 256;  // bounds descriptors; the index stays small
-  dbo.keep_log_file_num = 2;
-  dbo.info_log_level = rocksdb::WARN_LEVEL;
-  dbo.max_background_jobs = 2;
-  dbo.db_write_buffer_size = 128ull << 20;  // all memtables together
-  dbo.max_total_wal_size = 256ull << 20;
-
-  auto table_cache = rocksdb::NewLRUCache(64ull << 20);
-  auto cf_opts = [&](std::shared_ptr<rocksdb::MergeOperator> merge) {
-    rocksdb::ColumnFamilyOptions o;
-    rocksdb::BlockBasedTableOptions t;
-    t.block_cache = table_cache;
-    o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-    o.write_buffer_size = 32ull << 20;
-    o.merge_operator = std::move(merge);
-    return o;
-  };
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
-      {rocksdb::kDefaultColumnFamilyName, cf_opts(NewCounterMergeOperator())},
-      {format::kCfInodes, cf_opts(nullptr)},
-      {format::kCfDentries, cf_opts(nullptr)},
-      {format::kCfExtents, cf_opts(nullptr)},
-      {format::kCfSegments, cf_opts(NewSegmentStatMergeOperator())},
-      {format::kCfXattrs, cf_opts(nullptr)},
-  };
-  rocksdb::DB* raw = nullptr;
-  std::string path = dir_ + "/" + format::kIndexDirName;
-  rocksdb::Status s = rocksdb::DB::Open(dbo, path, cfs, &handles_, &raw);
-  if (!s.ok()) {
-    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-      return Status(EBUSY, "index " + path + " is in use: " + s.ToString());
-    }
-    return Status(EIO, "open index " + path + ": " + s.ToString());
-  }
-  db_.reset(raw);
+  IndexDb index;
+  CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
+                                     /*read_only=*/false, &index));
+  db_ = std::move(index.db);
+  handles_ = std::move(index.handles);
   cf_meta_ = handles_[0];
   cf_inodes_ = handles_[1];
   cf_dentries_ = handles_[2];
@@ -323,6 +288,7 @@ Status StoreImpl::PurgeOrphans() {
 
 Status StoreImpl::Close() {
   if (closed_.exchange(true)) return Status(EIO, "store already closed");
+  StopBackgroundCompaction();
   Status result;
   if (!options_.read_only && db_ != nullptr) {
     result = FlushDurable();
@@ -390,7 +356,9 @@ Status StoreImpl::CheckSpace(uint64_t incoming) {
 }
 
 Status StoreImpl::FlushDurable() {
-  CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+  // segments_ is null when Init failed before opening them (e.g. a segment
+  // with a damaged header); Close() still runs then.
+  if (segments_ != nullptr) CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   return FromRocks(db_->SyncWAL(), "sync index log");
 }
 
@@ -413,6 +381,7 @@ std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
 
 std::vector<SegmentInfo> StoreImpl::ListSegments() {
   std::vector<SegmentInfo> out;
+  if (closed_) return out;
   for (uint64_t id : segments_->Ids()) {
     SegmentInfo info;
     info.id = id;
@@ -466,11 +435,13 @@ std::string StoreImpl::GetConfig() {
     << "inline_max_bytes=" << options_.inline_max_bytes << "\n"
     << "max_record_bytes=" << options_.max_record_bytes << "\n"
     << "min_free_bytes=" << options_.min_free_bytes << "\n"
-    << "read_only=" << (options_.read_only ? 1 : 0) << "\n";
+    << "read_only=" << (options_.read_only ? 1 : 0) << "\n"
+    << CompactionConfig();
   return o.str();
 }
 
 Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
+  if (key == "compact") return CompactFromConfig(value);
   uint64_t v = 0;
   if (!ParseSize(value, &v)) {
     return Status(EINVAL, "malformed value \"" + std::string(value) + "\" for " + std::string(key));
@@ -487,7 +458,7 @@ Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
   } else {
     return Status(EINVAL, "unknown or fixed setting \"" + std::string(key) +
                               "\" (run-time settings: coalesce_gap, coalesce_max, cache_bytes, "
-                              "compression_level)");
+                              "compression_level; compact runs a compaction)");
   }
   return Status::OK();
 }
@@ -495,6 +466,7 @@ Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
 void StoreImpl::DropCache() { cache_->Clear(); }
 
 Result<FsStats> StoreImpl::StatFs() {
+  if (closed_) return Status(EIO, "store is closed");
   struct statvfs vfs;
   if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
   FsStats st;

@@ -8,6 +8,11 @@
 // in parallel; their segment appends reserve space under SegmentSet's short
 // lock and write outside it. Readers take no inode lock for the data: a
 // RocksDB iterator gives them a consistent view of the extents.
+//
+// Compaction (store_compact.cc) runs one at a time under
+// CompactionState::mu, moves one inode's extents at a time under that
+// inode's mutex, and uses io_gate_ (which every Read and data write holds)
+// to wait out writes into its victims and reads of their old extents.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -19,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/epoch_gate.h"
 #include "engine/format.h"
 #include "engine/group_commit.h"
 #include "engine/inode_table.h"
@@ -26,6 +32,7 @@
 #include "engine/record_cache.h"
 #include "engine/segment_set.h"
 #include "engine/store.h"
+#include "engine/store_compact.h"
 #include "engine/store_lock.h"
 
 namespace ckptfs::engine {
@@ -77,6 +84,7 @@ class StoreImpl final : public Store {
   std::string GetConfig() override;
   Status SetConfig(std::string_view key, std::string_view value) override;
   void DropCache() override;
+  Result<CompactReport> Compact(const CompactOptions& options) override;
 
  private:
   // Segment accounting changes gathered while building one batch.
@@ -153,6 +161,19 @@ class StoreImpl final : public Store {
   Status FetchRecords(const std::vector<std::pair<RecordRef, const format::ExtentValue*>>& want,
                       std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
 
+  // ---- store_compact.cc ----
+  // Moves the extents of `ino` that point into `victims` to new records.
+  Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run);
+  // Copies one victim record whose windows `group` (extents of `ino`) uses.
+  // REQUIRES: the inode's mu is held.
+  // `*bad_source` tells a damaged or unreadable old record from other errors.
+  Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, rocksdb::WriteBatch* b,
+                    StatDeltas* deltas, CompactRun* run, bool* bad_source);
+  Status CompactFromConfig(std::string_view value);
+  std::string CompactionConfig();  // last_compaction.* lines of GetConfig
+  void StartBackgroundCompaction();
+  void StopBackgroundCompaction();  // also stops a running Compact()
+
   const std::string dir_;
   StoreOptions options_;
   std::unique_ptr<StoreLock> lock_;
@@ -169,6 +190,10 @@ class StoreImpl final : public Store {
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};
+  // Every Read and data write holds a Guard; compaction drains it (see
+  // engine/epoch_gate.h).
+  EpochGate io_gate_;
+  std::unique_ptr<CompactionState> compaction_ = std::make_unique<CompactionState>();
 
   static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time
   std::mutex ns_mu_;            // serializes namespace mutations (see top)

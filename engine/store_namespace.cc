@@ -119,6 +119,7 @@ Status StoreImpl::Txn::Commit() {
 // ---- helpers ----
 
 Status StoreImpl::LoadLocked(InodeState* s) {
+  if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
   if (s->loaded) return Status::OK();
   std::string v;
@@ -146,6 +147,7 @@ uint64_t StoreImpl::AllocIno(rocksdb::WriteBatch* b) {
 }
 
 Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name) {
+  if (closed_) return Status(EIO, "store is closed");
   std::string v;
   rocksdb::Status rs =
       db_->Get(rocksdb::ReadOptions(), cf_dentries_, format::DentryKey(parent, name), &v);

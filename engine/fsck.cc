@@ -1,0 +1,155 @@
+// Store::Fsck: the driver, findings and the repair commit. The checks are in
+// fsck_namespace.cc and fsck_data.cc; engine/fsck.h describes the whole.
+#include "engine/fsck.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace ckptfs::engine {
+
+uint64_t FsckReport::errors() const {
+  return static_cast<uint64_t>(std::count_if(findings.begin(), findings.end(),
+                                             [](const FsckFinding& f) { return !f.informational; }));
+}
+
+uint64_t FsckReport::errors_left() const {
+  return static_cast<uint64_t>(
+      std::count_if(findings.begin(), findings.end(),
+                    [](const FsckFinding& f) { return !f.informational && !f.repaired; }));
+}
+
+Result<FsckReport> Store::Fsck(const std::string& dir, const FsckOptions& options) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  fsck::Checker checker(d, options);
+  return checker.Run();
+}
+
+namespace fsck {
+
+Status Checker::Open() {
+  if (::access(dir_.c_str(), F_OK) != 0) return Status(ENOENT, dir_ + " does not exist");
+  if (!Store::IsStore(dir_)) {
+    return Status(EINVAL, dir_ + " is not a ckptfs store (it has no " +
+                              std::string(format::kFormatFileName) + " file)");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(lock_,
+                          StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
+  std::ifstream in(dir_ + "/" + format::kFormatFileName);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Status s = format::ParseFormatFile(ss.str());
+  if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
+  return OpenIndexDb(dir_ + "/" + format::kIndexDirName, /*create=*/false,
+                     /*read_only=*/!opt_.repair, &index_);
+}
+
+Status Checker::Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v,
+                    bool* found) {
+  rocksdb::Status s = index_.db->Get(rocksdb::ReadOptions(), cf, key, v);
+  *found = s.ok();
+  if (s.IsNotFound()) return Status::OK();
+  return FromRocksStatus(s, "read index");
+}
+
+void Checker::Add(FsckFinding f) {
+  report_.findings.push_back(std::move(f));
+}
+
+void Checker::AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t off,
+                      uint64_t len, std::string detail, bool repairable) {
+  if (!report_.findings.empty()) {
+    FsckFinding& last = report_.findings.back();
+    if (last.kind == kind && last.ino == ino && last.segment_id == segment &&
+        last.offset + last.length == off && !last.informational) {
+      last.length += len;
+      return;
+    }
+  }
+  FsckFinding f;
+  f.kind = kind;
+  f.ino = ino;
+  f.path = PathOf(ino);
+  f.segment_id = segment;
+  f.offset = off;
+  f.length = len;
+  f.detail = std::move(detail);
+  f.repaired = opt_.repair && repairable;
+  Add(std::move(f));
+}
+
+std::string Checker::PathOf(uint64_t ino) const {
+  auto it = nodes_.find(ino);
+  if (it != nodes_.end() && !it->second.path.empty()) return it->second.path;
+  if (orphan_keys_.count(ino)) return "(unlinked inode " + std::to_string(ino) + ")";
+  return "(inode " + std::to_string(ino) + ")";
+}
+
+Status Checker::ApplyRepairs() {
+  // Segment headers first: they are needed to open the store at all, and
+  // rewriting one changes no record.
+  for (auto& [id, seg] : segments_) {
+    if (!seg.has_file || seg.header_ok) continue;
+    const std::string path = dir_ + "/" + format::SegmentFileName(id);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return Status::IOError(errno, "open " + path);
+    const std::string hdr = format::EncodeSegmentHeader(id);
+    bool ok = ::pwrite(fd, hdr.data(), hdr.size(), 0) == static_cast<ssize_t>(hdr.size()) &&
+              ::fsync(fd) == 0;
+    int err = errno;
+    ::close(fd);
+    if (!ok) return Status::IOError(err, "rewrite header of " + path);
+  }
+  for (auto& [ino, n] : nodes_) {
+    if (n.attr_dirty) {
+      batch_.Put(index_.inodes(), format::InodeKey(ino), format::EncodeInode(n.v));
+      batch_used_ = true;
+    }
+  }
+  if (!batch_used_) return Status::OK();
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocksStatus(index_.db->Write(wo, &batch_), "write repairs");
+}
+
+Result<FsckReport> Checker::Run() {
+  CKPTFS_RETURN_IF_ERROR(Open());
+  CKPTFS_RETURN_IF_ERROR(LoadNamespace());
+  CheckNamespace();
+  CKPTFS_RETURN_IF_ERROR(LoadSegments());
+  CKPTFS_RETURN_IF_ERROR(ScanSegments());
+  CKPTFS_RETURN_IF_ERROR(CheckExtents());
+  CheckSegments();
+  CKPTFS_RETURN_IF_ERROR(CheckXattrs());
+  CheckCounters();
+  if (opt_.repair) {
+    Status s = ApplyRepairs();
+    if (!s.ok()) {
+      index_.Close().ok();
+      return Status(s.code(), "repair failed: " + s.message());
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(index_.Close());
+  for (const FsckFinding& f : report_.findings) report_.counts[f.kind]++;
+  for (uint64_t ino : lost_inos_) report_.lost_files.push_back(PathOf(ino));
+  for (const std::string& p : lost_paths_) report_.lost_files.push_back(p);
+  std::sort(report_.lost_files.begin(), report_.lost_files.end());
+  report_.lost_files.erase(std::unique(report_.lost_files.begin(), report_.lost_files.end()),
+                           report_.lost_files.end());
+  for (const auto& [ino, n] : nodes_) {
+    if (n.created) continue;
+    if (n.is_dir) {
+      report_.dirs_checked++;
+    } else {
+      report_.files_checked++;
+    }
+  }
+  return std::move(report_);
+}
+
+}  // namespace fsck
+}  // namespace ckptfs::engine

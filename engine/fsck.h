@@ -1,0 +1,166 @@
+// Internals of Store::Fsck (engine/fsck.cc, fsck_namespace.cc, fsck_data.cc).
+//
+// Fsck runs on a store nobody has open: it takes the store lock, opens the
+// index itself (read-only unless repairing), and checks
+//   - the namespace: dentries against inodes (dangling entries), reachability
+//     from the root (orphans), link counts, directory parent pointers and
+//     cycles, the inode counter and next_ino;
+//   - every extent against its segment file and record header, and (unless
+//     quick) the payload checksum of every record;
+//   - every segment file record by record, from offset 32 (records nothing
+//     points to, gaps, truncation) and its live-byte count.
+// Repairs are gathered in one WriteBatch and committed (synced) at the end,
+// after any segment header rewrites.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/format.h"
+#include "engine/index_db.h"
+#include "engine/segment_scan.h"
+#include "engine/store.h"
+#include "engine/store_lock.h"
+
+namespace ckptfs::engine::fsck {
+
+// Finding kinds. Errors:
+inline constexpr char kBadInode[] = "bad_inode";                  // undecodable inode value
+inline constexpr char kMissingRoot[] = "missing_root";
+inline constexpr char kBadDentry[] = "bad_dentry";                // undecodable entry
+inline constexpr char kDanglingEntry[] = "dangling_entry";        // entry -> missing inode
+inline constexpr char kEntryInNonDirectory[] = "entry_in_non_directory";
+inline constexpr char kEntryTypeMismatch[] = "entry_type_mismatch";
+inline constexpr char kExtraDirectoryLink[] = "extra_directory_link";
+inline constexpr char kDirectoryCycle[] = "directory_cycle";
+inline constexpr char kOrphanedInode[] = "orphaned_inode";        // unreachable, no orphan key
+inline constexpr char kOrphanKeyOnLinkedInode[] = "orphan_key_on_linked_inode";
+inline constexpr char kBadLinkCount[] = "bad_link_count";
+inline constexpr char kBadParent[] = "bad_parent";                // directory parent pointer
+inline constexpr char kBadInodeCount[] = "bad_inode_count";
+inline constexpr char kBadNextIno[] = "bad_next_ino";
+inline constexpr char kBadMeta[] = "bad_meta";
+inline constexpr char kBadExtent[] = "bad_extent";                // undecodable extent
+inline constexpr char kExtentWithoutInode[] = "extent_without_inode";
+inline constexpr char kExtentOnNonFile[] = "extent_on_non_file";
+inline constexpr char kOverlappingExtents[] = "overlapping_extents";
+inline constexpr char kExtentPastSize[] = "extent_past_size";
+inline constexpr char kMissingSegment[] = "missing_segment";      // extent -> no file
+inline constexpr char kRecordOutsideSegment[] = "record_outside_segment";  // truncated
+inline constexpr char kBadRecordHeader[] = "bad_record_header";
+inline constexpr char kRecordMismatch[] = "record_mismatch";      // header != extent
+inline constexpr char kBadPayloadChecksum[] = "bad_payload_checksum";
+inline constexpr char kMissingSegmentFile[] = "missing_segment_file";
+inline constexpr char kTruncatedSegment[] = "truncated_segment";
+inline constexpr char kBadSegmentHeader[] = "bad_segment_header";
+inline constexpr char kSegmentLiveMismatch[] = "segment_live_mismatch";
+inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
+// Informational:
+inline constexpr char kUnreferencedRecords[] = "unreferenced_records";
+inline constexpr char kUnparsableBytes[] = "unparsable_bytes";    // crash gaps, damage in dead space
+inline constexpr char kPendingOrphan[] = "pending_orphan";        // unlinked while open; purged at open
+inline constexpr char kStaleSegmentEntry[] = "stale_segment_entry";
+
+class Checker {
+ public:
+  Checker(std::string dir, const FsckOptions& options) : dir_(std::move(dir)), opt_(options) {}
+  Result<FsckReport> Run();
+
+ private:
+  struct Node {
+    format::InodeValue v;
+    bool is_dir = false;
+    bool orphan_key = false;
+    bool reachable = false;
+    bool attached = false;     // linked under lost+found by this run
+    bool created = false;      // made by this run (a missing root, lost+found)
+    bool lost_data = false;
+    bool attr_dirty = false;   // v changed by repair
+    uint32_t links = 0;        // valid entries naming it
+    uint32_t subdirs = 0;      // directories: valid subdirectory entries
+    uint64_t tree_parent = 0;  // directories: the directory whose entry was kept
+    uint32_t incoming = 0;     // valid entries from existing directories
+    std::vector<std::pair<std::string, uint64_t>> children;  // directories: valid entries
+    std::string path;
+  };
+  struct SegmentState {
+    uint64_t id = 0;
+    bool has_file = false;
+    bool has_stat = false;
+    bool header_ok = true;
+    std::string header_error;
+    uint64_t file_size = 0;
+    format::SegmentStat stat;
+    std::vector<ScannedRecord> records;  // in file order
+    std::vector<uint32_t> refs;          // per record: extents pointing at it
+    uint64_t gaps = 0, gap_bytes = 0, nonzero_gaps = 0;
+    int64_t live_all = 0;   // recount over every decodable extent
+    int64_t live_kept = 0;  // ... over the extents that survive repair
+    bool past_eof = false;  // some extent points past the end of the file
+  };
+
+  // ---- fsck.cc ----
+  Status Open();
+  void Add(FsckFinding f);
+  // Adds a finding about bytes [off, off+len) of file `ino`, merged with the
+  // previous finding when it continues it.
+  void AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t off, uint64_t len,
+               std::string detail, bool repairable);
+  std::string PathOf(uint64_t ino) const;
+  Status ApplyRepairs();
+  Status Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v, bool* found);
+
+  // ---- fsck_namespace.cc ----
+  Status LoadNamespace();
+  void WalkTree(uint64_t from);
+  // Links unreachable `ino` under lost+found (really only when repairing).
+  void Attach(uint64_t ino);
+  uint64_t EnsureLostFound();
+  void CheckNamespace();
+  void CheckCounters();
+  Status CheckXattrs();
+
+  // ---- fsck_data.cc ----
+  Status LoadSegments();
+  Status ScanSegments();
+  Status CheckExtents();
+  void CheckSegments();
+  // The scanned record of `seg` at `offset`, or nullptr.
+  const ScannedRecord* FindRecord(SegmentState* seg, uint64_t offset, size_t* index);
+
+  const std::string dir_;
+  const FsckOptions opt_;
+  std::unique_ptr<StoreLock> lock_;
+  IndexDb index_;
+  FsckReport report_;
+  rocksdb::WriteBatch batch_;
+  bool batch_used_ = false;
+
+  std::unordered_map<uint64_t, Node> nodes_;
+  uint64_t max_ino_ = 0;
+  uint64_t next_ino_ = 0;           // stored value
+  uint64_t lost_found_ = 0;         // its inode once chosen or created
+  bool lost_found_new_ = false;
+  std::string lost_found_name_ = "lost+found";
+  std::set<uint64_t> orphan_keys_;  // inodes with orphan/ keys
+  std::map<uint64_t, SegmentState> segments_;
+  std::set<uint64_t> lost_inos_;     // existing inodes that lose data
+  std::set<std::string> lost_paths_; // names of inodes that are gone entirely
+  struct RawEntry {
+    uint64_t parent = 0;
+    std::string name;
+    format::DentryValue d;
+  };
+  std::vector<RawEntry> entries_;    // decodable dentries, in key order
+  std::unordered_map<uint64_t, std::string> dangling_paths_;  // missing ino -> entry path
+  std::set<uint64_t> bad_inos_;      // inode keys that do not decode
+  uint64_t stored_inode_count_ = 0;
+  bool has_inode_count_ = false;
+};
+
+}  // namespace ckptfs::engine::fsck

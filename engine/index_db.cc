@@ -1,0 +1,75 @@
+#include "engine/index_db.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/table.h>
+
+#include "engine/format.h"
+#include "engine/merge_ops.h"
+
+namespace ckptfs::engine {
+
+Status IndexDb::Close() {
+  Status result;
+  if (db != nullptr) {
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    handles.clear();
+    rocksdb::Status s = db->Close();
+    if (!s.ok()) result = Status(EIO, "close index: " + s.ToString());
+    db.reset();
+  }
+  return result;
+}
+
+Status OpenIndexDb(const std::string& path, bool create, bool read_only, IndexDb* out) {
+  rocksdb::DBOptions dbo;
+  dbo.create_if_missing = create;
+  dbo.create_missing_column_families = true;
+  dbo.max_open_files = 256;  // bounds descriptors; the index stays small
+  dbo.keep_log_file_num = 2;
+  dbo.info_log_level = rocksdb::WARN_LEVEL;
+  dbo.max_background_jobs = 2;
+  dbo.db_write_buffer_size = 128ull << 20;  // all memtables together
+  dbo.max_total_wal_size = 256ull << 20;
+
+  auto table_cache = rocksdb::NewLRUCache(64ull << 20);
+  auto cf_opts = [&](std::shared_ptr<rocksdb::MergeOperator> merge) {
+    rocksdb::ColumnFamilyOptions o;
+    rocksdb::BlockBasedTableOptions t;
+    t.block_cache = table_cache;
+    o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+    o.write_buffer_size = 32ull << 20;
+    o.merge_operator = std::move(merge);
+    return o;
+  };
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, cf_opts(NewCounterMergeOperator())},
+      {format::kCfInodes, cf_opts(nullptr)},
+      {format::kCfDentries, cf_opts(nullptr)},
+      {format::kCfExtents, cf_opts(nullptr)},
+      {format::kCfSegments, cf_opts(NewSegmentStatMergeOperator())},
+      {format::kCfXattrs, cf_opts(nullptr)},
+  };
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Status s =
+      read_only ? rocksdb::DB::OpenForReadOnly(dbo, path, cfs, &handles, &raw)
+                : rocksdb::DB::Open(dbo, path, cfs, &handles, &raw);
+  if (!s.ok()) {
+    if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+      return Status(EBUSY, "index " + path + " is in use: " + s.ToString());
+    }
+    return Status(EIO, "open index " + path + ": " + s.ToString());
+  }
+  out->db.reset(raw);
+  out->handles = std::move(handles);
+  return Status::OK();
+}
+
+Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace()) return Status(ENOSPC, what + ": " + s.ToString());
+  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
+  return Status(EIO, what + ": " + s.ToString());
+}
+
+}  // namespace ckptfs::engine

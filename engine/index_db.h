@@ -1,0 +1,42 @@
+// IndexDb: the store's RocksDB index, opened with its column families and
+// merge operators. Shared by StoreImpl (an open store) and fsck (which opens
+// the index of a store nobody has open), so that both see the same schema.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace ckptfs::engine {
+
+struct IndexDb {
+  std::unique_ptr<rocksdb::DB> db;
+  // In the order of format.h's families: meta ("default"), inodes, dentries,
+  // extents, segments, xattrs. Owned; Close() destroys them.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+
+  rocksdb::ColumnFamilyHandle* meta() const { return handles[0]; }
+  rocksdb::ColumnFamilyHandle* inodes() const { return handles[1]; }
+  rocksdb::ColumnFamilyHandle* dentries() const { return handles[2]; }
+  rocksdb::ColumnFamilyHandle* extents() const { return handles[3]; }
+  rocksdb::ColumnFamilyHandle* segments() const { return handles[4]; }
+  rocksdb::ColumnFamilyHandle* xattrs() const { return handles[5]; }
+
+  // Destroys the handles and closes the database. Idempotent.
+  Status Close();
+};
+
+// Opens the index at `path` (STORE/index). `create`: create it when missing.
+// `read_only`: open without writing (RocksDB's read-only mode; the log is
+// replayed in memory only). EBUSY when another process has it open; EIO with
+// RocksDB's message otherwise.
+Status OpenIndexDb(const std::string& path, bool create, bool read_only, IndexDb* out);
+
+// Maps a RocksDB status to ours: ENOSPC, corruption (EIO) or EIO.
+Status FromRocksStatus(const rocksdb::Status& s, const std::string& what);
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,441 @@
+// Compaction: rewrites the live data of sealed segments with much dead space
+// into new records and deletes the old segment files, on an open store.
+//
+// Protocol (each step is crash-safe on its own):
+//   1. Pick victims: sealed segments, never the active one nor the newest
+//      file, whose dead fraction reaches dead_ratio or that hold nothing live.
+//   2. io_gate_.Drain(): every write that reserved space in a victim before
+//      it was sealed has now committed its extent.
+//   3. Scan the extents family for the inodes with extents in the victims.
+//      Per inode, under its mutex, re-read its extents, copy each record they
+//      use (read, verify, append through SegmentSet) and repoint the extents
+//      plus the segment accounting in one WriteBatch. A crash before the
+//      commit leaves only unreferenced records (dead space); after it, the
+//      old records are unreferenced instead. No other operation adds a
+//      reference into a sealed segment: writes append to the active segment,
+//      and splitting an extent (overwrite, truncate) happens under the same
+//      inode mutex, so once an inode is done it stays done.
+//   4. Sync the new segments and the index log (group commit).
+//   5. io_gate_.Drain(): no read that looked up an old extent still runs.
+//   6. Check that no extent points into the victim, delete its segments key
+//      (synced), then its file. A crash in between leaves a file without a
+//      key and without references, which the next compaction deletes.
+// The record cache is keyed by (segment, offset) and segment ids are never
+// reused, so cached records of a deleted segment are merely unreachable.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "engine/index_db.h"
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+namespace {
+
+constexpr size_t kRoundSegments = 8;              // victims deleted per round
+constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
+constexpr auto kBackgroundInterval = std::chrono::seconds(2);
+constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+Result<CompactReport> Store::CompactOffline(const std::string& dir, const CompactOptions& options) {
+  StoreOptions so;
+  so.create_if_missing = false;
+  so.holder = "ckptfs compact (pid " + std::to_string(::getpid()) + ")";
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(dir, so));
+  Result<CompactReport> r = store->Compact(options);
+  Status cs = store->Close();
+  if (!r.ok()) return r;
+  if (!cs.ok()) return cs;
+  return r;
+}
+
+Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  if (!(options.dead_ratio >= 0 && options.dead_ratio <= 1)) {
+    return Status(EINVAL, "dead_ratio must be between 0 and 1");
+  }
+  CompactionState& cs = *compaction_;
+  std::lock_guard<std::mutex> one_at_a_time(cs.mu);
+  if (cs.cancel || closed_) return Status(ECANCELED, "store is closing");
+  CompactRun run;
+  run.options = options;
+  run.start = std::chrono::steady_clock::now();
+  CompactReport rep;
+
+  // 1. Victims. The newest segment file is never one: segment ids must stay
+  // above every id ever used, and SegmentSet takes the next id after it.
+  const uint64_t active = segments_->active_id();
+  const uint64_t newest = segments_->max_id();
+  struct Victim {
+    uint64_t id;
+    uint64_t live;
+    double dead_fraction;
+    uint64_t file_bytes;
+  };
+  std::vector<Victim> victims;
+  for (const SegmentInfo& seg : ListSegments()) {
+    if (seg.id == active || seg.id >= newest || (active != 0 && seg.id > active)) continue;
+    const uint64_t live = static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
+    const uint64_t dead = static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+    const double frac = live + dead == 0 ? 1.0 : static_cast<double>(dead) / double(live + dead);
+    if (live == 0 || frac >= options.dead_ratio) {
+      victims.push_back({seg.id, live, frac, seg.file_bytes});
+    }
+  }
+  // Empty segments first (free to delete), then the emptiest.
+  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+    if ((a.live == 0) != (b.live == 0)) return a.live == 0;
+    if (a.dead_fraction != b.dead_fraction) return a.dead_fraction > b.dead_fraction;
+    return a.id < b.id;
+  });
+  for (const Victim& v : victims) run.total += v.live;
+
+  auto finish = [&](CompactReport r) {
+    r.seconds = Seconds(run.start);
+    std::lock_guard<std::mutex> l(cs.last_mu);
+    cs.last = r;
+    cs.last_dry_run = options.dry_run;
+    return r;
+  };
+  if (options.dry_run) {
+    uint64_t freed = 0;
+    for (const Victim& v : victims) {
+      rep.segments.push_back(v.id);
+      freed += v.file_bytes;
+    }
+    rep.segments_rewritten = victims.size();
+    rep.bytes_copied = run.total;  // estimate: live bytes, before headers
+    rep.bytes_reclaimed = freed > run.total ? freed - run.total : 0;
+    return finish(rep);
+  }
+  if (victims.empty()) return finish(rep);
+  if (options.progress) options.progress(0, run.total);
+
+  // 2. Writes into the victims have all committed after this.
+  io_gate_.Drain();
+
+  uint64_t freed = 0;
+  for (size_t first = 0; first < victims.size(); first += kRoundSegments) {
+    std::set<uint64_t> round;
+    for (size_t i = first; i < std::min(victims.size(), first + kRoundSegments); ++i) {
+      round.insert(victims[i].id);
+    }
+    // 3. Inodes with extents in this round's victims.
+    std::set<uint64_t> inos;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        format::ExtentValue e;
+        if (it->key().size() != 16 ||
+            !format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() ||
+            e.is_inline || !round.count(e.segment_id)) {
+          continue;
+        }
+        inos.insert(format::GetBE64(it->key().data()));
+      }
+      CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan extents"));
+    }
+    for (uint64_t ino : inos) {
+      if (cs.cancel) return Status(ECANCELED, "store is closing");
+      CKPTFS_RETURN_IF_ERROR(CompactInode(ino, round, &run));
+    }
+    // 4. The new records and the index batches that point at them are
+    // durable before any old file goes.
+    CKPTFS_RETURN_IF_ERROR(syncer_->Sync());
+    // 5. Reads that may still use old extents have finished after this.
+    io_gate_.Drain();
+    // 6. Delete what nothing references any more.
+    std::set<uint64_t> still_used = run.failed;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        format::ExtentValue e;
+        if (it->key().size() == 16 &&
+            format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() &&
+            !e.is_inline && round.count(e.segment_id)) {
+          still_used.insert(e.segment_id);
+        }
+      }
+      CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan extents"));
+    }
+    for (uint64_t id : round) {
+      if (still_used.count(id)) {
+        if (!run.failed.count(id)) {
+          run.errors.push_back("segment " + std::to_string(id) + " is still referenced; kept");
+        }
+        continue;
+      }
+      const uint64_t bytes = segments_->Size(id);
+      rocksdb::WriteBatch b;
+      b.Delete(cf_segments_, format::SegmentKey(id));
+      CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/true));
+      CKPTFS_RETURN_IF_ERROR(segments_->Remove(id));
+      rep.segments_rewritten++;
+      rep.segments.push_back(id);
+      freed += bytes;
+    }
+  }
+  rep.bytes_copied = run.copied;
+  rep.bytes_reclaimed = freed > run.copied ? freed - run.copied : 0;
+  rep.errors = run.errors;
+  if (options.progress) options.progress(run.total, run.total);
+  return finish(rep);
+}
+
+Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run) {
+  for (;;) {
+    bool more = false;
+    {
+      InodeRef s(&inodes_, ino);
+      std::lock_guard<std::mutex> l(s->mu);
+      if (s->purged) return Status::OK();
+      std::vector<Extent> ex;
+      CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxExtentEnd, &ex));
+      // The windows of each victim record, in file order.
+      std::map<std::pair<uint64_t, uint64_t>, std::vector<const Extent*>> groups;
+      for (const Extent& e : ex) {
+        if (e.value.is_inline || !victims.count(e.value.segment_id) ||
+            run->failed.count(e.value.segment_id)) {
+          continue;
+        }
+        groups[{e.value.segment_id, e.value.record_offset}].push_back(&e);
+      }
+      if (groups.empty()) return Status::OK();
+      rocksdb::WriteBatch b;
+      StatDeltas deltas;
+      const uint64_t copied_before = run->copied;
+      for (const auto& [where, group] : groups) {
+        if (compaction_->cancel) return Status(ECANCELED, "store is closing");
+        if (run->copied - copied_before >= kBatchBytes) {
+          more = true;
+          break;
+        }
+        if (run->failed.count(where.first)) continue;
+        bool bad_source = false;
+        Status st = CopyRecord(ino, group, &b, &deltas, run, &bad_source);
+        if (!st.ok() && bad_source) {
+          // Unreadable or damaged: keep the extent and its segment (fsck names it).
+          run->failed.insert(where.first);
+          run->errors.push_back("inode " + std::to_string(ino) + ": " + st.message() + "; segment " +
+                                std::to_string(where.first) + " kept");
+          continue;
+        }
+        CKPTFS_RETURN_IF_ERROR(st);
+      }
+      if (b.Count() > 0) {
+        EmitDeltas(deltas, &b, cf_segments_);
+        CKPTFS_RETURN_IF_ERROR(Commit(&b));
+      }
+    }
+    // Bandwidth limit, outside the inode lock.
+    if (run->options.bytes_per_sec > 0) {
+      const double due = double(run->copied) / double(run->options.bytes_per_sec);
+      while (!compaction_->cancel && Seconds(run->start) < due) {
+        const double left = due - Seconds(run->start);
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
+      }
+    }
+    if (!more) return Status::OK();
+  }
+}
+
+Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
+                             rocksdb::WriteBatch* b, StatDeltas* deltas, CompactRun* run,
+                             bool* bad_source) {
+  const format::ExtentValue& ev = group.front()->value;
+  const uint64_t old_seg = ev.segment_id;
+  const size_t n = format::kRecordHeaderSize + ev.stored_len;
+  run->scratch.resize(n);
+  *bad_source = true;  // until the old record is read and verified
+  CKPTFS_RETURN_IF_ERROR(segments_->Read(old_seg, ev.record_offset, n, run->scratch.data()));
+  const std::string_view rec(run->scratch.data(), n);
+  const std::string where =
+      "segment " + std::to_string(old_seg) + " offset " + std::to_string(ev.record_offset);
+  format::RecordHeader h;
+  Status hs = format::DecodeRecordHeader(rec, &h);
+  if (!hs.ok()) return Status(EIO, where + ": " + hs.message());
+  if (h.stored_len != ev.stored_len || h.raw_len != ev.raw_len || h.codec != ev.codec ||
+      h.payload_checksum != ev.checksum || h.ino != ino) {
+    return Status::Corruption(where + ": record does not match its extent");
+  }
+  const std::string_view payload = rec.substr(format::kRecordHeaderSize);
+  Status ps = format::VerifyRecordPayload(h, payload);
+  if (!ps.ok()) return Status(EIO, where + ": " + ps.message());
+  std::string decoded;
+  std::string_view raw = payload;
+  if (h.codec != format::Codec::kNone) {
+    Status ds = format::DecodeRecordPayload(h, payload, &decoded);
+    if (!ds.ok()) return Status(EIO, where + ": " + ds.message());
+    raw = decoded;
+  }
+  *bad_source = false;
+  CKPTFS_RETURN_IF_ERROR(CheckSpace(n));
+
+  uint64_t referenced = 0;
+  for (const Extent* e : group) referenced += e->value.length;
+  // Deltas only once every append succeeded: a failed append fails the batch.
+  StatDeltas local;
+  local[old_seg].live -= static_cast<int64_t>(referenced);
+  local[old_seg].dead += static_cast<int64_t>(referenced);
+  auto note_sealed = [&](const AppendResult& ar) {
+    if (ar.sealed_id != 0) {
+      auto& d = local[ar.sealed_id];
+      d.sealed = 1;
+      d.size = static_cast<int64_t>(ar.sealed_size);
+    }
+  };
+
+  if (2 * referenced >= h.raw_len) {
+    // Mostly live: the same record bytes, in a new place.
+    CKPTFS_ASSIGN_OR_RETURN(AppendResult ar,
+                            segments_->Append(rec.substr(0, format::kRecordHeaderSize), payload));
+    note_sealed(ar);
+    for (const Extent* e : group) {
+      format::ExtentValue nv = e->value;
+      nv.segment_id = ar.segment_id;
+      nv.record_offset = ar.offset;
+      b->Put(cf_extents_, format::ExtentKey(ino, e->offset), format::EncodeExtent(nv));
+    }
+    auto& d = local[ar.segment_id];
+    d.live += static_cast<int64_t>(referenced);
+    d.dead += static_cast<int64_t>(h.raw_len - referenced);
+    run->copied += n;
+  } else {
+    // Mostly dead: new records holding only the live windows. Each contiguous
+    // run of windows becomes one record written for its own file offset.
+    const int level = h.codec == format::Codec::kNone ? 0 : std::max(1, compression_level_.load());
+    std::vector<const Extent*> sorted = group;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Extent* x, const Extent* y) { return x->value.skip < y->value.skip; });
+    for (size_t i = 0; i < sorted.size();) {
+      size_t j = i + 1;
+      while (j < sorted.size() &&
+             sorted[j]->value.skip == sorted[j - 1]->value.skip + sorted[j - 1]->value.length) {
+        ++j;
+      }
+      const uint32_t a = sorted[i]->value.skip;
+      const uint32_t z = sorted[j - 1]->value.skip + sorted[j - 1]->value.length;
+      format::PreparedRecord pr = format::PrepareRecord(ino, h.file_offset + a, raw.substr(a, z - a), level);
+      const std::string_view body = pr.header.codec == format::Codec::kZstd
+                                        ? std::string_view(pr.compressed)
+                                        : raw.substr(a, z - a);
+      CKPTFS_ASSIGN_OR_RETURN(AppendResult ar, segments_->Append(pr.header_bytes, body));
+      note_sealed(ar);
+      for (size_t k = i; k < j; ++k) {
+        format::ExtentValue nv = sorted[k]->value;
+        nv.segment_id = ar.segment_id;
+        nv.record_offset = ar.offset;
+        nv.stored_len = pr.header.stored_len;
+        nv.raw_len = pr.header.raw_len;
+        nv.codec = pr.header.codec;
+        nv.checksum = pr.header.payload_checksum;
+        nv.skip = sorted[k]->value.skip - a;
+        b->Put(cf_extents_, format::ExtentKey(ino, sorted[k]->offset), format::EncodeExtent(nv));
+      }
+      local[ar.segment_id].live += static_cast<int64_t>(z - a);
+      run->copied += format::kRecordHeaderSize + pr.header.stored_len;
+      i = j;
+    }
+  }
+  for (const auto& [id, d] : local) {
+    auto& t = (*deltas)[id];
+    t = format::MergeSegmentStat(t, d);
+  }
+  run->done += referenced;
+  if (run->options.progress) run->options.progress(run->done, run->total);
+  return Status::OK();
+}
+
+Status StoreImpl::CompactFromConfig(std::string_view value) {
+  CompactOptions o;
+  std::istringstream in{std::string(value)};
+  std::string ratio, flag;
+  in >> ratio;
+  char* end = nullptr;
+  o.dead_ratio = std::strtod(ratio.c_str(), &end);
+  if (ratio.empty() || end == nullptr || *end != '\0') {
+    return Status(EINVAL, "compact takes a dead ratio between 0 and 1, e.g. compact=0.3");
+  }
+  while (in >> flag) {
+    if (flag == "dry_run" || flag == "dry_run=1") {
+      o.dry_run = true;
+    } else if (flag != "dry_run=0") {
+      return Status(EINVAL, "compact: unknown flag \"" + flag + "\" (only dry_run)");
+    }
+  }
+  return Compact(o).status();
+}
+
+std::string StoreImpl::CompactionConfig() {
+  std::ostringstream o;
+  o << "background_compact_dead_bytes=" << options_.background_compact_dead_bytes << "\n"
+    << "background_compact_bytes_per_sec=" << options_.background_compact_bytes_per_sec << "\n";
+  std::lock_guard<std::mutex> l(compaction_->last_mu);
+  if (!compaction_->last) return o.str();
+  const CompactReport& r = *compaction_->last;
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.3f", r.seconds);
+  o << "last_compaction.dry_run=" << (compaction_->last_dry_run ? 1 : 0) << "\n"
+    << "last_compaction.segments_rewritten=" << r.segments_rewritten << "\n"
+    << "last_compaction.bytes_reclaimed=" << r.bytes_reclaimed << "\n"
+    << "last_compaction.bytes_copied=" << r.bytes_copied << "\n"
+    << "last_compaction.seconds=" << secs << "\n"
+    << "last_compaction.segments=";
+  for (size_t i = 0; i < r.segments.size(); ++i) o << (i ? "," : "") << r.segments[i];
+  o << "\n"
+    << "last_compaction.errors=" << r.errors.size() << "\n";
+  return o.str();
+}
+
+void StoreImpl::StartBackgroundCompaction() {
+  if (options_.read_only || options_.background_compact_dead_bytes == 0) return;
+  CompactionState& cs = *compaction_;
+  cs.thread = std::thread([this, &cs] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(cs.thread_mu);
+        cs.thread_cv.wait_for(l, kBackgroundInterval, [&] { return cs.thread_stop; });
+        if (cs.thread_stop) return;
+      }
+      uint64_t dead = 0;
+      const uint64_t active = segments_->active_id();
+      for (const SegmentInfo& seg : ListSegments()) {
+        if (seg.id != active) dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+      }
+      if (dead < options_.background_compact_dead_bytes) continue;
+      CompactOptions o;
+      o.bytes_per_sec = options_.background_compact_bytes_per_sec;
+      Result<CompactReport> r = Compact(o);
+      if (!r.ok() && r.status().code() != ECANCELED) {
+        std::fprintf(stderr, "ckptfs: background compaction of %s: %s\n", dir_.c_str(),
+                     r.status().ToString().c_str());
+      }
+    }
+  });
+}
+
+void StoreImpl::StopBackgroundCompaction() {
+  CompactionState& cs = *compaction_;
+  cs.cancel = true;
+  {
+    std::lock_guard<std::mutex> l(cs.thread_mu);
+    cs.thread_stop = true;
+  }
+  cs.thread_cv.notify_all();
+  if (cs.thread.joinable()) cs.thread.join();
+  // Waits for a Compact() running in another thread to notice `cancel`.
+  std::lock_guard<std::mutex> wait(cs.mu);
+}
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,50 @@
+// State of StoreImpl's compaction (engine/store_compact.cc): the lock that
+// lets one compaction run at a time, the background thread, and the result
+// of the latest run for GetConfig.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/store.h"
+
+namespace ckptfs::engine {
+
+struct CompactionState {
+  // Held for the length of one compaction. Lock order: mu, then (one at a
+  // time) InodeState::mu, then SegmentSet's lock. Never held by a Guard of
+  // StoreImpl::io_gate_, so Drain() under it cannot deadlock.
+  std::mutex mu;
+  // Set by Close(): a running compaction stops at the next record.
+  std::atomic<bool> cancel{false};
+
+  std::mutex last_mu;
+  std::optional<CompactReport> last;  // GUARDED_BY(last_mu)
+  bool last_dry_run = false;          // GUARDED_BY(last_mu)
+
+  std::thread thread;  // background compaction, when enabled
+  std::mutex thread_mu;
+  std::condition_variable thread_cv;
+  bool thread_stop = false;  // GUARDED_BY(thread_mu)
+};
+
+// Bookkeeping of one Compact() call.
+struct CompactRun {
+  CompactOptions options;
+  std::chrono::steady_clock::time_point start;
+  uint64_t total = 0;          // live bytes of the victims
+  uint64_t done = 0;           // live bytes moved so far
+  uint64_t copied = 0;         // record bytes appended
+  std::set<uint64_t> failed;   // victims with unreadable data: kept
+  std::vector<std::string> errors;
+  std::string scratch;         // read buffer
+};
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,77 @@
+// The control files under MOUNT/.ckptfs/:
+//   stats   read-only JSON: engine counters, request counts, mount options
+//   config  read: the store's effective settings as key=value lines;
+//           write: key=value lines, each applied with Store::SetConfig
+// The directory is not listed in the root but can be looked up there. Control
+// inodes have the top bit set; the engine never allocates those numbers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "engine/store.h"
+
+namespace ckptfs::fs {
+
+class Filesystem;
+
+inline constexpr engine::Ino kControlBit = 1ull << 63;
+inline constexpr engine::Ino kControlDirIno = kControlBit | 1;
+inline constexpr engine::Ino kStatsIno = kControlBit | 2;
+inline constexpr engine::Ino kConfigIno = kControlBit | 3;
+inline constexpr std::string_view kControlDirName = ".ckptfs";
+
+inline bool IsControl(engine::Ino ino) { return (ino & kControlBit) != 0; }
+// The root entry under which the control directory appears.
+inline bool IsControlName(engine::Ino parent, std::string_view name) {
+  return parent == engine::kRootIno && name == kControlDirName;
+}
+
+// One open control file. The content is generated at open so that reads at
+// any offset see one consistent snapshot. Thread-safe through mu.
+struct ControlHandle {
+  engine::Ino ino = 0;
+  std::mutex mu;
+  std::string content;  // GUARDED_BY(mu) after open
+  std::string pending;  // GUARDED_BY(mu): written config text not yet applied
+};
+
+class Control {
+ public:
+  // "*fs" must outlive this Control.
+  explicit Control(Filesystem* fs) : fs_(fs) {}
+
+  // `parent` is the root (name ".ckptfs") or the control directory.
+  engine::Result<engine::Attr> Lookup(engine::Ino parent, std::string_view name) const;
+  engine::Result<engine::Attr> GetAttr(engine::Ino ino) const;
+  // The control directory's entries after `after`, in name order.
+  void List(std::string_view after, const std::function<bool(const engine::DirEntry&)>& fn) const;
+
+  // Opens a control file for a caller with uid `uid`. Writing the config is
+  // for the mount's owner and root (EACCES otherwise); stats is read-only.
+  engine::Result<std::unique_ptr<ControlHandle>> Open(engine::Ino ino, int flags, uid_t uid);
+  // Bytes of the open-time snapshot at [offset, offset+size).
+  std::string Read(ControlHandle& h, uint64_t offset, size_t size) const;
+  // Appends to the handle's pending text and applies each complete line.
+  // EINVAL (with the engine's message) on an unknown key or bad value; the
+  // pending text is then dropped.
+  engine::Status Write(ControlHandle& h, std::string_view data);
+  // Applies a last line written without a newline.
+  engine::Status Flush(ControlHandle& h);
+
+  // The stats file's content.
+  std::string StatsJson() const;
+
+ private:
+  engine::Attr MakeAttr(engine::Ino ino) const;
+  engine::Status Apply(std::string_view line);
+
+  Filesystem* const fs_;
+};
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,257 @@
+// Names and attributes: lookup/forget/getattr/setattr and the requests that
+// create, link, remove and rename entries.
+#include <fcntl.h>
+#include <stdio.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+
+#include <string_view>
+
+#include "fs/control.h"
+#include "fs/filesystem.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+namespace ckptfs::fs {
+namespace {
+
+using engine::Attr;
+using engine::Ino;
+using engine::Result;
+using engine::Status;
+
+// Changing entries in the control directory, or the root's ".ckptfs" entry, is
+// refused: EEXIST when creating that name, EPERM otherwise. 0 when allowed.
+int ControlConflict(Ino parent, std::string_view name, bool creating) {
+  if (IsControl(parent)) return EPERM;
+  if (IsControlName(parent, name)) return creating ? EEXIST : EPERM;
+  return 0;
+}
+
+struct Owner {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+// New inodes belong to the caller, with the caller's umask applied to `*mode`.
+// In a set-group-ID directory they take its group, and new directories
+// inherit the bit (the kernel leaves this to the filesystem).
+Result<Owner> OwnerFor(Request& r, Ino parent, uint32_t* mode) {
+  const fuse_ctx& ctx = r.ctx();
+  *mode &= ~static_cast<uint32_t>(ctx.umask);
+  Owner owner{static_cast<uint32_t>(ctx.uid), static_cast<uint32_t>(ctx.gid)};
+  CKPTFS_ASSIGN_OR_RETURN(Attr dir, r.fs().store().GetAttr(parent));
+  if (dir.mode & S_ISGID) {
+    owner.gid = dir.gid;
+    if (S_ISDIR(*mode)) *mode |= S_ISGID;
+  }
+  return owner;
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Serve(req, Op::kLookup, [&](Request& r) {
+    Filesystem& fs = r.fs();
+    const bool control = IsControl(parent) || IsControlName(parent, name);
+    Result<Attr> a = control ? fs.control().Lookup(parent, name) : fs.store().Lookup(parent, name);
+    if (a.ok()) return fs.ReplyEntry(r, *a);
+    if (a.status().code() == ENOENT && !control) {
+      // A negative entry: the kernel remembers the miss for entry_timeout.
+      // Creating the name goes through the kernel, which drops it then.
+      fuse_entry_param e{};
+      e.ino = 0;
+      e.entry_timeout = fs.options().entry_timeout;
+      r.Entry(e);
+      return;
+    }
+    r.Fail(a.status());
+  });
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  ServeNoReply(req, Op::kForget, [&](Request& r) { r.fs().Forget(ino, nlookup); });
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  ServeNoReply(req, Op::kForget, [&](Request& r) {
+    for (size_t i = 0; i < count; ++i) r.fs().Forget(forgets[i].ino, forgets[i].nlookup);
+  });
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Serve(req, Op::kGetattr, [&](Request& r) {
+    Filesystem& fs = r.fs();
+    Result<Attr> a = fs.GetAttr(ino);
+    if (!a.ok()) return r.Fail(a.status());
+    r.Attr(fs.ToStat(*a), fs.AttrTimeout(ino));
+  });
+}
+
+engine::Timespec ToTimespec(const struct timespec& ts) {
+  return {static_cast<int64_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  Serve(req, Op::kSetattr, [&](Request& r) {
+    Filesystem& fs = r.fs();
+    if (IsControl(ino)) {
+      // Truncating the config file (echo x > config) is accepted and ignored.
+      const int allowed =
+          FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+      if (ino != kConfigIno || (to_set & ~allowed) != 0) return r.Err(EPERM);
+      Result<Attr> a = fs.GetAttr(ino);
+      if (!a.ok()) return r.Fail(a.status());
+      return r.Attr(fs.ToStat(*a), 0.0);
+    }
+    engine::SetAttrRequest q;
+    if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
+    if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
+    if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
+    if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+      q.atime_now = true;
+    } else if (to_set & FUSE_SET_ATTR_ATIME) {
+      q.atime = ToTimespec(attr->st_atim);
+    }
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+      q.mtime_now = true;
+    } else if (to_set & FUSE_SET_ATTR_MTIME) {
+      q.mtime = ToTimespec(attr->st_mtim);
+    }
+    Result<Attr> a = fs.store().SetAttr(ino, q);
+    if (!a.ok()) return r.Fail(a.status());
+    r.Attr(fs.ToStat(*a), fs.AttrTimeout(ino));
+  });
+}
+
+void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Serve(req, Op::kMkdir, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
+    uint32_t m = S_IFDIR | (mode & 07777);
+    Result<Owner> owner = OwnerFor(r, parent, &m);
+    if (!owner.ok()) return r.Fail(owner.status());
+    Result<Attr> a = r.fs().store().Mkdir(parent, name, m, owner->uid, owner->gid);
+    if (!a.ok()) return r.Fail(a.status());
+    r.fs().ReplyEntry(r, *a);
+  });
+}
+
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Serve(req, Op::kMknod, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
+    uint32_t m = mode;
+    if ((m & S_IFMT) == 0) m |= S_IFREG;
+    Result<Owner> owner = OwnerFor(r, parent, &m);
+    if (!owner.ok()) return r.Fail(owner.status());
+    Result<Attr> a =
+        r.fs().store().Create(parent, name, m, owner->uid, owner->gid, static_cast<uint32_t>(rdev));
+    if (!a.ok()) return r.Fail(a.status());
+    r.fs().ReplyEntry(r, *a);
+  });
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Serve(req, Op::kCreate, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
+    engine::Store& store = r.fs().store();
+    uint32_t m = mode;
+    if ((m & S_IFMT) == 0) m |= S_IFREG;
+    Result<Owner> owner = OwnerFor(r, parent, &m);
+    if (!owner.ok()) return r.Fail(owner.status());
+    OpenKind kind = OpenKind::kCreated;
+    Result<Attr> a = store.Create(parent, name, m, owner->uid, owner->gid);
+    if (!a.ok() && a.status().code() == EEXIST && !(fi->flags & O_EXCL)) {
+      // Created by someone else since the kernel's lookup: open it instead.
+      kind = OpenKind::kCreateExisting;
+      a = store.Lookup(parent, name);
+      if (a.ok() && S_ISDIR(a->mode)) return r.Err(EISDIR);
+    }
+    if (!a.ok()) return r.Fail(a.status());
+    ReplyOpen(r, *a, fi, kind);
+  });
+}
+
+void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  Serve(req, Op::kSymlink, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
+    uint32_t m = S_IFLNK | 0777;
+    Result<Owner> owner = OwnerFor(r, parent, &m);
+    if (!owner.ok()) return r.Fail(owner.status());
+    Result<Attr> a = r.fs().store().Symlink(parent, name, target, owner->uid, owner->gid);
+    if (!a.ok()) return r.Fail(a.status());
+    r.fs().ReplyEntry(r, *a);
+  });
+}
+
+void ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Serve(req, Op::kReadlink, [&](Request& r) {
+    if (IsControl(ino)) return r.Err(EINVAL);
+    Result<std::string> target = r.fs().store().ReadLink(ino);
+    if (!target.ok()) return r.Fail(target.status());
+    r.Readlink(target->c_str());
+  });
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
+  Serve(req, Op::kLink, [&](Request& r) {
+    if (IsControl(ino)) return r.Err(EPERM);
+    if (int err = ControlConflict(new_parent, new_name, true)) return r.Err(err);
+    Result<Attr> a = r.fs().store().Link(ino, new_parent, new_name);
+    if (!a.ok()) return r.Fail(a.status());
+    r.fs().ReplyEntry(r, *a);
+  });
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Serve(req, Op::kUnlink, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, false)) return r.Err(err);
+    r.Fail(r.fs().store().Unlink(parent, name));
+  });
+}
+
+void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Serve(req, Op::kRmdir, [&](Request& r) {
+    if (int err = ControlConflict(parent, name, false)) return r.Err(err);
+    r.Fail(r.fs().store().Rmdir(parent, name));
+  });
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+            const char* new_name, unsigned int flags) {
+  Serve(req, Op::kRename, [&](Request& r) {
+    engine::RenameMode mode = engine::RenameMode::kReplace;
+    if (flags == RENAME_NOREPLACE) {
+      mode = engine::RenameMode::kNoReplace;
+    } else if (flags == RENAME_EXCHANGE) {
+      mode = engine::RenameMode::kExchange;
+    } else if (flags != 0) {
+      return r.Err(EINVAL);
+    }
+    if (int err = ControlConflict(parent, name, false)) return r.Err(err);
+    if (int err = ControlConflict(new_parent, new_name, false)) return r.Err(err);
+    r.Fail(r.fs().store().Rename(parent, name, new_parent, new_name, mode));
+  });
+}
+
+}  // namespace
+
+void AddEntryOps(fuse_lowlevel_ops* ops) {
+  ops->lookup = Lookup;
+  ops->forget = Forget;
+  ops->forget_multi = ForgetMulti;
+  ops->getattr = GetAttr;
+  ops->setattr = SetAttr;
+  ops->mkdir = Mkdir;
+  ops->mknod = Mknod;
+  ops->create = Create;
+  ops->symlink = Symlink;
+  ops->readlink = ReadLink;
+  ops->link = Link;
+  ops->unlink = Unlink;
+  ops->rmdir = Rmdir;
+  ops->rename = Rename;
+}
+
+}  // namespace ckptfs::fs

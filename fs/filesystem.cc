@@ -1,0 +1,155 @@
+// Shared mount state, attribute conversion, the init callback and the
+// handler table.
+#include "fs/filesystem.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fs/control.h"
+
+namespace ckptfs::fs {
+
+using engine::Attr;
+using engine::Ino;
+using engine::Result;
+
+namespace {
+
+// Preferred I/O size reported in st_blksize: the largest write the kernel
+// sends us, so that cp and friends use big buffers.
+constexpr blksize_t kPreferredIoSize = 1 << 20;
+// Largest write request (conn->max_write).
+constexpr unsigned kMaxWrite = 1u << 20;
+
+}  // namespace
+
+void Request::Err(int err) {
+  if (replied_) return;
+  replied_ = true;
+  // Misses (no such name, no such xattr: the kernel probes
+  // security.capability before every write) are answers, not failures.
+  if (err != 0 && err != ENOENT && err != ENODATA) fs().op_stats().CountError();
+  fuse_reply_err(req_, err);
+}
+
+void CountOp(fuse_req_t req, Op op) {
+  static_cast<Filesystem*>(fuse_req_userdata(req))->op_stats().Count(op);
+}
+
+Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
+    : store_(store),
+      options_(options),
+      owner_uid_(getuid()),
+      owner_gid_(getgid()),
+      started_(std::chrono::steady_clock::now()),
+      control_(std::make_unique<Control>(this)) {}
+
+Filesystem::~Filesystem() = default;
+
+Result<Attr> Filesystem::GetAttr(Ino ino) {
+  if (IsControl(ino)) return control_->GetAttr(ino);
+  return store_->GetAttr(ino);
+}
+
+struct stat Filesystem::ToStat(const Attr& a) const {
+  struct stat st;
+  std::memset(&st, 0, sizeof(st));
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_rdev = a.rdev;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blksize = kPreferredIoSize;
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_atim = {static_cast<time_t>(a.atime.sec), static_cast<long>(a.atime.nsec)};
+  st.st_mtim = {static_cast<time_t>(a.mtime.sec), static_cast<long>(a.mtime.nsec)};
+  st.st_ctim = {static_cast<time_t>(a.ctime.sec), static_cast<long>(a.ctime.nsec)};
+  return st;
+}
+
+double Filesystem::AttrTimeout(Ino ino) const {
+  return IsControl(ino) && ino != kControlDirIno ? 0.0 : options_.attr_timeout;
+}
+
+fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = a.ino;
+  e.generation = a.generation;
+  e.attr = ToStat(a);
+  e.attr_timeout = AttrTimeout(a.ino);
+  e.entry_timeout = options_.entry_timeout;
+  return e;
+}
+
+void Filesystem::ReplyEntry(Request& r, const Attr& a) {
+  const fuse_entry_param e = ToEntry(a);
+  lookups_.Add(a.ino);
+  if (!r.Entry(e)) Forget(a.ino, 1);
+}
+
+void Filesystem::Forget(Ino ino, uint64_t n) {
+  if (lookups_.Forget(ino, n)) last_open_.Erase(ino);
+}
+
+bool Filesystem::UnchangedSinceLastOpen(const Attr& a) {
+  bool unchanged = false;
+  last_open_.Update(a.ino, [&](OpenSnapshot& s, bool existed) {
+    unchanged = existed && s.mtime == a.mtime && s.size == a.size;
+    s.mtime = a.mtime;
+    s.size = a.size;
+    return true;
+  });
+  return unchanged;
+}
+
+void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
+  auto* fs = static_cast<Filesystem*>(userdata);
+  const MountOptions& o = fs->options_;
+  auto want = [conn](unsigned cap, bool on) {
+    if (on && (conn->capable & cap)) {
+      conn->want |= cap;
+    } else {
+      conn->want &= ~cap;
+    }
+  };
+  want(FUSE_CAP_ASYNC_READ, true);
+  want(FUSE_CAP_PARALLEL_DIROPS, true);
+  want(FUSE_CAP_READDIRPLUS, true);
+  want(FUSE_CAP_READDIRPLUS_AUTO, true);
+  want(FUSE_CAP_ATOMIC_O_TRUNC, true);  // O_TRUNC comes with open; see data.cc
+  want(FUSE_CAP_ASYNC_DIO, true);
+  want(FUSE_CAP_AUTO_INVAL_DATA, true);
+  want(FUSE_CAP_CACHE_SYMLINKS, true);
+  want(FUSE_CAP_WRITEBACK_CACHE, o.writeback_cache);
+  // Splicing would only move the copy: the engine checksums (and may
+  // compress) every byte it stores or returns, so it needs them in memory.
+  want(FUSE_CAP_SPLICE_READ, false);
+  want(FUSE_CAP_SPLICE_WRITE, false);
+  want(FUSE_CAP_SPLICE_MOVE, false);
+  // The kernel applies the umask (we also mask with the umask it sends, which
+  // is then a no-op), and it clears set-id bits itself: the engine does not.
+  want(FUSE_CAP_DONT_MASK, false);
+  want(FUSE_CAP_HANDLE_KILLPRIV, false);
+  conn->max_write = kMaxWrite;
+  // conn->max_readahead starts at the kernel's maximum; keep it.
+  // Room for the kernel's readahead and async direct I/O to overlap.
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+}
+
+fuse_lowlevel_ops MakeLowLevelOps() {
+  fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof(ops));
+  ops.init = &Filesystem::Init;
+  AddEntryOps(&ops);
+  AddDirOps(&ops);
+  AddDataOps(&ops);
+  AddXattrOps(&ops);
+  return ops;
+}
+
+}  // namespace ckptfs::fs

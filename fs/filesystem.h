@@ -1,0 +1,99 @@
+// The state of one mount, shared by every request handler (the libfuse
+// session's userdata), and the handler table.
+#pragma once
+
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "engine/store.h"
+#include "fs/mount.h"
+#include "fs/op_stats.h"
+#include "fs/request.h"
+#include "fs/sharded_map.h"
+
+namespace ckptfs::fs {
+
+class Control;
+
+// Thread safety: the store, the options and the owner never change after
+// construction; the maps and counters are internally synchronized. Handlers
+// run on any number of session threads at once.
+class Filesystem {
+ public:
+  // "*store" must outlive this Filesystem.
+  Filesystem(engine::Store* store, const MountOptions& options);
+  ~Filesystem();
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  engine::Store& store() const { return *store_; }
+  const MountOptions& options() const { return options_; }
+  Control& control() const { return *control_; }
+  LookupCounts& lookups() { return lookups_; }
+  OpStats& op_stats() { return op_stats_; }
+  // The user who mounted; with root the only one who may write the config.
+  uid_t owner_uid() const { return owner_uid_; }
+  gid_t owner_gid() const { return owner_gid_; }
+  std::chrono::steady_clock::time_point started() const { return started_; }
+
+  // Attributes of any inode, control inodes included.
+  engine::Result<engine::Attr> GetAttr(engine::Ino ino);
+  struct stat ToStat(const engine::Attr& a) const;
+  // Attributes of control files change with every read; the kernel must ask.
+  double AttrTimeout(engine::Ino ino) const;
+  fuse_entry_param ToEntry(const engine::Attr& a) const;
+
+  // Answers a request that hands `a` to the kernel (lookup, mkdir, ...):
+  // counts the lookup, and takes it back when the kernel does not take the
+  // reply.
+  void ReplyEntry(Request& r, const engine::Attr& a);
+  // The kernel dropped `n` references to `ino`.
+  void Forget(engine::Ino ino, uint64_t n);
+
+  // Whether a file's cached pages may be kept at open: true when its mtime and
+  // size equal those seen at its previous open. Records the current ones.
+  bool UnchangedSinceLastOpen(const engine::Attr& a);
+
+  // Gauges for the stats file.
+  std::atomic<int64_t> open_files{0};  // OpenFile()s not yet Release()d
+  std::atomic<int64_t> open_dirs{0};
+
+  // Session callbacks.
+  static void Init(void* userdata, fuse_conn_info* conn);
+
+ private:
+  struct OpenSnapshot {
+    engine::Timespec mtime;
+    uint64_t size = 0;
+  };
+
+  engine::Store* const store_;
+  const MountOptions options_;
+  const uid_t owner_uid_;
+  const gid_t owner_gid_;
+  const std::chrono::steady_clock::time_point started_;
+  std::unique_ptr<Control> control_;
+  LookupCounts lookups_;
+  OpStats op_stats_;
+  ShardedMap<OpenSnapshot> last_open_;  // files the kernel knows, at their last open
+};
+
+// How ReplyOpen answers: an open, a create that made the file, or a create
+// that found it already there (no O_EXCL).
+enum class OpenKind { kOpen, kCreated, kCreateExisting };
+// data.cc: opens the data of `a` for a new handle (Store::OpenFile, O_TRUNC,
+// direct_io, keep_cache) and answers `r` with an open or create reply.
+void ReplyOpen(Request& r, const engine::Attr& a, fuse_file_info* fi, OpenKind kind);
+
+// The handler table, filled by concern.
+void AddEntryOps(fuse_lowlevel_ops* ops);  // entries.cc: names and attributes
+void AddDirOps(fuse_lowlevel_ops* ops);    // dirs.cc: listing, statfs
+void AddDataOps(fuse_lowlevel_ops* ops);   // data.cc: open files and their bytes
+void AddXattrOps(fuse_lowlevel_ops* ops);  // xattrs.cc
+fuse_lowlevel_ops MakeLowLevelOps();       // all of them, plus init
+
+}  // namespace ckptfs::fs

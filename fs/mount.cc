@@ -1,0 +1,200 @@
+// The FUSE session: open the store, mount, serve, unmount, close.
+#include "fs/mount.h"
+
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+
+using engine::Status;
+
+namespace {
+
+// libfuse reports mount failures through its log function. Until the mount is
+// up, keep the messages so that the caller can show them in its one error
+// line; afterwards pass them to stderr.
+class FuseLog {
+ public:
+  FuseLog() { fuse_set_log_func(&FuseLog::Log); }
+  ~FuseLog() { fuse_set_log_func(nullptr); }
+
+  static void StartPassingThrough() {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = false;
+  }
+  // The captured messages on one line.
+  static std::string Text() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string t = text_;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    for (char& c : t) {
+      if (c == '\n') c = ';';
+    }
+    return t;
+  }
+
+ private:
+  static void Log(enum fuse_log_level level, const char* fmt, va_list ap) {
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (capturing_) {
+      if (level <= FUSE_LOG_ERR) text_ += buf;
+    } else {
+      std::fputs(buf, stderr);
+    }
+  }
+
+  static inline std::mutex mu_;
+  static inline bool capturing_ = true;  // GUARDED_BY(mu_)
+  static inline std::string text_;       // GUARDED_BY(mu_)
+};
+
+// Escapes ',' and '\' for a fuse -o value.
+std::string EscapeOption(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == ',' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string Explain(const std::string& what, const std::string& detail) {
+  return detail.empty() ? what : what + ": " + detail;
+}
+
+// Sets the readahead window of the mount with device `dev` through sysfs,
+// when permitted (root). Best effort: a failure leaves the kernel's default.
+// Must run after the kernel processed our INIT reply, which sets the window to
+// at most the kernel's 128 KiB.
+void TuneReadahead(dev_t dev, uint64_t bytes) {
+  if (bytes == 0) return;
+  std::ofstream knob("/sys/class/bdi/" + std::to_string(major(dev)) + ":" +
+                     std::to_string(minor(dev)) + "/read_ahead_kb");
+  if (knob) knob << (bytes + 1023) / 1024 << "\n";
+}
+
+// Waits until the mount answers (the kernel has our INIT reply and the root's
+// attributes come back), then tunes it and reports it ready. Runs on its own
+// thread while the session loop serves; its stat() returns at the latest when
+// the session's device is closed.
+void ProbeReady(const MountOptions& o, const ReadyCallback& on_ready) {
+  struct stat st;
+  if (stat(o.mountpoint.c_str(), &st) != 0) {
+    const int err = errno;
+    on_ready(Status::Errno(
+        err, Explain("the mount on " + o.mountpoint + " did not come up: " + strerror(err),
+                     FuseLog::Text())));
+    return;
+  }
+  TuneReadahead(st.st_dev, o.readahead);
+  FuseLog::StartPassingThrough();
+  on_ready(Status::OK());
+}
+
+// Mounts and serves `fs` until unmounted or signalled. Calls on_ready once.
+int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_ready) {
+  FuseLog log;
+  std::string mount_opts = "default_permissions,subtype=ckptfs,fsname=" + EscapeOption(o.store_dir);
+  if (o.allow_other) mount_opts += ",allow_other";
+  if (o.read_only) mount_opts += ",ro";
+  std::vector<std::string> argv_strings = {"ckptfs", "-o", mount_opts};
+  if (o.debug) argv_strings.push_back("-d");
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  const fuse_lowlevel_ops ops = MakeLowLevelOps();
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  if (se == nullptr) {
+    on_ready(Status::Errno(EINVAL, Explain("cannot start a FUSE session", FuseLog::Text())));
+    return 1;
+  }
+  int rc = 1;
+  std::thread probe;  // joined last: see ProbeReady
+  if (fuse_set_signal_handlers(se) != 0) {
+    on_ready(Status::Errno(EIO, Explain("cannot install signal handlers", FuseLog::Text())));
+  } else {
+    if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
+      on_ready(Status::Errno(EIO, Explain("cannot mount on " + o.mountpoint, FuseLog::Text())));
+    } else {
+      try {
+        probe = std::thread(ProbeReady, std::cref(o), std::cref(on_ready));
+      } catch (const std::system_error& e) {
+        on_ready(Status::Errno(EAGAIN, std::string("cannot start a thread: ") + e.what()));
+      }
+      // Without the probe nobody would learn that the mount is up: don't serve.
+      fuse_loop_config* config = probe.joinable() ? fuse_loop_cfg_create() : nullptr;
+      if (config != nullptr) {
+        fuse_loop_cfg_set_max_threads(config, o.threads);
+        fuse_loop_cfg_set_idle_threads(config, o.threads);
+        fuse_loop_cfg_set_clone_fd(config, 0);
+        const int loop = fuse_session_loop_mt(se, config);
+        fuse_loop_cfg_destroy(config);
+        // 0, or a signal number after SIGTERM/SIGINT/SIGHUP: both are clean.
+        rc = loop < 0 ? 1 : 0;
+        if (loop < 0) std::fprintf(stderr, "ckptfs: session loop failed: %s\n", strerror(-loop));
+      }
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  fuse_opt_free_args(&args);
+  if (probe.joinable()) probe.join();
+  return rc;
+}
+
+}  // namespace
+
+int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
+  engine::StoreOptions store_options = options.store;
+  store_options.create_if_missing = true;
+  store_options.read_only = options.read_only;
+  store_options.holder =
+      "ckptfs mount (pid " + std::to_string(getpid()) + ") on " + options.mountpoint;
+  engine::Result<std::unique_ptr<engine::Store>> store =
+      engine::Store::Open(options.store_dir, store_options);
+  if (!store.ok()) {
+    on_ready(Status::Errno(store.status().code(), "cannot open store " + options.store_dir + ": " +
+                                                      store.status().ToString()));
+    return 1;
+  }
+  int rc = 1;
+  bool reported = false;
+  try {
+    Filesystem fs(store->get(), options);
+    rc = RunSession(fs, options, [&](const Status& st) {
+      reported = true;
+      on_ready(st);
+    });
+  } catch (const std::exception& e) {
+    // Only allocation can throw here; still close the store below.
+    if (!reported) on_ready(Status::Errno(ENOMEM, std::string("mount failed: ") + e.what()));
+    std::fprintf(stderr, "ckptfs: %s\n", e.what());
+  }
+  // Every path closes the store: flushes and marks it clean.
+  Status closed = (*store)->Close();
+  if (!closed.ok()) {
+    std::fprintf(stderr, "ckptfs: closing store %s: %s\n", options.store_dir.c_str(),
+                 closed.ToString().c_str());
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,77 @@
+// Mounting a store: the options of `ckptfs mount -o ...`, the checks made
+// before anything is created, and the FUSE session that serves the mount.
+// This is the only fs/ header that tools/ include; it names no FUSE types.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "engine/status.h"
+#include "engine/store.h"
+
+namespace ckptfs::fs {
+
+struct MountOptions {
+  // Absolute paths (ResolvePaths() makes them so).
+  std::string store_dir;
+  std::string mountpoint;
+
+  // Engine settings: coalesce_gap, coalesce_max, cache_size, compression,
+  // segment_size, inline_max, min_free. Defaults are StoreOptions' defaults.
+  // read_only and holder are filled in by ServeMount().
+  engine::StoreOptions store;
+
+  // Most worker threads of the FUSE session loop ("threads"). Default: 16.
+  unsigned threads = 16;
+  // Seconds the kernel caches attributes ("attr_timeout") and name lookups,
+  // including negative ones ("entry_timeout"). Default: 1.0 each.
+  double attr_timeout = 1.0;
+  double entry_timeout = 1.0;
+  // Let users other than the mounter in ("allow_other"). Default: off.
+  bool allow_other = false;
+  // Open the store read-only and mount read-only ("ro"). Default: off.
+  bool read_only = false;
+  // The kernel's write-back cache ("writeback_cache"). Off by default so that
+  // every write that returned is in the store (see ARCHITECTURE.md).
+  bool writeback_cache = false;
+  // The kernel's readahead window for this mount ("readahead"), written to
+  // /sys/class/bdi/<dev>/read_ahead_kb after mounting when permitted (root);
+  // reads then arrive as requests of up to 1 MiB instead of 128 KiB. 0 keeps
+  // the kernel's default. Default: 1M.
+  uint64_t readahead = 1u << 20;
+  // libfuse request tracing on stderr (`ckptfs mount -d`). Default: off.
+  bool debug = false;
+};
+
+// Parses one "key=value" (or "key" for flags) into `options`. Sizes take
+// K/M/G/T suffixes (powers of 1024). EINVAL with a message naming the option
+// when the key is unknown or the value malformed.
+engine::Status ParseMountOption(std::string_view option, MountOptions* options);
+// Parses a comma-separated list of options, as given to -o.
+engine::Status ParseMountOptions(std::string_view list, MountOptions* options);
+// "64M" -> 67108864. EINVAL when malformed.
+engine::Result<uint64_t> ParseSize(std::string_view text);
+
+// Makes store_dir and mountpoint absolute. EINVAL when either is empty.
+engine::Status ResolvePaths(MountOptions* options);
+
+// Checks made before forking, each with a one-line message for people:
+// /dev/fuse is usable; the mountpoint is an existing, empty directory; the
+// store directory is missing, empty or a store.
+engine::Status CheckFuseDevice();
+engine::Status CheckMountpoint(const std::string& mountpoint);
+engine::Status CheckStoreDir(const std::string& store_dir);
+
+// Called exactly once by ServeMount(): with OK once the filesystem is mounted,
+// or with the reason it could not be.
+using ReadyCallback = std::function<void(const engine::Status&)>;
+
+// Opens (creating when missing or empty) the store, mounts it and serves
+// requests until the filesystem is unmounted or SIGTERM/SIGINT/SIGHUP
+// arrives; then unmounts and closes the store, on every path. Returns the
+// process exit status (0 on a clean shutdown).
+int ServeMount(const MountOptions& options, const ReadyCallback& on_ready);
+
+}  // namespace ckptfs::fs

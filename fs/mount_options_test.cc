@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include "fs/mount.h"
+
+namespace ckptfs::fs {
+namespace {
+
+TEST(ParseSizeTest, SuffixesArePowersOf1024) {
+  EXPECT_EQ(*ParseSize("0"), 0u);
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("256K"), 256u << 10);
+  EXPECT_EQ(*ParseSize("64m"), 64u << 20);
+  EXPECT_EQ(*ParseSize("2G"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("1T"), 1ull << 40);
+  EXPECT_EQ(*ParseSize("1MB"), 1u << 20);
+}
+
+TEST(ParseSizeTest, RejectsMalformed) {
+  for (const char* bad : {"", "K", "abc", "1.5M", "-1", "1X", "1 M", "99999999999999999999",
+                          "99999999999T"}) {
+    EXPECT_EQ(ParseSize(bad).status().code(), EINVAL) << bad;
+  }
+}
+
+TEST(ParseMountOptionsTest, SetsEveryOption) {
+  MountOptions o;
+  ASSERT_TRUE(ParseMountOptions("coalesce_gap=0,coalesce_max=2M,cache_size=1G,compression=3,"
+                                "segment_size=64M,inline_max=8K,min_free=1G,threads=4,"
+                                "attr_timeout=0.5,entry_timeout=2,allow_other,ro,"
+                                "writeback_cache,readahead=4M",
+                                &o)
+                  .ok());
+  EXPECT_EQ(o.store.coalesce_gap, 0u);
+  EXPECT_EQ(o.store.coalesce_max, 2u << 20);
+  EXPECT_EQ(o.store.cache_bytes, 1ull << 30);
+  EXPECT_EQ(o.store.compression_level, 3);
+  EXPECT_EQ(o.store.segment_target_bytes, 64u << 20);
+  EXPECT_EQ(o.store.inline_max_bytes, 8u << 10);
+  EXPECT_EQ(o.store.min_free_bytes, 1ull << 30);
+  EXPECT_EQ(o.threads, 4u);
+  EXPECT_DOUBLE_EQ(o.attr_timeout, 0.5);
+  EXPECT_DOUBLE_EQ(o.entry_timeout, 2.0);
+  EXPECT_TRUE(o.allow_other);
+  EXPECT_TRUE(o.read_only);
+  EXPECT_TRUE(o.writeback_cache);
+  EXPECT_EQ(o.readahead, 4u << 20);
+  ASSERT_TRUE(ParseMountOptions("rw,allow_other=0,,", &o).ok());
+  EXPECT_FALSE(o.read_only);
+  EXPECT_FALSE(o.allow_other);
+}
+
+TEST(ParseMountOptionsTest, ErrorsNameTheOption) {
+  MountOptions o;
+  engine::Status st = ParseMountOptions("ro,bogus=1", &o);
+  EXPECT_EQ(st.code(), EINVAL);
+  EXPECT_NE(st.message().find("unknown mount option 'bogus'"), std::string::npos);
+  for (const char* bad : {"cache_size=lots", "cache_size", "compression=23", "threads=0",
+                          "attr_timeout=-1", "attr_timeout=x", "ro=maybe", "rw=1",
+                          "segment_size=4K", "inline_max=2M"}) {
+    st = ParseMountOption(bad, &o);
+    EXPECT_EQ(st.code(), EINVAL) << bad;
+    const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(st.message().find("'" + key + "'"), std::string::npos) << st.message();
+  }
+}
+
+TEST(ResolvePathsTest, MakesPathsAbsolute) {
+  MountOptions o;
+  o.store_dir = "relative/store/";
+  o.mountpoint = "/tmp/../tmp/mnt";
+  ASSERT_TRUE(ResolvePaths(&o).ok());
+  EXPECT_EQ(o.store_dir.front(), '/');
+  EXPECT_NE(o.store_dir.back(), '/');
+  EXPECT_EQ(o.mountpoint, "/tmp/mnt");
+  MountOptions empty;
+  EXPECT_EQ(ResolvePaths(&empty).code(), EINVAL);
+}
+
+}  // namespace
+}  // namespace ckptfs::fs

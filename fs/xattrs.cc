@@ -1,0 +1,83 @@
+// Extended attributes, stored by the engine. A request with size 0 asks for
+// the size; a buffer too small is ERANGE.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fs/control.h"
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+namespace {
+
+using engine::Result;
+
+// The kernel hands FUSE every name; a local filesystem's xattr handlers would
+// refuse some. Do as ext4 does: names in the user, trusted and security
+// namespaces need a non-empty suffix (EINVAL); other namespaces, system.*
+// included (no POSIX ACLs here), are not supported. 0 when acceptable.
+int CheckName(std::string_view name) {
+  for (std::string_view ns : {"user.", "trusted.", "security."}) {
+    if (name.substr(0, ns.size()) == ns) return name.size() > ns.size() ? 0 : EINVAL;
+  }
+  return EOPNOTSUPP;
+}
+
+// Answers a getxattr/listxattr-style request with `value`.
+void ReplySized(Request& r, const std::string& value, size_t size) {
+  if (size == 0) return r.Xattr(value.size());
+  if (size < value.size()) return r.Err(ERANGE);
+  r.Buf(value.data(), value.size());
+}
+
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  Serve(req, Op::kSetxattr, [&](Request& r) {
+    if (IsControl(ino)) return r.Err(ENOTSUP);
+    if (int err = CheckName(name)) return r.Err(err);
+    r.Fail(r.fs().store().SetXattr(ino, name, {value, size}, flags));
+  });
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Serve(req, Op::kGetxattr, [&](Request& r) {
+    if (int err = CheckName(name)) return r.Err(err);
+    if (IsControl(ino)) return r.Err(ENODATA);
+    Result<std::string> value = r.fs().store().GetXattr(ino, name);
+    if (!value.ok()) return r.Fail(value.status());
+    ReplySized(r, *value, size);
+  });
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Serve(req, Op::kListxattr, [&](Request& r) {
+    if (IsControl(ino)) return ReplySized(r, std::string(), size);
+    Result<std::vector<std::string>> names = r.fs().store().ListXattr(ino);
+    if (!names.ok()) return r.Fail(names.status());
+    std::string list;  // each name followed by a NUL
+    for (const std::string& n : *names) {
+      list.append(n);
+      list.push_back('\0');
+    }
+    ReplySized(r, list, size);
+  });
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Serve(req, Op::kRemovexattr, [&](Request& r) {
+    if (int err = CheckName(name)) return r.Err(err);
+    if (IsControl(ino)) return r.Err(ENODATA);
+    r.Fail(r.fs().store().RemoveXattr(ino, name));
+  });
+}
+
+}  // namespace
+
+void AddXattrOps(fuse_lowlevel_ops* ops) {
+  ops->setxattr = SetXattr;
+  ops->getxattr = GetXattr;
+  ops->listxattr = ListXattr;
+  ops->removexattr = RemoveXattr;
+}
+
+}  // namespace ckptfs::fs

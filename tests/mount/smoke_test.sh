@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Mounts a fresh store and drives it with ordinary tools: cp, cat, dd, mkdir,
+# mv, rm, ln -s; checks the control files, the error messages of bad mounts,
+# and that every byte survives unmount and remount.
+set -euo pipefail
+source "$(dirname "$0")/ckptfs_mount_lib.sh"
+
+[[ -e /dev/fuse ]] || { echo "SKIP: no /dev/fuse"; exit 0; }
+
+tmp=$(ckptfs_test_tmpdir)
+store=$tmp/store
+mnt=$tmp/mnt
+src=$tmp/src
+
+expect_eq() {  # WHAT ACTUAL EXPECTED
+  [[ $2 == "$3" ]] || ckptfs_fail "$1: got '$2', expected '$3'"
+}
+
+# ---- Source data, on the ordinary filesystem. ----
+mkdir -p "$src/deep/a/b/c" "$src/many"
+head -c $((5 << 20)) /dev/urandom >"$src/big.bin"          # spans records
+head -c $((3 << 20)) /dev/urandom >"$src/direct.bin"       # for O_DIRECT
+head -c 1000 /dev/urandom >"$src/small.bin"                 # inline-sized
+printf 'hello ckptfs\n' >"$src/deep/a/b/c/leaf.txt"
+for i in $(seq 1 200); do echo "file $i" >"$src/many/f$i"; done
+
+# ---- Mount a fresh store. ----
+ckptfs_test_mount "$store" "$mnt"
+[[ -f $store/FORMAT ]] || ckptfs_fail "the store has no FORMAT file after mount"
+
+# cp, cat, dd.
+cp -r "$src/deep" "$src/many" "$src/big.bin" "$src/small.bin" "$mnt/"
+cat "$src/small.bin" >"$mnt/catted.bin"
+dd if="$src/direct.bin" of="$mnt/direct.bin" bs=1M oflag=direct status=none
+dd if="$mnt/direct.bin" of="$tmp/direct.back" bs=1M iflag=direct status=none
+cmp "$src/direct.bin" "$tmp/direct.back" || ckptfs_fail "O_DIRECT round trip differs"
+cmp "$src/big.bin" "$mnt/big.bin" || ckptfs_fail "big.bin differs after cp"
+cmp "$src/small.bin" "$mnt/catted.bin" || ckptfs_fail "catted.bin differs"
+dd if=/dev/zero of="$mnt/sparse.bin" bs=4096 count=1 seek=1000 status=none
+expect_eq "sparse size" "$(stat -c %s "$mnt/sparse.bin")" $((1001 * 4096))
+echo "appended" >>"$mnt/deep/a/b/c/leaf.txt"
+expect_eq "append" "$(tail -n 1 "$mnt/deep/a/b/c/leaf.txt")" "appended"
+printf 'hello ckptfs\nappended\n' >"$src/deep/a/b/c/leaf.txt"
+
+# mkdir, mv, rm, ln -s.
+mkdir "$mnt/newdir"
+mkdir -p "$mnt/x/y/z"
+mv "$mnt/catted.bin" "$mnt/newdir/moved.bin"
+[[ ! -e $mnt/catted.bin ]] || ckptfs_fail "mv left the source name"
+cmp "$src/small.bin" "$mnt/newdir/moved.bin" || ckptfs_fail "moved file differs"
+mv "$mnt/x" "$mnt/newdir/x"
+[[ -d $mnt/newdir/x/y/z ]] || ckptfs_fail "moved directory lost its subtree"
+echo doomed >"$mnt/doomed"
+rm "$mnt/doomed"
+[[ ! -e $mnt/doomed ]] || ckptfs_fail "rm did not remove"
+echo reborn >"$mnt/doomed"  # the name is usable again right away (no stale negative entry)
+expect_eq "recreated" "$(cat "$mnt/doomed")" "reborn"
+rm -r "$mnt/newdir/x"
+ln -s big.bin "$mnt/link"
+expect_eq "readlink" "$(readlink "$mnt/link")" "big.bin"
+cmp "$src/big.bin" "$mnt/link" || ckptfs_fail "reading through the symlink differs"
+expect_eq "many entries" "$(ls "$mnt/many" | wc -l)" 200
+
+# ---- Control files. ----
+if ls -a "$mnt" | grep -qx '.ckptfs'; then ckptfs_fail "ls -a lists .ckptfs"; fi
+[[ -d $mnt/.ckptfs ]] || ckptfs_fail ".ckptfs cannot be looked up"
+grep -q '"engine"' "$mnt/.ckptfs/stats" || ckptfs_fail "stats has no engine section"
+grep -q '"lookups"' "$mnt/.ckptfs/stats" || ckptfs_fail "stats has no request counts"
+"$CKPTFS_BIN" stat "$mnt" | grep -q '^fs.ops.writes:' || ckptfs_fail "ckptfs stat output"
+"$CKPTFS_BIN" stat --json "$mnt" | grep -q '"mountpoint"' || ckptfs_fail "ckptfs stat --json"
+echo "coalesce_gap=0" >"$mnt/.ckptfs/config"
+grep -qx 'coalesce_gap=0' "$mnt/.ckptfs/config" || ckptfs_fail "config did not change: $(cat "$mnt/.ckptfs/config")"
+if err=$(echo "no_such_key=1" 2>&1 >"$mnt/.ckptfs/config"); then
+  ckptfs_fail "writing an unknown config key succeeded"
+fi
+if (echo x >"$mnt/.ckptfs/stats") 2>/dev/null; then ckptfs_fail "stats is writable"; fi
+
+# ---- Mount errors: one line on stderr, exit status 1, nothing harmed. ----
+expect_mount_error() {  # WHAT PATTERN ARGS...
+  local what=$1 pattern=$2 out rc=0
+  shift 2
+  out=$("$CKPTFS_BIN" mount "$@" 2>&1) || rc=$?
+  expect_eq "$what: exit status" "$rc" 1
+  expect_eq "$what: lines of output" "$(printf '%s\n' "$out" | wc -l)" 1
+  [[ $out == *$pattern* ]] || ckptfs_fail "$what: message '$out' lacks '$pattern'"
+  echo "ok: $what: $out"
+}
+mkdir -p "$tmp/mnt2" "$tmp/full" "$tmp/notastore"
+echo x >"$tmp/full/file"
+echo x >"$tmp/notastore/file"
+expect_mount_error "second mount of the store" "ckptfs mount (pid" "$store" "$tmp/mnt2"
+expect_mount_error "non-empty mountpoint" "is not empty" "$tmp/s2" "$tmp/full"
+expect_mount_error "missing mountpoint" "does not exist" "$tmp/s2" "$tmp/nowhere"
+expect_mount_error "not a store" "not a ckptfs store" "$tmp/notastore" "$tmp/mnt2"
+expect_mount_error "unknown option" "unknown mount option 'bogus'" -o bogus=1 "$tmp/s2" "$tmp/mnt2"
+expect_mount_error "malformed option" "'cache_size'" -o cache_size=lots "$tmp/s2" "$tmp/mnt2"
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  # Without /dev/fuse (hidden by a tmpfs in a private mount namespace).
+  out=$(unshare -m sh -c 'mount -t tmpfs tmpfs /dev && exec "$0" mount "$1" "$2"' \
+    "$CKPTFS_BIN" "$tmp/s2" "$tmp/mnt2" 2>&1) && ckptfs_fail "mount without /dev/fuse succeeded"
+  [[ $out == *"/dev/fuse does not exist"* ]] || ckptfs_fail "no /dev/fuse: message '$out'"
+  echo "ok: no /dev/fuse: $out"
+fi
+ckptfs_is_mounted "$tmp/mnt2" && ckptfs_fail "a failed mount left $tmp/mnt2 mounted"
+[[ ! -e $tmp/s2 ]] || ckptfs_fail "a failed mount created a store"
+[[ -f $tmp/notastore/file && ! -e $tmp/notastore/FORMAT ]] || ckptfs_fail "not-a-store was touched"
+
+# ENOSPC reaches applications: a store that must keep more free space than
+# any disk has refuses new data.
+ckptfs_test_mount "$tmp/s3" "$tmp/mnt3" "min_free=1000T"
+if err=$( (echo data >"$tmp/mnt3/file") 2>&1); then ckptfs_fail "write under min_free succeeded"; fi
+[[ $err == *"No space left on device"* ]] || ckptfs_fail "ENOSPC expected, got '$err'"
+echo "ok: ENOSPC: $err"
+ckptfs_test_umount "$tmp/mnt3"
+
+# ---- Unmount, remount, compare every byte. ----
+ckptfs_test_umount "$mnt"
+ckptfs_test_mount "$store" "$mnt"
+for f in big.bin small.bin direct.bin deep/a/b/c/leaf.txt; do
+  cmp "$src/$f" "$mnt/$f" || ckptfs_fail "$f differs after remount"
+done
+cmp "$src/small.bin" "$mnt/newdir/moved.bin" || ckptfs_fail "moved.bin differs after remount"
+for i in $(seq 1 200); do
+  cmp -s "$src/many/f$i" "$mnt/many/f$i" || ckptfs_fail "many/f$i differs after remount"
+done
+expect_eq "symlink after remount" "$(readlink "$mnt/link")" "big.bin"
+expect_eq "doomed after remount" "$(cat "$mnt/doomed")" "reborn"
+expect_eq "sparse after remount" "$(stat -c %s "$mnt/sparse.bin")" $((1001 * 4096))
+grep -qx 'coalesce_gap=.*' "$mnt/.ckptfs/config" || ckptfs_fail "config unreadable after remount"
+ckptfs_test_umount "$mnt"
+echo "PASS: mount smoke test"

@@ -1,0 +1,116 @@
+// ckptfs: mount a checkpoint store, and inspect it.
+//
+//   ckptfs mount [-f] [-d] [-o opt[,opt...]] STORE MOUNTPOINT
+//   ckptfs umount MOUNTPOINT
+//   ckptfs stat [--json] MOUNTPOINT
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kMountOptionsHelp =
+    "Mount options (sizes take K/M/G suffixes):\n"
+    "  coalesce_gap=SIZE    merge reads at most this far apart (0 = off)\n"
+    "  coalesce_max=SIZE    largest merged read (0 = off)\n"
+    "  cache_size=SIZE      record cache\n"
+    "  compression=LEVEL    zstd level for new data, 0 = off\n"
+    "  segment_size=SIZE    segment files are sealed at this size\n"
+    "  inline_max=SIZE      files up to this size live in the index\n"
+    "  min_free=SIZE        writes fail with ENOSPC below this much free space\n"
+    "  threads=N            FUSE worker threads (default 16)\n"
+    "  readahead=SIZE       kernel readahead for the mount (default 1M; 0 = kernel's)\n"
+    "  attr_timeout=SECS    attribute cache time (default 1)\n"
+    "  entry_timeout=SECS   name cache time, also for misses (default 1)\n"
+    "  allow_other          let other users in\n"
+    "  ro                   read-only\n"
+    "  writeback_cache      kernel write-back cache (weaker durability)\n";
+
+int Main(int argc, char** argv) {
+  CLI::App app{"ckptfs: a checkpoint filesystem backed by a few large segment files"};
+  app.require_subcommand(1);
+
+  ckptfs::fs::MountOptions mount_options;
+  bool foreground = false;
+  bool debug = false;
+  std::vector<std::string> option_lists;
+  CLI::App* mount = app.add_subcommand("mount", "Mount STORE (created when missing or empty)");
+  mount->footer(kMountOptionsHelp);
+  mount->add_flag("-f,--foreground", foreground, "Stay in the foreground");
+  mount->add_flag("-d,--debug", debug, "Trace FUSE requests on stderr (implies -f)");
+  mount->add_option("-o", option_lists, "Mount options, comma-separated")->allow_extra_args(false);
+  mount->add_option("STORE", mount_options.store_dir, "Store directory")->required();
+  mount->add_option("MOUNTPOINT", mount_options.mountpoint, "Empty directory")->required();
+
+  std::string umount_point;
+  CLI::App* umount = app.add_subcommand("umount", "Unmount a ckptfs mount");
+  umount->add_option("MOUNTPOINT", umount_point)->required();
+
+  std::string stat_point;
+  bool stat_json = false;
+  CLI::App* stat = app.add_subcommand("stat", "Show a mount's statistics");
+  stat->add_flag("--json", stat_json, "Print the raw JSON");
+  stat->add_option("MOUNTPOINT", stat_point)->required();
+
+  std::string fsck_store;
+  bool fsck_repair = false, fsck_quick = false, fsck_json = false;
+  CLI::App* fsck = app.add_subcommand("fsck", "Check (and --repair) a store that is not mounted");
+  fsck->footer("Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational error");
+  fsck->add_flag("--repair", fsck_repair, "Fix what can be fixed; lost data reads as zeros");
+  fsck->add_flag("--quick", fsck_quick, "Skip payload checksums");
+  fsck->add_flag("--json", fsck_json, "Print the report as JSON");
+  fsck->add_option("STORE", fsck_store, "Store directory")->required();
+
+  std::string compact_path;
+  double compact_ratio = 0.3;
+  bool compact_dry_run = false;
+  CLI::App* compact = app.add_subcommand("compact", "Reclaim dead space of a store or a mount");
+  compact->add_option("--dead-ratio", compact_ratio, "Rewrite segments at least this dead (default 0.3)");
+  compact->add_flag("--dry-run", compact_dry_run, "Only say what would be done");
+  compact->add_option("PATH", compact_path, "Store directory or mountpoint")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : (*fsck ? 8 : 1);  // fsck(8): 8 = usage error
+  }
+
+  if (*mount) {
+    for (const std::string& list : option_lists) {
+      ckptfs::engine::Status st = ckptfs::fs::ParseMountOptions(list, &mount_options);
+      if (!st.ok()) {
+        std::fprintf(stderr, "ckptfs: %s\n", st.ToString().c_str());
+        return 1;
+      }
+    }
+    if (debug) {
+      mount_options.debug = true;
+      foreground = true;
+    }
+    return ckptfs::tools::RunMount(mount_options, foreground);
+  }
+  if (*umount) return ckptfs::tools::RunUmount(umount_point);
+  if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
+  if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
+  if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ckptfs: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ckptfs: %s\n", e.what());
+  }
+  return 1;
+}

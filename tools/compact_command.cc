@@ -1,0 +1,128 @@
+// `ckptfs compact [--dead-ratio R] [--dry-run] STORE|MOUNTPOINT`: reclaims
+// the dead space of a store. On a store that is not mounted it opens the
+// store itself; on a mountpoint it asks the running mount, by writing
+// "compact=R" to MOUNT/.ckptfs/config, and then reads the result back from
+// the config's last_compaction.* lines.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "engine/store.h"
+#include "tools/commands.h"
+#include "tools/progress.h"
+
+namespace ckptfs::tools {
+
+namespace {
+
+void PrintSummary(const engine::CompactReport& r, bool dry_run) {
+  std::string ids;
+  for (size_t i = 0; i < r.segments.size() && i < 20; ++i) ids += (i ? "," : "") + std::to_string(r.segments[i]);
+  if (r.segments.size() > 20) ids += ",...";
+  if (dry_run) {
+    std::printf("would rewrite %" PRIu64 " segments%s%s%s: copy about %s, reclaim about %s\n",
+                r.segments_rewritten, ids.empty() ? "" : " (", ids.c_str(), ids.empty() ? "" : ")",
+                HumanBytes(r.bytes_copied).c_str(), HumanBytes(r.bytes_reclaimed).c_str());
+    return;
+  }
+  const double mbps = r.seconds > 0 ? double(r.bytes_copied) / r.seconds / 1e6 : 0;
+  std::printf("rewrote %" PRIu64 " segments%s%s%s, reclaimed %s, copied %s in %.2f s (%.0f MB/s)\n",
+              r.segments_rewritten, ids.empty() ? "" : " (", ids.c_str(), ids.empty() ? "" : ")",
+              HumanBytes(r.bytes_reclaimed).c_str(), HumanBytes(r.bytes_copied).c_str(), r.seconds,
+              mbps);
+  for (const std::string& e : r.errors) std::printf("kept: %s\n", e.c_str());
+}
+
+int Online(const std::string& mount, double ratio, bool dry_run) {
+  const std::string config = mount + "/.ckptfs/config";
+  int fd = ::open(config.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "ckptfs: open %s: %s\n", config.c_str(), std::strerror(errno));
+    return 1;
+  }
+  char line[96];
+  std::snprintf(line, sizeof(line), "compact=%.6g%s\n", ratio, dry_run ? " dry_run" : "");
+  std::fprintf(stderr, "compacting through the mount at %s ...\n", mount.c_str());
+  const size_t len = std::strlen(line);
+  const bool wrote = ::write(fd, line, len) == static_cast<ssize_t>(len);
+  const int werr = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!wrote || !closed) {
+    std::fprintf(stderr, "ckptfs: compaction through %s failed: %s\n", mount.c_str(),
+                 std::strerror(wrote ? errno : werr));
+    return 1;
+  }
+  std::ifstream in(config);
+  std::map<std::string, std::string> kv;
+  for (std::string l; std::getline(in, l);) {
+    const size_t eq = l.find('=');
+    if (eq != std::string::npos && l.rfind("last_compaction.", 0) == 0) {
+      kv[l.substr(16, eq - 16)] = l.substr(eq + 1);
+    }
+  }
+  if (kv.empty()) {
+    std::fprintf(stderr, "ckptfs: %s did not report a compaction result\n", mount.c_str());
+    return 1;
+  }
+  engine::CompactReport r;
+  r.segments_rewritten = std::strtoull(kv["segments_rewritten"].c_str(), nullptr, 10);
+  r.bytes_reclaimed = std::strtoull(kv["bytes_reclaimed"].c_str(), nullptr, 10);
+  r.bytes_copied = std::strtoull(kv["bytes_copied"].c_str(), nullptr, 10);
+  r.seconds = std::strtod(kv["seconds"].c_str(), nullptr);
+  std::stringstream ids(kv["segments"]);
+  for (std::string id; std::getline(ids, id, ',');) {
+    if (!id.empty()) r.segments.push_back(std::strtoull(id.c_str(), nullptr, 10));
+  }
+  const uint64_t errors = std::strtoull(kv["errors"].c_str(), nullptr, 10);
+  PrintSummary(r, dry_run);
+  if (errors > 0) {
+    std::printf("%" PRIu64 " segments were kept because of unreadable data; run ckptfs fsck\n", errors);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
+  if (!(dead_ratio >= 0 && dead_ratio <= 1)) {
+    std::fprintf(stderr, "ckptfs: --dead-ratio must be between 0 and 1\n");
+    return 1;
+  }
+  struct stat st;
+  if (::stat((path + "/.ckptfs/config").c_str(), &st) == 0) return Online(path, dead_ratio, dry_run);
+  if (!engine::Store::IsStore(path)) {
+    std::fprintf(stderr, "ckptfs: %s is neither a ckptfs store nor a ckptfs mount\n", path.c_str());
+    return 1;
+  }
+  ProgressBar bar(dry_run ? "compact --dry-run" : "compact");
+  engine::CompactOptions o;
+  o.dead_ratio = dead_ratio;
+  o.dry_run = dry_run;
+  if (bar.enabled()) o.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  engine::Result<engine::CompactReport> r = engine::Store::CompactOffline(path, o);
+  bar.Finish();
+  if (!r.ok()) {
+    if (r.status().code() == EBUSY) {
+      const std::string msg = r.status().message();
+      const size_t at = msg.find(" is in use by ");
+      std::fprintf(stderr, "ckptfs: refusing: store is in use by %s (compact through its mountpoint)\n",
+                   at == std::string::npos ? msg.c_str() : msg.c_str() + at + 14);
+      return 1;
+    }
+    std::fprintf(stderr, "ckptfs: compact %s: %s\n", path.c_str(), r.status().ToString().c_str());
+    return 1;
+  }
+  PrintSummary(*r, dry_run);
+  return 0;
+}
+
+}  // namespace ckptfs::tools
