@@ -265,9 +265,10 @@ def wipe(path):
 class Ckptfs:
     """Mounts and unmounts one store at one mountpoint, always cleanly."""
 
-    def __init__(self, binary, base_opts):
+    def __init__(self, binary, base_opts, read_ahead_kb=None):
         self.binary = binary
         self.base_opts = base_opts  # list of "k=v" strings for every mount
+        self.read_ahead_kb = read_ahead_kb  # set the mount's bdi readahead when not None
         self.mnt = None
         self.pid = None
 
@@ -290,7 +291,22 @@ class Ckptfs:
         self.mnt = mnt
         st = self.stats()
         self.pid = int(st["pid"]) if "pid" in st else None
+        if self.read_ahead_kb is not None:
+            with open(self.bdi_path("read_ahead_kb"), "w") as f:
+                f.write("%d\n" % self.read_ahead_kb)
         return seconds
+
+    def bdi_path(self, name):
+        """/sys/class/bdi/MAJOR:MINOR/name of the mount (the kernel's FUSE bdi)."""
+        dev = os.stat(self.mnt).st_dev
+        return "/sys/class/bdi/%d:%d/%s" % (os.major(dev), os.minor(dev), name)
+
+    def bdi_read_ahead_kb(self):
+        try:
+            with open(self.bdi_path("read_ahead_kb")) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
 
     def stats(self):
         with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
@@ -677,7 +693,7 @@ class Bench:
                          (512 * MIB if args.quick else 4 * GIB)) // MIB * MIB
         self.dirs = args.dirs if args.dirs else (1000 if args.quick else 10000)
         base_opts = [o for o in (args.mount_opts or "").split(",") if o]
-        self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts)
+        self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
         rng = random.Random(42)
         self.big_base = rng.randbytes(MIB)
         self.chunk_pool = [rng.randbytes(CHUNK_BYTES) for _ in range(64)]
@@ -850,10 +866,12 @@ def render_markdown(b):
     L.append("# ckptfs mount benchmark")
     L.append("")
     L.append("%s, %s, kernel %s, %d CPUs, %.0f GiB RAM; work dir %s (%s on %s); "
-             "ckptfs %s; mount options: %s; %d repetitions%s; median (min-max)."
+             "ckptfs %s; mount options: %s; FUSE read_ahead_kb %s; %d repetitions%s; "
+             "median (min-max)."
              % (env["date"], env["host"], env["kernel"], env["cpus"], env["mem_gib"],
                 env["work"], env["work_fs"], env["work_dev"], env["ckptfs_rev"],
-                env["mount_opts"] or "defaults", env["reps"],
+                env["mount_opts"] or "defaults", env.get("fuse_read_ahead_kb", "?"),
+                env["reps"],
                 ", --priority (nice -20, realtime I/O)" if env.get("priority") else ""))
     L.append("Ratios are ckptfs/plain as throughput (>1: ckptfs faster); \"% of disk\" is "
              "relative to dd with O_DIRECT on the same disk.")
@@ -1082,6 +1100,10 @@ def main():
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                     help="before each timed phase, wait up to SECONDS for the host to be idle "
                          "(for shared machines; default 0: do not wait)")
+    ap.add_argument("--fuse-read-ahead-kb", type=int, metavar="KB",
+                    help="after each mount, write KB to the mount's "
+                         "/sys/class/bdi/MAJ:MIN/read_ahead_kb (the kernel caps FUSE "
+                         "readahead at 128 KiB by default); default: leave it")
     ap.add_argument("--priority", action="store_true",
                     help="run the benchmark, dd and the daemons it starts at nice -20 and in "
                          "the realtime I/O class, to shield the figures from other work on a "
@@ -1141,6 +1163,7 @@ def main():
         b.results["env"]["default_coalesce_gap"] = human_size(int(cfg.get("coalesce_gap", 0)))
         b.results["env"]["default_coalesce_max"] = human_size(int(cfg.get("coalesce_max", 0)))
         b.results["env"]["default_config"] = cfg
+        b.results["env"]["fuse_read_ahead_kb"] = b.fs.bdi_read_ahead_kb()
         b.fs.umount()
         wipe(b.path("store-probe"))
         run_all(b)

@@ -441,6 +441,7 @@ std::string StoreImpl::GetConfig() {
 }
 
 Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
+  if (closed_) return Status(EIO, "store is closed");
   if (key == "compact") return CompactFromConfig(value);
   uint64_t v = 0;
   if (!ParseSize(value, &v)) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fs/control.h"
+#include "fs/extents_xattr.h"
 #include "fs/filesystem.h"
 
 namespace ckptfs::fs {
@@ -30,11 +31,21 @@ void ReplySized(Request& r, const std::string& value, size_t size) {
   r.Buf(value.data(), value.size());
 }
 
+// "user.ckptfs.extents[.N]" (fs/extents_xattr.h): computed, never stored.
+void GetExtentsXattr(Request& r, fuse_ino_t ino, std::string_view name, size_t size) {
+  uint64_t from = 0;
+  if (!ParseExtentsXattrName(name, &from)) return r.Err(ENODATA);
+  Result<std::string> value = ExtentsXattrValue(r.fs().store(), ino, from);
+  if (!value.ok()) return r.Fail(value.status());
+  ReplySized(r, *value, size);
+}
+
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   Serve(req, Op::kSetxattr, [&](Request& r) {
     if (IsControl(ino)) return r.Err(ENOTSUP);
     if (int err = CheckName(name)) return r.Err(err);
+    if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     r.Fail(r.fs().store().SetXattr(ino, name, {value, size}, flags));
   });
 }
@@ -43,6 +54,7 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Serve(req, Op::kGetxattr, [&](Request& r) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
+    if (IsExtentsXattrName(name)) return GetExtentsXattr(r, ino, name, size);
     Result<std::string> value = r.fs().store().GetXattr(ino, name);
     if (!value.ok()) return r.Fail(value.status());
     ReplySized(r, *value, size);
@@ -67,6 +79,7 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Serve(req, Op::kRemovexattr, [&](Request& r) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
+    if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     r.Fail(r.fs().store().RemoveXattr(ino, name));
   });
 }

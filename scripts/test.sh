@@ -12,6 +12,7 @@ bash scripts/install-deps.sh || { echo "ckptfs: installing dependencies failed";
 jobs=$(nproc)
 total_pass=0
 total_fail=0
+total_skip=0
 failed_suites=()
 
 # run_suite NAME BUILD_DIR "CMAKE ARGS" "CTEST ARGS"
@@ -29,12 +30,16 @@ run_suite() {
   local log="$dir.ctest.log"
   # shellcheck disable=SC2086
   (cd "$dir" && ctest --output-on-failure --timeout 900 $ctest_args) 2>&1 | tee "$log"
-  local pass fail
-  pass=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
-  fail=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout)' "$log" || true)
-  if [ "$pass" -eq 0 ] && [ "$fail" -eq 0 ]; then
-    failed_suites+=("$name (ran no test)"); fail=1
+  local pass fail skip total
+  # ctest's summary: "NN% tests passed, F tests failed out of T".
+  total=$(sed -nE 's/.*tests passed, [0-9]+ tests? failed out of ([0-9]+).*/\1/p' "$log" | tail -1)
+  fail=$(sed -nE 's/.*tests passed, ([0-9]+) tests? failed out of [0-9]+.*/\1/p' "$log" | tail -1)
+  skip=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log" || true)
+  if [ -z "$total" ] || [ "$total" -eq 0 ]; then
+    failed_suites+=("$name (ran no test)"); total=0; fail=1
   fi
+  pass=$((total - fail - skip))
+  total_skip=$((total_skip + skip))
   [ "$fail" -eq 0 ] || failed_suites+=("$name")
   total_pass=$((total_pass + pass))
   total_fail=$((total_fail + fail))
@@ -52,5 +57,5 @@ echo
 if [ ${#failed_suites[@]} -gt 0 ]; then
   echo "failing: ${failed_suites[*]}"
 fi
-echo "ckptfs: $total_pass passed, $total_fail failed"
+echo "ckptfs: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

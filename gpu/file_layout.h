@@ -1,0 +1,77 @@
+// FileLayout: where the bytes of one file of a ckptfs mount lie, as the
+// mount's virtual xattr "user.ckptfs.extents" tells (fs/extents_xattr.h,
+// docs/GPU_LOAD.md). Parsing is pure; FetchLayout does the getxattr calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace ckptfs::gpu {
+
+using engine::Result;
+using engine::Status;
+
+inline constexpr char kExtentsXattr[] = "user.ckptfs.extents";
+
+struct LayoutExtent {
+  enum class Kind {
+    kRecord,         // a window of a segment record
+    kInline,         // bytes kept in the index, carried in inline_data
+    kInlineOmitted,  // kept in the index, too large for a page: read through the file
+  };
+  uint64_t file_offset = 0;
+  uint64_t length = 0;
+  Kind kind = Kind::kRecord;
+  std::string inline_data;  // kInline: exactly `length` bytes
+  // kRecord: file bytes [file_offset, +length) are decoded bytes
+  // [skip, skip+length) of the record whose header is at `record_offset` of
+  // segment `segment_id`; the other fields are the index's copies of the
+  // record header's, which the record must match.
+  uint64_t segment_id = 0;
+  uint64_t record_offset = 0;
+  uint32_t stored_len = 0;
+  uint32_t raw_len = 0;
+  uint8_t codec = 0;  // 0 none, 1 zstd (engine::format::Codec)
+  uint64_t payload_checksum = 0;
+  uint32_t skip = 0;
+};
+
+struct FileLayout {
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  std::string segments_dir;  // absolute: STORE/segments
+  uint64_t coalesce_gap = 0;
+  uint64_t coalesce_max = 0;
+  std::vector<LayoutExtent> extents;  // sorted, not overlapping, within size
+  int pages = 0;                      // getxattr pages it took
+};
+
+// Parses one page. With `first`, fills the header fields of *layout;
+// otherwise checks that they equal it (EAGAIN when size, mtime or ctime
+// differ: the file changed between pages). Appends the page's extents and
+// sets *next to the next page's offset (nullopt on the last page). EINVAL
+// for a malformed page, or one that does not start at `from`.
+Status ParseExtentsPage(std::string_view json, uint64_t from, bool first, FileLayout* layout,
+                        std::optional<uint64_t>* next);
+
+// Checks what the loader relies on: extents sorted and disjoint, inside the
+// file, record windows inside their records, codecs known, lengths coherent.
+Status ValidateLayout(const FileLayout& layout);
+
+// Reads every page of the open file `fd` with fgetxattr(2). ENOTSUP when the
+// file has no such attribute (not on a ckptfs mount, or an older one);
+// EAGAIN when the file kept changing between pages; other errors as
+// fgetxattr reports them.
+Result<FileLayout> FetchLayout(int fd);
+
+// RFC 4648 base64 (padding required). False on a malformed input.
+bool Base64Decode(std::string_view in, std::string* out);
+
+}  // namespace ckptfs::gpu

@@ -1,0 +1,287 @@
+#include "gpu/load_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "engine/format.h"
+#include "engine/read_plan.h"
+
+namespace ckptfs::gpu {
+namespace {
+
+using engine::BackingRead;
+using engine::CoalesceSettings;
+using engine::RecordRef;
+
+constexpr uint64_t kHeaderBytes = engine::format::kRecordHeaderSize;
+
+// Decoded bytes of one record that go to the destination.
+struct WindowNeed {
+  uint64_t decoded_offset = 0;
+  uint64_t length = 0;
+  uint64_t dest_offset = 0;
+};
+
+struct RecordNeed {
+  const LayoutExtent* extent = nullptr;  // any extent of the record: the fields agree
+  std::vector<WindowNeed> windows;
+  uint64_t window_bytes = 0;
+};
+
+using RecordKey = std::pair<uint64_t, uint64_t>;  // segment id, record offset
+
+// Bytes that come from somewhere without planning reads: inline data (a
+// view), or file bytes read through the file (data empty).
+struct Piece {
+  uint64_t file_offset = 0;
+  uint64_t length = 0;
+  uint64_t dest_offset = 0;
+  std::string_view data;
+  bool through_file = false;
+};
+
+// Appends chunks to a plan, handing out staging space of the newest one.
+class ChunkBuilder {
+ public:
+  ChunkBuilder(LoadPlan* plan, uint64_t capacity) : plan_(plan), capacity_(capacity) {}
+  Chunk& current() {
+    if (plan_->chunks.empty()) plan_->chunks.emplace_back();
+    return plan_->chunks.back();
+  }
+  uint64_t room() { return capacity_ - current().staging_used; }
+  void Next() {
+    if (!plan_->chunks.empty() && plan_->chunks.back().staging_used == 0) return;
+    plan_->chunks.emplace_back();
+  }
+  // REQUIRES: n <= room()
+  uint64_t Take(uint64_t n) {
+    Chunk& c = current();
+    const uint64_t at = c.staging_used;
+    c.staging_used += n;
+    return at;
+  }
+
+ private:
+  LoadPlan* plan_;
+  uint64_t capacity_;
+};
+
+// Pieces go to the staging buffer as they are, split where a chunk is full.
+void PlanPieces(const std::vector<Piece>& pieces, ChunkBuilder* b, LoadPlan* plan) {
+  for (const Piece& p : pieces) {
+    uint64_t done = 0;
+    while (done < p.length) {
+      if (b->room() == 0) b->Next();
+      const uint64_t n = std::min(p.length - done, b->room());
+      const uint64_t at = b->Take(n);
+      Chunk& c = b->current();
+      if (p.through_file) {
+        ReadTask t;
+        t.source = kThroughFile;
+        t.offset = p.file_offset + done;
+        t.length = n;
+        t.in_place = true;
+        t.staging_offset = at;
+        c.reads.push_back(std::move(t));
+        plan->backing_reads++;
+        plan->backing_bytes += n;
+      } else {
+        c.inlines.push_back(InlineTask{p.data.substr(done, n), at});
+      }
+      c.copies.push_back(CopyOp{at, p.dest_offset + done, n});
+      done += n;
+    }
+  }
+}
+
+// Plans one backing read of records (all uncompressed when `in_place`),
+// splitting it at record boundaries where a chunk fills up.
+void PlanBackingRead(const BackingRead& br, bool in_place, int source,
+                     const std::map<RecordKey, RecordNeed>& needs, ChunkBuilder* b,
+                     LoadPlan* plan) {
+  ReadTask sub;
+  bool open = false;
+  auto close = [&]() {
+    if (!open) return;
+    plan->backing_reads++;
+    plan->backing_bytes += sub.length;
+    if (!in_place) plan->scratch_bytes = std::max(plan->scratch_bytes, sub.length);
+    b->current().reads.push_back(std::move(sub));
+    sub = ReadTask();
+    open = false;
+  };
+  for (const RecordRef& ref : br.records) {
+    const RecordNeed& need = needs.at({ref.segment_id, ref.offset});
+    const uint64_t end = ref.offset + ref.length;
+    // Staging bytes this record adds to the open read, or needs alone.
+    const uint64_t alone = in_place ? ref.length : need.window_bytes;
+    if (open) {
+      const uint64_t extra = in_place ? end - (sub.offset + sub.length) : need.window_bytes;
+      if (extra > b->room()) {
+        close();
+        b->Next();
+      }
+    }
+    if (!open) {
+      if (alone > b->room()) b->Next();
+      sub.source = source;
+      sub.offset = ref.offset;
+      sub.length = 0;
+      sub.in_place = in_place;
+      sub.staging_offset = in_place ? b->current().staging_used : 0;
+      open = true;
+    }
+    if (in_place) b->Take(end - (sub.offset + sub.length));
+    sub.length = end - sub.offset;
+
+    const LayoutExtent& e = *need.extent;
+    RecordTask rt;
+    rt.read_offset = ref.offset - sub.offset;
+    rt.segment_id = e.segment_id;
+    rt.record_offset = e.record_offset;
+    rt.stored_len = e.stored_len;
+    rt.raw_len = e.raw_len;
+    rt.codec = e.codec;
+    rt.payload_checksum = e.payload_checksum;
+    Chunk& c = b->current();
+    for (const WindowNeed& w : need.windows) {
+      uint64_t at;
+      if (in_place) {
+        at = sub.staging_offset + rt.read_offset + kHeaderBytes + w.decoded_offset;
+      } else {
+        at = b->Take(w.length);
+        rt.windows.push_back(Window{w.decoded_offset, w.length, at});
+      }
+      c.copies.push_back(CopyOp{at, w.dest_offset, w.length});
+    }
+    plan->records++;
+    if (e.codec != 0) plan->compressed_records++;
+    sub.records.push_back(std::move(rt));
+  }
+  close();
+}
+
+}  // namespace
+
+Status CheckRanges(const std::vector<Range>& ranges, uint64_t file_size, uint64_t dest_capacity) {
+  for (const Range& r : ranges) {
+    if (r.file_offset > file_size || r.length > file_size - r.file_offset) {
+      return Status(EINVAL, "range [" + std::to_string(r.file_offset) + ", +" +
+                                std::to_string(r.length) + ") ends past the end of the file (" +
+                                std::to_string(file_size) + " bytes)");
+    }
+    if (r.dest_offset > dest_capacity || r.length > dest_capacity - r.dest_offset) {
+      return Status(EINVAL, "range to destination offset " + std::to_string(r.dest_offset) +
+                                " (+" + std::to_string(r.length) +
+                                ") does not fit the destination (" +
+                                std::to_string(dest_capacity) + " bytes)");
+    }
+  }
+  return Status::OK();
+}
+
+LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
+                    const PlanSettings& settings) {
+  LoadPlan plan;
+  const std::vector<LayoutExtent>& ex = layout.extents;
+  std::map<RecordKey, RecordNeed> needs;
+  std::vector<Piece> pieces;
+  std::vector<FillOp> zeros;
+
+  for (const Range& r : ranges) {
+    uint64_t pos = r.file_offset;
+    const uint64_t end = r.file_offset + r.length;
+    size_t j = std::partition_point(ex.begin(), ex.end(),
+                                    [&](const LayoutExtent& e) {
+                                      return e.file_offset + e.length <= pos;
+                                    }) -
+               ex.begin();
+    while (pos < end) {
+      const uint64_t dest = r.dest_offset + (pos - r.file_offset);
+      if (j < ex.size() && ex[j].file_offset <= pos) {
+        const LayoutExtent& e = ex[j];
+        const uint64_t e_end = e.file_offset + e.length;
+        const uint64_t stop = std::min(end, e_end);
+        const uint64_t n = stop - pos;
+        const uint64_t within = pos - e.file_offset;
+        switch (e.kind) {
+          case LayoutExtent::Kind::kRecord: {
+            RecordNeed& need = needs[{e.segment_id, e.record_offset}];
+            need.extent = &e;
+            need.windows.push_back(WindowNeed{e.skip + within, n, dest});
+            need.window_bytes += n;
+            break;
+          }
+          case LayoutExtent::Kind::kInline:
+            pieces.push_back(Piece{pos, n, dest, std::string_view(e.inline_data).substr(within, n)});
+            plan.inline_bytes += n;
+            break;
+          case LayoutExtent::Kind::kInlineOmitted:
+            pieces.push_back(Piece{pos, n, dest, {}, /*through_file=*/true});
+            plan.inline_bytes += n;
+            break;
+        }
+        pos = stop;
+        if (stop == e_end) ++j;
+      } else {
+        const uint64_t stop = j < ex.size() ? std::min(end, ex[j].file_offset) : end;
+        zeros.push_back(FillOp{dest, stop - pos});
+        plan.hole_bytes += stop - pos;
+        pos = stop;
+      }
+    }
+  }
+
+  // The buffer must hold any single record's staging bytes.
+  plan.buffer_bytes = std::max<uint64_t>(settings.buffer_bytes, 1);
+  std::vector<RecordRef> raw, zstd;
+  std::map<uint64_t, int> source_of;
+  for (const auto& [key, need] : needs) {
+    const LayoutExtent& e = *need.extent;
+    const RecordRef ref{e.segment_id, e.record_offset, kHeaderBytes + e.stored_len};
+    (e.codec == 0 ? raw : zstd).push_back(ref);
+    plan.buffer_bytes =
+        std::max(plan.buffer_bytes, e.codec == 0 ? ref.length : need.window_bytes);
+    if (source_of.emplace(e.segment_id, static_cast<int>(plan.segment_ids.size())).second) {
+      plan.segment_ids.push_back(e.segment_id);
+    }
+  }
+  CoalesceSettings c{settings.coalesce_gap, std::min(settings.coalesce_max, plan.buffer_bytes)};
+  std::vector<BackingRead> raw_reads = engine::PlanReads(std::move(raw), c);
+  std::vector<BackingRead> zstd_reads = engine::PlanReads(std::move(zstd), c);
+
+  // Both lists are in (segment, offset) order; visit them merged so that each
+  // segment is read front to back.
+  ChunkBuilder b(&plan, plan.buffer_bytes);
+  size_t i = 0, k = 0;
+  while (i < raw_reads.size() || k < zstd_reads.size()) {
+    const bool take_raw =
+        k == zstd_reads.size() ||
+        (i < raw_reads.size() &&
+         std::pair(raw_reads[i].segment_id, raw_reads[i].offset) <
+             std::pair(zstd_reads[k].segment_id, zstd_reads[k].offset));
+    const BackingRead& br = take_raw ? raw_reads[i++] : zstd_reads[k++];
+    PlanBackingRead(br, take_raw, source_of.at(br.segment_id), needs, &b, &plan);
+  }
+  PlanPieces(pieces, &b, &plan);
+  if (!zeros.empty()) {
+    Chunk& first = plan.chunks.empty() ? b.current() : plan.chunks.front();
+    first.zeros = std::move(zeros);
+  }
+  return plan;
+}
+
+LoadPlan PlanThroughFile(const std::vector<Range>& ranges, uint64_t buffer_bytes) {
+  LoadPlan plan;
+  plan.buffer_bytes = std::max<uint64_t>(buffer_bytes, 1);
+  std::vector<Piece> pieces;
+  for (const Range& r : ranges) {
+    if (r.length > 0) pieces.push_back(Piece{r.file_offset, r.length, r.dest_offset, {}, true});
+  }
+  ChunkBuilder b(&plan, plan.buffer_bytes);
+  PlanPieces(pieces, &b, &plan);
+  return plan;
+}
+
+}  // namespace ckptfs::gpu

@@ -1,0 +1,110 @@
+// LoadPlan: how to fill a destination with byte ranges of one file, cut into
+// chunks that each fit one staging buffer. Pure logic: no I/O.
+//
+// Direct plans (PlanDirect) read segment records: records needed by the
+// ranges are merged into backing reads by the mount's coalescing rules
+// (engine/read_plan.h: gap, max; the read never grows past what is needed),
+// uncompressed and compressed records separately. A read of uncompressed
+// records lands in the staging buffer as it is ("in place"): the sink copies
+// each record's window straight out of it. A read holding zstd records lands
+// in a reader's scratch buffer, and the decoded windows are written into the
+// staging buffer. Holes become zero fills, inline extents copies out of the
+// layout, and inline extents too large for the xattr reads through the file.
+//
+// Plans through the file (PlanThroughFile) pread the file itself.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+#include "gpu/file_layout.h"
+#include "gpu/sink.h"
+
+namespace ckptfs::gpu {
+
+// File bytes [file_offset, +length) go to destination [dest_offset, +length).
+struct Range {
+  uint64_t file_offset = 0;
+  uint64_t length = 0;
+  uint64_t dest_offset = 0;
+};
+
+// Part of a record's decoded data that a scratch read writes into staging.
+struct Window {
+  uint64_t decoded_offset = 0;
+  uint64_t length = 0;
+  uint64_t staging_offset = 0;
+};
+
+// A record inside a backing read, and what the index says it must be.
+struct RecordTask {
+  uint64_t read_offset = 0;  // of the record header, from the start of the read
+  uint64_t segment_id = 0;
+  uint64_t record_offset = 0;  // in the segment (for messages)
+  uint32_t stored_len = 0;
+  uint32_t raw_len = 0;
+  uint8_t codec = 0;
+  uint64_t payload_checksum = 0;
+  std::vector<Window> windows;  // scratch reads only
+};
+
+inline constexpr int kThroughFile = -1;
+
+struct ReadTask {
+  int source = kThroughFile;  // index into LoadPlan::segment_ids, or kThroughFile
+  uint64_t offset = 0;        // in the segment or the file
+  uint64_t length = 0;
+  bool in_place = true;        // lands at staging_offset; otherwise in scratch
+  uint64_t staging_offset = 0;
+  std::vector<RecordTask> records;  // segment reads: every record to verify
+};
+
+// Bytes of an inline extent to put into staging.
+struct InlineTask {
+  std::string_view data;  // points into the FileLayout's extent
+  uint64_t staging_offset = 0;
+};
+
+struct Chunk {
+  std::vector<ReadTask> reads;
+  std::vector<InlineTask> inlines;
+  std::vector<CopyOp> copies;  // staging -> destination, once the reads are done
+  std::vector<FillOp> zeros;
+  uint64_t staging_used = 0;
+};
+
+struct LoadPlan {
+  std::vector<uint64_t> segment_ids;  // sources of the segment reads
+  std::vector<Chunk> chunks;
+  uint64_t buffer_bytes = 0;   // staging buffer size the chunks need
+  uint64_t scratch_bytes = 0;  // longest scratch read
+  // What the plan does, for LoadStats.
+  uint64_t records = 0;
+  uint64_t compressed_records = 0;
+  uint64_t backing_reads = 0;
+  uint64_t backing_bytes = 0;
+  uint64_t hole_bytes = 0;
+  uint64_t inline_bytes = 0;
+};
+
+struct PlanSettings {
+  uint64_t buffer_bytes = 16u << 20;  // staging buffer size; grown when a record needs more
+  uint64_t coalesce_gap = 0;          // 0 or coalesce_max 0: one read per record
+  uint64_t coalesce_max = 0;          // capped at buffer_bytes
+};
+
+// EINVAL when a range leaves the file (file_offset + length > size) or the
+// destination (dest_offset + length > dest_capacity). Ranges may overlap in
+// the file; destinations should not (the last writer wins, in no set order).
+Status CheckRanges(const std::vector<Range>& ranges, uint64_t file_size, uint64_t dest_capacity);
+
+// REQUIRES: ValidateLayout(layout) is OK and CheckRanges passed; `layout`
+// outlives the plan (inline tasks point into it).
+LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
+                    const PlanSettings& settings);
+// REQUIRES: CheckRanges passed.
+LoadPlan PlanThroughFile(const std::vector<Range>& ranges, uint64_t buffer_bytes);
+
+}  // namespace ckptfs::gpu

@@ -1,0 +1,247 @@
+#include "gpu/pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "engine/format.h"
+
+namespace ckptfs::gpu {
+namespace {
+
+namespace format = engine::format;
+
+// Reads exactly `n` bytes at `offset`; a short file is `short_status`.
+Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std::string& path,
+                 bool segment) {
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::IOError(errno, "read " + path + " at offset " + std::to_string(offset + done));
+    }
+    if (r == 0) {
+      const std::string what = std::to_string(offset + done) + " (wanted " +
+                               std::to_string(offset + n) + " bytes)";
+      if (segment) return Status::Corruption("segment " + path + " ends at " + what);
+      return Status(EIO, path + " ends at " + what + ": the file shrank while loading");
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status AtRecord(const Status& st, const std::string& path, const RecordTask& r) {
+  return Status(st.code(), st.message() + " (segment " + path + ", record at offset " +
+                               std::to_string(r.record_offset) + ")");
+}
+
+// Verifies one record of a read against the index's copy of its header and
+// its payload checksum; writes the windows of scratch reads into staging.
+Status CheckRecord(const RecordTask& r, const char* record, bool in_place, char* staging,
+                   const std::string& path, std::string* decoded) {
+  format::RecordHeader h;
+  Status st = format::DecodeRecordHeader(std::string_view(record, format::kRecordHeaderSize), &h);
+  if (!st.ok()) return AtRecord(st, path, r);
+  if (static_cast<uint8_t>(h.codec) != r.codec || h.raw_len != r.raw_len ||
+      h.stored_len != r.stored_len || h.payload_checksum != r.payload_checksum) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "record header (codec %u, raw_len %u, stored_len %u, checksum %016llx) does not "
+                  "match the index (codec %u, raw_len %u, stored_len %u, checksum %016llx)",
+                  unsigned(h.codec), h.raw_len, h.stored_len,
+                  static_cast<unsigned long long>(h.payload_checksum), unsigned(r.codec),
+                  r.raw_len, r.stored_len, static_cast<unsigned long long>(r.payload_checksum));
+    return AtRecord(Status::Corruption(buf), path, r);
+  }
+  const std::string_view payload(record + format::kRecordHeaderSize, h.stored_len);
+  const char* data = payload.data();
+  if (h.codec == format::Codec::kNone) {
+    st = format::VerifyRecordPayload(h, payload);
+  } else {
+    st = format::DecodeRecordPayload(h, payload, decoded);
+    data = decoded->data();
+  }
+  if (!st.ok()) return AtRecord(st, path, r);
+  if (!in_place) {
+    for (const Window& w : r.windows) {
+      std::memcpy(staging + w.staging_offset, data + w.decoded_offset, w.length);
+    }
+  }
+  return Status::OK();
+}
+
+// Per reader thread: where scratch reads land and zstd records decode.
+struct ReaderBuffers {
+  std::vector<char> scratch;
+  std::string decoded;
+};
+
+Status FillChunk(const Chunk& chunk, char* staging, const PlanSources& src, ReaderBuffers* rb) {
+  for (const ReadTask& t : chunk.reads) {
+    const bool through_file = t.source == kThroughFile;
+    const int fd = through_file ? src.file_fd : src.segment_fds[t.source];
+    const std::string& path = through_file ? src.file_path : src.segment_paths[t.source];
+    char* buf;
+    if (t.in_place) {
+      buf = staging + t.staging_offset;
+    } else {
+      if (rb->scratch.size() < t.length) rb->scratch.resize(t.length);
+      buf = rb->scratch.data();
+    }
+    CKPTFS_RETURN_IF_ERROR(PreadFull(fd, buf, t.length, t.offset, path, !through_file));
+    for (const RecordTask& r : t.records) {
+      CKPTFS_RETURN_IF_ERROR(
+          CheckRecord(r, buf + r.read_offset, t.in_place, staging, path, &rb->decoded));
+    }
+  }
+  for (const InlineTask& in : chunk.inlines) {
+    std::memcpy(staging + in.staging_offset, in.data.data(), in.data.size());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunPipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink,
+                   const PipelineOptions& options) {
+  const size_t n = plan.chunks.size();
+  if (n == 0) return sink->Finish();
+  const int buffers = static_cast<int>(std::clamp<size_t>(options.buffers, 1, n));
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<char*> staging, sink->Staging(buffers, plan.buffer_bytes));
+
+  std::mutex mu;  // guards everything below but `next`
+  std::condition_variable cv;
+  std::deque<int> free_slots;
+  std::deque<std::pair<int, size_t>> filled;  // slot, chunk
+  Status error;
+  bool stop = false;
+  for (int i = 0; i < buffers; ++i) free_slots.push_back(i);
+  std::atomic<size_t> next{0};
+  std::vector<std::vector<CopyRun>> runs(n);  // written by the chunk's reader
+
+  auto fail = [&](const Status& st) {
+    std::lock_guard<std::mutex> l(mu);
+    if (error.ok()) error = st;
+    stop = true;
+    cv.notify_all();
+  };
+  auto reader = [&]() {
+    ReaderBuffers rb;
+    try {
+      for (;;) {
+        const size_t ci = next.fetch_add(1);
+        if (ci >= n) return;
+        int slot;
+        {
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return stop || !free_slots.empty(); });
+          if (stop) return;
+          slot = free_slots.front();
+          free_slots.pop_front();
+        }
+        Status st = FillChunk(plan.chunks[ci], staging[slot], src, &rb);
+        if (!st.ok()) return fail(st);
+        runs[ci] = MergeCopies(plan.chunks[ci].copies);
+        std::lock_guard<std::mutex> l(mu);
+        filled.emplace_back(slot, ci);
+        cv.notify_all();
+      }
+    } catch (const std::bad_alloc&) {
+      fail(Status(ENOMEM, "out of memory while loading"));
+    } catch (const std::exception& e) {
+      fail(Status(EIO, std::string("loader: ") + e.what()));
+    }
+  };
+
+  const int threads = static_cast<int>(std::clamp<size_t>(options.reader_threads, 1, n));
+  std::vector<std::thread> readers;
+  readers.reserve(threads);
+  for (int i = 0; i < threads; ++i) readers.emplace_back(reader);
+
+  std::deque<int> inflight;  // submitted slots, oldest first
+  auto release = [&](int slot) {
+    std::lock_guard<std::mutex> l(mu);
+    free_slots.push_back(slot);
+    cv.notify_all();
+  };
+  // Gives back every in-flight buffer whose copies ended; with `wait`, the
+  // oldest one at least.
+  auto retire = [&](bool wait) -> Status {
+    while (!inflight.empty()) {
+      Result<bool> done = sink->Done(inflight.front(), wait);
+      if (!done.ok()) return done.status();
+      if (!*done) break;
+      release(inflight.front());
+      inflight.pop_front();
+      wait = false;
+    }
+    return Status::OK();
+  };
+
+  size_t consumed = 0;
+  while (consumed < n) {
+    std::pair<int, size_t> item{-1, 0};
+    {
+      std::unique_lock<std::mutex> l(mu);
+      if (stop) break;
+      if (filled.empty() && !inflight.empty()) {
+        // Nothing to submit yet: wait for the oldest copy meanwhile, so its
+        // buffer goes back to the readers as soon as possible.
+      } else {
+        cv.wait(l, [&] { return stop || !filled.empty(); });
+        if (stop) break;
+        item = filled.front();
+        filled.pop_front();
+      }
+    }
+    if (item.first < 0) {
+      Status st = retire(/*wait=*/true);
+      if (!st.ok()) {
+        fail(st);
+        break;
+      }
+      continue;
+    }
+    const Chunk& chunk = plan.chunks[item.second];
+    Status st = sink->Submit(item.first, staging[item.first], runs[item.second], chunk.zeros);
+    if (!st.ok()) {
+      fail(st);
+      release(item.first);
+      break;
+    }
+    inflight.push_back(item.first);
+    ++consumed;
+    st = retire(/*wait=*/false);
+    if (!st.ok()) {
+      fail(st);
+      break;
+    }
+  }
+  // Whatever happened: no copy may still read a staging buffer, and no reader
+  // may still run, when this returns.
+  for (int slot : inflight) {
+    Result<bool> done = sink->Done(slot, /*wait=*/true);
+    if (!done.ok()) fail(done.status());
+  }
+  Status fin = sink->Finish();
+  if (!fin.ok()) fail(fin);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+    cv.notify_all();
+  }
+  for (std::thread& t : readers) t.join();
+  std::lock_guard<std::mutex> l(mu);
+  return error;
+}
+
+}  // namespace ckptfs::gpu
