@@ -19,7 +19,9 @@ struct MountOptions {
   std::string mountpoint;
 
   // Engine settings: coalesce_gap, coalesce_max, cache_size, compression,
-  // segment_size, inline_max, min_free. Defaults are StoreOptions' defaults.
+  // segment_size, inline_max, min_free, compact_dead (background compaction
+  // starts once this many dead bytes pile up; 0 = off) and compact_rate (its
+  // bandwidth limit in bytes per second). Defaults are StoreOptions' defaults.
   // read_only and holder are filled in by ServeMount().
   engine::StoreOptions store;
 
@@ -73,5 +75,18 @@ using ReadyCallback = std::function<void(const engine::Status&)>;
 // arrives; then unmounts and closes the store, on every path. Returns the
 // process exit status (0 on a clean shutdown).
 int ServeMount(const MountOptions& options, const ReadyCallback& on_ready);
+
+// What the store holds and what it takes on disk, as the JSON object text
+// {"namespace": {files, directories, symlinks, other, logical_bytes},
+//  "storage": {segments, segment_file_bytes, live_bytes, dead_bytes,
+//              compression_ratio, index_bytes},
+//  "last_compaction": {...}}  (only after a compaction in this process)
+// where compression_ratio = (live_bytes + dead_bytes) / segment_file_bytes:
+// the logical bytes the segment files hold over the bytes they take (record
+// headers count as taken, so an uncompressed store shows a little under 1;
+// 1 when the segments hold nothing). The stats file of a mount embeds these
+// objects; `ckptfs stat STORE` prints them for a store that is not mounted.
+// Scans the index's inodes (Store::CountNamespace).
+engine::Result<std::string> StoreSummaryJson(engine::Store& store);
 
 }  // namespace ckptfs::fs

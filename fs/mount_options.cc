@@ -123,6 +123,14 @@ Status ParseMountOption(std::string_view option, MountOptions* o) {
   if (key == "cache_size") return size(&o->store.cache_bytes);
   if (key == "min_free") return size(&o->store.min_free_bytes);
   if (key == "readahead") return size(&o->readahead);
+  if (key == "compact_dead") return size(&o->store.background_compact_dead_bytes);
+  if (key == "compact_rate") {
+    CKPTFS_RETURN_IF_ERROR(size(&o->store.background_compact_bytes_per_sec));
+    if (o->store.background_compact_bytes_per_sec == 0) {
+      return Malformed(key, value, "a rate above 0 such as 64M");
+    }
+    return Status::OK();
+  }
   if (key == "segment_size") {
     uint64_t v = 0;
     CKPTFS_RETURN_IF_ERROR(size(&v));

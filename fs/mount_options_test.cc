@@ -27,7 +27,7 @@ TEST(ParseMountOptionsTest, SetsEveryOption) {
   ASSERT_TRUE(ParseMountOptions("coalesce_gap=0,coalesce_max=2M,cache_size=1G,compression=3,"
                                 "segment_size=64M,inline_max=8K,min_free=1G,threads=4,"
                                 "attr_timeout=0.5,entry_timeout=2,allow_other,ro,"
-                                "writeback_cache,readahead=4M",
+                                "writeback_cache,readahead=4M,compact_dead=1G,compact_rate=8M",
                                 &o)
                   .ok());
   EXPECT_EQ(o.store.coalesce_gap, 0u);
@@ -44,6 +44,9 @@ TEST(ParseMountOptionsTest, SetsEveryOption) {
   EXPECT_TRUE(o.read_only);
   EXPECT_TRUE(o.writeback_cache);
   EXPECT_EQ(o.readahead, 4u << 20);
+  EXPECT_EQ(o.store.background_compact_dead_bytes, 1ull << 30);
+  EXPECT_EQ(o.store.background_compact_bytes_per_sec, 8u << 20);
+  EXPECT_EQ(ParseMountOptions("compact_rate=0", &o).code(), EINVAL);
   ASSERT_TRUE(ParseMountOptions("rw,allow_other=0,,", &o).ok());
   EXPECT_FALSE(o.read_only);
   EXPECT_FALSE(o.allow_other);
