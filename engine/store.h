@@ -117,6 +117,18 @@ struct SegmentInfo {
   bool sealed = false;
 };
 
+// What Store::CountNamespace finds. Inodes unlinked while open (link count
+// 0, purged at their last Release) are not counted; a file with several hard
+// links counts once.
+struct NamespaceCounts {
+  uint64_t files = 0;          // regular files
+  uint64_t directories = 0;    // the root included
+  uint64_t symlinks = 0;
+  uint64_t other = 0;          // fifos, sockets, device nodes
+  uint64_t logical_bytes = 0;  // sum of the regular files' sizes (holes included)
+  uint64_t index_bytes = 0;    // bytes of the files under STORE/index on disk
+};
+
 struct StoreOptions {
   // Create the store when `dir` is missing or empty. Default: true.
   bool create_if_missing = true;
@@ -316,6 +328,10 @@ class Store {
   virtual std::vector<SegmentInfo> ListSegments() = 0;
   virtual std::string SegmentPath(uint64_t segment_id) const = 0;
   virtual EngineStats GetStats() = 0;
+  // Counts the inodes by type with one scan of the index's inodes family (a
+  // consistent snapshot; roughly a second per million inodes) and sums the
+  // sizes of the index files. Mutations may go on meanwhile.
+  virtual Result<NamespaceCounts> CountNamespace() = 0;
   // The effective settings as "key=value" lines.
   virtual std::string GetConfig() = 0;
   // Changes a run-time setting: coalesce_gap, coalesce_max, cache_bytes,

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -481,6 +482,41 @@ Result<FsStats> StoreImpl::StatFs() {
   if (v.size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
   st.inodes = format::GetLE64(v.data());
   return st;
+}
+
+Result<NamespaceCounts> StoreImpl::CountNamespace() {
+  if (closed_) return Status(EIO, "store is closed");
+  NamespaceCounts c;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_inodes_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    format::InodeValue v;
+    Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
+    if (!s.ok()) return s;
+    if (v.nlink == 0) continue;  // unlinked while open
+    if (S_ISREG(v.mode)) {
+      c.files++;
+      c.logical_bytes += v.size;
+    } else if (S_ISDIR(v.mode)) {
+      c.directories++;
+    } else if (S_ISLNK(v.mode)) {
+      c.symlinks++;
+    } else {
+      c.other++;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
+  // RocksDB may delete files while we walk: skip what vanishes.
+  namespace stdfs = std::filesystem;
+  std::error_code ec;
+  for (stdfs::recursive_directory_iterator d(stdfs::path(dir_) / format::kIndexDirName, ec), end;
+       !ec && d != end; d.increment(ec)) {
+    std::error_code size_ec;
+    if (d->is_regular_file(size_ec)) {
+      const uintmax_t n = d->file_size(size_ec);
+      if (!size_ec) c.index_bytes += n;
+    }
+  }
+  return c;
 }
 
 }  // namespace ckptfs::engine

@@ -81,6 +81,7 @@ class StoreImpl final : public Store {
   std::vector<SegmentInfo> ListSegments() override;
   std::string SegmentPath(uint64_t segment_id) const override;
   EngineStats GetStats() override;
+  Result<NamespaceCounts> CountNamespace() override;
   std::string GetConfig() override;
   Status SetConfig(std::string_view key, std::string_view value) override;
   void DropCache() override;

@@ -6,10 +6,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "fs/filesystem.h"
+#include "fs/mount.h"
 
 namespace ckptfs::fs {
 
@@ -82,6 +85,78 @@ nlohmann::ordered_json OptionsJson(const MountOptions& o) {
       {"ro", o.read_only},
       {"writeback_cache", o.writeback_cache},
   };
+}
+
+// The last_compaction.* lines of Store::GetConfig as an object; empty when
+// no compaction ran since the store was opened.
+nlohmann::ordered_json LastCompactionJson(const std::string& config) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  constexpr std::string_view kPrefix = "last_compaction.";
+  size_t pos = 0;
+  while (pos < config.size()) {
+    size_t nl = config.find('\n', pos);
+    if (nl == std::string::npos) nl = config.size();
+    const std::string_view line(config.data() + pos, nl - pos);
+    pos = nl + 1;
+    const size_t eq = line.find('=');
+    if (line.substr(0, kPrefix.size()) != kPrefix || eq == std::string_view::npos) continue;
+    const std::string key(line.substr(kPrefix.size(), eq - kPrefix.size()));
+    const std::string value(line.substr(eq + 1));
+    if (key == "dry_run") {
+      j[key] = value == "1";
+    } else if (key == "seconds") {
+      j[key] = std::strtod(value.c_str(), nullptr);
+    } else if (key == "segments") {
+      nlohmann::ordered_json ids = nlohmann::ordered_json::array();
+      size_t b = 0;
+      while (b < value.size()) {
+        size_t comma = value.find(',', b);
+        if (comma == std::string::npos) comma = value.size();
+        if (comma > b) ids.push_back(std::strtoull(value.substr(b, comma - b).c_str(), nullptr, 10));
+        b = comma + 1;
+      }
+      j[key] = std::move(ids);
+    } else {
+      j[key] = std::strtoull(value.c_str(), nullptr, 10);
+    }
+  }
+  return j;
+}
+
+Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
+  CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
+  uint64_t segments = 0, file_bytes = 0, live = 0, dead = 0;
+  for (const engine::SegmentInfo& seg : store.ListSegments()) {
+    segments++;
+    file_bytes += seg.file_bytes;
+    live += static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
+    dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+  }
+  const double ratio = live + dead == 0 || file_bytes == 0
+                           ? 1.0
+                           : static_cast<double>(live + dead) / static_cast<double>(file_bytes);
+  nlohmann::ordered_json j = {
+      {"namespace",
+       {
+           {"files", n.files},
+           {"directories", n.directories},
+           {"symlinks", n.symlinks},
+           {"other", n.other},
+           {"logical_bytes", n.logical_bytes},
+       }},
+      {"storage",
+       {
+           {"segments", segments},
+           {"segment_file_bytes", file_bytes},
+           {"live_bytes", live},
+           {"dead_bytes", dead},
+           {"compression_ratio", ratio},
+           {"index_bytes", n.index_bytes},
+       }},
+  };
+  nlohmann::ordered_json last = LastCompactionJson(store.GetConfig());
+  if (!last.empty()) j["last_compaction"] = std::move(last);
+  return j;
 }
 
 }  // namespace
@@ -212,6 +287,17 @@ std::string Control::StatsJson() const {
            {"open_dirs", fs.open_dirs.load(std::memory_order_relaxed)},
        }},
   };
+  Result<nlohmann::ordered_json> summary = SummaryJson(fs.store());
+  if (summary.ok()) {
+    for (auto it = summary->begin(); it != summary->end(); ++it) j[it.key()] = it.value();
+  } else {
+    j["namespace"] = {{"error", summary.status().ToString()}};
+  }
+  return j.dump(2) + "\n";
+}
+
+Result<std::string> StoreSummaryJson(engine::Store& store) {
+  CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json j, SummaryJson(store));
   return j.dump(2) + "\n";
 }
 

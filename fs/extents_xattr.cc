@@ -61,8 +61,7 @@ std::string EncodeExtent(const ExtentInfo& e, bool with_data) {
   s += ",\"segment_id\":" + U64(e.segment_id) + ",\"record_offset\":" + U64(e.record_offset) +
        ",\"record_stored_len\":" + U64(e.record_stored_len) +
        ",\"record_raw_len\":" + U64(e.record_raw_len) + ",\"codec\":" + U64(e.codec) +
-       ",\"payload_checksum\":\"" + Hex64(e.payload_checksum) + "\",\"skip\":" + U64(e.skip) +
-       "}";
+       ",\"payload_checksum\":\"" + Hex64(e.payload_checksum) + "\",\"skip\":" + U64(e.skip) + "}";
   return s;
 }
 

@@ -64,8 +64,7 @@ std::string EncodeExtentsPage(const ExtentsPageHeader& header,
 
 // Queries `store` for inode `ino` (a regular file; ENODATA otherwise) and
 // encodes the page that starts at `from`.
-engine::Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino,
-                                              uint64_t from);
+engine::Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino, uint64_t from);
 
 // RFC 4648 base64 with padding, as the pages carry inline data.
 std::string Base64Encode(std::string_view data);

@@ -15,9 +15,9 @@ Status CudaError(cudaError_t err, const std::string& what) {
   return Status(EIO, what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
-#define CKPTFS_CUDA_RETURN(call, what)            \
-  do {                                            \
-    cudaError_t _e = (call);                      \
+#define CKPTFS_CUDA_RETURN(call, what)                 \
+  do {                                                 \
+    cudaError_t _e = (call);                           \
     if (_e != cudaSuccess) return CudaError(_e, what); \
   } while (0)
 

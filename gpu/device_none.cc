@@ -7,8 +7,9 @@ namespace ckptfs::gpu {
 namespace {
 
 Status NoCuda() {
-  return Status(ENOTSUP, "this ckptfs was built without CUDA (reconfigure with the CUDA toolkit "
-                         "installed and -DCKPTFS_CUDA=ON); use host memory instead");
+  return Status(ENOTSUP,
+                "this ckptfs was built without CUDA (reconfigure with the CUDA toolkit "
+                "installed and -DCKPTFS_CUDA=ON); use host memory instead");
 }
 
 }  // namespace

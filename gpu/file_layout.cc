@@ -121,8 +121,8 @@ bool Base64Decode(std::string_view in, std::string* out) {
       v[k] = value(c);
       if (v[k] < 0) return false;
     }
-    const uint32_t w = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) |
-                       uint32_t(v[3]);
+    const uint32_t w =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
     out->push_back(static_cast<char>(w >> 16));
     if (pad < 2) out->push_back(static_cast<char>((w >> 8) & 0xff));
     if (pad < 1) out->push_back(static_cast<char>(w & 0xff));
@@ -246,8 +246,8 @@ Result<FileLayout> FetchLayout(int fd) {
         }
         return Status::IOError(err, "getxattr " + name);
       }
-      st = ParseExtentsPage(std::string_view(buf.data(), static_cast<size_t>(n)), page,
-                            page == 0, &layout, &from);
+      st = ParseExtentsPage(std::string_view(buf.data(), static_cast<size_t>(n)), page, page == 0,
+                            &layout, &from);
     }
     if (st.ok()) st = ValidateLayout(layout);
     if (st.ok()) return layout;

@@ -172,9 +172,8 @@ Status CheckRanges(const std::vector<Range>& ranges, uint64_t file_size, uint64_
                                 std::to_string(file_size) + " bytes)");
     }
     if (r.dest_offset > dest_capacity || r.length > dest_capacity - r.dest_offset) {
-      return Status(EINVAL, "range to destination offset " + std::to_string(r.dest_offset) +
-                                " (+" + std::to_string(r.length) +
-                                ") does not fit the destination (" +
+      return Status(EINVAL, "range to destination offset " + std::to_string(r.dest_offset) + " (+" +
+                                std::to_string(r.length) + ") does not fit the destination (" +
                                 std::to_string(dest_capacity) + " bytes)");
     }
   }
@@ -192,10 +191,9 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
   for (const Range& r : ranges) {
     uint64_t pos = r.file_offset;
     const uint64_t end = r.file_offset + r.length;
-    size_t j = std::partition_point(ex.begin(), ex.end(),
-                                    [&](const LayoutExtent& e) {
-                                      return e.file_offset + e.length <= pos;
-                                    }) -
+    size_t j = std::partition_point(
+                   ex.begin(), ex.end(),
+                   [&](const LayoutExtent& e) { return e.file_offset + e.length <= pos; }) -
                ex.begin();
     while (pos < end) {
       const uint64_t dest = r.dest_offset + (pos - r.file_offset);
@@ -214,7 +212,8 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
             break;
           }
           case LayoutExtent::Kind::kInline:
-            pieces.push_back(Piece{pos, n, dest, std::string_view(e.inline_data).substr(within, n)});
+            pieces.push_back(
+                Piece{pos, n, dest, std::string_view(e.inline_data).substr(within, n)});
             plan.inline_bytes += n;
             break;
           case LayoutExtent::Kind::kInlineOmitted:
@@ -241,8 +240,7 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     const LayoutExtent& e = *need.extent;
     const RecordRef ref{e.segment_id, e.record_offset, kHeaderBytes + e.stored_len};
     (e.codec == 0 ? raw : zstd).push_back(ref);
-    plan.buffer_bytes =
-        std::max(plan.buffer_bytes, e.codec == 0 ? ref.length : need.window_bytes);
+    plan.buffer_bytes = std::max(plan.buffer_bytes, e.codec == 0 ? ref.length : need.window_bytes);
     if (source_of.emplace(e.segment_id, static_cast<int>(plan.segment_ids.size())).second) {
       plan.segment_ids.push_back(e.segment_id);
     }
@@ -258,9 +256,8 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
   while (i < raw_reads.size() || k < zstd_reads.size()) {
     const bool take_raw =
         k == zstd_reads.size() ||
-        (i < raw_reads.size() &&
-         std::pair(raw_reads[i].segment_id, raw_reads[i].offset) <
-             std::pair(zstd_reads[k].segment_id, zstd_reads[k].offset));
+        (i < raw_reads.size() && std::pair(raw_reads[i].segment_id, raw_reads[i].offset) <
+                                     std::pair(zstd_reads[k].segment_id, zstd_reads[k].offset));
     const BackingRead& br = take_raw ? raw_reads[i++] : zstd_reads[k++];
     PlanBackingRead(br, take_raw, source_of.at(br.segment_id), needs, &b, &plan);
   }

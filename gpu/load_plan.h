@@ -56,7 +56,7 @@ struct ReadTask {
   int source = kThroughFile;  // index into LoadPlan::segment_ids, or kThroughFile
   uint64_t offset = 0;        // in the segment or the file
   uint64_t length = 0;
-  bool in_place = true;        // lands at staging_offset; otherwise in scratch
+  bool in_place = true;  // lands at staging_offset; otherwise in scratch
   uint64_t staging_offset = 0;
   std::vector<RecordTask> records;  // segment reads: every record to verify
 };

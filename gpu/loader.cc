@@ -78,8 +78,8 @@ Status SourceFile::OpenSegments(bool* corrupt) {
     const ssize_t n = pread(fd, header, sizeof(header), 0);
     if (n < 0) return Status::IOError(errno, "read " + path);
     uint64_t header_id = 0;
-    Status st = format::DecodeSegmentHeader(std::string_view(header, static_cast<size_t>(n)),
-                                            &header_id);
+    Status st =
+        format::DecodeSegmentHeader(std::string_view(header, static_cast<size_t>(n)), &header_id);
     if (st.ok() && header_id != id) {
       st = Status::Corruption("segment header names segment " + std::to_string(header_id));
     }
@@ -125,8 +125,9 @@ Result<std::unique_ptr<SourceFile>> SourceFile::Open(const std::string& path,
       }
       f->layout_ = std::move(*layout);
       if (f->layout_.size != f->size_) {
-        f->fallback_reason_ = "file size " + std::to_string(f->size_) + " differs from the store's " +
-                              std::to_string(f->layout_.size) + " (written meanwhile?)";
+        f->fallback_reason_ = "file size " + std::to_string(f->size_) +
+                              " differs from the store's " + std::to_string(f->layout_.size) +
+                              " (written meanwhile?)";
         return f;
       }
       bool corrupt = false;

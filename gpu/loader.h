@@ -58,8 +58,8 @@ struct LoadStats {
   uint64_t compressed_records = 0;
   uint64_t hole_bytes = 0;
   uint64_t inline_bytes = 0;
-  int xattr_pages = 0;          // getxattr pages read at open
-  double seconds = 0;           // wall time of the loads
+  int xattr_pages = 0;  // getxattr pages read at open
+  double seconds = 0;   // wall time of the loads
   // Sums counters (and times) of another load; direct only when both are.
   void Add(const LoadStats& other);
 };

@@ -6,9 +6,12 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "engine/format.h"
@@ -29,8 +32,8 @@ Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std::stri
       return Status::IOError(errno, "read " + path + " at offset " + std::to_string(offset + done));
     }
     if (r == 0) {
-      const std::string what = std::to_string(offset + done) + " (wanted " +
-                               std::to_string(offset + n) + " bytes)";
+      const std::string what =
+          std::to_string(offset + done) + " (wanted " + std::to_string(offset + n) + " bytes)";
       if (segment) return Status::Corruption("segment " + path + " ends at " + what);
       return Status(EIO, path + " ends at " + what + ": the file shrank while loading");
     }
@@ -58,8 +61,8 @@ Status CheckRecord(const RecordTask& r, const char* record, bool in_place, char*
                   "record header (codec %u, raw_len %u, stored_len %u, checksum %016llx) does not "
                   "match the index (codec %u, raw_len %u, stored_len %u, checksum %016llx)",
                   unsigned(h.codec), h.raw_len, h.stored_len,
-                  static_cast<unsigned long long>(h.payload_checksum), unsigned(r.codec),
-                  r.raw_len, r.stored_len, static_cast<unsigned long long>(r.payload_checksum));
+                  static_cast<unsigned long long>(h.payload_checksum), unsigned(r.codec), r.raw_len,
+                  r.stored_len, static_cast<unsigned long long>(r.payload_checksum));
     return AtRecord(Status::Corruption(buf), path, r);
   }
   const std::string_view payload(record + format::kRecordHeaderSize, h.stored_len);

@@ -23,7 +23,7 @@ namespace ckptfs::gpu {
 
 // The files a plan reads. Descriptors are borrowed, not closed.
 struct PlanSources {
-  std::vector<int> segment_fds;          // by LoadPlan::segment_ids index
+  std::vector<int> segment_fds;            // by LoadPlan::segment_ids index
   std::vector<std::string> segment_paths;  // for messages
   int file_fd = -1;                        // kThroughFile reads
   std::string file_path;

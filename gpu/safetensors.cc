@@ -21,10 +21,10 @@ Status Bad(const std::string& what) { return Status(EINVAL, "safetensors header:
 
 int DtypeBits(std::string_view d) {
   static const std::pair<std::string_view, int> kBits[] = {
-      {"BOOL", 8},     {"U8", 8},        {"I8", 8},        {"F8_E5M2", 8}, {"F8_E4M3", 8},
-      {"F8_E8M0", 8},  {"I16", 16},      {"U16", 16},      {"F16", 16},    {"BF16", 16},
-      {"I32", 32},     {"U32", 32},      {"F32", 32},      {"I64", 64},    {"U64", 64},
-      {"F64", 64},     {"C64", 64},      {"F4", 4},        {"F6_E2M3", 6}, {"F6_E3M2", 6},
+      {"BOOL", 8},    {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16},    {"BF16", 16},
+      {"I32", 32},    {"U32", 32}, {"F32", 32}, {"I64", 64},    {"U64", 64},
+      {"F64", 64},    {"C64", 64}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6},
   };
   for (const auto& [name, bits] : kBits) {
     if (name == d) return bits;
@@ -45,7 +45,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view text,
     if (name == "__metadata__") {
       if (!v.is_object()) return Bad("__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) return Bad("__metadata__ value of \"" + m.key() + "\" is not a string");
+        if (!m.value().is_string())
+          return Bad("__metadata__ value of \"" + m.key() + "\" is not a string");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -117,7 +118,7 @@ void* LoadedSafetensors::Release() {
 }
 
 Result<std::unique_ptr<LoadedSafetensors>> LoadSafetensors(const std::string& path, int device,
-                                                          const LoadOptions& options, Sink* sink) {
+                                                           const LoadOptions& options, Sink* sink) {
   try {
     CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<SourceFile> f, SourceFile::Open(path, options));
     if (f->size() < 8) return Status(EINVAL, path + ": too short for a safetensors file");

@@ -32,9 +32,9 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;  // N
-  uint64_t data_offset = 0;   // 8 + N: where the data section starts in the file
-  uint64_t data_bytes = 0;    // the largest end offset: bytes the tensors span
+  uint64_t header_bytes = 0;        // N
+  uint64_t data_offset = 0;         // 8 + N: where the data section starts in the file
+  uint64_t data_bytes = 0;          // the largest end offset: bytes the tensors span
   std::vector<TensorInfo> tensors;  // in data order (by begin, then name)
   std::map<std::string, std::string> metadata;
 };
@@ -86,7 +86,7 @@ class LoadedSafetensors {
 // optional: a sink of the same kind to reuse (its staging buffers), else one
 // is made for this call.
 Result<std::unique_ptr<LoadedSafetensors>> LoadSafetensors(const std::string& path, int device,
-                                                          const LoadOptions& options = {},
-                                                          Sink* sink = nullptr);
+                                                           const LoadOptions& options = {},
+                                                           Sink* sink = nullptr);
 
 }  // namespace ckptfs::gpu

@@ -82,7 +82,8 @@ HostSink::~HostSink() { ReleaseStaging(); }
 Result<char*> HostSink::AllocateStaging(uint64_t bytes) {
   constexpr uint64_t kAlign = 4096;
   void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-  if (p == nullptr) return Status(ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes of staging");
+  if (p == nullptr)
+    return Status(ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes of staging");
   return static_cast<char*>(p);
 }
 

@@ -2,7 +2,8 @@
 //
 //   ckptfs mount [-f] [-d] [-o opt[,opt...]] STORE MOUNTPOINT
 //   ckptfs umount MOUNTPOINT
-//   ckptfs stat [--json] MOUNTPOINT
+//   ckptfs stat [--json] STORE|MOUNTPOINT
+//   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -53,9 +54,10 @@ int Main(int argc, char** argv) {
 
   std::string stat_point;
   bool stat_json = false;
-  CLI::App* stat = app.add_subcommand("stat", "Show a mount's statistics");
-  stat->add_flag("--json", stat_json, "Print the raw JSON");
-  stat->add_option("MOUNTPOINT", stat_point)->required();
+  CLI::App* stat =
+      app.add_subcommand("stat", "Show the statistics of a mount or an unmounted store");
+  stat->add_flag("--json", stat_json, "Print JSON");
+  stat->add_option("PATH", stat_point, "Mountpoint or store directory")->required();
 
   std::string fsck_store;
   bool fsck_repair = false, fsck_quick = false, fsck_json = false;
@@ -73,6 +75,24 @@ int Main(int argc, char** argv) {
   compact->add_option("--dead-ratio", compact_ratio, "Rewrite segments at least this dead (default 0.3)");
   compact->add_flag("--dry-run", compact_dry_run, "Only say what would be done");
   compact->add_option("PATH", compact_path, "Store directory or mountpoint")->required();
+
+  ckptfs::tools::GpuLoadArgs gpu_load;
+  std::string gpu_load_buffer_size;
+  CLI::App* gpu_load_cmd =
+      app.add_subcommand("gpu-load", "Load files into GPU (or host) memory and report the speed");
+  gpu_load_cmd->add_option("FILE", gpu_load.files, "Files to load")->required();
+  CLI::Option* gpu_load_device =
+      gpu_load_cmd->add_option("--device", gpu_load.device, "CUDA device (default 0)");
+  gpu_load_cmd->add_flag("--host", gpu_load.host, "Load into host memory");
+  gpu_load_cmd->add_flag("--no-direct", gpu_load.no_direct,
+                         "Read through the mount, not the segment files");
+  gpu_load_cmd->add_flag("--safetensors", gpu_load.safetensors,
+                         "Load as safetensors (one allocation per file)");
+  gpu_load_cmd->add_flag("--json", gpu_load.json, "Print the results as JSON");
+  gpu_load_cmd->add_option("--buffers", gpu_load.buffers, "Staging buffers in flight (default 4)");
+  gpu_load_cmd->add_option("--buffer-size", gpu_load_buffer_size,
+                           "Size of each staging buffer (default 16M)");
+  gpu_load_cmd->add_option("--threads", gpu_load.threads, "Reader threads (default 2)");
 
   try {
     app.parse(argc, argv);
@@ -99,6 +119,19 @@ int Main(int argc, char** argv) {
   if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
+  if (*gpu_load_cmd) {
+    gpu_load.device_given = gpu_load_device->count() > 0;
+    if (!gpu_load_buffer_size.empty()) {
+      ckptfs::engine::Result<uint64_t> n = ckptfs::fs::ParseSize(gpu_load_buffer_size);
+      if (!n.ok() || *n == 0) {
+        std::fprintf(stderr, "ckptfs: --buffer-size: bad size \"%s\"\n",
+                     gpu_load_buffer_size.c_str());
+        return 1;
+      }
+      gpu_load.buffer_bytes = *n;
+    }
+    return ckptfs::tools::RunGpuLoad(gpu_load);
+  }
   return 1;
 }
 

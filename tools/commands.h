@@ -2,7 +2,9 @@
 // prints its own one-line errors ("ckptfs: ...") on stderr.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fs/mount.h"
 
@@ -13,12 +15,29 @@ namespace ckptfs::tools {
 int RunMount(fs::MountOptions options, bool foreground);
 // `ckptfs umount`: unmounts and waits for the daemon to close the store.
 int RunUmount(const std::string& mountpoint);
-// `ckptfs stat`: prints MOUNT/.ckptfs/stats for people, or raw with json.
-int RunStat(const std::string& mountpoint, bool json);
+// `ckptfs stat` (tools/stat_command.cc): prints MOUNT/.ckptfs/stats, or the
+// contents and footprint of a store that is not mounted, for people or as JSON.
+int RunStat(const std::string& path, bool json);
 // `ckptfs fsck` (tools/fsck_command.cc): exit status as fsck(8).
 int RunFsck(const std::string& store, bool repair, bool quick, bool json);
 // `ckptfs compact` (tools/compact_command.cc): offline on a store, online
 // through MOUNT/.ckptfs/config on a mountpoint.
 int RunCompact(const std::string& path, double dead_ratio, bool dry_run);
+
+// `ckptfs gpu-load` (tools/gpu_load_command.cc): loads files into CUDA device
+// memory (or host memory) with the gpu/ loader and reports the speed.
+struct GpuLoadArgs {
+  std::vector<std::string> files;
+  int device = 0;             // CUDA device; used unless `host`
+  bool device_given = false;  // --device was on the command line
+  bool host = false;          // load into host memory
+  bool no_direct = false;     // read through the mount, not the segment files
+  bool safetensors = false;   // parse as safetensors, one allocation per file
+  bool json = false;
+  int buffers = 0;  // 0 = the loader's defaults
+  uint64_t buffer_bytes = 0;
+  int threads = 0;
+};
+int RunGpuLoad(const GpuLoadArgs& args);
 
 }  // namespace ckptfs::tools

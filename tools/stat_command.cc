@@ -1,15 +1,25 @@
-// `ckptfs stat MOUNTPOINT`: the mount's statistics for people.
+// `ckptfs stat STORE|MOUNTPOINT`: statistics for people (or JSON). On a
+// mountpoint it prints MOUNT/.ckptfs/stats; on a store that is not mounted it
+// opens the store read-only and prints the same "namespace" and "storage"
+// objects (fs::StoreSummaryJson).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/store.h"
+#include "fs/mount.h"
 #include "tools/commands.h"
 
 namespace ckptfs::tools {
@@ -69,25 +79,82 @@ void Flatten(const nlohmann::ordered_json& j, const std::string& prefix,
 
 }  // namespace
 
-int RunStat(const std::string& mountpoint, bool json) {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The stats of a mount: its stats file. False (after saying why) on failure.
+bool ReadMountStats(const std::string& mountpoint, std::string* text) {
   const std::string path = mountpoint + "/.ckptfs/stats";
   std::ifstream in(path);
   if (!in) {
     std::fprintf(stderr, "ckptfs: cannot read %s: %s (is %s a ckptfs mount?)\n", path.c_str(),
                  strerror(errno), mountpoint.c_str());
+    return false;
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  *text = buf.str();
+  return true;
+}
+
+// The stats of a store that is not mounted, opened read-only.
+bool ReadStoreStats(const std::string& dir, std::string* text) {
+  engine::StoreOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  o.holder = "ckptfs stat (pid " + std::to_string(::getpid()) + ")";
+  engine::Result<std::unique_ptr<engine::Store>> store = engine::Store::Open(dir, o);
+  if (!store.ok()) {
+    if (store.status().code() == EBUSY) {
+      const std::string msg = store.status().message();
+      const size_t at = msg.find(" is in use by ");
+      std::fprintf(stderr, "ckptfs: store %s is mounted by %s; run ckptfs stat on the mountpoint\n",
+                   dir.c_str(), at == std::string::npos ? "another process" : msg.c_str() + at + 14);
+    } else {
+      std::fprintf(stderr, "ckptfs: cannot open store %s: %s\n", dir.c_str(),
+                   store.status().ToString().c_str());
+    }
+    return false;
+  }
+  engine::Result<std::string> summary = fs::StoreSummaryJson(**store);
+  const engine::Status closed = (*store)->Close();
+  if (!summary.ok() || !closed.ok()) {
+    std::fprintf(stderr, "ckptfs: stat %s: %s\n", dir.c_str(),
+                 (summary.ok() ? closed : summary.status()).ToString().c_str());
+    return false;
+  }
+  nlohmann::ordered_json j = {{"store", dir}, {"mounted", false}};
+  nlohmann::ordered_json rest = nlohmann::ordered_json::parse(*summary);
+  for (auto it = rest.begin(); it != rest.end(); ++it) j[it.key()] = it.value();
+  *text = j.dump(2) + "\n";
+  return true;
+}
+
+}  // namespace
+
+int RunStat(const std::string& path, bool json) {
+  std::string text;
+  if (Exists(path + "/.ckptfs/stats")) {
+    if (!ReadMountStats(path, &text)) return 1;
+  } else if (engine::Store::IsStore(path)) {
+    if (!ReadStoreStats(path, &text)) return 1;
+  } else {
+    std::fprintf(stderr, "ckptfs: %s is neither a ckptfs store nor a ckptfs mount\n", path.c_str());
     return 1;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   if (json) {
-    std::fputs(text.str().c_str(), stdout);
+    std::fputs(text.c_str(), stdout);
     return 0;
   }
-  // Keep the file's key order (nlohmann::ordered_json) so related counters stay together.
+  // Keep the key order (nlohmann::ordered_json) so related counters stay together.
   nlohmann::ordered_json j =
-      nlohmann::ordered_json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    std::fprintf(stderr, "ckptfs: %s is not valid JSON\n", path.c_str());
+    std::fprintf(stderr, "ckptfs: the statistics of %s are not valid JSON\n", path.c_str());
     return 1;
   }
   std::vector<std::pair<std::string, std::string>> rows;

@@ -1041,5 +1041,44 @@ TEST(StoreOpenTest, ForeignDirectoryIsRejected) {
   EXPECT_TRUE(Store::IsStore(empty));
 }
 
+TEST_F(NamespaceTest, CountNamespaceCountsInodesByType) {
+  ASSERT_OK_AND_ASSIGN(NamespaceCounts empty, s()->CountNamespace());
+  EXPECT_EQ(empty.directories, 1u);  // the root
+  EXPECT_EQ(empty.files + empty.symlinks + empty.other + empty.logical_bytes, 0u);
+  EXPECT_GT(empty.index_bytes, 0u);
+
+  const Ino a = Dir(kRootIno, "a");
+  Dir(a, "b");
+  const Ino big = File(a, "big");
+  const Ino small = File(kRootIno, "small");
+  ASSERT_OK(s()->Write(big, 0, std::string(100000, 'x')).status());
+  ASSERT_OK(s()->Write(small, 0, "hello").status());
+  SetAttrRequest sparse;
+  sparse.size = 1 << 20;  // a hole counts as logical bytes
+  ASSERT_OK(s()->SetAttr(File(kRootIno, "sparse"), sparse).status());
+  ASSERT_OK(s()->Link(small, a, "small-link").status());  // one inode, counted once
+  ASSERT_OK(s()->Symlink(kRootIno, "link", "a/big", 0, 0).status());
+  ASSERT_OK(s()->Create(kRootIno, "fifo", S_IFIFO | 0600, 0, 0).status());
+  // Unlinked while open: no longer in the namespace.
+  const Ino doomed = File(kRootIno, "doomed");
+  ASSERT_OK(s()->Write(doomed, 0, "gone").status());
+  ASSERT_OK(s()->OpenFile(doomed));
+  ASSERT_OK(s()->Unlink(kRootIno, "doomed"));
+
+  auto check = [](const NamespaceCounts& c) {
+    EXPECT_EQ(c.files, 3u);
+    EXPECT_EQ(c.directories, 3u);
+    EXPECT_EQ(c.symlinks, 1u);
+    EXPECT_EQ(c.other, 1u);
+    EXPECT_EQ(c.logical_bytes, 100000u + 5u + (1u << 20));
+  };
+  ASSERT_OK_AND_ASSIGN(NamespaceCounts open_counts, s()->CountNamespace());
+  check(open_counts);
+  ASSERT_OK(s()->Release(doomed));
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_OK_AND_ASSIGN(NamespaceCounts reopened, s()->CountNamespace());
+  check(reopened);
+}
+
 }  // namespace
 }  // namespace ckptfs::engine::test
