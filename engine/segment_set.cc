@@ -156,6 +156,14 @@ std::shared_ptr<SegmentSet::Segment> SegmentSet::Find(uint64_t id) const {
   return it == segments_.end() ? nullptr : it->second;
 }
 
+void SegmentSet::Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const {
+  std::shared_ptr<Segment> seg = Find(segment_id);
+  if (seg != nullptr) {
+    (void)::posix_fadvise(seg->fd, static_cast<off_t>(offset), static_cast<off_t>(len),
+                          POSIX_FADV_WILLNEED);
+  }
+}
+
 Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len,
                                     char* buf) const {
   std::shared_ptr<Segment> seg = Find(segment_id);

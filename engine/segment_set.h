@@ -47,6 +47,8 @@ class SegmentSet {
   Status Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
   // Reads up to `len` bytes, fewer only at the end of the file.
   Result<size_t> ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
+  // Asks the kernel to start reading [offset, offset+len) in the background.
+  void Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const;
   // fdatasyncs every segment appended to since the previous call.
   Status SyncDirty();
 

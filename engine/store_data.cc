@@ -11,6 +11,10 @@ namespace ckptfs::engine {
 namespace {
 
 constexpr uint64_t kMaxFileSize = 1ull << 60;
+// Backing reads at least this large start a background read of the next
+// kPrefetchBytes of their segment.
+constexpr uint64_t kSequentialReadBytes = 512 << 10;
+constexpr uint64_t kPrefetchBytes = 4 << 20;
 
 std::string KeyName(uint64_t segment_id, uint64_t offset) {
   return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
@@ -219,6 +223,11 @@ Status StoreImpl::FetchRecords(
 
   CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
+    if (br.length >= kSequentialReadBytes) {
+      // A large read is most likely one of a sequential series: have the
+      // kernel fetch what follows while this one is served.
+      segments_->Prefetch(br.segment_id, br.offset + br.length, kPrefetchBytes);
+    }
     std::shared_ptr<char[]> buf(new char[br.length]);
     CKPTFS_ASSIGN_OR_RETURN(size_t n, segments_->ReadUpTo(br.segment_id, br.offset, br.length, buf.get()));
     counters_.backing_reads++;
