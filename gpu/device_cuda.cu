@@ -57,8 +57,11 @@ class DeviceSink final : public Sink {
     CKPTFS_RETURN_IF_ERROR(SetDevice(device_));
     while (events_.size() <= static_cast<size_t>(slot)) {
       cudaEvent_t e = nullptr;
-      CKPTFS_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                         "cudaEventCreateWithFlags");
+      // Blocking sync: a wait sleeps instead of spinning on a core that the
+      // reader threads need.
+      CKPTFS_CUDA_RETURN(
+          cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
+          "cudaEventCreateWithFlags");
       events_.push_back(e);
     }
     for (const CopyRun& r : runs) {
