@@ -103,7 +103,7 @@ Status SegmentSet::StartSegmentLocked(uint64_t id) {
   // never leaves a segment file without a valid header (Open would refuse it).
   std::string path = Path(id);
   std::string tmp = path + std::string(kTmpSuffix);
-  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::IOError(errno, "create " + tmp);
   std::string hdr = format::EncodeSegmentHeader(id);
   Status s = PwriteAll(fd, hdr.data(), hdr.size(), 0, path);

@@ -123,7 +123,7 @@ Status StoreImpl::Init() {
     if (!options_.create_if_missing || options_.read_only) {
       return Status(ENOENT, dir_ + " is not a ckptfs store (missing or empty)");
     }
-    if (state == -1 && ::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (state == -1 && ::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
       return Status::IOError(errno, "create store directory " + dir_);
     }
     creating = true;
@@ -176,7 +176,7 @@ Status StoreImpl::Init() {
 
 Status StoreImpl::CreateLayout() {
   std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
-  if (::mkdir(seg_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (::mkdir(seg_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::IOError(errno, "create " + seg_dir);
   }
   std::string tmp = dir_ + "/" + format::kFormatFileName + ".tmp";
