@@ -388,20 +388,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   EmitDeltas(deltas, &b, cf_segments_);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
-  Attr a;
-  a.ino = ino;
-  a.mode = v.mode;
-  a.uid = v.uid;
-  a.gid = v.gid;
-  a.nlink = v.nlink;
-  a.size = v.size;
-  a.rdev = v.rdev;
-  a.atime = {v.atime_sec, v.atime_nsec};
-  a.mtime = {v.mtime_sec, v.mtime_nsec};
-  a.ctime = {v.ctime_sec, v.ctime_nsec};
-  a.generation = v.generation;
-  a.parent = v.parent;
-  return a;
+  return ToAttr(ino, v);
 }
 
 Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {

@@ -220,6 +220,9 @@ class StoreImpl final : public Store {
   } counters_;
 };
 
+// The public attributes of inode `ino`, whose index value is `v`.
+Attr ToAttr(uint64_t ino, const format::InodeValue& v);
+
 // Current time of the store's clock.
 Timespec Now();
 

@@ -12,23 +12,6 @@ namespace {
 
 constexpr size_t kMaxXattrValue = 64 << 10;
 
-Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
-  Attr a;
-  a.ino = ino;
-  a.mode = v.mode;
-  a.uid = v.uid;
-  a.gid = v.gid;
-  a.nlink = v.nlink;
-  a.size = v.size;
-  a.rdev = v.rdev;
-  a.atime = {v.atime_sec, v.atime_nsec};
-  a.mtime = {v.mtime_sec, v.mtime_nsec};
-  a.ctime = {v.ctime_sec, v.ctime_nsec};
-  a.generation = v.generation;
-  a.parent = v.parent;
-  return a;
-}
-
 void SetCtime(format::InodeValue* v, const Timespec& t) {
   v->ctime_sec = t.sec;
   v->ctime_nsec = t.nsec;
@@ -59,6 +42,23 @@ std::string CounterDelta(int64_t d) {
 }
 
 }  // namespace
+
+Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
+  Attr a;
+  a.ino = ino;
+  a.mode = v.mode;
+  a.uid = v.uid;
+  a.gid = v.gid;
+  a.nlink = v.nlink;
+  a.size = v.size;
+  a.rdev = v.rdev;
+  a.atime = {v.atime_sec, v.atime_nsec};
+  a.mtime = {v.mtime_sec, v.mtime_nsec};
+  a.ctime = {v.ctime_sec, v.ctime_nsec};
+  a.generation = v.generation;
+  a.parent = v.parent;
+  return a;
+}
 
 // ---- Txn ----
 
