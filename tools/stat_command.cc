@@ -21,25 +21,16 @@
 #include "engine/store.h"
 #include "fs/mount.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace ckptfs::tools {
 namespace {
 
-std::string HumanBytes(uint64_t n) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(n);
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(kUnits)) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", n);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f %s (%" PRIu64 ")", v, kUnits[u], n);
-  }
-  return buf;
+// "83.2 MiB (87263142)": the shared human form plus the exact count.
+std::string HumanBytesExact(uint64_t n) {
+  std::string h = tools::HumanBytes(n);
+  if (n >= 1024) h += " (" + std::to_string(n) + ")";
+  return h;
 }
 
 bool IsSizeKey(const std::string& key) {
@@ -55,7 +46,7 @@ bool IsSizeKey(const std::string& key) {
 std::string Format(const std::string& key, const nlohmann::ordered_json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
-  if (v.is_number_unsigned() && IsSizeKey(key)) return HumanBytes(v.get<uint64_t>());
+  if (v.is_number_unsigned() && IsSizeKey(key)) return HumanBytesExact(v.get<uint64_t>());
   if (v.is_number_float()) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.3g", v.get<double>());
