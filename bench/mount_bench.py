@@ -2,11 +2,15 @@
 """Benchmark a ckptfs mount against a plain directory on the same disk.
 
 Workloads (see bench/README.md for how to read the figures):
-  big     one large file written in 1 MiB writes + fsync, read cold and warm
-  layout  per-parameter (orbax/zarr style) tree: N dirs of .zarray + 4 chunks;
-          create, then cold restore
-  sweep   cold restore of the layout tree under several coalescing settings
-  disk    dd with O_DIRECT: the disk's sequential write and read limit
+  big         one large file written in 1 MiB writes + fsync, read cold and warm
+              (and the daemon's CPU and memory meanwhile)
+  layout      per-parameter (orbax/zarr style) tree: N dirs of .zarray + 4 chunks;
+              create, then cold restore
+  frameworks  torch.save/torch.load of a state dict; zarr arrays written and read
+              by 16 threads (bench/frameworks.py, one process per phase)
+  sweep       cold restore of the layout tree under several coalescing settings
+  scaling     1, 2, 4, 8 threads writing separate files at once
+  disk        dd with O_DIRECT: the disk's sequential write and read limit
 
 Every measurement is repeated --reps times; ckptfs and the plain directory
 alternate (and swap order every repetition) so that drift on the machine hits
@@ -58,6 +62,7 @@ CHUNK_NAMES = ["0.0", "0.1", "1.0", "1.1"]
 VERIFY_EVERY = 101  # compare the full contents of every 101st chunk
 
 DEFAULT_SWEEP = "off,64K/256K,256K/1M,1M/4M"
+WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk")
 
 
 class BenchError(Exception):
@@ -633,7 +638,7 @@ def run_layout_plain(b, rep, keep):
 
 
 # ---------------------------------------------------------------------------
-# Workload 3: coalescing sweep
+# Workload 4: coalescing sweep
 
 
 def parse_sweep(text):
@@ -685,6 +690,122 @@ def run_sweep_plain(b, rep):
 
 
 # ---------------------------------------------------------------------------
+# Workload 3: real frameworks (each phase in its own /usr/bin/python3 process)
+
+FRAMEWORKS = os.path.join(REPO, "bench", "frameworks.py")
+
+
+def framework_phase(phase, d, n):
+    """Runs one frameworks.py phase; returns its JSON (the timed part's seconds)."""
+    r = subprocess.run([sys.executable, FRAMEWORKS, phase, d, str(n)], capture_output=True,
+                       text=True, timeout=1800)
+    if r.returncode != 0:
+        raise BenchError("frameworks.py %s %s failed: %s%s" % (phase, d, r.stdout, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_frameworks(b, rep, who):
+    """torch.save + torch.load, then zarr write + read; reads cold (caches dropped,
+    ckptfs remounted)."""
+    out = {"rep": rep}
+    for write, read, n in (("torch-save", "torch-load", b.torch_mib),
+                           ("zarr-write", "zarr-read", b.zarr_arrays)):
+        if who == "ckptfs":
+            store, mnt = b.path("store-fw"), b.path("mnt")
+            wipe(store)
+            b.fs.mount(store, mnt)
+            d = mnt
+        else:
+            d = b.path("plain-fw")
+            wipe(d)
+            os.makedirs(d)
+        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            res = framework_phase(write, d, n)
+        out[write] = dict(m.as_dict(), **res)
+        if who == "ckptfs":
+            b.fs.umount()
+            drop_caches()
+            b.fs.mount(store, mnt)
+        else:
+            drop_caches()
+        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            res = framework_phase(read, d, n)
+        out[read] = dict(m.as_dict(), **res)
+        if who == "ckptfs":
+            b.fs.umount()
+            wipe(store)
+        else:
+            wipe(d)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workload 5: concurrent writers of separate files
+
+SCALING_WRITERS = (1, 2, 4, 8)
+
+
+def scaling_write(d, writers, total, base):
+    """`writers` threads each write total/writers bytes to their own file in 1 MiB
+    writes and fsync it. Returns wall seconds from the first write to the last fsync."""
+    import threading
+    per = total // writers // MIB * MIB
+    errors = []
+    start = threading.Barrier(writers + 1)
+
+    def one(k):
+        try:
+            start.wait()
+            big_write(os.path.join(d, "w%d.bin" % k), per, base)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(writers)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    if errors:
+        raise BenchError("scaling writer failed: %s" % errors[0])
+    for k in range(writers):
+        p = os.path.join(d, "w%d.bin" % k)
+        if os.path.getsize(p) != per:
+            raise BenchError("%s holds %d bytes, expected %d" % (p, os.path.getsize(p), per))
+        os.unlink(p)
+    return seconds, per * writers
+
+
+def run_scaling(b, rep, who):
+    out = {"rep": rep, "runs": []}
+    if who == "ckptfs":
+        store, mnt = b.path("store-scaling"), b.path("mnt")
+        wipe(store)
+        b.fs.mount(store, mnt)
+        d = mnt
+    else:
+        d = b.path("plain-scaling")
+        wipe(d)
+        os.makedirs(d)
+    try:
+        for n in SCALING_WRITERS:
+            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+                seconds, nbytes = scaling_write(d, n, b.scaling_bytes, b.big_base)
+            r = m.as_dict()
+            r.update({"writers": n, "seconds": seconds, "bytes": nbytes})
+            out["runs"].append(r)
+    finally:
+        if who == "ckptfs":
+            b.fs.umount()
+            wipe(store)
+        else:
+            wipe(d)
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Driver
 
 
@@ -695,6 +816,9 @@ class Bench:
         self.big_size = (parse_size(args.big_size) if args.big_size else
                          (512 * MIB if args.quick else 4 * GIB)) // MIB * MIB
         self.dirs = args.dirs if args.dirs else (1000 if args.quick else 10000)
+        self.torch_mib = 128 if args.quick else 1024
+        self.zarr_arrays = 500 if args.quick else 5000
+        self.scaling_bytes = (256 * MIB if args.quick else 2 * GIB)
         base_opts = [o for o in (args.mount_opts or "").split(",") if o]
         self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
         rng = random.Random(42)
@@ -752,6 +876,21 @@ def run_all(b):
                 else:
                     s = next(s for s in settings if s["label"] == label)
                     R["sweep"]["runs"].append(run_sweep_ckptfs(b, rep, s))
+    if "frameworks" in wl:
+        R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
+                           "threads": 16, "ckptfs": [], "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("frameworks: rep %d/%d, %s" % (rep + 1, args.reps, who))
+                R["frameworks"][who].append(run_frameworks(b, rep, who))
+    if "scaling" in wl:
+        R["scaling"] = {"bytes": b.scaling_bytes, "writers": list(SCALING_WRITERS),
+                        "ckptfs": [], "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("scaling %s: rep %d/%d, %s" % (human_size(b.scaling_bytes), rep + 1,
+                                                   args.reps, who))
+                R["scaling"][who].append(run_scaling(b, rep, who))
 
 
 # ---------------------------------------------------------------------------
@@ -841,6 +980,24 @@ def compute_summary(b):
                     e[key] = summarize([r["restore"]["engine_delta"].get(key) for r in runs])
                 e["daemon_cpu_s"] = summarize([r["restore"]["daemon_cpu_s"] for r in runs])
             S["sweep"][label] = e
+    if "frameworks" in R:
+        fw = R["frameworks"]
+        S["frameworks"] = {}
+        for phase in FRAMEWORK_PHASES:
+            for who in ("ckptfs", "plain"):
+                runs = [r[phase] for r in fw[who]]
+                S["frameworks"]["%s_%s_MBps" % (who, phase)] = summarize(
+                    [r["bytes"] / MB / r["seconds"] for r in runs])
+                S["frameworks"]["%s_%s_s" % (who, phase)] = summarize(
+                    [r["seconds"] for r in runs])
+    if "scaling" in R:
+        sc = R["scaling"]
+        S["scaling"] = {}
+        for n in sc["writers"]:
+            for who in ("ckptfs", "plain"):
+                S["scaling"]["%s_%d_MBps" % (who, n)] = summarize(
+                    [x["bytes"] / MB / x["seconds"] for r in sc[who] for x in r["runs"]
+                     if x["writers"] == n])
     others = [m["other_cpu_cores"] for m in iter_meters(R, skip_keys=("create_sync",))
               if m.get("other_cpu_cores") is not None and m.get("counts_for_contention", True)]
     S["other_cpu_cores"] = summarize(others)
@@ -908,36 +1065,6 @@ def render_markdown(b):
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
                 fmt_pct(ratio(p, s.get(dd))), fmt_pct(ratio(c, s.get(dd)))))
-    if "big" in S and S["big"].get("dd_write_MBps"):
-        s = S["big"]
-        L.append("")
-        L.append("## 4. Disk limit: dd, O_DIRECT, bs=1M, %s (MB/s)"
-                 % human_size(R["big"]["size_bytes"]))
-        L.append("")
-        L.append("| phase | MB/s |")
-        L.append("|---|---:|")
-        L.append("| write (oflag=direct conv=fsync) | %s |" % fmt_spread(s["dd_write_MBps"]))
-        L.append("| read (iflag=direct) | %s |" % fmt_spread(s["dd_read_MBps"]))
-    if "big" in S and R["big"]["ckptfs"]:
-        s = S["big"]
-        L.append("")
-        L.append("## 5. Daemon resources during workload 1")
-        L.append("")
-        L.append("| phase | daemon CPU s/GiB | daemon peak RSS (VmHWM, MiB) "
-                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |")
-        L.append("|---|---:|---:|---:|---:|")
-        for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
-                             ("warm_read", "warm read")):
-            L.append("| %s | %s | %s | %s | %s |" % (
-                label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"),
-                fmt_spread(s["%s_peak_rss_MiB" % phase]),
-                fmt_spread(s["ckptfs_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
-                fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
-        L.append("")
-        L.append("Peak RSS is the daemon's VmHWM since its mount: the write daemon is "
-                 "mounted fresh for the write; the read daemon for the cold+warm reads. "
-                 "App CPU is the benchmark process itself (user+system: the kernel's "
-                 "copies and FUSE round trips are charged here).")
     if "layout" in S and not R["layout"].get("only_built_for_sweep"):
         s = S["layout"]
         lay = R["layout"]
@@ -969,11 +1096,12 @@ def render_markdown(b):
                  "ckptfs is remounted (and all caches dropped) before it, with "
                  "default coalescing (%s/%s)." % (
                      env.get("default_coalesce_gap", "?"), env.get("default_coalesce_max", "?")))
+    L += render_frameworks(b)
     if "sweep" in S:
         s = S["sweep"]
         plain = s["plain"]["restore_s"]
         L.append("")
-        L.append("## 3. Coalescing sweep: cold restore of workload 2 (%d files)"
+        L.append("## 4. Coalescing sweep: cold restore of workload 2 (%d files)"
                  % (R["layout"]["dirs"] * R["layout"]["files_per_dir"]))
         L.append("")
         L.append("| coalesce_gap/coalesce_max | restore s | files/s | ckptfs/plain "
@@ -997,7 +1125,125 @@ def render_markdown(b):
                 fmt_spread(e["daemon_cpu_s"], "%.2f")))
         L.append("")
         L.append("Plot: coalescing.png.")
+    L += render_scaling(b)
+    if "big" in S and S["big"].get("dd_write_MBps"):
+        s = S["big"]
+        L.append("")
+        L.append("## 6. Disk limit: dd, O_DIRECT, bs=1M, %s (MB/s)"
+                 % human_size(R["big"]["size_bytes"]))
+        L.append("")
+        L.append("| phase | MB/s |")
+        L.append("|---|---:|")
+        L.append("| write (oflag=direct conv=fsync) | %s |" % fmt_spread(s["dd_write_MBps"]))
+        L.append("| read (iflag=direct) | %s |" % fmt_spread(s["dd_read_MBps"]))
+    if "big" in S and R["big"]["ckptfs"]:
+        s = S["big"]
+        L.append("")
+        L.append("## 7. Daemon resources during workload 1")
+        L.append("")
+        L.append("| phase | daemon CPU s/GiB | daemon peak RSS (VmHWM, MiB) "
+                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |")
+        L.append("|---|---:|---:|---:|---:|")
+        for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
+                             ("warm_read", "warm read")):
+            L.append("| %s | %s | %s | %s | %s |" % (
+                label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"),
+                fmt_spread(s["%s_peak_rss_MiB" % phase]),
+                fmt_spread(s["ckptfs_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
+                fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
+        L.append("")
+        L.append("Peak RSS is the daemon's VmHWM since its mount: the write daemon is "
+                 "mounted fresh for the write; the read daemon for the cold+warm reads. "
+                 "App CPU is the benchmark process itself (user+system: the kernel's "
+                 "copies and FUSE round trips are charged here).")
     return "\n".join(L) + "\n"
+
+
+# (phase, label, dd phase for "% of disk")
+FRAMEWORK_PHASES = ("torch-save", "torch-load", "zarr-write", "zarr-read")
+FRAMEWORK_LABELS = {
+    "torch-save": ("torch.save + fsync", "dd_write_MBps"),
+    "torch-load": ("torch.load, cold", "dd_read_MBps"),
+    "zarr-write": ("zarr write, 16 threads", "dd_write_MBps"),
+    "zarr-read": ("zarr read, 16 threads, cold", "dd_read_MBps"),
+}
+
+
+def render_frameworks(b):
+    R, S = b.results, b.results["summary"]
+    if "frameworks" not in S:
+        return []
+    s, fw = S["frameworks"], R["frameworks"]
+    dd = S.get("big", {})
+    L = ["", "## 3. Real frameworks: torch.save/load of a %s state dict; zarr, %d arrays "
+         "(%d files) by %d threads (MB/s)"
+         % (human_size(fw["torch_mib"] * MIB), fw["zarr_arrays"], fw["zarr_arrays"] * 5 + 1,
+            fw["threads"]), "",
+         "| phase | plain | ckptfs | ckptfs/plain | plain s | ckptfs s | ckptfs % of disk |",
+         "|---|---:|---:|---:|---:|---:|---:|"]
+    for phase in FRAMEWORK_PHASES:
+        label, ddkey = FRAMEWORK_LABELS[phase]
+        p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
+        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
+            fmt_spread(s["plain_%s_s" % phase], "%.2f"),
+            fmt_spread(s["ckptfs_%s_s" % phase], "%.2f"), fmt_pct(ratio(c, dd.get(ddkey)))))
+    L += ["", "Each phase runs in its own /usr/bin/python3 process (bench/frameworks.py); "
+          "the time covers the framework's calls only (torch.save includes an fsync of the "
+          "file). Reads are cold: caches dropped, ckptfs remounted."]
+    return L
+
+
+def render_scaling(b):
+    R, S = b.results, b.results["summary"]
+    if "scaling" not in S:
+        return []
+    s, sc = S["scaling"], R["scaling"]
+    dd = S.get("big", {}).get("dd_write_MBps")
+    L = ["", "## 5. Scaling: N threads writing separate files, %s in all, 1 MiB writes + "
+         "fsync (aggregate MB/s)" % human_size(sc["bytes"]), "",
+         "| writers | plain | ckptfs | ckptfs/plain | ckptfs % of disk |",
+         "|---:|---:|---:|---:|---:|"]
+    for n in sc["writers"]:
+        p, c = s["plain_%d_MBps" % n], s["ckptfs_%d_MBps" % n]
+        L.append("| %d | %s | %s | %s | %s |" % (n, fmt_spread(p), fmt_spread(c),
+                                                 fmt_ratio(ratio(c, p)), fmt_pct(ratio(c, dd))))
+    L += ["", "Plot: scaling.png."]
+    return L
+
+
+def plot_scaling(b, path):
+    S = b.results["summary"].get("scaling")
+    if not S:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    writers = b.results["scaling"]["writers"]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for who, color in (("plain", "#c44e52"), ("ckptfs", "#4c72b0")):
+        med = [S["%s_%d_MBps" % (who, n)]["median"] for n in writers]
+        lo = [m - S["%s_%d_MBps" % (who, n)]["min"] for m, n in zip(med, writers)]
+        hi = [S["%s_%d_MBps" % (who, n)]["max"] - m for m, n in zip(med, writers)]
+        ax.errorbar(writers, med, yerr=[lo, hi], marker="o", capsize=4, color=color,
+                    label="plain directory" if who == "plain" else "ckptfs")
+    dd = b.results["summary"].get("big", {}).get("dd_write_MBps")
+    if dd:
+        ax.axhline(dd["median"], color="gray", linestyle=":",
+                   label="disk limit, dd O_DIRECT write (%.0f MB/s)" % dd["median"])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(writers)
+    ax.set_xticklabels([str(n) for n in writers])
+    ax.set_xlabel("concurrent writers (separate files)")
+    ax.set_ylabel("aggregate write + fsync, MB/s (median, min-max)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("ckptfs writer scaling: %s in all" % human_size(b.results["scaling"]["bytes"]),
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
 
 
 def plot_sweep(b, path):
@@ -1091,6 +1337,8 @@ def write_report(b, out):
         json.dump(b.results, f, indent=1)
     if plot_sweep(b, os.path.join(out, "coalescing.png")):
         log("wrote %s" % os.path.join(out, "coalescing.png"))
+    if plot_scaling(b, os.path.join(out, "scaling.png")):
+        log("wrote %s" % os.path.join(out, "scaling.png"))
     return md
 
 
@@ -1105,7 +1353,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
-                    help="small sizes (512 MiB big file, 1,000 dirs); under 3 minutes")
+                    help="small sizes (512 MiB big file, 1,000 dirs, 128 MiB state dict, "
+                         "500 zarr arrays, 256 MiB scaling writes); under 3 minutes")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     ap.add_argument("--big-size", help="big file size, e.g. 4G (default 4G; 512M with --quick)")
     ap.add_argument("--dirs", type=int,
@@ -1113,8 +1362,8 @@ def main():
     ap.add_argument("--sweep", default=DEFAULT_SWEEP,
                     help="coalescing settings GAP/MAX, comma-separated; 'off' = coalesce_gap=0 "
                          "(default %s)" % DEFAULT_SWEEP)
-    ap.add_argument("--workloads", default="big,layout,sweep,disk",
-                    help="subset of big,layout,sweep,disk (default all)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="subset of %s (default all)" % ",".join(WORKLOADS))
     ap.add_argument("--mount-opts", default="",
                     help="extra -o options for every ckptfs mount, e.g. threads=4")
     ap.add_argument("--ckptfs", default=DEFAULT_CKPTFS, help="the ckptfs binary (default %(default)s)")
@@ -1142,7 +1391,7 @@ def main():
 
     if args.report_only:
         return report_only(args.report_only)
-    unknown = set(args.workloads.split(",")) - {"big", "layout", "sweep", "disk"}
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         ap.error("unknown workloads: %s" % ",".join(sorted(unknown)))
     if args.reps < 1:
@@ -1206,7 +1455,8 @@ def main():
                 force_unmount(b.path("mnt"))
             if not args.keep and not mounted_at(b.path("mnt")):
                 for name in ("store-big", "plain-big", "store-layout", "plain-layout",
-                             "store-probe", "dd.bin"):
+                             "store-probe", "dd.bin", "store-fw", "plain-fw",
+                             "store-scaling", "plain-scaling"):
                     p = b.path(name)
                     if os.path.isdir(p):
                         shutil.rmtree(p, ignore_errors=True)

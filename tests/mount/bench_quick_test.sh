@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench/mount_bench.py --quick end to end: every workload runs against a real
+# mount and a plain directory, and the outputs exist and parse: results.json
+# (complete, a summary for every workload), results.md (a section per
+# workload), coalescing.png and scaling.png (PNG images that load), and
+# --report-only rebuilds the same results.md from the JSON.
+set -euo pipefail
+source "$(dirname "$0")/ckptfs_mount_lib.sh"
+
+[[ -e /dev/fuse ]] || { echo "SKIP: no /dev/fuse"; exit 77; }
+command -v fusermount3 >/dev/null || { echo "SKIP: no fusermount3"; exit 77; }
+[[ $(id -u) == 0 ]] || { echo "SKIP: the benchmark needs root (drop_caches)"; exit 77; }
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(ckptfs_test_tmpdir)
+work=$tmp/work
+out=$tmp/out
+# The benchmark unmounts in its own finally; this is for a benchmark killed
+# by a timeout.
+trap 'ckptfs_test_status=$?; fusermount3 -uz "$work/mnt" 2>/dev/null || true
+      ckptfs_test_cleanup; exit $ckptfs_test_status' EXIT
+
+start=$SECONDS
+/usr/bin/python3 "$repo/bench/mount_bench.py" --quick --ckptfs "$CKPTFS_BIN" \
+  --work "$work" --out "$out" >"$tmp/bench.log" 2>&1 || {
+  tail -40 "$tmp/bench.log"
+  ckptfs_fail "mount_bench.py --quick failed"
+}
+echo "mount_bench.py --quick took $((SECONDS - start)) s"
+if grep -q " $work/mnt " /proc/mounts; then ckptfs_fail "the benchmark left a mount behind"; fi
+
+/usr/bin/python3 - "$out" <<'PY'
+import json, os, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.image
+
+out = sys.argv[1]
+r = json.load(open(os.path.join(out, "results.json")))
+assert r["env"]["completed"] is True, "results.json: run not completed"
+assert r["env"]["quick"] is True
+S = r["summary"]
+def positive(d, key):
+    v = d[key]
+    assert v and v["median"] > 0 and v["n"] == r["env"]["reps"], (key, v)
+for who in ("ckptfs", "plain"):
+    for phase in ("write", "cold_read", "warm_read"):
+        positive(S["big"], "%s_%s_MBps" % (who, phase))
+    positive(S["layout"], who + "_restore_files_per_s")
+    for phase in ("torch-save", "torch-load", "zarr-write", "zarr-read"):
+        positive(S["frameworks"], "%s_%s_MBps" % (who, phase))
+    for n in r["scaling"]["writers"]:
+        positive(S["scaling"], "%s_%d_MBps" % (who, n))
+positive(S["big"], "dd_write_MBps")
+positive(S["big"], "write_peak_rss_MiB")
+assert S["layout"]["plain_backing_files"]["median"] == r["layout"]["dirs"] * 5
+assert 0 < S["layout"]["ckptfs_backing_files"]["median"] <= 32, S["layout"]["ckptfs_backing_files"]
+for label in [s["label"] for s in r["sweep"]["settings"]] + ["plain"]:
+    positive(S["sweep"][label], "restore_s")
+
+md = open(os.path.join(out, "results.md")).read()
+for n, title in ((1, "Big file"), (2, "Per-parameter layout"), (3, "Real frameworks"),
+                 (4, "Coalescing sweep"), (5, "Scaling"), (6, "Disk limit"),
+                 (7, "Daemon resources")):
+    assert ("## %d. %s" % (n, title)) in md, "results.md lacks section %d" % n
+assert "n/a" not in md.split("## 1.")[1].split("## 2.")[0], "big-file table has gaps"
+
+for png in ("coalescing.png", "scaling.png"):
+    path = os.path.join(out, png)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", png + " is not a PNG"
+    img = matplotlib.image.imread(path)
+    assert img.shape[0] > 100 and img.shape[1] > 100, (png, img.shape)
+print("outputs parse:", ", ".join(sorted(os.listdir(out))))
+PY
+
+cp "$out/results.md" "$tmp/first.md"
+/usr/bin/python3 "$repo/bench/mount_bench.py" --report-only "$out" >/dev/null
+cmp "$tmp/first.md" "$out/results.md" || ckptfs_fail "--report-only wrote a different results.md"
+echo "PASS"
