@@ -169,6 +169,10 @@ struct StoreOptions {
   // Bandwidth limit of background compaction, in bytes copied per second;
   // 0 = unlimited. Default: 64 MiB/s. Fixed while open.
   uint64_t background_compact_bytes_per_sec = 64ull << 20;
+  // Delete sealed segment files that hold nothing live any more (their files
+  // were all deleted or overwritten) from the same background thread, within
+  // a few seconds; no data is copied. Default: false. Fixed while open.
+  bool free_empty_segments = false;
 };
 
 // ---- fsck (engine/fsck*.cc) ----

@@ -380,7 +380,8 @@ Status StoreImpl::CompactFromConfig(std::string_view value) {
 std::string StoreImpl::CompactionConfig() {
   std::ostringstream o;
   o << "background_compact_dead_bytes=" << options_.background_compact_dead_bytes << "\n"
-    << "background_compact_bytes_per_sec=" << options_.background_compact_bytes_per_sec << "\n";
+    << "background_compact_bytes_per_sec=" << options_.background_compact_bytes_per_sec << "\n"
+    << "free_empty_segments=" << (options_.free_empty_segments ? 1 : 0) << "\n";
   std::lock_guard<std::mutex> l(compaction_->last_mu);
   if (!compaction_->last) return o.str();
   const CompactReport& r = *compaction_->last;
@@ -399,7 +400,8 @@ std::string StoreImpl::CompactionConfig() {
 }
 
 void StoreImpl::StartBackgroundCompaction() {
-  if (options_.read_only || options_.background_compact_dead_bytes == 0) return;
+  if (options_.read_only) return;
+  if (options_.background_compact_dead_bytes == 0 && !options_.free_empty_segments) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
     for (;;) {
@@ -409,13 +411,26 @@ void StoreImpl::StartBackgroundCompaction() {
         if (cs.thread_stop) return;
       }
       uint64_t dead = 0;
+      bool empty = false;  // a sealed segment Compact may delete without copying
       const uint64_t active = segments_->active_id();
+      const uint64_t newest = segments_->max_id();
       for (const SegmentInfo& seg : ListSegments()) {
-        if (seg.id != active) dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+        if (seg.id == active) continue;
+        dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+        if (seg.live_bytes <= 0 && seg.id < newest && (active == 0 || seg.id < active)) {
+          empty = true;
+        }
       }
-      if (dead < options_.background_compact_dead_bytes) continue;
       CompactOptions o;
       o.bytes_per_sec = options_.background_compact_bytes_per_sec;
+      if (options_.background_compact_dead_bytes != 0 &&
+          dead >= options_.background_compact_dead_bytes) {
+        // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
+      } else if (options_.free_empty_segments && empty) {
+        o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
+      } else {
+        continue;
+      }
       Result<CompactReport> r = Compact(o);
       if (!r.ok() && r.status().code() != ECANCELED) {
         std::fprintf(stderr, "ckptfs: background compaction of %s: %s\n", dir_.c_str(),

@@ -84,6 +84,7 @@ nlohmann::ordered_json OptionsJson(const MountOptions& o) {
       {"allow_other", o.allow_other},
       {"ro", o.read_only},
       {"writeback_cache", o.writeback_cache},
+      {"free_empty", o.store.free_empty_segments},
   };
 }
 

@@ -13,6 +13,14 @@
 
 namespace ckptfs::fs {
 
+// StoreOptions' defaults, except that a mount frees segment files whose data
+// was all deleted (free_empty_segments; mount option "free_empty").
+inline engine::StoreOptions MountStoreDefaults() {
+  engine::StoreOptions o;
+  o.free_empty_segments = true;
+  return o;
+}
+
 struct MountOptions {
   // Absolute paths (ResolvePaths() makes them so).
   std::string store_dir;
@@ -21,9 +29,11 @@ struct MountOptions {
   // Engine settings: coalesce_gap, coalesce_max, cache_size, compression,
   // segment_size, inline_max, min_free, compact_dead (background compaction
   // starts once this many dead bytes pile up; 0 = off) and compact_rate (its
-  // bandwidth limit in bytes per second). Defaults are StoreOptions' defaults.
-  // read_only and holder are filled in by ServeMount().
-  engine::StoreOptions store;
+  // bandwidth limit in bytes per second), free_empty (delete segment files
+  // with nothing live left, within seconds; default on). The others default
+  // to StoreOptions' defaults. read_only and holder are filled in by
+  // ServeMount().
+  engine::StoreOptions store = MountStoreDefaults();
 
   // Most worker threads of the FUSE session loop ("threads"). Default: 16.
   unsigned threads = 16;

@@ -124,6 +124,7 @@ Status ParseMountOption(std::string_view option, MountOptions* o) {
   if (key == "min_free") return size(&o->store.min_free_bytes);
   if (key == "readahead") return size(&o->readahead);
   if (key == "compact_dead") return size(&o->store.background_compact_dead_bytes);
+  if (key == "free_empty") return flag(&o->store.free_empty_segments);
   if (key == "compact_rate") {
     CKPTFS_RETURN_IF_ERROR(size(&o->store.background_compact_bytes_per_sec));
     if (o->store.background_compact_bytes_per_sec == 0) {

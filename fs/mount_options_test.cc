@@ -46,6 +46,9 @@ TEST(ParseMountOptionsTest, SetsEveryOption) {
   EXPECT_EQ(o.readahead, 4u << 20);
   EXPECT_EQ(o.store.background_compact_dead_bytes, 1ull << 30);
   EXPECT_EQ(o.store.background_compact_bytes_per_sec, 8u << 20);
+  EXPECT_TRUE(MountOptions().store.free_empty_segments);  // on for mounts
+  ASSERT_TRUE(ParseMountOptions("free_empty=0", &o).ok());
+  EXPECT_FALSE(o.store.free_empty_segments);
   EXPECT_EQ(ParseMountOptions("compact_rate=0", &o).code(), EINVAL);
   ASSERT_TRUE(ParseMountOptions("rw,allow_other=0,,", &o).ok());
   EXPECT_FALSE(o.read_only);

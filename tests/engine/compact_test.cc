@@ -565,6 +565,36 @@ TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
 }
 
+TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
+  StoreOptions o = Options(1 * kMiB, 128 * kKiB);
+  o.free_empty_segments = true;  // and no dead-bytes trigger: nothing is copied
+  ASSERT_NO_FATAL_FAILURE(Open(o));
+  EXPECT_NE(store_->GetConfig().find("free_empty_segments=1\n"), std::string::npos);
+  Files files;
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
+  const size_t segments_before = store_->ListSegments().size();
+  const uint64_t before = SegmentFileBytes(dir_.store());
+  ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
+  bool freed = false;
+  for (int i = 0; i < 100 && !freed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    freed = SegmentFileBytes(dir_.store()) < before - 3 * kMiB;
+  }
+  EXPECT_TRUE(freed) << "segments of the deleted step still there after 10 s";
+  EXPECT_LT(store_->ListSegments().size(), segments_before);
+  const std::string cfg = store_->GetConfig();
+  EXPECT_NE(cfg.find("last_compaction.bytes_copied=0\n"), std::string::npos) << cfg;
+  for (const SegmentInfo& seg : store_->ListSegments()) {
+    EXPECT_TRUE(seg.live_bytes > 0 || seg.id >= store_->ListSegments().back().id)
+        << "segment " << seg.id << " holds nothing live but was kept";
+  }
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
+}
+
 TEST_F(CompactDetailTest, OfflineCompactionAndAStoreInUse) {
   ASSERT_NO_FATAL_FAILURE(Open(Options(1 * kMiB, 128 * kKiB)));
   Files files;
