@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,9 +144,23 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
     r.offset = seg->end.fetch_add(size);
     r.segment_id = seg->id;
   }
-  CKPTFS_RETURN_IF_ERROR(PwriteAll(seg->fd, header.data(), header.size(), r.offset, Path(seg->id)));
-  CKPTFS_RETURN_IF_ERROR(
-      PwriteAll(seg->fd, payload.data(), payload.size(), r.offset + header.size(), Path(seg->id)));
+  // One call for header and payload; a short write finishes piece by piece.
+  iovec iov[2] = {{const_cast<char*>(header.data()), header.size()},
+                  {const_cast<char*>(payload.data()), payload.size()}};
+  ssize_t w;
+  do {
+    w = ::pwritev(seg->fd, iov, 2, static_cast<off_t>(r.offset));
+  } while (w < 0 && errno == EINTR);
+  if (w < 0) return Status::IOError(errno, "write " + Path(seg->id));
+  const size_t done = static_cast<size_t>(w);
+  if (done < header.size()) {
+    CKPTFS_RETURN_IF_ERROR(PwriteAll(seg->fd, header.data() + done, header.size() - done,
+                                     r.offset + done, Path(seg->id)));
+  }
+  const size_t payload_done = done > header.size() ? done - header.size() : 0;
+  CKPTFS_RETURN_IF_ERROR(PwriteAll(seg->fd, payload.data() + payload_done,
+                                   payload.size() - payload_done,
+                                   r.offset + header.size() + payload_done, Path(seg->id)));
   seg->dirty = true;
   return r;
 }
