@@ -552,69 +552,45 @@ def layout_create(b, root):
                 f.write(chunk_bytes(b, i * len(CHUNK_NAMES) + c))
 
 
-def layout_restore(b, root):
-    """Reads every array the way zarr does: list the dir, read .zarray, then the chunks
-    its metadata names. Returns (files, bytes)."""
-    files = 0
-    nbytes = 0
-    names = sorted(os.listdir(root))
-    if len(names) != b.dirs:
-        raise BenchError("%s holds %d entries, expected %d" % (root, len(names), b.dirs))
-    for name in names:
-        i = int(name.split("_")[1].split(".")[0])
-        d = os.path.join(root, name)
-        with open(os.path.join(d, ".zarray"), "rb") as f:
-            raw = f.read()
-        meta = json.loads(raw)
-        files += 1
-        nbytes += len(raw)
-        grid = [range(math.ceil(s / c)) for s, c in zip(meta["shape"], meta["chunks"])]
-        for c, idx in enumerate(itertools.product(*grid)):
-            with open(os.path.join(d, ".".join(map(str, idx))), "rb") as f:
-                data = f.read()
-            k = i * len(CHUNK_NAMES) + c
-            if len(data) != CHUNK_BYTES or struct.unpack_from("<Q", data, 0)[0] != k:
-                raise BenchError("%s chunk %d has wrong contents" % (d, c))
-            if k % VERIFY_EVERY == 0 and data != chunk_bytes(b, k):
-                raise BenchError("%s chunk %d differs from what was written" % (d, c))
-            files += 1
-            nbytes += len(data)
-    return files, nbytes
-
-
 RESTORE_THREADS = 16
 
 
-def layout_restore_parallel(b, root, threads=RESTORE_THREADS):
-    """layout_restore with `threads` threads, one array at a time each, the way
-    tensorstore/orbax and zarr with a thread pool restore. Returns (files, bytes)."""
-    import concurrent.futures
+def restore_array(b, root, name):
+    """Reads one array the way zarr does: its .zarray, parsed, then the chunks its
+    metadata names; checks them. Returns (files, bytes)."""
+    i = int(name.split("_")[1].split(".")[0])
+    d = os.path.join(root, name)
+    with open(os.path.join(d, ".zarray"), "rb") as f:
+        raw = f.read()
+    meta = json.loads(raw)
+    files, nbytes = 1, len(raw)
+    grid = [range(math.ceil(s / c)) for s, c in zip(meta["shape"], meta["chunks"])]
+    for c, idx in enumerate(itertools.product(*grid)):
+        with open(os.path.join(d, ".".join(map(str, idx))), "rb") as f:
+            data = f.read()
+        k = i * len(CHUNK_NAMES) + c
+        if len(data) != CHUNK_BYTES or struct.unpack_from("<Q", data, 0)[0] != k:
+            raise BenchError("%s chunk %d has wrong contents" % (d, c))
+        if k % VERIFY_EVERY == 0 and data != chunk_bytes(b, k):
+            raise BenchError("%s chunk %d differs from what was written" % (d, c))
+        files += 1
+        nbytes += len(data)
+    return files, nbytes
+
+
+def layout_restore(b, root, threads=1):
+    """Lists the checkpoint dir and restores every array, with one thread or with
+    `threads` threads taking one array at a time (as tensorstore/orbax and zarr
+    with a thread pool do). Returns (files, bytes)."""
     names = sorted(os.listdir(root))
     if len(names) != b.dirs:
         raise BenchError("%s holds %d entries, expected %d" % (root, len(names), b.dirs))
-
-    def one(name):
-        i = int(name.split("_")[1].split(".")[0])
-        d = os.path.join(root, name)
-        with open(os.path.join(d, ".zarray"), "rb") as f:
-            raw = f.read()
-        meta = json.loads(raw)
-        files, nbytes = 1, len(raw)
-        grid = [range(math.ceil(s / c)) for s, c in zip(meta["shape"], meta["chunks"])]
-        for c, idx in enumerate(itertools.product(*grid)):
-            with open(os.path.join(d, ".".join(map(str, idx))), "rb") as f:
-                data = f.read()
-            k = i * len(CHUNK_NAMES) + c
-            if len(data) != CHUNK_BYTES or struct.unpack_from("<Q", data, 0)[0] != k:
-                raise BenchError("%s chunk %d has wrong contents" % (d, c))
-            if k % VERIFY_EVERY == 0 and data != chunk_bytes(b, k):
-                raise BenchError("%s chunk %d differs from what was written" % (d, c))
-            files += 1
-            nbytes += len(data)
-        return files, nbytes
-
-    with concurrent.futures.ThreadPoolExecutor(threads) as ex:
-        done = list(ex.map(one, names))
+    if threads == 1:
+        done = [restore_array(b, root, name) for name in names]
+    else:
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+            done = list(ex.map(lambda name: restore_array(b, root, name), names))
     return sum(f for f, _ in done), sum(n for _, n in done)
 
 
@@ -646,7 +622,7 @@ def run_layout_ckptfs(b, rep, keep):
     drop_caches()
     b.fs.mount(store, mnt)
     with Meter(b.fs.pid) as m:
-        files_p, _ = layout_restore_parallel(b, root)
+        files_p, _ = layout_restore(b, root, RESTORE_THREADS)
     out["restore_parallel"] = m.as_dict()
     if files_p != files:
         raise BenchError("parallel restore read %d files, expected %d" % (files_p, files))
@@ -676,7 +652,7 @@ def run_layout_plain(b, rep, keep):
     out["files"], out["bytes"] = files, nbytes
     drop_caches()
     with Meter() as m:
-        layout_restore_parallel(b, root)
+        layout_restore(b, root, RESTORE_THREADS)
     out["restore_parallel"] = m.as_dict()
     out["store_files"] = count_files(d)
     out["store_allocated_bytes"] = allocated_bytes(d)
