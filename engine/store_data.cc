@@ -55,6 +55,26 @@ Status StoreImpl::CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vec
   return FromRocks(it->status(), "read extents");
 }
 
+Result<bool> StoreImpl::ExtentCovering(Ino ino, uint64_t start, uint64_t end,
+                                       std::vector<Extent>* out) {
+  if (closed_) return Status(EIO, "store is closed");
+  std::string value;
+  rocksdb::Status rs =
+      db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, start), &value);
+  if (rs.IsNotFound()) return false;
+  if (!rs.ok()) return FromRocks(rs, "read extent");
+  Extent e;
+  e.offset = start;
+  Status s = format::DecodeExtent(value, &e.value);
+  if (!s.ok()) {
+    return Status(s.code(), "inode " + std::to_string(ino) + " extent at " +
+                                std::to_string(start) + ": " + s.message());
+  }
+  if (start + e.value.length < end) return false;
+  out->push_back(std::move(e));
+  return true;
+}
+
 Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
                               StatDeltas* deltas) {
   std::vector<Extent> ex;
@@ -311,7 +331,8 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   const uint64_t end = offset + len;
 
   std::vector<Extent> ex;
-  CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, end, &ex));
+  CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
+  if (!covered) CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, end, &ex));
   std::vector<std::pair<RecordRef, const format::ExtentValue*>> want;
   for (const Extent& e : ex) {
     if (e.value.is_inline) continue;

@@ -150,6 +150,11 @@ class StoreImpl final : public Store {
   // ---- store_data.cc ----
   // Extents of `ino` overlapping [start, end), in offset order.
   Status CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
+  // CollectExtents for the common reads, with one point lookup instead of an
+  // iterator: when an extent starts at `start` and reaches `end`, it is the
+  // only one in [start, end) (extents never overlap); then it is appended and
+  // the result is true. Otherwise false and `out` is unchanged.
+  Result<bool> ExtentCovering(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
   // Removes [start, end) from the file's extents. REQUIRES: s->mu is held.
   Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
                      StatDeltas* deltas);
