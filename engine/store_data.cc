@@ -243,6 +243,19 @@ Status StoreImpl::FetchRecords(
 
   CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
+    // Waits for a read of overlapping bytes by another thread; its records
+    // are then in the cache, unless evicted since.
+    InflightReads::Claim claim(&inflight_, br.segment_id, br.offset, br.length);
+    bool all_cached = true;
+    for (const RecordRef& r : br.records) {
+      RecordData d = cache_->Lookup(r.segment_id, r.offset);
+      if (d == nullptr) {
+        all_cached = false;
+        break;
+      }
+      (*out)[{r.segment_id, r.offset}] = std::move(d);
+    }
+    if (all_cached) continue;
     if (br.length >= kSequentialReadBytes) {
       // A large read is most likely one of a sequential series: have the
       // kernel fetch what follows while this one is served.

@@ -28,6 +28,7 @@
 #include "engine/format.h"
 #include "engine/group_commit.h"
 #include "engine/inode_table.h"
+#include "engine/inflight_reads.h"
 #include "engine/read_plan.h"
 #include "engine/record_cache.h"
 #include "engine/segment_set.h"
@@ -193,6 +194,7 @@ class StoreImpl final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
+  InflightReads inflight_;  // one backing read at a time per byte range
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};

@@ -278,6 +278,52 @@ TEST_F(ConcurrencyTest, ConcurrentFsyncsShareDeviceSyncs) {
   }
 }
 
+// Threads that miss the record cache on the same bytes at once share one
+// backing read; threads reading neighbouring files all get their own bytes.
+TEST_F(ConcurrencyTest, ConcurrentMissesOfOneRecordShareABackingRead) {
+  constexpr int kThreads = 16;
+  std::vector<Ino> inos;
+  std::vector<std::string> want;
+  for (int f = 0; f < kThreads; ++f) {
+    ASSERT_OK_AND_ASSIGN(Attr a, s()->Create(kRootIno, "n" + std::to_string(f),
+                                             S_IFREG | 0644, 0, 0));
+    want.push_back(PatternData(500 + f, 0, 16 * kKiB));
+    ASSERT_OK(WriteAll(s(), a.ino, 0, want.back()));
+    inos.push_back(a.ino);
+  }
+  // Rounds 0..kSame-1: every thread reads file 0. Round kSame: each its own.
+  constexpr int kSame = 20;
+  for (int round = 0; round <= kSame; ++round) {
+    const bool same = round < kSame;
+    s()->DropCache();
+    const EngineStats before = s()->GetStats();
+    std::atomic<int> ready{0};
+    std::vector<std::string> got(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        const Ino ino = inos[same ? 0 : t];
+        auto r = ReadAll(s(), ino);
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        if (r.ok()) got[t] = *r;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_TRUE(got[t] == want[same ? 0 : t]) << "round " << round << " thread " << t;
+    }
+    const uint64_t reads = s()->GetStats().backing_reads - before.backing_reads;
+    if (same) {
+      EXPECT_EQ(reads, 1u) << "round " << round << ": 16 concurrent misses of one record";
+    } else {
+      EXPECT_GE(reads, 1u);
+      EXPECT_LE(reads, static_cast<uint64_t>(kThreads));
+    }
+  }
+}
+
 TEST_F(ConcurrencyTest, CreatesOfOneNameHaveOneWinner) {
   constexpr int kThreads = 8;
   constexpr int kNames = 300;

@@ -1,0 +1,66 @@
+// InflightReads: at most one backing read at a time over any byte range of a
+// segment. Threads that need overlapping ranges at once (neighbouring small
+// files read by a thread pool, each planning the same coalesced read) wait for
+// the first read and then find its records in the record cache, instead of
+// reading the same bytes again.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace ckptfs::engine {
+
+class InflightReads {
+ public:
+  // Registers a read of [offset, offset + length) of `segment` for the scope
+  // of the object, after waiting until no overlapping read is registered.
+  // Holders must not create a second Claim in the same thread.
+  class Claim {
+   public:
+    Claim(InflightReads* set, uint64_t segment, uint64_t offset, uint64_t length)
+        : set_(set), range_{segment, offset, offset + length} {
+      std::unique_lock<std::mutex> l(set_->mu_);
+      set_->cv_.wait(l, [&] { return !set_->OverlapsLocked(range_); });
+      set_->ranges_.push_back(range_);
+    }
+    ~Claim() {
+      {
+        std::lock_guard<std::mutex> l(set_->mu_);
+        for (size_t i = 0; i < set_->ranges_.size(); ++i) {
+          if (set_->ranges_[i] == range_) {
+            set_->ranges_[i] = set_->ranges_.back();
+            set_->ranges_.pop_back();
+            break;
+          }
+        }
+      }
+      set_->cv_.notify_all();
+    }
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+
+   private:
+    InflightReads* set_;
+    struct Range {
+      uint64_t segment, begin, end;
+      bool operator==(const Range&) const = default;
+    } range_;
+    friend class InflightReads;
+  };
+
+ private:
+  using Range = Claim::Range;
+  bool OverlapsLocked(const Range& r) const {
+    for (const Range& o : ranges_) {
+      if (o.segment == r.segment && o.begin < r.end && r.begin < o.end) return true;
+    }
+    return false;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Range> ranges_;  // GUARDED_BY(mu_); at most one per reading thread
+};
+
+}  // namespace ckptfs::engine
