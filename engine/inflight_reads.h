@@ -1,8 +1,9 @@
-// InflightReads: at most one backing read at a time over any byte range of a
-// segment. Threads that need overlapping ranges at once (neighbouring small
-// files read by a thread pool, each planning the same coalesced read) wait for
-// the first read and then find its records in the record cache, instead of
-// reading the same bytes again.
+// InflightReads: at most one claimed backing read at a time over any byte
+// range of a segment. FetchRecords claims the reads that coalescing stretched
+// past the records they need: threads reading neighbouring small files at once
+// (a thread pool restoring a checkpoint) plan overlapping stretched reads; the
+// later ones wait for the first and then find its records in the record
+// cache, instead of reading the same bytes again.
 #pragma once
 
 #include <condition_variable>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "engine/store_impl.h"
 
@@ -243,19 +244,24 @@ Status StoreImpl::FetchRecords(
 
   CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
-    // Waits for a read of overlapping bytes by another thread; its records
-    // are then in the cache, unless evicted since.
-    InflightReads::Claim claim(&inflight_, br.segment_id, br.offset, br.length);
-    bool all_cached = true;
-    for (const RecordRef& r : br.records) {
-      RecordData d = cache_->Lookup(r.segment_id, r.offset);
-      if (d == nullptr) {
-        all_cached = false;
-        break;
+    // A read that coalescing stretched past the records it needs may overlap
+    // another thread's stretched read: wait for that one, whose records are
+    // then in the cache (unless evicted since). Reads of exactly what they
+    // need (large sequential reads) go ahead at once.
+    std::optional<InflightReads::Claim> claim;
+    if (br.length > br.required) {
+      claim.emplace(&inflight_, br.segment_id, br.offset, br.length);
+      bool all_cached = true;
+      for (const RecordRef& r : br.records) {
+        RecordData d = cache_->Lookup(r.segment_id, r.offset);
+        if (d == nullptr) {
+          all_cached = false;
+          break;
+        }
+        (*out)[{r.segment_id, r.offset}] = std::move(d);
       }
-      (*out)[{r.segment_id, r.offset}] = std::move(d);
+      if (all_cached) continue;
     }
-    if (all_cached) continue;
     if (br.length >= kSequentialReadBytes) {
       // A large read is most likely one of a sequential series: have the
       // kernel fetch what follows while this one is served.

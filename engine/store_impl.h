@@ -194,7 +194,7 @@ class StoreImpl final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
-  InflightReads inflight_;  // one backing read at a time per byte range
+  InflightReads inflight_;  // coalesced reads in progress, by byte range
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};
