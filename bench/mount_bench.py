@@ -728,38 +728,49 @@ def framework_phase(phase, d, n):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def fresh_target(b, who, name):
+    """An empty place to write to: a fresh store mounted at WORK/mnt for "ckptfs"
+    (the store is WORK/store-NAME), else the plain directory WORK/plain-NAME."""
+    if who == "ckptfs":
+        store = b.path("store-" + name)
+        wipe(store)
+        b.fs.mount(store, b.path("mnt"))
+        return b.path("mnt")
+    d = b.path("plain-" + name)
+    wipe(d)
+    os.makedirs(d)
+    return d
+
+
+def remove_target(b, who, name):
+    """Undoes fresh_target: unmounts and deletes the store, or the plain directory."""
+    if who == "ckptfs":
+        b.fs.umount()
+        wipe(b.path("store-" + name))
+    else:
+        wipe(b.path("plain-" + name))
+
+
 def run_frameworks(b, rep, who):
     """torch.save + torch.load, then zarr write + read; reads cold (caches dropped,
     ckptfs remounted)."""
     out = {"rep": rep}
     for write, read, n in (("torch-save", "torch-load", b.torch_mib),
                            ("zarr-write", "zarr-read", b.zarr_arrays)):
-        if who == "ckptfs":
-            store, mnt = b.path("store-fw"), b.path("mnt")
-            wipe(store)
-            b.fs.mount(store, mnt)
-            d = mnt
-        else:
-            d = b.path("plain-fw")
-            wipe(d)
-            os.makedirs(d)
+        d = fresh_target(b, who, "fw")
         with Meter(b.fs.pid if who == "ckptfs" else None) as m:
             res = framework_phase(write, d, n)
         out[write] = dict(m.as_dict(), **res)
         if who == "ckptfs":
             b.fs.umount()
             drop_caches()
-            b.fs.mount(store, mnt)
+            b.fs.mount(b.path("store-fw"), d)
         else:
             drop_caches()
         with Meter(b.fs.pid if who == "ckptfs" else None) as m:
             res = framework_phase(read, d, n)
         out[read] = dict(m.as_dict(), **res)
-        if who == "ckptfs":
-            b.fs.umount()
-            wipe(store)
-        else:
-            wipe(d)
+        remove_target(b, who, "fw")
     return out
 
 
@@ -804,15 +815,7 @@ def scaling_write(d, writers, total, base):
 
 def run_scaling(b, rep, who):
     out = {"rep": rep, "runs": []}
-    if who == "ckptfs":
-        store, mnt = b.path("store-scaling"), b.path("mnt")
-        wipe(store)
-        b.fs.mount(store, mnt)
-        d = mnt
-    else:
-        d = b.path("plain-scaling")
-        wipe(d)
-        os.makedirs(d)
+    d = fresh_target(b, who, "scaling")
     try:
         for n in SCALING_WRITERS:
             with Meter(b.fs.pid if who == "ckptfs" else None) as m:
@@ -821,11 +824,7 @@ def run_scaling(b, rep, who):
             r.update({"writers": n, "seconds": seconds, "bytes": nbytes})
             out["runs"].append(r)
     finally:
-        if who == "ckptfs":
-            b.fs.umount()
-            wipe(store)
-        else:
-            wipe(d)
+        remove_target(b, who, "scaling")
     return out
 
 
@@ -1244,13 +1243,19 @@ def render_scaling(b):
     return L
 
 
+def pyplot():
+    """matplotlib.pyplot without a display (Debian's python3-matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def plot_scaling(b, path):
     S = b.results["summary"].get("scaling")
     if not S:
         return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     writers = b.results["scaling"]["writers"]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for who, color in (("plain", "#c44e52"), ("ckptfs", "#4c72b0")):
@@ -1282,9 +1287,7 @@ def plot_sweep(b, path):
     S = b.results["summary"].get("sweep")
     if not S:
         return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     settings = [s["label"] for s in b.results["sweep"]["settings"]]
     med = [S[l]["restore_s"]["median"] for l in settings]
     lo = [S[l]["restore_s"]["median"] - S[l]["restore_s"]["min"] for l in settings]
