@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "engine/index_db.h"
+#include "engine/size.h"
 
 namespace ckptfs::engine {
 
@@ -44,27 +45,6 @@ int DirState(const std::string& path, Status* err) {
   }
   ::closedir(d);
   return state;
-}
-
-bool ParseSize(std::string_view v, uint64_t* out) {
-  if (v.empty()) return false;
-  uint64_t n = 0;
-  size_t i = 0;
-  for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i) {
-    if (n > (UINT64_MAX - 9) / 10) return false;
-    n = n * 10 + static_cast<uint64_t>(v[i] - '0');
-  }
-  if (i == 0) return false;
-  std::string_view suffix = v.substr(i);
-  int shift = 0;
-  if (suffix == "" ) shift = 0;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
-  else return false;
-  if (shift > 0 && n > (UINT64_MAX >> shift)) return false;
-  *out = n << shift;
-  return true;
 }
 
 }  // namespace
@@ -444,10 +424,11 @@ std::string StoreImpl::GetConfig() {
 Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
   if (closed_) return Status(EIO, "store is closed");
   if (key == "compact") return CompactFromConfig(value);
-  uint64_t v = 0;
-  if (!ParseSize(value, &v)) {
+  Result<uint64_t> size = ParseSize(value);
+  if (!size.ok()) {
     return Status(EINVAL, "malformed value \"" + std::string(value) + "\" for " + std::string(key));
   }
+  const uint64_t v = *size;
   if (key == "coalesce_gap") {
     coalesce_gap_ = v;
   } else if (key == "coalesce_max") {

@@ -63,8 +63,6 @@ struct MountOptions {
 engine::Status ParseMountOption(std::string_view option, MountOptions* options);
 // Parses a comma-separated list of options, as given to -o.
 engine::Status ParseMountOptions(std::string_view list, MountOptions* options);
-// "64M" -> 67108864. EINVAL when malformed.
-engine::Result<uint64_t> ParseSize(std::string_view text);
 
 // Makes store_dir and mountpoint absolute. EINVAL when either is empty.
 engine::Status ResolvePaths(MountOptions* options);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 
+#include "engine/size.h"
 #include "fs/mount.h"
 
 namespace ckptfs::fs {
@@ -56,42 +57,6 @@ Result<bool> ParseFlag(std::string_view text, bool has_value) {
 
 }  // namespace
 
-Result<uint64_t> ParseSize(std::string_view text) {
-  if (text.empty()) return Status::Errno(EINVAL, "empty size");
-  uint64_t mult = 1;
-  char last = text.back();
-  if (last == 'B' || last == 'b') {
-    text.remove_suffix(1);
-    if (text.empty()) return Status::Errno(EINVAL, "empty size");
-    last = text.back();
-  }
-  switch (last) {
-    case 'k':
-    case 'K':
-      mult = 1ull << 10;
-      break;
-    case 'm':
-    case 'M':
-      mult = 1ull << 20;
-      break;
-    case 'g':
-    case 'G':
-      mult = 1ull << 30;
-      break;
-    case 't':
-    case 'T':
-      mult = 1ull << 40;
-      break;
-    default:
-      break;
-  }
-  if (mult != 1) text.remove_suffix(1);
-  auto v = ParseUnsigned(text);
-  if (!v.ok()) return Status::Errno(EINVAL, "malformed size");
-  if (*v > std::numeric_limits<uint64_t>::max() / mult) return Status::Errno(EINVAL, "too large");
-  return *v * mult;
-}
-
 Status ParseMountOption(std::string_view option, MountOptions* o) {
   const size_t eq = option.find('=');
   const bool has_value = eq != std::string_view::npos;
@@ -100,7 +65,7 @@ Status ParseMountOption(std::string_view option, MountOptions* o) {
   if (key.empty()) return Status::Errno(EINVAL, "empty mount option");
 
   auto size = [&](uint64_t* out) -> Status {
-    auto v = ParseSize(value);
+    auto v = engine::ParseSize(value);
     if (!has_value || !v.ok()) return Malformed(key, value, "a size such as 256K, 64M or 1G");
     *out = *v;
     return Status::OK();

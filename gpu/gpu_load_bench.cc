@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/size.h"
 #include "gpu/device.h"
 #include "gpu/loader.h"
 #include "gpu/safetensors.h"
@@ -64,33 +65,10 @@ void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-uint64_t ParseSize(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  uint64_t mult = 1;
-  if (end && *end) {
-    switch (*end) {
-      case 'K':
-      case 'k':
-        mult = 1ull << 10;
-        break;
-      case 'M':
-      case 'm':
-        mult = 1ull << 20;
-        break;
-      case 'G':
-      case 'g':
-        mult = 1ull << 30;
-        break;
-      case 'T':
-      case 't':
-        mult = 1ull << 40;
-        break;
-      default:
-        Die("bad size " + s);
-    }
-  }
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
+uint64_t SizeArg(const std::string& s) {
+  Result<uint64_t> v = ckptfs::engine::ParseSize(s);
+  if (!v.ok()) Die("bad size " + s);
+  return *v;
 }
 
 Args ParseArgs(int argc, char** argv) {
@@ -102,7 +80,7 @@ Args ParseArgs(int argc, char** argv) {
       return argv[++i];
     };
     if (s == "--size")
-      a.size = ParseSize(next());
+      a.size = SizeArg(next());
     else if (s == "--device")
       a.device = std::atoi(next().c_str());
     else if (s == "--reps")
@@ -114,7 +92,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (s == "--buffers")
       a.buffers = std::atoi(next().c_str());
     else if (s == "--buffer-size")
-      a.buffer_bytes = ParseSize(next());
+      a.buffer_bytes = SizeArg(next());
     else if (s == "-h" || s == "--help") {
       std::printf(
           "usage: gpu_load_bench MOUNT [--size 4G] [--device 0] [--reps 3] [--file NAME] "

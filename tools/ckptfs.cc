@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/size.h"
 #include "tools/commands.h"
 
 namespace {
@@ -122,7 +123,7 @@ int Main(int argc, char** argv) {
   if (*gpu_load_cmd) {
     gpu_load.device_given = gpu_load_device->count() > 0;
     if (!gpu_load_buffer_size.empty()) {
-      ckptfs::engine::Result<uint64_t> n = ckptfs::fs::ParseSize(gpu_load_buffer_size);
+      ckptfs::engine::Result<uint64_t> n = ckptfs::engine::ParseSize(gpu_load_buffer_size);
       if (!n.ok() || *n == 0) {
         std::fprintf(stderr, "ckptfs: --buffer-size: bad size \"%s\"\n",
                      gpu_load_buffer_size.c_str());
