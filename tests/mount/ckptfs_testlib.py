@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 
@@ -213,6 +214,24 @@ class Mount:
     def remount(self, options=None):
         self.unmount()
         return self.mount(options)
+
+
+class MountAndPlainTestCase(unittest.TestCase):
+    """A test class with a fresh store mounted at cls.m (a Mount) and a plain
+    directory cls.plain beside it, under one temporary directory cls.tmp."""
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = make_tmpdir()
+        cls.plain = os.path.join(cls.tmp, "plain")
+        os.mkdir(cls.plain)
+        cls.m = Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"))
+        cls.m.mount()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.unmount()
 
 
 def cleanup():

@@ -31,21 +31,7 @@ MiB = 1 << 20
 TAR_PAX = ["--format=posix", "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime"]
 
 
-class ClientsTest(unittest.TestCase):
-    maxDiff = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = lib.make_tmpdir()
-        cls.plain = os.path.join(cls.tmp, "plain")
-        os.mkdir(cls.plain)
-        cls.m = lib.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"))
-        cls.m.mount()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.m.unmount()
-
+class ClientsTest(lib.MountAndPlainTestCase):
     # -- helpers --
 
     def dirs(self, name):

@@ -979,21 +979,7 @@ def fcntl_and_flock_locks(r):
 
 # ------------------------------------------------------------------- the test
 
-class PosixTest(unittest.TestCase):
-    maxDiff = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = lib.make_tmpdir()
-        cls.plain = os.path.join(cls.tmp, "plain")
-        os.mkdir(cls.plain)
-        cls.m = lib.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"))
-        cls.m.mount()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.m.unmount()
-
+class PosixTest(lib.MountAndPlainTestCase):
     def run_both(self, fn):
         results = {}
         for where, root in (("plain", self.plain), ("ckptfs", self.m.mnt)):
