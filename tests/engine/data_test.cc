@@ -18,27 +18,13 @@ namespace {
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * 1024;
 
-class DataTest : public ::testing::Test {
+class DataTest : public StoreFixture {
  protected:
-  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Reopen()); }
-  void TearDown() override {
-    if (store_) {
-      EXPECT_OK(store_->Close());
-    }
-  }
-  void Reopen() {
-    if (store_) {
-      ASSERT_OK(store_->Close());
-      store_.reset();
-    }
-    ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_.store(), options_));
-  }
   // Sets options_ and opens the store afresh with them.
   void ReopenWith(const StoreOptions& o) {
     options_ = o;
     ASSERT_NO_FATAL_FAILURE(Reopen());
   }
-  Store* s() { return store_.get(); }
   Ino File(const std::string& name, Ino parent = kRootIno) {
     auto a = s()->Create(parent, name, S_IFREG | 0644, 0, 0);
     EXPECT_TRUE(a.ok()) << "Create " << name << ": " << a.status().ToString();
@@ -61,9 +47,6 @@ class DataTest : public ::testing::Test {
     }
   }
 
-  TempDir dir_;
-  StoreOptions options_ = TestOptions();
-  std::unique_ptr<Store> store_;
 };
 
 TEST_F(DataTest, SequentialWrites) {

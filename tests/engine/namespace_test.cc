@@ -21,26 +21,8 @@
 namespace ckptfs::engine::test {
 namespace {
 
-class NamespaceTest : public ::testing::Test {
+class NamespaceTest : public StoreFixture {
  protected:
-  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Reopen()); }
-  void TearDown() override {
-    if (store_) {
-      EXPECT_OK(store_->Close());
-    }
-  }
-
-  // Closes the store (when open) and opens it again.
-  void Reopen() {
-    if (store_) {
-      ASSERT_OK(store_->Close());
-      store_.reset();
-    }
-    ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_.store(), options_));
-  }
-
-  Store* s() { return store_.get(); }
-
   // Creates helpers that fail the test (and return 0) on error.
   Ino File(Ino parent, const std::string& name, uint32_t perm = 0644) {
     auto a = s()->Create(parent, name, S_IFREG | perm, 0, 0);
@@ -79,9 +61,6 @@ class NamespaceTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
-  StoreOptions options_ = TestOptions();
-  std::unique_ptr<Store> store_;
 };
 
 std::string Long(size_t n) { return std::string(n, 'n'); }

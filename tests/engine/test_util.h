@@ -192,6 +192,31 @@ inline StoreOptions TestOptions() {
   return o;
 }
 
+// A store in a fresh directory, opened with options_ before each test and
+// closed after it.
+class StoreFixture : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(Reopen()); }
+  void TearDown() override {
+    if (store_) {
+      EXPECT_OK(store_->Close());
+    }
+  }
+  // Closes the store (when open) and opens it again with options_.
+  void Reopen() {
+    if (store_) {
+      ASSERT_OK(store_->Close());
+      store_.reset();
+    }
+    ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_.store(), options_));
+  }
+  Store* s() { return store_.get(); }
+
+  TempDir dir_;
+  StoreOptions options_ = TestOptions();
+  std::unique_ptr<Store> store_;
+};
+
 // Number of regular files (and other non-directories) under `dir`.
 inline size_t CountFilesRecursively(const std::string& dir) {
   size_t n = 0;
