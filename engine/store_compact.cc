@@ -42,6 +42,13 @@ constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
 constexpr auto kBackgroundInterval = std::chrono::seconds(2);
 constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
 
+// Whether compaction may take segment `id`: sealed, so neither the active
+// segment nor one after it, and not the newest file (segment ids must stay
+// above every id ever used, and SegmentSet takes the next id after it).
+bool MayCompact(uint64_t id, uint64_t active, uint64_t newest) {
+  return id < newest && (active == 0 || id < active);
+}
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -85,7 +92,7 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   };
   std::vector<Victim> victims;
   for (const SegmentInfo& seg : ListSegments()) {
-    if (seg.id == active || seg.id >= newest || (active != 0 && seg.id > active)) continue;
+    if (!MayCompact(seg.id, active, newest)) continue;
     const uint64_t live = static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
     const uint64_t dead = static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
     const double frac = live + dead == 0 ? 1.0 : static_cast<double>(dead) / double(live + dead);
@@ -417,9 +424,7 @@ void StoreImpl::StartBackgroundCompaction() {
       for (const SegmentInfo& seg : ListSegments()) {
         if (seg.id == active) continue;
         dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
-        if (seg.live_bytes <= 0 && seg.id < newest && (active == 0 || seg.id < active)) {
-          empty = true;
-        }
+        if (seg.live_bytes <= 0 && MayCompact(seg.id, active, newest)) empty = true;
       }
       CompactOptions o;
       o.bytes_per_sec = options_.background_compact_bytes_per_sec;
