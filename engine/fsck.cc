@@ -45,7 +45,7 @@ Status Checker::Open() {
   Status s = format::ParseFormatFile(ss.str());
   if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
   return OpenIndexDb(dir_ + "/" + format::kIndexDirName, /*create=*/false,
-                     /*read_only=*/!opt_.repair, &index_);
+                     /*read_only=*/!opt_.repair, env_.get(), &index_);
 }
 
 Status Checker::Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v,
@@ -95,14 +95,13 @@ Status Checker::ApplyRepairs() {
   for (auto& [id, seg] : segments_) {
     if (!seg.has_file || seg.header_ok) continue;
     const std::string path = dir_ + "/" + format::SegmentFileName(id);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError(errno, "open " + path);
-    const std::string hdr = format::EncodeSegmentHeader(id);
-    bool ok = ::pwrite(fd, hdr.data(), hdr.size(), 0) == static_cast<ssize_t>(hdr.size()) &&
-              ::fsync(fd) == 0;
-    int err = errno;
-    ::close(fd);
-    if (!ok) return Status::IOError(err, "rewrite header of " + path);
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> file,
+                            env_->Open(path, io::OpenMode::kReadWrite));
+    const std::string bytes = format::EncodeSegmentHeader(id);
+    const std::string_view hdr[] = {bytes};
+    Status s = file->WriteAt(0, hdr);
+    if (s.ok()) s = file->Sync();
+    if (!s.ok()) return Status(s.code(), "rewrite header of " + path + ": " + s.message());
   }
   for (auto& [ino, n] : nodes_) {
     if (n.attr_dirty) {

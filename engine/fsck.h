@@ -21,13 +21,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "engine/index_db.h"
-#include "engine/segment_scan.h"
+#include "format/segment_scan.h"
 #include "engine/store.h"
 #include "engine/store_lock.h"
 
 namespace ckptfs::engine::fsck {
+
+using format::ScanSegment;
+using format::ScannedGap;
+using format::ScannedRecord;
+using format::SegmentScanOptions;
+
 
 // Finding kinds. Errors:
 inline constexpr char kBadInode[] = "bad_inode";                  // undecodable inode value
@@ -68,7 +74,10 @@ inline constexpr char kStaleSegmentEntry[] = "stale_segment_entry";
 
 class Checker {
  public:
-  Checker(std::string dir, const FsckOptions& options) : dir_(std::move(dir)), opt_(options) {}
+  Checker(std::string dir, const FsckOptions& options)
+      : dir_(std::move(dir)),
+        opt_(options),
+        env_(options.env != nullptr ? options.env : io::Env::Posix()) {}
   Result<FsckReport> Run();
 
  private:
@@ -102,6 +111,7 @@ class Checker {
     int64_t live_all = 0;   // recount over every decodable extent
     int64_t live_kept = 0;  // ... over the extents that survive repair
     bool past_eof = false;  // some extent points past the end of the file
+    std::unique_ptr<io::File> file;  // open while fsck runs (has_file)
   };
 
   // ---- fsck.cc ----
@@ -135,6 +145,7 @@ class Checker {
 
   const std::string dir_;
   const FsckOptions opt_;
+  const std::shared_ptr<io::Env> env_;
   std::unique_ptr<StoreLock> lock_;
   IndexDb index_;
   FsckReport report_;

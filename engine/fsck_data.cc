@@ -1,9 +1,6 @@
 // Fsck of file data: segment files walked record by record, every extent
 // checked against its segment and record, and the segments' live counts.
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,62 +17,34 @@ std::string Range(uint64_t off, uint64_t len) {
   return "[" + std::to_string(off) + ", " + std::to_string(off + len) + ")";
 }
 
-// Closes a descriptor at the end of a scope.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-Status PreadAll(int fd, char* buf, size_t len, uint64_t off, size_t* got) {
-  *got = 0;
-  while (*got < len) {
-    ssize_t n = ::pread(fd, buf + *got, len - *got, static_cast<off_t>(off + *got));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::IOError(errno, "read segment");
-    }
-    if (n == 0) break;
-    *got += static_cast<size_t>(n);
-  }
-  return Status::OK();
-}
-
 // What is wrong with the record `h` for extent `e` of (ino, off); "" when
-// they agree.
+// they agree (format's one check).
 std::string Mismatch(const format::RecordHeader& h, const format::ExtentValue& e, uint64_t ino,
                      uint64_t off) {
-  auto field = [](const char* name, uint64_t rec, uint64_t ext) {
-    return std::string(name) + " " + std::to_string(rec) + " in the record, " + std::to_string(ext) +
-           " in the extent";
-  };
-  if (h.stored_len != e.stored_len) return field("stored_len", h.stored_len, e.stored_len);
-  if (h.raw_len != e.raw_len) return field("raw_len", h.raw_len, e.raw_len);
-  if (h.codec != e.codec) return field("codec", uint64_t(h.codec), uint64_t(e.codec));
-  if (h.payload_checksum != e.checksum) return field("payload checksum", h.payload_checksum, e.checksum);
-  if (h.ino != ino) return field("inode", h.ino, ino);
-  if (h.file_offset + e.skip != off) return field("file offset", h.file_offset + e.skip, off);
-  return "";
+  Status s = format::CheckRecordForExtent(h, e, ino, off);
+  if (s.ok()) return "";
+  constexpr std::string_view kPrefix = "corruption: ";
+  return s.message().starts_with(kPrefix) ? s.message().substr(kPrefix.size()) : s.message();
 }
 
 }  // namespace
 
 Status Checker::LoadSegments() {
   const std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
-  DIR* d = ::opendir(seg_dir.c_str());
-  if (d == nullptr) return Status::IOError(errno, "open " + seg_dir);
-  while (dirent* e = ::readdir(d)) {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->List(seg_dir));
+  for (const std::string& name : names) {
     uint64_t id;
-    if (!format::ParseSegmentFileName(e->d_name, &id)) continue;
-    struct stat st;
-    if (::stat((seg_dir + "/" + e->d_name).c_str(), &st) != 0) continue;
+    if (!format::ParseSegmentFileName(name, &id)) continue;
+    Result<std::unique_ptr<io::File>> file = env_->Open(seg_dir + "/" + name, io::OpenMode::kRead);
+    if (!file.ok() && file.status().code() == ENOENT) continue;  // deleted meanwhile
+    if (!file.ok()) return file.status();
+    CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, (*file)->Size());
     SegmentState& s = segments_[id];
     s.id = id;
     s.has_file = true;
-    s.file_size = static_cast<uint64_t>(st.st_size);
+    s.file_size = size;
+    s.file = std::move(file).value();
   }
-  ::closedir(d);
   std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.segments()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (it->key().size() != 8) continue;
@@ -109,24 +78,14 @@ Status Checker::ScanSegments() {
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
       SegmentState& s = *todo[i];
-      const std::string path = dir_ + "/" + format::SegmentFileName(s.id);
-      Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-      if (fd.fd < 0) {
-        std::lock_guard<std::mutex> l(err_mu);
-        if (first_error.ok()) first_error = Status::IOError(errno, "open " + path);
-        return;
-      }
+      const std::string& path = s.file->path();
       char hdr[format::kSegmentHeaderSize];
-      size_t got = 0;
-      Status st = PreadAll(fd.fd, hdr, sizeof(hdr), 0, &got);
-      uint64_t hdr_id = 0;
+      Result<size_t> got = s.file->ReadAt(0, sizeof(hdr), hdr);
+      Status st = got.status();
       if (st.ok()) {
-        Status hs = got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
-                                                            std::to_string(s.file_size) + " bytes")
-                                      : format::DecodeSegmentHeader(std::string_view(hdr, got), &hdr_id);
-        if (hs.ok() && hdr_id != s.id) {
-          hs = Status::Corruption("segment header names segment " + std::to_string(hdr_id));
-        }
+        Status hs = *got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
+                                                             std::to_string(s.file_size) + " bytes")
+                                       : format::CheckSegmentHeader(std::string_view(hdr, *got), s.id);
         if (!hs.ok()) {
           s.header_ok = false;
           s.header_error = hs.message();
@@ -135,8 +94,10 @@ Status Checker::ScanSegments() {
         so.verify_payloads = !opt_.quick;
         so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
         uint64_t reached = 0;
+        const io::File& file = *s.file;
         st = ScanSegment(
-            fd.fd, s.file_size, so, [&](const ScannedRecord& r) { s.records.push_back(r); },
+            [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); },
+            s.file_size, so, [&](const ScannedRecord& r) { s.records.push_back(r); },
             [&](const ScannedGap& g) {
               s.gaps++;
               s.gap_bytes += g.length;
@@ -184,12 +145,6 @@ const ScannedRecord* Checker::FindRecord(SegmentState* seg, uint64_t offset, siz
 }
 
 Status Checker::CheckExtents() {
-  std::map<uint64_t, Fd> fds;  // segment -> descriptor, for direct record reads
-  auto fd_of = [&](uint64_t id) -> int {
-    Fd& f = fds[id];
-    if (f.fd < 0) f.fd = ::open((dir_ + "/" + format::SegmentFileName(id)).c_str(), O_RDONLY | O_CLOEXEC);
-    return f.fd;
-  };
   std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.extents()));
   uint64_t cur_ino = 0, prev_end = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -297,11 +252,8 @@ Status Checker::CheckExtents() {
       } else {
         // The walk found no record here: read the header directly to say why.
         std::string buf(format::kRecordHeaderSize + (opt_.quick ? 0 : e.stored_len), '\0');
-        size_t got = 0;
-        int fd = fd_of(e.segment_id);
-        Status rs = fd < 0 ? Status::IOError(errno, "open segment")
-                           : PreadAll(fd, buf.data(), buf.size(), e.record_offset, &got);
-        CKPTFS_RETURN_IF_ERROR(rs);
+        CKPTFS_ASSIGN_OR_RETURN(const size_t got,
+                                seg->file->ReadAt(e.record_offset, buf.size(), buf.data()));
         format::RecordHeader h;
         Status hs = format::DecodeRecordHeader(std::string_view(buf.data(), got), &h);
         std::string mm = hs.ok() ? Mismatch(h, e, ino, off) : "";

@@ -12,7 +12,7 @@
 #include <functional>
 #include <mutex>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace ckptfs::engine {
 

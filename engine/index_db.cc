@@ -1,10 +1,12 @@
 #include "engine/index_db.h"
 
 #include <rocksdb/cache.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "engine/merge_ops.h"
 
 namespace ckptfs::engine {
@@ -17,12 +19,19 @@ Status IndexDb::Close() {
     rocksdb::Status s = db->Close();
     if (!s.ok()) result = Status(EIO, "close index: " + s.ToString());
     db.reset();
+    env.reset();
   }
   return result;
 }
 
-Status OpenIndexDb(const std::string& path, bool create, bool read_only, IndexDb* out) {
+Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
+                   IndexDb* out) {
   rocksdb::DBOptions dbo;
+  std::unique_ptr<rocksdb::Env> index_env;
+  if (std::shared_ptr<rocksdb::FileSystem> fs = env->IndexFileSystem()) {
+    index_env = rocksdb::NewCompositeEnv(fs);
+    dbo.env = index_env.get();
+  }
   dbo.create_if_missing = create;
   dbo.create_missing_column_families = true;
   dbo.max_open_files = 256;  // bounds descriptors; the index stays small
@@ -65,6 +74,7 @@ Status OpenIndexDb(const std::string& path, bool create, bool read_only, IndexDb
     }
     return Status(EIO, "open index " + path + ": " + s.ToString());
   }
+  out->env = std::move(index_env);
   out->db.reset(raw);
   out->handles = std::move(handles);
   return Status::OK();

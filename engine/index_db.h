@@ -9,11 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
+#include "io/env.h"
 
 namespace ckptfs::engine {
 
 struct IndexDb {
+  // The filesystem of the index when not RocksDB's default; outlives db.
+  std::unique_ptr<rocksdb::Env> env;
   std::unique_ptr<rocksdb::DB> db;
   // In the order of format.h's families: meta ("default"), inodes, dentries,
   // extents, segments, xattrs. Owned; Close() destroys them.
@@ -30,11 +33,13 @@ struct IndexDb {
   Status Close();
 };
 
-// Opens the index at `path` (STORE/index). `create`: create it when missing.
+// Opens the index at `path` (STORE/index) on `env`'s IndexFileSystem() (or
+// RocksDB's own). `create`: create it when missing.
 // `read_only`: open without writing (RocksDB's read-only mode; the log is
 // replayed in memory only). EBUSY when another process has it open; EIO with
 // RocksDB's message otherwise.
-Status OpenIndexDb(const std::string& path, bool create, bool read_only, IndexDb* out);
+Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
+                   IndexDb* out);
 
 // Maps a RocksDB status to ours: ENOSPC, corruption (EIO) or EIO.
 Status FromRocksStatus(const rocksdb::Status& s, const std::string& what);

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "engine/format.h"
+#include "format/format.h"
 
 namespace ckptfs::engine {
 

@@ -1,6 +1,6 @@
 #include "engine/merge_ops.h"
 
-#include "engine/format.h"
+#include "format/format.h"
 
 namespace ckptfs::engine {
 namespace {

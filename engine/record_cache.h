@@ -14,6 +14,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "format/format.h"
+
 namespace ckptfs::engine {
 
 // A record's decoded bytes. `bytes` points into memory that `owner` keeps
@@ -22,6 +24,7 @@ namespace ckptfs::engine {
 struct RecordBytes {
   std::shared_ptr<const void> owner;
   std::string_view bytes;
+  format::RecordHeader header;  // as read and verified; extents are checked against it
 };
 using RecordData = std::shared_ptr<const RecordBytes>;
 

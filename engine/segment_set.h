@@ -5,10 +5,12 @@
 // zero-filled gaps between records; no extent ever points into one, because
 // the index entry is written only after the pwrite returned.
 //
-// Thread safety: all methods are thread-safe. A segment's file descriptor
-// stays open while the set or any operation holds the segment: Remove() drops
-// it from the set, and a read that is still in progress keeps it (and its
-// descriptor) alive until it finishes.
+// Every file operation goes through an io::Env.
+//
+// Thread safety: all methods are thread-safe. A segment's file stays open
+// while the set or any operation holds the segment: Remove() drops it from
+// the set, and a read that is still in progress keeps it (and its file) alive
+// until it finishes.
 #pragma once
 
 #include <atomic>
@@ -20,7 +22,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
+#include "io/env.h"
 
 namespace ckptfs::engine {
 
@@ -35,7 +38,9 @@ class SegmentSet {
  public:
   // Opens every segment file in `segments_dir`. `sealed` lists segments the
   // index records as sealed; the highest unsealed one takes further appends.
-  static Result<std::unique_ptr<SegmentSet>> Open(const std::string& segments_dir,
+  // Every segment's header is checked. `env` must outlive the set.
+  static Result<std::unique_ptr<SegmentSet>> Open(std::shared_ptr<io::Env> env,
+                                                  const std::string& segments_dir,
                                                   uint64_t target_bytes, bool read_only,
                                                   const std::vector<uint64_t>& sealed);
   ~SegmentSet();
@@ -49,7 +54,9 @@ class SegmentSet {
   Result<size_t> ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
   // Asks the kernel to start reading [offset, offset+len) in the background.
   void Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const;
-  // fdatasyncs every segment appended to since the previous call.
+  // Syncs every segment appended to since the previous call. Once a sync has
+  // failed, its segment's unsynced bytes may be lost whatever a later sync
+  // says, so every later call fails too (EIO) until the store is reopened.
   Status SyncDirty();
 
   // Bytes in the segment file including reserved space (0 if unknown).
@@ -66,18 +73,18 @@ class SegmentSet {
 
  private:
   struct Segment {
-    ~Segment();  // closes fd
     uint64_t id = 0;
-    int fd = -1;
+    std::unique_ptr<io::File> file;
     std::atomic<uint64_t> end{0};  // reserved bytes, header included
     std::atomic<bool> dirty{false};
   };
-  SegmentSet(std::string dir, uint64_t target_bytes, bool read_only)
-      : dir_(std::move(dir)), target_bytes_(target_bytes), read_only_(read_only) {}
+  SegmentSet(std::shared_ptr<io::Env> env, std::string dir, uint64_t target_bytes, bool read_only)
+      : env_(std::move(env)), dir_(std::move(dir)), target_bytes_(target_bytes), read_only_(read_only) {}
   // REQUIRES: mu_ is held.
   Status StartSegmentLocked(uint64_t id);
   std::shared_ptr<Segment> Find(uint64_t id) const;
 
+  const std::shared_ptr<io::Env> env_;
   const std::string dir_;
   const uint64_t target_bytes_;
   const bool read_only_;
@@ -85,6 +92,8 @@ class SegmentSet {
   std::map<uint64_t, std::shared_ptr<Segment>> segments_;
   std::shared_ptr<Segment> active_;
   uint64_t next_id_ = 1;
+  // The first failed sync, sticky (see SyncDirty). Guarded by mu_.
+  Status sync_error_;
 };
 
 }  // namespace ckptfs::engine

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace ckptfs::engine {
 

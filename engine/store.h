@@ -18,7 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
+#include "io/env.h"
 
 namespace ckptfs::engine {
 
@@ -173,6 +174,10 @@ struct StoreOptions {
   // were all deleted or overwritten) from the same background thread, within
   // a few seconds; no data is copied. Default: false. Fixed while open.
   bool free_empty_segments = false;
+  // Where segment files are read and written (and, where it provides one, the
+  // filesystem of the index). Default: nullptr, the local filesystem
+  // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.
+  std::shared_ptr<io::Env> env;
 };
 
 // ---- fsck (engine/fsck*.cc) ----
@@ -185,6 +190,8 @@ struct FsckOptions {
   // Called now and then with segment bytes checked so far and the total; from
   // fsck's worker threads, one call at a time.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // Where the segment files are read. Default: nullptr, io::Env::Posix().
+  std::shared_ptr<io::Env> env;
 };
 
 // One problem fsck found. `kind` is a stable snake_case name (see

@@ -272,9 +272,9 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
   format::RecordHeader h;
   Status hs = format::DecodeRecordHeader(rec, &h);
   if (!hs.ok()) return Status(EIO, where + ": " + hs.message());
-  if (h.stored_len != ev.stored_len || h.raw_len != ev.raw_len || h.codec != ev.codec ||
-      h.payload_checksum != ev.checksum || h.ino != ino) {
-    return Status::Corruption(where + ": record does not match its extent");
+  for (const Extent* e : group) {
+    Status cs = format::CheckRecordForExtent(h, e->value, ino, e->offset);
+    if (!cs.ok()) return Status(EIO, where + ": " + cs.message());
   }
   const std::string_view payload = rec.substr(format::kRecordHeaderSize);
   Status ps = format::VerifyRecordPayload(h, payload);

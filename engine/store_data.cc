@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "engine/store_impl.h"
 
@@ -223,21 +224,19 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   return data.size();
 }
 
-Status StoreImpl::FetchRecords(
-    const std::vector<std::pair<RecordRef, const format::ExtentValue*>>& want,
-    std::map<std::pair<uint64_t, uint64_t>, RecordData>* out) {
+Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
+                               std::map<std::pair<uint64_t, uint64_t>, RecordData>* out) {
   std::vector<RecordRef> needed;
-  std::map<std::pair<uint64_t, uint64_t>, const format::ExtentValue*> expect;
-  for (const auto& [ref, ev] : want) {
+  std::set<std::pair<uint64_t, uint64_t>> missing;
+  for (const RecordRef& ref : want) {
     auto key = std::make_pair(ref.segment_id, ref.offset);
-    if (out->count(key) || expect.count(key)) continue;
+    if (out->count(key) || !missing.insert(key).second) continue;
     if (RecordData d = cache_->Lookup(ref.segment_id, ref.offset)) {
       counters_.cache_hits++;
       (*out)[key] = std::move(d);
       continue;
     }
     counters_.cache_misses++;
-    expect[key] = ev;
     needed.push_back(ref);
   }
   if (needed.empty()) return Status::OK();
@@ -289,6 +288,7 @@ Status StoreImpl::FetchRecords(
       }
       std::string_view payload = rest.substr(format::kRecordHeaderSize, h.stored_len);
       auto data = std::make_shared<RecordBytes>();
+      data->header = h;
       if (h.codec == format::Codec::kNone) {
         *err = format::VerifyRecordPayload(h, payload);
         data->owner = buf;
@@ -308,15 +308,9 @@ Status StoreImpl::FetchRecords(
     for (size_t i = 0; i < br.records.size(); ++i) {
       const RecordRef& r = br.records[i];
       const uint64_t pos = r.offset - br.offset;
-      const format::ExtentValue* ev = expect[{r.segment_id, r.offset}];
       Status err;
       uint64_t next = 0;
       RecordData d = decode(pos, &err, &next);
-      if (d != nullptr && (d->bytes.size() != ev->raw_len ||
-                           format::kRecordHeaderSize + ev->stored_len != r.length)) {
-        err = Status::Corruption(KeyName(r.segment_id, r.offset) + ": record does not match its extent");
-        d = nullptr;
-      }
       if (d == nullptr) {
         counters_.checksum_errors++;
         return Status(EIO, "corruption: " + err.message());
@@ -352,15 +346,25 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   std::vector<Extent> ex;
   CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
   if (!covered) CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, end, &ex));
-  std::vector<std::pair<RecordRef, const format::ExtentValue*>> want;
+  std::vector<RecordRef> want;
   for (const Extent& e : ex) {
     if (e.value.is_inline) continue;
-    want.push_back({RecordRef{e.value.segment_id, e.value.record_offset,
-                              format::kRecordHeaderSize + e.value.stored_len},
-                    &e.value});
+    want.push_back(RecordRef{e.value.segment_id, e.value.record_offset,
+                             format::kRecordHeaderSize + e.value.stored_len});
   }
   std::map<std::pair<uint64_t, uint64_t>, RecordData> records;
   CKPTFS_RETURN_IF_ERROR(FetchRecords(want, &records));
+  // Every extent against the record it points at (cached ones too): a record
+  // with a valid checksum is still the wrong data if it is not that record.
+  for (const Extent& e : ex) {
+    if (e.value.is_inline) continue;
+    const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
+    Status s = format::CheckRecordForExtent(d->header, e.value, ino, e.offset);
+    if (!s.ok()) {
+      counters_.checksum_errors++;
+      return Status(EIO, KeyName(e.value.segment_id, e.value.record_offset) + ": " + s.message());
+    }
+  }
 
   uint64_t pos = offset;  // bytes before `pos` are filled
   for (const Extent& e : ex) {

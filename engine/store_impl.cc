@@ -79,6 +79,7 @@ StoreImpl::StoreImpl(std::string dir, const StoreOptions& options)
     : dir_(dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.find_last_not_of('/') + 1)
                                                  : dir),
       options_(options),
+      env_(options.env != nullptr ? options.env : io::Env::Posix()),
       coalesce_gap_(options.coalesce_gap),
       coalesce_max_(options.coalesce_max),
       compression_level_(options.compression_level) {
@@ -145,7 +146,7 @@ Status StoreImpl::Init() {
     CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan segments"));
   }
   CKPTFS_ASSIGN_OR_RETURN(
-      segments_, SegmentSet::Open(dir_ + "/" + format::kSegmentsDirName,
+      segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
                                   options_.segment_target_bytes, options_.read_only, sealed));
   cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
@@ -177,7 +178,8 @@ Status StoreImpl::CreateLayout() {
 Status StoreImpl::OpenIndex(bool create) {
   IndexDb index;
   CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
-                                     /*read_only=*/false, &index));
+                                     /*read_only=*/false, env_.get(), &index));
+  index_env_ = std::move(index.env);
   db_ = std::move(index.db);
   handles_ = std::move(index.handles);
   cf_meta_ = handles_[0];

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "engine/epoch_gate.h"
-#include "engine/format.h"
+#include "format/format.h"
 #include "engine/group_commit.h"
 #include "engine/inode_table.h"
 #include "engine/inflight_reads.h"
-#include "engine/read_plan.h"
+#include "format/read_plan.h"
 #include "engine/record_cache.h"
 #include "engine/segment_set.h"
 #include "engine/store.h"
@@ -37,6 +37,12 @@
 #include "engine/store_lock.h"
 
 namespace ckptfs::engine {
+
+using format::BackingRead;
+using format::CoalesceSettings;
+using format::PlanReads;
+using format::RecordRef;
+
 
 class StoreImpl final : public Store {
  public:
@@ -165,7 +171,7 @@ class StoreImpl final : public Store {
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
                          rocksdb::ColumnFamilyHandle* cf);
   // Fetches verified, decoded records, from the cache or with planned reads.
-  Status FetchRecords(const std::vector<std::pair<RecordRef, const format::ExtentValue*>>& want,
+  Status FetchRecords(const std::vector<RecordRef>& want,
                       std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
 
   // ---- store_compact.cc ----
@@ -184,6 +190,11 @@ class StoreImpl final : public Store {
   const std::string dir_;
   StoreOptions options_;
   std::unique_ptr<StoreLock> lock_;
+  // The segments' Env (options_.env or io::Env::Posix()).
+  std::shared_ptr<io::Env> env_;
+  // The index's filesystem when env_ provides one; declared before db_ so
+  // that it outlives it.
+  std::unique_ptr<rocksdb::Env> index_env_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_inodes_ = nullptr;

@@ -4,7 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "engine/format.h"
+#include "format/format.h"
 
 namespace ckptfs::engine {
 

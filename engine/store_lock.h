@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace ckptfs::engine {
 

@@ -3,7 +3,7 @@
 
 #include <cerrno>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace ckptfs::fs {
 

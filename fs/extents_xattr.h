@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "engine/store.h"
 
 namespace ckptfs::fs {

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <new>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "fs/errors.h"
 #include "fs/op_stats.h"
 

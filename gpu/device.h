@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "gpu/sink.h"
 
 namespace ckptfs::gpu {

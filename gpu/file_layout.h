@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace ckptfs::gpu {
 
@@ -36,7 +36,7 @@ struct LayoutExtent {
   uint64_t record_offset = 0;
   uint32_t stored_len = 0;
   uint32_t raw_len = 0;
-  uint8_t codec = 0;  // 0 none, 1 zstd (engine::format::Codec)
+  uint8_t codec = 0;  // 0 none, 1 zstd (format::Codec)
   uint64_t payload_checksum = 0;
   uint32_t skip = 0;
 };

@@ -4,17 +4,17 @@
 #include <map>
 #include <utility>
 
-#include "engine/format.h"
-#include "engine/read_plan.h"
+#include "format/format.h"
+#include "format/read_plan.h"
 
 namespace ckptfs::gpu {
 namespace {
 
-using engine::BackingRead;
-using engine::CoalesceSettings;
-using engine::RecordRef;
+using format::BackingRead;
+using format::CoalesceSettings;
+using format::RecordRef;
 
-constexpr uint64_t kHeaderBytes = engine::format::kRecordHeaderSize;
+constexpr uint64_t kHeaderBytes = format::kRecordHeaderSize;
 
 // Decoded bytes of one record that go to the destination.
 struct WindowNeed {
@@ -138,12 +138,15 @@ void PlanBackingRead(const BackingRead& br, bool in_place, int source,
     const LayoutExtent& e = *need.extent;
     RecordTask rt;
     rt.read_offset = ref.offset - sub.offset;
-    rt.segment_id = e.segment_id;
-    rt.record_offset = e.record_offset;
-    rt.stored_len = e.stored_len;
-    rt.raw_len = e.raw_len;
-    rt.codec = e.codec;
-    rt.payload_checksum = e.payload_checksum;
+    rt.extent.length = static_cast<uint32_t>(e.length);
+    rt.extent.segment_id = e.segment_id;
+    rt.extent.record_offset = e.record_offset;
+    rt.extent.stored_len = e.stored_len;
+    rt.extent.raw_len = e.raw_len;
+    rt.extent.codec = static_cast<format::Codec>(e.codec);
+    rt.extent.skip = e.skip;
+    rt.extent.checksum = e.payload_checksum;
+    rt.file_offset = e.file_offset;
     Chunk& c = b->current();
     for (const WindowNeed& w : need.windows) {
       uint64_t at;
@@ -183,6 +186,7 @@ Status CheckRanges(const std::vector<Range>& ranges, uint64_t file_size, uint64_
 LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
                     const PlanSettings& settings) {
   LoadPlan plan;
+  plan.ino = layout.ino;
   const std::vector<LayoutExtent>& ex = layout.extents;
   std::map<RecordKey, RecordNeed> needs;
   std::vector<Piece> pieces;
@@ -246,8 +250,8 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     }
   }
   CoalesceSettings c{settings.coalesce_gap, std::min(settings.coalesce_max, plan.buffer_bytes)};
-  std::vector<BackingRead> raw_reads = engine::PlanReads(std::move(raw), c);
-  std::vector<BackingRead> zstd_reads = engine::PlanReads(std::move(zstd), c);
+  std::vector<BackingRead> raw_reads = format::PlanReads(std::move(raw), c);
+  std::vector<BackingRead> zstd_reads = format::PlanReads(std::move(zstd), c);
 
   // Both lists are in (segment, offset) order; visit them merged so that each
   // segment is read front to back.

@@ -3,7 +3,7 @@
 //
 // Direct plans (PlanDirect) read segment records: records needed by the
 // ranges are merged into backing reads by the mount's coalescing rules
-// (engine/read_plan.h: gap, max; the read never grows past what is needed),
+// (format/read_plan.h: gap, max; the read never grows past what is needed),
 // uncompressed and compressed records separately. A read of uncompressed
 // records lands in the staging buffer as it is ("in place"): the sink copies
 // each record's window straight out of it. A read holding zstd records lands
@@ -18,7 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
+#include "format/format.h"
 #include "gpu/file_layout.h"
 #include "gpu/sink.h"
 
@@ -41,12 +42,10 @@ struct Window {
 // A record inside a backing read, and what the index says it must be.
 struct RecordTask {
   uint64_t read_offset = 0;  // of the record header, from the start of the read
-  uint64_t segment_id = 0;
-  uint64_t record_offset = 0;  // in the segment (for messages)
-  uint32_t stored_len = 0;
-  uint32_t raw_len = 0;
-  uint8_t codec = 0;
-  uint64_t payload_checksum = 0;
+  // One extent that points at the record, as the index has it, and where it
+  // starts in the file: the record must pass format::CheckRecordForExtent.
+  format::ExtentValue extent;
+  uint64_t file_offset = 0;
   std::vector<Window> windows;  // scratch reads only
 };
 
@@ -76,6 +75,7 @@ struct Chunk {
 };
 
 struct LoadPlan {
+  uint64_t ino = 0;                   // the file's inode, which every record names
   std::vector<uint64_t> segment_ids;  // sources of the segment reads
   std::vector<Chunk> chunks;
   uint64_t buffer_bytes = 0;   // staging buffer size the chunks need

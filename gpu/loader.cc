@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <new>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "gpu/pipeline.h"
 
 namespace ckptfs::gpu {
 namespace {
 
-namespace format = engine::format;
+namespace format = ::ckptfs::format;
 
 // statfs(2) f_type of every FUSE filesystem.
 constexpr long kFuseSuperMagic = 0x65735546;
@@ -49,9 +49,7 @@ SourceFile::~SourceFile() {
 }
 
 void SourceFile::CloseSegments() {
-  for (int fd : segment_fds_) close(fd);
-  segment_fds_.clear();
-  segment_paths_.clear();
+  segments_.clear();
   segment_ids_.clear();
 }
 
@@ -70,19 +68,13 @@ Status SourceFile::OpenSegments(bool* corrupt) {
     // SegmentFileName is "segments/NNNNNNNN.seg", relative to the store.
     const std::string path = layout_.segments_dir + "/" +
                              std::filesystem::path(format::SegmentFileName(id)).filename().string();
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError(errno, "cannot open segment " + path);
-    segment_fds_.push_back(fd);
-    segment_paths_.push_back(path);
+    Result<std::unique_ptr<io::File>> seg = io::Env::Posix()->Open(path, io::OpenMode::kRead);
+    if (!seg.ok()) return Status(seg.status().code(), "cannot open segment " + path + ": " +
+                                                          seg.status().message());
+    segments_.push_back(std::move(seg).value());
     char header[format::kSegmentHeaderSize];
-    const ssize_t n = pread(fd, header, sizeof(header), 0);
-    if (n < 0) return Status::IOError(errno, "read " + path);
-    uint64_t header_id = 0;
-    Status st =
-        format::DecodeSegmentHeader(std::string_view(header, static_cast<size_t>(n)), &header_id);
-    if (st.ok() && header_id != id) {
-      st = Status::Corruption("segment header names segment " + std::to_string(header_id));
-    }
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_.back()->ReadAt(0, sizeof(header), header));
+    Status st = format::CheckSegmentHeader(std::string_view(header, n), id);
     if (!st.ok()) {
       *corrupt = true;
       return Status(st.code(), st.message() + " (" + path + ")");
@@ -103,6 +95,7 @@ Result<std::unique_ptr<SourceFile>> SourceFile::Open(const std::string& path,
     if (fstat(f->fd_, &st) != 0) return Status::IOError(errno, "stat " + path);
     if (!S_ISREG(st.st_mode)) return Status(EINVAL, path + " is not a regular file");
     f->size_ = static_cast<uint64_t>(st.st_size);
+    CKPTFS_ASSIGN_OR_RETURN(f->file_, io::Env::Posix()->Open(path, io::OpenMode::kRead));
 
     if (!options.direct) {
       f->fallback_reason_ = "direct reads turned off";
@@ -160,8 +153,7 @@ Result<LoadStats> SourceFile::Load(const std::vector<Range>& ranges, Sink* sink)
     }
     LoadPlan plan;
     PlanSources src;
-    src.file_fd = fd_;
-    src.file_path = path_;
+    src.file = file_.get();
     if (direct_) {
       PlanSettings ps;
       ps.buffer_bytes = options_.buffer_bytes;
@@ -173,8 +165,7 @@ Result<LoadStats> SourceFile::Load(const std::vector<Range>& ranges, Sink* sink)
       // The plan numbers segments in first-use order; map them to our fds.
       for (uint64_t id : plan.segment_ids) {
         const int i = IndexOf(segment_ids_, id);
-        src.segment_fds.push_back(segment_fds_[i]);
-        src.segment_paths.push_back(segment_paths_[i]);
+        src.segments.push_back(segments_[i].get());
       }
     } else {
       plan = PlanThroughFile(ranges, options_.buffer_bytes);

@@ -25,7 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
+#include "io/env.h"
 #include "gpu/file_layout.h"
 #include "gpu/load_plan.h"
 #include "gpu/sink.h"
@@ -98,14 +99,14 @@ class SourceFile {
 
   std::string path_;
   LoadOptions options_;
-  int fd_ = -1;
+  int fd_ = -1;  // for its attributes and layout
   uint64_t size_ = 0;
   bool direct_ = false;
   std::string fallback_reason_;
   FileLayout layout_;
-  std::vector<uint64_t> segment_ids_;  // sorted; segment_fds_ in the same order
-  std::vector<int> segment_fds_;
-  std::vector<std::string> segment_paths_;
+  std::unique_ptr<io::File> file_;      // path_, read through for fallbacks
+  std::vector<uint64_t> segment_ids_;  // sorted; segments_ in the same order
+  std::vector<std::unique_ptr<io::File>> segments_;
 };
 
 // Opens `path` and loads all of it into `sink`'s destination.

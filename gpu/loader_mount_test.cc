@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "gpu/device.h"
 #include "gpu/file_layout.h"
 #include "gpu/loader.h"
@@ -316,8 +316,8 @@ TEST_F(MountTest, CorruptRecordFailsTheDirectLoad) {
     ASSERT_EQ(e.kind, LayoutExtent::Kind::kRecord);
     seg_path =
         (*f)->layout().segments_dir + "/" +
-        std::filesystem::path(engine::format::SegmentFileName(e.segment_id)).filename().string();
-    at = e.record_offset + engine::format::kRecordHeaderSize + 4321;
+        std::filesystem::path(format::SegmentFileName(e.segment_id)).filename().string();
+    at = e.record_offset + format::kRecordHeaderSize + 4321;
   }
   Unmount();
   {

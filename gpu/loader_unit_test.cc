@@ -1,6 +1,6 @@
 // Unit tests of the loader without a mount: the xattr value (fs encoder and
 // gpu parser together), copy merging, read planning, and the staging
-// pipeline over segment files built here with engine/format.h.
+// pipeline over segment files built here with format/format.h.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "fs/extents_xattr.h"
 #include "gpu/file_layout.h"
 #include "gpu/load_plan.h"
@@ -25,7 +25,7 @@
 namespace ckptfs::gpu {
 namespace {
 
-namespace format = engine::format;
+namespace format = ::ckptfs::format;
 using testing::CompressibleBytes;
 using testing::RandomBytes;
 using testing::TempDir;
@@ -306,6 +306,9 @@ TEST(MergeCopies, MovesTheSameBytesAsTheCopies) {
 
 // ---- read planning and the pipeline over hand-built segments ----
 
+// The inode every hand-built record names.
+constexpr uint64_t kFakeIno = 7;
+
 // A store's segments directory built record by record, with the file
 // contents the extents describe.
 class FakeSegments {
@@ -324,7 +327,7 @@ class FakeSegments {
     format::RecordHeader h;
     LayoutExtent e;
     e.record_offset = s.size();
-    s += format::BuildRecord(7, file_offset, data, level, &h);
+    s += format::BuildRecord(kFakeIno, file_offset - skip, data, level, &h);
     e.kind = LayoutExtent::Kind::kRecord;
     e.file_offset = file_offset;
     e.length = len == UINT64_MAX ? data.size() - skip : len;
@@ -368,6 +371,7 @@ struct FakeFile {
 
 void BuildFakeFile(FakeFile* f) {
   FileLayout& l = f->layout;
+  l.ino = kFakeIno;
   std::string& want = f->want;
   auto put = [&](const LayoutExtent& e, const std::string& record_data) {
     l.extents.push_back(e);
@@ -440,18 +444,22 @@ Status RunDirect(const FakeFile& f, const std::vector<Range>& ranges, const Plan
   CKPTFS_RETURN_IF_ERROR(CheckRanges(ranges, f.layout.size, dest_size));
   LoadPlan plan = PlanDirect(f.layout, ranges, ps);
   PlanSources src;
-  src.file_fd = open(f.plain_path.c_str(), O_RDONLY | O_CLOEXEC);
-  src.file_path = f.plain_path;
+  std::vector<std::unique_ptr<io::File>> files;
+  auto open = [&](const std::string& p) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> file,
+                            io::Env::Posix()->Open(p, io::OpenMode::kRead));
+    files.push_back(std::move(file));
+    return Status::OK();
+  };
+  CKPTFS_RETURN_IF_ERROR(open(f.plain_path));
+  src.file = files.back().get();
   for (uint64_t id : plan.segment_ids) {
-    const std::string p = f.layout.segments_dir + "/" +
-                          std::filesystem::path(format::SegmentFileName(id)).filename().string();
-    src.segment_fds.push_back(open(p.c_str(), O_RDONLY | O_CLOEXEC));
-    src.segment_paths.push_back(p);
+    CKPTFS_RETURN_IF_ERROR(open(f.layout.segments_dir + "/" +
+                                std::filesystem::path(format::SegmentFileName(id)).filename().string()));
+    src.segments.push_back(files.back().get());
   }
   HostSink sink(out->data(), out->size());
   Status st = RunPipeline(plan, src, &sink, po);
-  for (int fd : src.segment_fds) close(fd);
-  close(src.file_fd);
   if (plan_out) *plan_out = std::move(plan);
   return st;
 }
@@ -581,7 +589,24 @@ TEST_F(DirectPipeline, RecordThatDoesNotMatchTheIndexIsReported) {
   std::string got;
   Status st = RunDirect(f_, {Range{f_.layout.extents[1].file_offset, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
-  EXPECT_NE(st.message().find("does not match the index"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("payload checksum"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("in the extent"), std::string::npos) << st.ToString();
+}
+
+// A record of another file, or of another place in this one, is not this
+// extent's data even though its checksums are right.
+TEST_F(DirectPipeline, RecordOfAnotherFileOrOffsetIsReported) {
+  const uint64_t at = f_.layout.extents[1].file_offset;
+  std::string got;
+  f_.layout.ino += 1;
+  Status st = RunDirect(f_, {Range{at, 10, 0}}, {}, {}, 10, &got);
+  EXPECT_EQ(st.code(), EIO);
+  EXPECT_NE(st.message().find("inode"), std::string::npos) << st.ToString();
+  f_.layout.ino -= 1;
+  f_.layout.extents[1].skip += 1;  // the window now claims the record starts a byte later
+  st = RunDirect(f_, {Range{at, 10, 0}}, {}, {}, 10, &got);
+  EXPECT_EQ(st.code(), EIO);
+  EXPECT_NE(st.message().find("file offset"), std::string::npos) << st.ToString();
 }
 
 TEST_F(DirectPipeline, TruncatedSegmentIsReported) {

@@ -14,57 +14,39 @@
 #include <new>
 #include <thread>
 
-#include "engine/format.h"
+#include "format/format.h"
 
 namespace ckptfs::gpu {
 namespace {
 
-namespace format = engine::format;
+namespace format = ::ckptfs::format;
 
-// Reads exactly `n` bytes at `offset`; a short file is `short_status`.
-Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std::string& path,
-                 bool segment) {
-  uint64_t done = 0;
-  while (done < n) {
-    ssize_t r = pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::IOError(errno, "read " + path + " at offset " + std::to_string(offset + done));
-    }
-    if (r == 0) {
-      const std::string what =
-          std::to_string(offset + done) + " (wanted " + std::to_string(offset + n) + " bytes)";
-      if (segment) return Status::Corruption("segment " + path + " ends at " + what);
-      return Status(EIO, path + " ends at " + what + ": the file shrank while loading");
-    }
-    done += static_cast<uint64_t>(r);
+// Reads exactly `n` bytes at `offset` of a segment (`segment`) or of the
+// file itself.
+Status ReadFull(const io::File& f, char* buf, uint64_t n, uint64_t offset, bool segment) {
+  CKPTFS_ASSIGN_OR_RETURN(const size_t got, f.ReadAt(offset, n, buf));
+  if (got < n) {
+    const std::string what =
+        std::to_string(offset + got) + " (wanted " + std::to_string(offset + n) + " bytes)";
+    if (segment) return Status::Corruption("segment " + f.path() + " ends at " + what);
+    return Status(EIO, f.path() + " ends at " + what + ": the file shrank while loading");
   }
   return Status::OK();
 }
 
 Status AtRecord(const Status& st, const std::string& path, const RecordTask& r) {
   return Status(st.code(), st.message() + " (segment " + path + ", record at offset " +
-                               std::to_string(r.record_offset) + ")");
+                               std::to_string(r.extent.record_offset) + ")");
 }
 
 // Verifies one record of a read against the index's copy of its header and
 // its payload checksum; writes the windows of scratch reads into staging.
-Status CheckRecord(const RecordTask& r, const char* record, bool in_place, char* staging,
-                   const std::string& path, std::string* decoded) {
+Status CheckRecord(const RecordTask& r, uint64_t ino, const char* record, bool in_place,
+                   char* staging, const std::string& path, std::string* decoded) {
   format::RecordHeader h;
   Status st = format::DecodeRecordHeader(std::string_view(record, format::kRecordHeaderSize), &h);
+  if (st.ok()) st = format::CheckRecordForExtent(h, r.extent, ino, r.file_offset);
   if (!st.ok()) return AtRecord(st, path, r);
-  if (static_cast<uint8_t>(h.codec) != r.codec || h.raw_len != r.raw_len ||
-      h.stored_len != r.stored_len || h.payload_checksum != r.payload_checksum) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf),
-                  "record header (codec %u, raw_len %u, stored_len %u, checksum %016llx) does not "
-                  "match the index (codec %u, raw_len %u, stored_len %u, checksum %016llx)",
-                  unsigned(h.codec), h.raw_len, h.stored_len,
-                  static_cast<unsigned long long>(h.payload_checksum), unsigned(r.codec), r.raw_len,
-                  r.stored_len, static_cast<unsigned long long>(r.payload_checksum));
-    return AtRecord(Status::Corruption(buf), path, r);
-  }
   const std::string_view payload(record + format::kRecordHeaderSize, h.stored_len);
   const char* data = payload.data();
   if (h.codec == format::Codec::kNone) {
@@ -88,11 +70,12 @@ struct ReaderBuffers {
   std::string decoded;
 };
 
-Status FillChunk(const Chunk& chunk, char* staging, const PlanSources& src, ReaderBuffers* rb) {
+Status FillChunk(const Chunk& chunk, uint64_t ino, char* staging, const PlanSources& src,
+                 ReaderBuffers* rb) {
   for (const ReadTask& t : chunk.reads) {
     const bool through_file = t.source == kThroughFile;
-    const int fd = through_file ? src.file_fd : src.segment_fds[t.source];
-    const std::string& path = through_file ? src.file_path : src.segment_paths[t.source];
+    const io::File& f = through_file ? *src.file : *src.segments[t.source];
+    const std::string& path = f.path();
     char* buf;
     if (t.in_place) {
       buf = staging + t.staging_offset;
@@ -100,10 +83,10 @@ Status FillChunk(const Chunk& chunk, char* staging, const PlanSources& src, Read
       if (rb->scratch.size() < t.length) rb->scratch.resize(t.length);
       buf = rb->scratch.data();
     }
-    CKPTFS_RETURN_IF_ERROR(PreadFull(fd, buf, t.length, t.offset, path, !through_file));
+    CKPTFS_RETURN_IF_ERROR(ReadFull(f, buf, t.length, t.offset, !through_file));
     for (const RecordTask& r : t.records) {
       CKPTFS_RETURN_IF_ERROR(
-          CheckRecord(r, buf + r.read_offset, t.in_place, staging, path, &rb->decoded));
+          CheckRecord(r, ino, buf + r.read_offset, t.in_place, staging, path, &rb->decoded));
     }
   }
   for (const InlineTask& in : chunk.inlines) {
@@ -151,7 +134,7 @@ Status RunPipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink,
           slot = free_slots.front();
           free_slots.pop_front();
         }
-        Status st = FillChunk(plan.chunks[ci], staging[slot], src, &rb);
+        Status st = FillChunk(plan.chunks[ci], plan.ino, staging[slot], src, &rb);
         if (!st.ok()) return fail(st);
         runs[ci] = MergeCopies(plan.chunks[ci].copies);
         std::lock_guard<std::mutex> l(mu);

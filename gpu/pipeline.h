@@ -15,18 +15,17 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "gpu/load_plan.h"
 #include "gpu/sink.h"
+#include "io/env.h"
 
 namespace ckptfs::gpu {
 
-// The files a plan reads. Descriptors are borrowed, not closed.
+// The files a plan reads, borrowed: they must stay open while it runs.
 struct PlanSources {
-  std::vector<int> segment_fds;            // by LoadPlan::segment_ids index
-  std::vector<std::string> segment_paths;  // for messages
-  int file_fd = -1;                        // kThroughFile reads
-  std::string file_path;
+  std::vector<const io::File*> segments;  // by LoadPlan::segment_ids index
+  const io::File* file = nullptr;         // kThroughFile reads
 };
 
 struct PipelineOptions {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "gpu/device.h"
 
 namespace ckptfs::gpu {
@@ -128,7 +128,7 @@ Result<std::unique_ptr<LoadedSafetensors>> LoadSafetensors(const std::string& pa
     char len_bytes[8];
     header_sink.SetDestination(len_bytes, sizeof(len_bytes));
     CKPTFS_ASSIGN_OR_RETURN(LoadStats stats, f->Load({Range{0, 8, 0}}, &header_sink));
-    const uint64_t n = engine::format::GetLE64(len_bytes);
+    const uint64_t n = format::GetLE64(len_bytes);
     if (n > kMaxSafetensorsHeader || n > f->size() - 8) {
       return Status(EINVAL, path + ": safetensors header length " + std::to_string(n) +
                                 " is larger than the file or the limit");

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "gpu/loader.h"
 
 namespace ckptfs::gpu {

@@ -16,7 +16,7 @@
 #include <random>
 #include <thread>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {

@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "engine/format.h"
+#include "format/format.h"
 #include "engine/index_db.h"
 #include "tests/engine/test_util.h"
 
@@ -123,7 +123,7 @@ class FsckTest : public ::testing::Test {
 
   void WithIndex(const std::function<void(IndexDb&)>& fn) {
     IndexDb db;
-    ASSERT_OK(OpenIndexDb(dir_.store() + "/index", false, false, &db));
+    ASSERT_OK(OpenIndexDb(dir_.store() + "/index", false, false, io::Env::Posix().get(), &db));
     fn(db);
     ASSERT_OK(db.Close());
   }

@@ -1,4 +1,4 @@
-#include "engine/format.h"
+#include "format/format.h"
 
 #include <xxhash.h>
 #include <zstd.h>
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace ckptfs::engine::format {
+namespace ckptfs::format {
 
 void PutBE64(std::string* dst, uint64_t v) {
   char b[8];
@@ -327,6 +327,16 @@ Status DecodeSegmentHeader(std::string_view in, uint64_t* segment_id) {
   return Status::OK();
 }
 
+Status CheckSegmentHeader(std::string_view in, uint64_t segment_id) {
+  uint64_t got = 0;
+  CKPTFS_RETURN_IF_ERROR(DecodeSegmentHeader(in, &got));
+  if (got != segment_id) {
+    return Status::Corruption("segment header names segment " + std::to_string(got) +
+                              ", expected " + std::to_string(segment_id));
+  }
+  return Status::OK();
+}
+
 // ---- Records. ----
 std::string EncodeRecordHeader(const RecordHeader& h) {
   std::string s;
@@ -436,4 +446,28 @@ Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std:
   return Status::OK();
 }
 
-}  // namespace ckptfs::engine::format
+// ---- The record an extent points at. ----
+Status CheckRecordForExtent(const RecordHeader& h, const ExtentValue& e, uint64_t ino,
+                            uint64_t file_offset) {
+  auto field = [](const char* name, uint64_t rec, uint64_t ext) {
+    return Status::Corruption(std::string(name) + " " + std::to_string(rec) + " in the record, " +
+                              std::to_string(ext) + " in the extent");
+  };
+  if (e.is_inline) return Status::Corruption("an inline extent points at no record");
+  if (h.stored_len != e.stored_len) return field("stored_len", h.stored_len, e.stored_len);
+  if (h.raw_len != e.raw_len) return field("raw_len", h.raw_len, e.raw_len);
+  if (h.codec != e.codec) {
+    return field("codec", static_cast<uint64_t>(h.codec), static_cast<uint64_t>(e.codec));
+  }
+  if (h.payload_checksum != e.checksum) return field("payload checksum", h.payload_checksum, e.checksum);
+  if (h.ino != ino) return field("inode", h.ino, ino);
+  if (h.file_offset + e.skip != file_offset) {
+    return field("file offset", h.file_offset + e.skip, file_offset);
+  }
+  if (static_cast<uint64_t>(e.skip) + e.length > h.raw_len) {
+    return field("window end", static_cast<uint64_t>(e.skip) + e.length, h.raw_len);
+  }
+  return Status::OK();
+}
+
+}  // namespace ckptfs::format

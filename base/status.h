@@ -1,4 +1,4 @@
-// Status and Result: the error types of the engine.
+// Status and Result: the error types of every ckptfs layer.
 //
 // A Status carries a POSIX errno (0 = OK) and a message. fs/ answers FUSE
 // requests with -errno taken straight from it; tools/ print the message. No
@@ -11,7 +11,7 @@
 #include <utility>
 #include <variant>
 
-namespace ckptfs::engine {
+namespace ckptfs {
 
 class [[nodiscard]] Status {
  public:
@@ -63,12 +63,18 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+}  // namespace ckptfs
+
+// The engine, fs/, tools/ and gpu/ name these engine::Status and engine::Result.
+namespace ckptfs::engine {
+using ::ckptfs::Result;
+using ::ckptfs::Status;
 }  // namespace ckptfs::engine
 
 // Returns from the enclosing function when `expr` yields a non-OK Status.
 #define CKPTFS_RETURN_IF_ERROR(expr)            \
   do {                                          \
-    ::ckptfs::engine::Status _st = (expr);      \
+    ::ckptfs::Status _st = (expr);      \
     if (!_st.ok()) return _st;                  \
   } while (0)
 

@@ -1,9 +1,9 @@
-#include "engine/read_plan.h"
+#include "format/read_plan.h"
 
 #include <algorithm>
 #include <tuple>
 
-namespace ckptfs::engine {
+namespace ckptfs::format {
 
 std::vector<BackingRead> PlanReads(std::vector<RecordRef> needed, const CoalesceSettings& c) {
   std::sort(needed.begin(), needed.end(), [](const RecordRef& a, const RecordRef& b) {
@@ -32,4 +32,4 @@ std::vector<BackingRead> PlanReads(std::vector<RecordRef> needed, const Coalesce
   return plan;
 }
 
-}  // namespace ckptfs::engine
+}  // namespace ckptfs::format

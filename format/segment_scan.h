@@ -12,10 +12,10 @@
 #include <functional>
 #include <string>
 
-#include "engine/format.h"
-#include "engine/status.h"
+#include "format/format.h"
+#include "base/status.h"
 
-namespace ckptfs::engine {
+namespace ckptfs::format {
 
 struct ScannedRecord {
   uint64_t offset = 0;  // of the header in the segment file
@@ -41,11 +41,15 @@ struct SegmentScanOptions {
   size_t read_bytes = 16u << 20;
 };
 
-// Walks `fd` (a segment file of `file_size` bytes). Calls `on_record` for
+// Reads up to `len` bytes at `offset` of the segment file into `buf`; fewer
+// only at its end. The scan does no I/O of its own.
+using ReadAtFn = std::function<Result<size_t>(uint64_t offset, size_t len, char* buf)>;
+
+// Walks a segment file of `file_size` bytes read through `read_at`. Calls `on_record` for
 // every record header found, `on_gap` for unparsable stretches and
 // `on_progress` with the offset reached, in file order. Fails only on I/O
 // errors.
-Status ScanSegment(int fd, uint64_t file_size, const SegmentScanOptions& options,
+Status ScanSegment(const ReadAtFn& read_at, uint64_t file_size, const SegmentScanOptions& options,
                    const std::function<void(const ScannedRecord&)>& on_record,
                    const std::function<void(const ScannedGap&)>& on_gap,
                    const std::function<void(uint64_t offset)>& on_progress);
@@ -54,4 +58,4 @@ Status ScanSegment(int fd, uint64_t file_size, const SegmentScanOptions& options
 // max_record_bytes plus zstd's worst-case growth).
 inline constexpr uint32_t kMaxPlausibleStoredLen = (64u << 20) + (1u << 20);
 
-}  // namespace ckptfs::engine
+}  // namespace ckptfs::format

@@ -1,13 +1,11 @@
-#include "engine/segment_scan.h"
+#include "format/segment_scan.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-namespace ckptfs::engine {
+namespace ckptfs::format {
 
 namespace {
 
@@ -18,7 +16,8 @@ constexpr uint64_t kProgressEvery = 8u << 20;
 // the previous window that overlaps.
 class Window {
  public:
-  Window(int fd, uint64_t file_size, size_t chunk) : fd_(fd), size_(file_size), chunk_(chunk) {}
+  Window(const ReadAtFn& read_at, uint64_t file_size, size_t chunk)
+      : read_at_(read_at), size_(file_size), chunk_(chunk) {}
 
   uint64_t size() const { return size_; }
 
@@ -43,17 +42,10 @@ class Window {
       std::memmove(buf_.data(), buf_.data() + (pos - off_), keep);
     }
     size_t got = keep;
-    while (got < want) {
-      ssize_t r = ::pread(fd_, buf_.data() + got, want - got, static_cast<off_t>(pos + got));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return Status::IOError(errno, "read segment");
-      }
-      if (r == 0) {  // the file is shorter than it was: treat as its end
-        size_ = pos + got;
-        break;
-      }
-      got += static_cast<size_t>(r);
+    if (got < want) {
+      CKPTFS_ASSIGN_OR_RETURN(size_t r, read_at_(pos + got, want - got, buf_.data() + got));
+      got += r;
+      if (got < want) size_ = pos + got;  // the file is shorter than it was: treat as its end
     }
     off_ = pos;
     len_ = got;
@@ -62,7 +54,7 @@ class Window {
   }
 
  private:
-  const int fd_;
+  const ReadAtFn& read_at_;
   uint64_t size_;
   const size_t chunk_;
   std::vector<char> buf_;
@@ -116,12 +108,11 @@ Result<uint64_t> FindNextHeader(Window* w, uint64_t from, size_t chunk, bool* ze
 
 }  // namespace
 
-Status ScanSegment(int fd, uint64_t file_size, const SegmentScanOptions& options,
+Status ScanSegment(const ReadAtFn& read_at, uint64_t file_size, const SegmentScanOptions& options,
                    const std::function<void(const ScannedRecord&)>& on_record,
                    const std::function<void(const ScannedGap&)>& on_gap,
                    const std::function<void(uint64_t offset)>& on_progress) {
-  if (options.verify_payloads) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  Window w(fd, file_size, options.read_bytes);
+  Window w(read_at, file_size, options.read_bytes);
   uint64_t pos = format::kSegmentHeaderSize;
   uint64_t reported = 0;
   while (pos < w.size()) {
@@ -170,4 +161,4 @@ Status ScanSegment(int fd, uint64_t file_size, const SegmentScanOptions& options
   return Status::OK();
 }
 
-}  // namespace ckptfs::engine
+}  // namespace ckptfs::format

@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "engine/status.h"
+#include "base/status.h"
 
-namespace ckptfs::engine::format {
+namespace ckptfs::format {
 
 // ---- Fixed-width coding. ----
 void PutBE64(std::string* dst, uint64_t v);
@@ -135,6 +135,9 @@ inline constexpr uint32_t kSegmentVersion = 1;
 inline constexpr size_t kSegmentHeaderSize = 32;
 std::string EncodeSegmentHeader(uint64_t segment_id);
 Status DecodeSegmentHeader(std::string_view in, uint64_t* segment_id);
+// The one check of a segment file's first kSegmentHeaderSize bytes: a valid
+// header that names `segment_id`. Used by the engine, fsck and the GPU loader.
+Status CheckSegmentHeader(std::string_view in, uint64_t segment_id);
 
 inline constexpr uint32_t kRecordMagic = 0x52504b43;  // "CKPR" on disk
 inline constexpr uint8_t kRecordVersion = 1;
@@ -171,4 +174,15 @@ Status VerifyRecordPayload(const RecordHeader& h, std::string_view payload);
 // `payload` is exactly stored_len bytes.
 Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out);
 
-}  // namespace ckptfs::engine::format
+// ---- The one record-versus-extent check. ----
+// Whether the record `h` is the one that extent `e` of inode `ino`, starting
+// at byte `file_offset` of the file, points at: every field the extent
+// copies from the record header (stored_len, raw_len, codec, payload
+// checksum), the inode, the file offset, and the window inside the record.
+// Corruption naming the first field that differs. Reads, compaction, fsck
+// and the GPU loader all call this one check. The payload checksum itself is
+// VerifyRecordPayload's.
+Status CheckRecordForExtent(const RecordHeader& h, const ExtentValue& e, uint64_t ino,
+                            uint64_t file_offset);
+
+}  // namespace ckptfs::format

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace ckptfs::engine {
+namespace ckptfs::format {
 
 struct RecordRef {
   uint64_t segment_id = 0;
@@ -39,4 +39,4 @@ struct CoalesceSettings {
 // `needed` may be unsorted and hold duplicates.
 std::vector<BackingRead> PlanReads(std::vector<RecordRef> needed, const CoalesceSettings& c);
 
-}  // namespace ckptfs::engine
+}  // namespace ckptfs::format

@@ -1,8 +1,8 @@
-#include "engine/read_plan.h"
+#include "format/read_plan.h"
 
 #include <gtest/gtest.h>
 
-namespace ckptfs::engine {
+namespace ckptfs::format {
 namespace {
 
 TEST(ReadPlanTest, OffMeansOneReadPerRecord) {
@@ -50,4 +50,4 @@ TEST(ReadPlanTest, LargeRecordIsNotExtended) {
 }
 
 }  // namespace
-}  // namespace ckptfs::engine
+}  // namespace ckptfs::format

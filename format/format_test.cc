@@ -1,13 +1,14 @@
 // Tests of the on-disk encodings: golden bytes read out of docs/FORMAT.md (so
 // the document and the code cannot drift), round trips of every codec, and
 // corruption of every decoder's input.
-#include "engine/format.h"
+#include "format/format.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -21,7 +22,7 @@
 #error "CKPTFS_SOURCE_DIR must name the source tree (set in engine/CMakeLists.txt)"
 #endif
 
-namespace ckptfs::engine::format {
+namespace ckptfs::format {
 namespace {
 
 // ---------------------------------------------------------------------------
@@ -1290,5 +1291,70 @@ TEST(Records, RejectsPayloadThatIsNotZstd) {
   ExpectCorruption(DecodeRecordPayload(built, frame, &out), "zstd payload");
 }
 
+// ---- The one record-versus-extent check and the segment header check ----
+
+TEST(RecordForExtent, AcceptsTheRecordAndEveryWindowOfIt) {
+  RecordHeader h;
+  BuildRecord(9, 4096, Compressible(10000), 0, &h);
+  ExtentValue e;
+  e.segment_id = 3;
+  e.record_offset = 32;
+  e.stored_len = h.stored_len;
+  e.raw_len = h.raw_len;
+  e.codec = h.codec;
+  e.checksum = h.payload_checksum;
+  e.length = 10000;
+  EXPECT_TRUE(CheckRecordForExtent(h, e, 9, 4096).ok());
+  e.skip = 2000;
+  e.length = 8000;
+  EXPECT_TRUE(CheckRecordForExtent(h, e, 9, 6096).ok());
+}
+
+TEST(RecordForExtent, NamesEveryFieldThatDiffers) {
+  RecordHeader h;
+  BuildRecord(9, 4096, Compressible(10000), 3, &h);
+  ExtentValue good;
+  good.stored_len = h.stored_len;
+  good.raw_len = h.raw_len;
+  good.codec = h.codec;
+  good.checksum = h.payload_checksum;
+  good.skip = 100;
+  good.length = 500;
+  ASSERT_TRUE(CheckRecordForExtent(h, good, 9, 4196).ok());
+  struct Case {
+    const char* field;
+    std::function<void(ExtentValue*, uint64_t*, uint64_t*)> change;
+  };
+  const std::vector<Case> cases = {
+      {"stored_len", [](ExtentValue* e, uint64_t*, uint64_t*) { e->stored_len += 1; }},
+      {"raw_len", [](ExtentValue* e, uint64_t*, uint64_t*) { e->raw_len -= 1; }},
+      {"codec", [](ExtentValue* e, uint64_t*, uint64_t*) { e->codec = Codec::kNone; }},
+      {"payload checksum", [](ExtentValue* e, uint64_t*, uint64_t*) { e->checksum ^= 1; }},
+      {"inode", [](ExtentValue*, uint64_t* ino, uint64_t*) { *ino = 10; }},
+      {"file offset", [](ExtentValue*, uint64_t*, uint64_t* off) { *off += 1; }},
+      {"file offset", [](ExtentValue* e, uint64_t*, uint64_t*) { e->skip += 1; }},
+      {"window end", [](ExtentValue* e, uint64_t*, uint64_t*) { e->length = 9901; }},
+  };
+  for (const Case& c : cases) {
+    ExtentValue e = good;
+    uint64_t ino = 9, off = 4196;
+    c.change(&e, &ino, &off);
+    ExpectCorruption(CheckRecordForExtent(h, e, ino, off), c.field);
+  }
+  ExtentValue in = good;
+  in.is_inline = true;
+  ExpectCorruption(CheckRecordForExtent(h, in, 9, 4196), "inline");
+}
+
+TEST(SegmentHeaderCheck, AcceptsItsOwnIdOnly) {
+  const std::string hdr = EncodeSegmentHeader(77);
+  EXPECT_TRUE(CheckSegmentHeader(hdr, 77).ok());
+  ExpectCorruption(CheckSegmentHeader(hdr, 78), "names segment 77, expected 78");
+  ExpectCorruption(CheckSegmentHeader(hdr.substr(0, 20), 77), "segment header");
+  std::string bad = hdr;
+  bad[0] ^= 1;
+  ExpectCorruption(CheckSegmentHeader(bad, 77), "magic");
+}
+
 }  // namespace
-}  // namespace ckptfs::engine::format
+}  // namespace ckptfs::format

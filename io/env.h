@@ -1,0 +1,93 @@
+// io/: the files a store keeps its data in (segment files today), behind one
+// small interface, so that the engine, fsck and the GPU loader never call
+// pread/pwrite/fdatasync on a path themselves. The POSIX implementation is
+// the default; tests use FaultInjectionEnv (io/fault_injection.h), and other
+// backends (an object store, a shared filesystem) plug in here.
+//
+// Thread safety: an Env and every File it returns may be used from any number
+// of threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rocksdb {
+class FileSystem;
+}
+
+namespace ckptfs::io {
+
+// One open file of a store.
+class File {
+ public:
+  virtual ~File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Reads up to `len` bytes at `offset` into `buf`; fewer only at the end of
+  // the file.
+  virtual Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const = 0;
+  // Writes `pieces` one after the other starting at `offset`, all of them or
+  // an error (a failed write may have written part of them).
+  // REQUIRES: the file was opened for writing.
+  virtual Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) = 0;
+  // Makes every byte written before the call durable (fdatasync).
+  virtual Status Sync() = 0;
+  // The file's size now.
+  virtual Result<uint64_t> Size() const = 0;
+  // Asks for [offset, offset+len) to be read ahead in the background. A hint:
+  // nothing happens where a backend cannot.
+  virtual void Prefetch(uint64_t offset, uint64_t len) const {}
+  // Reads exactly `len` bytes; a file that ends first is corruption.
+  Status ReadExactly(uint64_t offset, size_t len, char* buf) const;
+
+  const std::string& path() const { return path_; }
+
+ protected:
+  explicit File(std::string path) : path_(std::move(path)) {}
+
+ private:
+  const std::string path_;
+};
+
+enum class OpenMode { kRead, kReadWrite };
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // Opens an existing file. ENOENT when it is missing.
+  virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) = 0;
+  // Creates `path` holding `contents`, durably and atomically: the name
+  // appears only once the contents and the directory entry are on disk, so a
+  // crash leaves either no file or the whole of `contents`. The file is open
+  // for reading and writing. EEXIST when `path` exists. Leaves at most a
+  // "PATH.tmp" behind on a crash; RemoveLeftovers() deletes those.
+  virtual Result<std::unique_ptr<File>> Create(const std::string& path,
+                                               std::string_view contents) = 0;
+  // Deletes a file. OK when it does not exist.
+  virtual Status Remove(const std::string& path) = 0;
+  // The names (not paths) of the entries of directory `dir`.
+  virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
+  // Deletes what an interrupted Create() left in `dir`.
+  Status RemoveLeftovers(const std::string& dir);
+
+  // The filesystem RocksDB keeps the index on; nullptr (the default) means
+  // RocksDB's own. A fault-injecting Env returns one whose unsynced bytes it
+  // can drop together with the segments'.
+  virtual std::shared_ptr<rocksdb::FileSystem> IndexFileSystem() { return nullptr; }
+
+  // The local filesystem through POSIX calls. Shared; never destroyed.
+  static std::shared_ptr<Env> Posix();
+};
+
+// The suffix of Create()'s temporary names.
+inline constexpr std::string_view kTmpSuffix = ".tmp";
+
+}  // namespace ckptfs::io

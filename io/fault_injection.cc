@@ -1,0 +1,367 @@
+#include "io/fault_injection.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <rocksdb/file_system.h>
+
+#include <algorithm>
+
+namespace ckptfs::io {
+
+// A segment file of the FaultInjectionEnv.
+class FaultFile final : public File {
+ public:
+  FaultFile(std::shared_ptr<FaultInjectionEnv> env, std::unique_ptr<File> base)
+      : File(base->path()), env_(std::move(env)), base_(std::move(base)) {}
+
+  Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
+    return base_->ReadAt(offset, len, buf);
+  }
+  Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    bool torn = false;
+    Status s = env_->BeforeWrite(path(), &torn);
+    uint64_t total = 0;
+    for (std::string_view p : pieces) total += p.size();
+    if (!s.ok() && torn) {
+      // The first half of the bytes reach the file; the write still fails.
+      std::string all;
+      for (std::string_view p : pieces) all.append(p);
+      const std::string_view half[] = {std::string_view(all).substr(0, all.size() / 2)};
+      if (base_->WriteAt(offset, half).ok()) env_->RecordWrite(path(), offset, half[0].size());
+    }
+    if (!s.ok()) return s;
+    CKPTFS_RETURN_IF_ERROR(base_->WriteAt(offset, pieces));
+    env_->RecordWrite(path(), offset, total);
+    return Status::OK();
+  }
+  Status Sync() override {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    CKPTFS_RETURN_IF_ERROR(env_->BeforeSync(path(), /*segment=*/true));
+    const size_t n = env_->PendingWrites(path());
+    CKPTFS_RETURN_IF_ERROR(base_->Sync());
+    env_->MarkSynced(path(), n);
+    return Status::OK();
+  }
+  Result<uint64_t> Size() const override { return base_->Size(); }
+  void Prefetch(uint64_t offset, uint64_t len) const override { base_->Prefetch(offset, len); }
+
+ private:
+  const std::shared_ptr<FaultInjectionEnv> env_;
+  const std::unique_ptr<File> base_;
+};
+
+namespace {
+rocksdb::IOStatus ToIOStatus(const Status& s) {
+  return s.ok() ? rocksdb::IOStatus::OK() : rocksdb::IOStatus::IOError(s.ToString());
+}
+}  // namespace
+
+// A file RocksDB writes (log, table, manifest) through the FaultInjectionEnv.
+class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FaultIndexFile(std::shared_ptr<FaultInjectionEnv> env, std::string path,
+                 std::unique_ptr<rocksdb::FSWritableFile> base)
+      : FSWritableFileOwnerWrapper(std::move(base)), env_(std::move(env)), path_(std::move(path)) {}
+
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* dbg) override {
+    return Write(data, [&] { return target()->Append(data, o, dbg); });
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           const rocksdb::DataVerificationInfo& info,
+                           rocksdb::IODebugContext* dbg) override {
+    return Write(data, [&] { return target()->Append(data, o, info, dbg); });
+  }
+  rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                     const rocksdb::IOOptions& o,
+                                     rocksdb::IODebugContext* dbg) override {
+    return rocksdb::IOStatus::NotSupported("positioned appends");
+  }
+  rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                     const rocksdb::IOOptions& o,
+                                     const rocksdb::DataVerificationInfo& info,
+                                     rocksdb::IODebugContext* dbg) override {
+    return rocksdb::IOStatus::NotSupported("positioned appends");
+  }
+  rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* dbg) override {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    rocksdb::IOStatus s = target()->Truncate(size, o, dbg);
+    if (s.ok()) env_->Truncated(path_, size);
+    return s;
+  }
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
+    return DoSync([&] { return target()->Sync(o, dbg); });
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
+    return DoSync([&] { return target()->Fsync(o, dbg); });
+  }
+  rocksdb::IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const rocksdb::IOOptions& o,
+                              rocksdb::IODebugContext* dbg) override {
+    return rocksdb::IOStatus::OK();  // a hint; durability comes from Sync
+  }
+
+ private:
+  template <typename Fn>
+  rocksdb::IOStatus Write(const rocksdb::Slice& data, Fn&& fn) {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    const uint64_t offset = offset_;
+    rocksdb::IOStatus s = fn();
+    if (!s.ok()) return s;
+    offset_ += data.size();
+    env_->RecordWrite(path_, offset, data.size());
+    return s;
+  }
+  template <typename Fn>
+  rocksdb::IOStatus DoSync(Fn&& fn) {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    rocksdb::IOStatus s = ToIOStatus(env_->BeforeSync(path_, /*segment=*/false));
+    if (!s.ok()) return s;
+    const size_t n = env_->PendingWrites(path_);
+    s = fn();
+    if (s.ok()) env_->MarkSynced(path_, n);
+    return s;
+  }
+
+  const std::shared_ptr<FaultInjectionEnv> env_;
+  const std::string path_;
+  uint64_t offset_ = 0;  // RocksDB appends to one file from one thread at a time
+};
+
+// RocksDB's default filesystem, with the writes of the index tracked.
+class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit FaultIndexFileSystem(std::shared_ptr<FaultInjectionEnv> env)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), env_(std::move(env)) {}
+  const char* Name() const override { return "CkptfsFaultIndexFileSystem"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* dbg) override {
+    return Wrap(f, 0, target()->NewWritableFile(f, fo, r, dbg), r);
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                       rocksdb::IODebugContext* dbg) override {
+    uint64_t size = 0;
+    (void)target()->GetFileSize(f, rocksdb::IOOptions(), &size, dbg);
+    return Wrap(f, size, target()->ReopenWritableFile(f, fo, r, dbg), r);
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
+                                      const rocksdb::FileOptions& fo,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* dbg) override {
+    env_->Forget(old);
+    return Wrap(f, 0, target()->ReuseWritableFile(f, old, fo, r, dbg), r);
+  }
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& fo,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
+                                    rocksdb::IODebugContext* dbg) override {
+    return rocksdb::IOStatus::NotSupported("random read-write files");
+  }
+  rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
+                               rocksdb::IODebugContext* dbg) override {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    rocksdb::IOStatus s = target()->DeleteFile(f, o, dbg);
+    if (s.ok()) env_->Forget(f);
+    return s;
+  }
+  rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
+                               const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
+    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    rocksdb::IOStatus s = target()->RenameFile(from, to, o, dbg);
+    if (s.ok()) env_->Renamed(from, to);
+    return s;
+  }
+
+ private:
+  rocksdb::IOStatus Wrap(const std::string& f, uint64_t size, rocksdb::IOStatus s,
+                         std::unique_ptr<rocksdb::FSWritableFile>* r) {
+    if (!s.ok()) return s;
+    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    env_->Track(f, size);
+    *r = std::make_unique<FaultIndexFile>(env_, f, std::move(*r));
+    return s;
+  }
+
+  const std::shared_ptr<FaultInjectionEnv> env_;
+};
+
+FaultInjectionEnv::FaultInjectionEnv() : base_(Env::Posix()) {}
+
+std::shared_ptr<FaultInjectionEnv> FaultInjectionEnv::Make() {
+  return std::shared_ptr<FaultInjectionEnv>(new FaultInjectionEnv());
+}
+
+void FaultInjectionEnv::FailWrite(uint64_t n, bool torn) {
+  fail_write_torn_ = torn;
+  fail_write_at_ = writes_.load() + n;
+}
+
+void FaultInjectionEnv::FailSync(uint64_t n) { fail_sync_at_ = syncs_.load() + n; }
+
+Status FaultInjectionEnv::BeforeWrite(const std::string& path, bool* torn) {
+  *torn = false;
+  if (cut_) return Status(EIO, "write " + path + ": power cut");
+  const uint64_t n = ++writes_;
+  if (n == fail_write_at_.load()) {
+    *torn = fail_write_torn_.load();
+    return Status(EIO, "write " + path + ": injected failure");
+  }
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::BeforeSync(const std::string& path, bool segment) {
+  if (cut_) return Status(EIO, "sync " + path + ": power cut");
+  if (segment && ++syncs_ == fail_sync_at_.load()) {
+    return Status(EIO, "fdatasync " + path + ": injected failure");
+  }
+  return Status::OK();
+}
+
+void FaultInjectionEnv::Track(const std::string& path, uint64_t size) {
+  std::lock_guard<std::mutex> l(mu_);
+  Unsynced& u = files_[path];
+  u = Unsynced{};
+  u.size = u.synced_size = size;
+}
+
+void FaultInjectionEnv::RecordWrite(const std::string& path, uint64_t offset, uint64_t length) {
+  std::lock_guard<std::mutex> l(mu_);
+  Unsynced& u = files_[path];
+  u.writes.emplace_back(offset, length);
+  u.size = std::max(u.size, offset + length);
+}
+
+size_t FaultInjectionEnv::PendingWrites(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? 0 : it->second.writes.size();
+}
+
+void FaultInjectionEnv::MarkSynced(const std::string& path, size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  Unsynced& u = it->second;
+  n = std::min(n, u.writes.size());
+  for (size_t i = 0; i < n; ++i) {
+    u.synced_size = std::max(u.synced_size, u.writes[i].first + u.writes[i].second);
+  }
+  u.writes.erase(u.writes.begin(), u.writes.begin() + static_cast<ptrdiff_t>(n));
+}
+
+void FaultInjectionEnv::Truncated(const std::string& path, uint64_t size) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  Unsynced& u = it->second;
+  u.size = std::min(u.size, size);
+  u.synced_size = std::min(u.synced_size, size);
+}
+
+void FaultInjectionEnv::Forget(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  files_.erase(path);
+}
+
+void FaultInjectionEnv::Renamed(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(from);
+  if (it == files_.end()) {
+    files_.erase(to);
+    return;
+  }
+  Unsynced u = std::move(it->second);
+  files_.erase(it);
+  files_[to] = std::move(u);
+}
+
+Status FaultInjectionEnv::Drop(const std::string& path, const Unsynced& u, uint64_t* dropped) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::OK() : Status::IOError(errno, "open " + path);
+  Status s;
+  // Writes inside the synced size landed in a stretch that was a hole when
+  // it was synced: it reads as zeros again.
+  for (const auto& [offset, length] : u.writes) {
+    if (offset >= u.synced_size) continue;
+    const std::string zeros(std::min(length, u.synced_size - offset), '\0');
+    if (::pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(offset)) !=
+        static_cast<ssize_t>(zeros.size())) {
+      s = Status::IOError(errno, "write " + path);
+    }
+    *dropped += zeros.size();
+  }
+  if (u.size > u.synced_size) *dropped += u.size - u.synced_size;
+  if (s.ok() && ::ftruncate(fd, static_cast<off_t>(u.synced_size)) != 0) {
+    s = Status::IOError(errno, "truncate " + path);
+  }
+  ::close(fd);
+  return s;
+}
+
+Result<uint64_t> FaultInjectionEnv::PowerCut() {
+  std::unique_lock<std::shared_mutex> cut(cut_mu_);
+  cut_ = true;
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t dropped = 0;
+  for (const auto& [path, u] : files_) CKPTFS_RETURN_IF_ERROR(Drop(path, u, &dropped));
+  for (auto& [path, u] : files_) {
+    u.size = u.synced_size;
+    u.writes.clear();
+  }
+  return dropped;
+}
+
+void FaultInjectionEnv::Restore() {
+  std::unique_lock<std::shared_mutex> cut(cut_mu_);
+  cut_ = false;
+}
+
+Result<std::unique_ptr<File>> FaultInjectionEnv::Open(const std::string& path, OpenMode mode) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Open(path, mode));
+  if (mode == OpenMode::kRead) return f;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (files_.find(path) == files_.end()) {
+      CKPTFS_ASSIGN_OR_RETURN(uint64_t size, f->Size());
+      files_[path].size = files_[path].synced_size = size;
+    }
+  }
+  return std::unique_ptr<File>(new FaultFile(shared_from_this(), std::move(f)));
+}
+
+Result<std::unique_ptr<File>> FaultInjectionEnv::Create(const std::string& path,
+                                                        std::string_view contents) {
+  std::shared_lock<std::shared_mutex> cut(cut_mu_);
+  if (cut_) return Status(EIO, "create " + path + ": power cut");
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Create(path, contents));
+  Track(path, contents.size());
+  return std::unique_ptr<File>(new FaultFile(shared_from_this(), std::move(f)));
+}
+
+Status FaultInjectionEnv::Remove(const std::string& path) {
+  std::shared_lock<std::shared_mutex> cut(cut_mu_);
+  if (cut_) return Status(EIO, "delete " + path + ": power cut");
+  CKPTFS_RETURN_IF_ERROR(base_->Remove(path));
+  Forget(path);
+  return Status::OK();
+}
+
+Result<std::vector<std::string>> FaultInjectionEnv::List(const std::string& dir) {
+  return base_->List(dir);
+}
+
+std::shared_ptr<rocksdb::FileSystem> FaultInjectionEnv::IndexFileSystem() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (index_fs_ == nullptr) index_fs_ = std::make_shared<FaultIndexFileSystem>(shared_from_this());
+  return index_fs_;
+}
+
+}  // namespace ckptfs::io

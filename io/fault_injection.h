@@ -1,0 +1,99 @@
+// FaultInjectionEnv: the POSIX Env with the faults a disk and a power cut
+// produce, for tests (as leveldb's fault_injection_test does):
+//   - a chosen write fails with EIO, whole or torn (half of it written);
+//   - a chosen sync fails with EIO;
+//   - PowerCut(): from then on every write and sync fails, and every byte
+//     that was written but not synced is dropped, in segment files and in
+//     the files of the RocksDB index (through IndexFileSystem()), as if the
+//     machine had lost power. Restore() then lets the store be reopened.
+//
+// Only writes count as unsynced: Create(), Remove() and RocksDB's renames
+// and deletions are treated as durable at once (the POSIX Env syncs the
+// directory for Create(); the index syncs its own directory).
+//
+// Thread safety: every method may be called from any thread. A write or sync
+// in progress when PowerCut() is called either finishes before the cut (and
+// is then dropped if unsynced) or fails.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "io/env.h"
+
+namespace ckptfs::io {
+
+class FaultInjectionEnv final : public Env,
+                                public std::enable_shared_from_this<FaultInjectionEnv> {
+ public:
+  static std::shared_ptr<FaultInjectionEnv> Make();
+
+  // The `n`th WriteAt from now (1 = the next one) fails with EIO. With
+  // `torn`, the first half of its bytes reach the file first.
+  void FailWrite(uint64_t n, bool torn = false);
+  // The `n`th segment Sync from now fails with EIO; the bytes stay unsynced.
+  void FailSync(uint64_t n);
+  // Cuts the power: see the header comment. Returns the number of unsynced
+  // bytes dropped. Errors only on I/O errors of the test machine.
+  Result<uint64_t> PowerCut();
+  // Accepts writes again after PowerCut() (the "reboot").
+  void Restore();
+  bool cut() const { return cut_.load(); }
+  // Writes and syncs seen so far (segment files only).
+  uint64_t writes() const { return writes_.load(); }
+  uint64_t syncs() const { return syncs_.load(); }
+
+  Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
+  Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
+  Status Remove(const std::string& path) override;
+  Result<std::vector<std::string>> List(const std::string& dir) override;
+  std::shared_ptr<rocksdb::FileSystem> IndexFileSystem() override;
+
+ private:
+  friend class FaultFile;
+  friend class FaultIndexFile;
+  friend class FaultIndexFileSystem;
+  // What a power cut would drop of one file.
+  struct Unsynced {
+    uint64_t size = 0;         // bytes written so far (logical end)
+    uint64_t synced_size = 0;  // bytes on disk for sure
+    std::vector<std::pair<uint64_t, uint64_t>> writes;  // (offset, length) not yet synced
+  };
+
+  FaultInjectionEnv();
+  // Called with cut_mu_ held shared, before a write of a tracked file: EIO
+  // once the power is cut or when this write is the one chosen to fail
+  // (`*torn`: write half of it first).
+  Status BeforeWrite(const std::string& path, bool* torn);
+  // Likewise before a sync; `segment`: counts toward FailSync().
+  Status BeforeSync(const std::string& path, bool segment);
+  // Starts tracking `path`, whose first `size` bytes are durable.
+  void Track(const std::string& path, uint64_t size);
+  void RecordWrite(const std::string& path, uint64_t offset, uint64_t length);
+  // How many writes of `path` a sync starting now covers; MarkSynced(path, n)
+  // after the sync succeeded forgets them.
+  size_t PendingWrites(const std::string& path);
+  void MarkSynced(const std::string& path, size_t n);
+  void Truncated(const std::string& path, uint64_t size);
+  void Forget(const std::string& path);
+  void Renamed(const std::string& from, const std::string& to);
+  Status Drop(const std::string& path, const Unsynced& u, uint64_t* dropped);
+
+  const std::shared_ptr<Env> base_;
+  std::shared_mutex cut_mu_;  // shared by writes and syncs, exclusive for PowerCut
+  std::atomic<bool> cut_{false};
+  std::atomic<uint64_t> writes_{0}, syncs_{0};
+  std::atomic<uint64_t> fail_write_at_{0}, fail_sync_at_{0};
+  std::atomic<bool> fail_write_torn_{false};
+  std::mutex mu_;  // guards files_; taken after cut_mu_
+  std::map<std::string, Unsynced> files_;
+  std::shared_ptr<rocksdb::FileSystem> index_fs_;
+};
+
+}  // namespace ckptfs::io

@@ -1,0 +1,164 @@
+// The POSIX Env: pread, pwritev, fdatasync on local files.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "io/env.h"
+
+namespace ckptfs::io {
+namespace {
+
+Status SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(errno, "open " + dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  return rc == 0 ? Status::OK() : Status::IOError(err, "fsync " + dir);
+}
+
+std::string Parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+class PosixFile final : public File {
+ public:
+  PosixFile(std::string path, int fd) : File(std::move(path)), fd_(fd) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
+    size_t done = 0;
+    while (done < len) {
+      ssize_t n = ::pread(fd_, buf + done, len - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::IOError(errno, "read " + path());
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+  Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+    std::vector<iovec> iov;
+    iov.reserve(pieces.size());
+    for (std::string_view p : pieces) {
+      if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
+    }
+    // One call for all pieces; a short write goes on from where it stopped.
+    size_t first = 0;
+    while (first < iov.size()) {
+      ssize_t w = ::pwritev(fd_, iov.data() + first, static_cast<int>(iov.size() - first),
+                            static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::IOError(errno, "write " + path());
+      }
+      offset += static_cast<uint64_t>(w);
+      size_t left = static_cast<size_t>(w);
+      while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (first < iov.size()) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Status::IOError(errno, "fdatasync " + path());
+    return Status::OK();
+  }
+
+  Result<uint64_t> Size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return Status::IOError(errno, "stat " + path());
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  void Prefetch(uint64_t offset, uint64_t len) const override {
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len),
+                          POSIX_FADV_WILLNEED);
+  }
+
+ private:
+  const int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
+    const int fd = ::open(path.c_str(), (mode == OpenMode::kRead ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd < 0) return Status::IOError(errno, "open " + path);
+    return std::unique_ptr<File>(new PosixFile(path, fd));
+  }
+
+  Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override {
+    const std::string tmp = path + std::string(kTmpSuffix);
+    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::IOError(errno, "create " + tmp);
+    auto file = std::make_unique<PosixFile>(path, fd);
+    const std::string_view pieces[] = {contents};
+    Status s = file->WriteAt(0, pieces);
+    if (s.ok()) s = file->Sync();
+    // link() refuses an existing name, so a file is never replaced.
+    if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0) s = Status::IOError(errno, "create " + path);
+    ::unlink(tmp.c_str());
+    if (s.ok()) s = SyncDir(Parent(path));
+    if (!s.ok()) return s;
+    return std::unique_ptr<File>(std::move(file));
+  }
+
+  Status Remove(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::IOError(errno, "delete " + path);
+    return Status::OK();
+  }
+
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return Status::IOError(errno, "open " + dir);
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      const std::string_view name(e->d_name);
+      if (name != "." && name != "..") names.emplace_back(name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+}  // namespace
+
+Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
+  CKPTFS_ASSIGN_OR_RETURN(size_t n, ReadAt(offset, len, buf));
+  if (n < len) {
+    return Status::Corruption(path() + " ends at " + std::to_string(offset + n) +
+                              ", expected data up to " + std::to_string(offset + len));
+  }
+  return Status::OK();
+}
+
+Status Env::RemoveLeftovers(const std::string& dir) {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> names, List(dir));
+  for (const std::string& name : names) {
+    if (name.size() > kTmpSuffix.size() && name.ends_with(kTmpSuffix)) {
+      CKPTFS_RETURN_IF_ERROR(Remove(dir + "/" + name));
+    }
+  }
+  return Status::OK();
+}
+
+std::shared_ptr<Env> Env::Posix() {
+  static const std::shared_ptr<Env> env = std::make_shared<PosixEnv>();
+  return env;
+}
+
+}  // namespace ckptfs::io
