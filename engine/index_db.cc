@@ -2,6 +2,7 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/env.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
@@ -24,9 +25,21 @@ Status IndexDb::Close() {
   return result;
 }
 
+namespace {
+class BeforeFlush final : public rocksdb::EventListener {
+ public:
+  explicit BeforeFlush(std::function<void()> fn) : fn_(std::move(fn)) {}
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override { fn_(); }
+
+ private:
+  const std::function<void()> fn_;
+};
+}  // namespace
+
 Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
-                   IndexDb* out) {
+                   IndexDb* out, std::function<void()> before_flush) {
   rocksdb::DBOptions dbo;
+  if (before_flush) dbo.listeners.push_back(std::make_shared<BeforeFlush>(std::move(before_flush)));
   std::unique_ptr<rocksdb::Env> index_env;
   if (std::shared_ptr<rocksdb::FileSystem> fs = env->IndexFileSystem()) {
     index_env = rocksdb::NewCompositeEnv(fs);

@@ -5,6 +5,7 @@
 
 #include <rocksdb/db.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,8 +39,11 @@ struct IndexDb {
 // `read_only`: open without writing (RocksDB's read-only mode; the log is
 // replayed in memory only). EBUSY when another process has it open; EIO with
 // RocksDB's message otherwise.
+// `before_flush`, when set, runs before RocksDB writes a memtable to a table
+// file: the store syncs its segments there, so that a flushed (durable)
+// extent never points at bytes that are not.
 Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
-                   IndexDb* out);
+                   IndexDb* out, std::function<void()> before_flush = nullptr);
 
 // Maps a RocksDB status to ours: ENOSPC, corruption (EIO) or EIO.
 Status FromRocksStatus(const rocksdb::Status& s, const std::string& what);

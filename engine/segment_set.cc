@@ -118,6 +118,9 @@ Status SegmentSet::Read(uint64_t segment_id, uint64_t offset, size_t len, char* 
 }
 
 Status SegmentSet::SyncDirty() {
+  // One at a time: a caller must not return while another caller's sync of
+  // a segment it found dirty is still in progress.
+  std::lock_guard<std::mutex> serial(sync_mu_);
   std::vector<std::shared_ptr<Segment>> segs;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -88,6 +88,7 @@ class SegmentSet {
   const std::string dir_;
   const uint64_t target_bytes_;
   const bool read_only_;
+  std::mutex sync_mu_;     // held through SyncDirty; taken before mu_
   mutable std::mutex mu_;  // guards segments_, active_, next_id_
   std::map<uint64_t, std::shared_ptr<Segment>> segments_;
   std::shared_ptr<Segment> active_;

@@ -174,6 +174,9 @@ struct StoreOptions {
   // were all deleted or overwritten) from the same background thread, within
   // a few seconds; no data is copied. Default: false. Fixed while open.
   bool free_empty_segments = false;
+  // How often the background thread of the two settings above looks at the
+  // segments. Default: 2000 ms. Fixed while open.
+  uint32_t background_interval_ms = 2000;
   // Where segment files are read and written (and, where it provides one, the
   // filesystem of the index). Default: nullptr, the local filesystem
   // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.

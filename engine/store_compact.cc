@@ -39,7 +39,6 @@ namespace {
 
 constexpr size_t kRoundSegments = 8;              // victims deleted per round
 constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
-constexpr auto kBackgroundInterval = std::chrono::seconds(2);
 constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
 
 // Whether compaction may take segment `id`: sealed, so neither the active
@@ -221,6 +220,7 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
       if (groups.empty()) return Status::OK();
       rocksdb::WriteBatch b;
       StatDeltas deltas;
+      CommitGate::Write commit(&commit_gate_);  // a flush waits for the commit below
       const uint64_t copied_before = run->copied;
       for (const auto& [where, group] : groups) {
         if (compaction_->cancel) return Status(ECANCELED, "store is closing");
@@ -414,7 +414,8 @@ void StoreImpl::StartBackgroundCompaction() {
     for (;;) {
       {
         std::unique_lock<std::mutex> l(cs.thread_mu);
-        cs.thread_cv.wait_for(l, kBackgroundInterval, [&] { return cs.thread_stop; });
+        cs.thread_cv.wait_for(l, std::chrono::milliseconds(options_.background_interval_ms),
+                              [&] { return cs.thread_stop; });
         if (cs.thread_stop) return;
       }
       uint64_t dead = 0;

@@ -159,6 +159,7 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
 
 Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data) {
   EpochGate::Guard gate(&io_gate_);  // compaction waits for the commit below
+  CommitGate::Write commit(&commit_gate_);  // a flush waits for the commit below
   const uint64_t ino = s->ino;
   const uint64_t end = offset + data.size();
   format::InodeValue v = s->attr;
@@ -313,7 +314,7 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       RecordData d = decode(pos, &err, &next);
       if (d == nullptr) {
         counters_.checksum_errors++;
-        return Status(EIO, "corruption: " + err.message());
+        return Status(EIO, err.message());
       }
       (*out)[{r.segment_id, r.offset}] = d;
       // Neighbouring records in the same read go into the cache too.

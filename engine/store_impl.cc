@@ -148,6 +148,7 @@ Status StoreImpl::Init() {
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
                                   options_.segment_target_bytes, options_.read_only, sealed));
+  flush_segments_ = segments_.get();
   cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
   if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
@@ -177,8 +178,12 @@ Status StoreImpl::CreateLayout() {
 
 Status StoreImpl::OpenIndex(bool create) {
   IndexDb index;
+  auto before_flush = [this] {
+    // A failed sync is sticky in the set: the next fsync reports it.
+    if (SegmentSet* set = flush_segments_.load()) (void)set->SyncDirty();
+  };
   CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
-                                     /*read_only=*/false, env_.get(), &index));
+                                     /*read_only=*/false, env_.get(), &index, before_flush));
   index_env_ = std::move(index.env);
   db_ = std::move(index.db);
   handles_ = std::move(index.handles);
@@ -287,6 +292,7 @@ Status StoreImpl::Close() {
     if (result.ok() && !s.ok()) result = Status(EIO, "close index: " + s.ToString());
     db_.reset();
   }
+  flush_segments_ = nullptr;
   segments_.reset();
   lock_.reset();
   return result;
@@ -300,10 +306,11 @@ Status StoreImpl::FromRocks(const rocksdb::Status& s, const std::string& what) c
 }
 
 Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
-  rocksdb::WriteOptions wo;
-  wo.sync = sync;
-  rocksdb::Status s = db_->Write(wo, batch);
-  if (s.ok()) return Status::OK();
+  // A durable commit goes through FlushDurable, never RocksDB's sync write,
+  // which would also make other writers' batches durable before their
+  // records.
+  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), batch);
+  if (s.ok()) return sync ? (syncer_ != nullptr ? syncer_->Sync() : FlushDurable()) : Status::OK();
   if (s.IsNoSpace() || (s.getState() && std::strstr(s.getState(), "No space"))) {
     // RocksDB stops writes after a failed WAL append; try to resume so that
     // the store is usable again once space is freed.
@@ -341,7 +348,13 @@ Status StoreImpl::CheckSpace(uint64_t incoming) {
 Status StoreImpl::FlushDurable() {
   // segments_ is null when Init failed before opening them (e.g. a segment
   // with a damaged header); Close() still runs then.
-  if (segments_ != nullptr) CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+  if (segments_ == nullptr) return FromRocks(db_->SyncWAL(), "sync index log");
+  // The bulk of the segment bytes while writes go on, then, with no write
+  // between its append and its commit, what was appended meanwhile and the
+  // index log: no batch becomes durable before the records it points at.
+  CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+  CommitGate::Closed closed(&commit_gate_);
+  CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   return FromRocks(db_->SyncWAL(), "sync index log");
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/commit_gate.h"
 #include "engine/epoch_gate.h"
 #include "format/format.h"
 #include "engine/group_commit.h"
@@ -212,6 +213,11 @@ class StoreImpl final : public Store {
   // Every Read and data write holds a Guard; compaction drains it (see
   // engine/epoch_gate.h).
   EpochGate io_gate_;
+  // segments_ for the index's before-flush hook, which may run on RocksDB's
+  // threads from the moment the index opens; null until segments_ is set.
+  std::atomic<SegmentSet*> flush_segments_{nullptr};
+  // Appends-then-commits against FlushDurable (engine/commit_gate.h).
+  CommitGate commit_gate_;
   std::unique_ptr<CompactionState> compaction_ = std::make_unique<CompactionState>();
 
   static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time

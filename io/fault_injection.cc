@@ -39,6 +39,7 @@ class FaultFile final : public File {
   Status Sync() override {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
     CKPTFS_RETURN_IF_ERROR(env_->BeforeSync(path(), /*segment=*/true));
+    if (env_->cut()) return Status::OK();  // nothing is durable after the cut
     const size_t n = env_->PendingWrites(path());
     CKPTFS_RETURN_IF_ERROR(base_->Sync());
     env_->MarkSynced(path(), n);
@@ -88,7 +89,7 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
   rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& o,
                              rocksdb::IODebugContext* dbg) override {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->Truncate(size, o, dbg);
     if (s.ok()) env_->Truncated(path_, size);
     return s;
@@ -108,7 +109,6 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
   template <typename Fn>
   rocksdb::IOStatus Write(const rocksdb::Slice& data, Fn&& fn) {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
     const uint64_t offset = offset_;
     rocksdb::IOStatus s = fn();
     if (!s.ok()) return s;
@@ -120,7 +120,7 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
   rocksdb::IOStatus DoSync(Fn&& fn) {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
     rocksdb::IOStatus s = ToIOStatus(env_->BeforeSync(path_, /*segment=*/false));
-    if (!s.ok()) return s;
+    if (!s.ok() || env_->cut()) return s;
     const size_t n = env_->PendingWrites(path_);
     s = fn();
     if (s.ok()) env_->MarkSynced(path_, n);
@@ -166,7 +166,7 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
                                rocksdb::IODebugContext* dbg) override {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->DeleteFile(f, o, dbg);
     if (s.ok()) env_->Forget(f);
     return s;
@@ -174,7 +174,7 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
                                const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
     std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
+    if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->RenameFile(from, to, o, dbg);
     if (s.ok()) env_->Renamed(from, to);
     return s;
@@ -184,8 +184,8 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus Wrap(const std::string& f, uint64_t size, rocksdb::IOStatus s,
                          std::unique_ptr<rocksdb::FSWritableFile>* r) {
     if (!s.ok()) return s;
-    if (env_->cut()) return rocksdb::IOStatus::IOError("power cut");
     env_->Track(f, size);
+    if (env_->cut()) env_->CreatedAfterCut(f);
     *r = std::make_unique<FaultIndexFile>(env_, f, std::move(*r));
     return s;
   }
@@ -208,7 +208,7 @@ void FaultInjectionEnv::FailSync(uint64_t n) { fail_sync_at_ = syncs_.load() + n
 
 Status FaultInjectionEnv::BeforeWrite(const std::string& path, bool* torn) {
   *torn = false;
-  if (cut_) return Status(EIO, "write " + path + ": power cut");
+  if (cut_) return Status::OK();
   const uint64_t n = ++writes_;
   if (n == fail_write_at_.load()) {
     *torn = fail_write_torn_.load();
@@ -218,7 +218,7 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, bool* torn) {
 }
 
 Status FaultInjectionEnv::BeforeSync(const std::string& path, bool segment) {
-  if (cut_) return Status(EIO, "sync " + path + ": power cut");
+  if (cut_) return Status::OK();
   if (segment && ++syncs_ == fail_sync_at_.load()) {
     return Status(EIO, "fdatasync " + path + ": injected failure");
   }
@@ -306,22 +306,32 @@ Status FaultInjectionEnv::Drop(const std::string& path, const Unsynced& u, uint6
   return s;
 }
 
-Result<uint64_t> FaultInjectionEnv::PowerCut() {
+void FaultInjectionEnv::PowerCut() {
   std::unique_lock<std::shared_mutex> cut(cut_mu_);
   cut_ = true;
+}
+
+void FaultInjectionEnv::CreatedAfterCut(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  created_after_cut_.push_back(path);
+}
+
+Result<uint64_t> FaultInjectionEnv::Restore() {
+  std::unique_lock<std::shared_mutex> cut(cut_mu_);
   std::lock_guard<std::mutex> l(mu_);
   uint64_t dropped = 0;
+  for (const std::string& path : created_after_cut_) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::IOError(errno, "delete " + path);
+    files_.erase(path);
+  }
+  created_after_cut_.clear();
   for (const auto& [path, u] : files_) CKPTFS_RETURN_IF_ERROR(Drop(path, u, &dropped));
   for (auto& [path, u] : files_) {
     u.size = u.synced_size;
     u.writes.clear();
   }
-  return dropped;
-}
-
-void FaultInjectionEnv::Restore() {
-  std::unique_lock<std::shared_mutex> cut(cut_mu_);
   cut_ = false;
+  return dropped;
 }
 
 Result<std::unique_ptr<File>> FaultInjectionEnv::Open(const std::string& path, OpenMode mode) {
@@ -340,15 +350,15 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::Open(const std::string& path, O
 Result<std::unique_ptr<File>> FaultInjectionEnv::Create(const std::string& path,
                                                         std::string_view contents) {
   std::shared_lock<std::shared_mutex> cut(cut_mu_);
-  if (cut_) return Status(EIO, "create " + path + ": power cut");
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Create(path, contents));
   Track(path, contents.size());
+  if (cut_) CreatedAfterCut(path);
   return std::unique_ptr<File>(new FaultFile(shared_from_this(), std::move(f)));
 }
 
 Status FaultInjectionEnv::Remove(const std::string& path) {
   std::shared_lock<std::shared_mutex> cut(cut_mu_);
-  if (cut_) return Status(EIO, "delete " + path + ": power cut");
+  if (cut_) return Status::OK();  // the deletion never reaches the disk
   CKPTFS_RETURN_IF_ERROR(base_->Remove(path));
   Forget(path);
   return Status::OK();

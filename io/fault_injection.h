@@ -2,18 +2,21 @@
 // produce, for tests (as leveldb's fault_injection_test does):
 //   - a chosen write fails with EIO, whole or torn (half of it written);
 //   - a chosen sync fails with EIO;
-//   - PowerCut(): from then on every write and sync fails, and every byte
-//     that was written but not synced is dropped, in segment files and in
-//     the files of the RocksDB index (through IndexFileSystem()), as if the
-//     machine had lost power. Restore() then lets the store be reopened.
+//   - PowerCut(): the moment the machine loses power. The process goes on
+//     as if nothing happened (writes and syncs succeed, so that RocksDB and
+//     the engine close normally), but nothing done after the cut is
+//     durable: syncs are not performed, deletions and renames are not
+//     performed, files created are removed again. Restore(), the reboot,
+//     then drops every byte that was not synced before the cut, in segment
+//     files and in the files of the RocksDB index (through
+//     IndexFileSystem()), and the store can be reopened.
 //
-// Only writes count as unsynced: Create(), Remove() and RocksDB's renames
-// and deletions are treated as durable at once (the POSIX Env syncs the
-// directory for Create(); the index syncs its own directory).
+// Only writes can be lost before the cut: Create(), Remove() and RocksDB's
+// renames and deletions are treated as durable at once (the POSIX Env syncs
+// the directory for Create(); the index syncs its own directory).
 //
-// Thread safety: every method may be called from any thread. A write or sync
-// in progress when PowerCut() is called either finishes before the cut (and
-// is then dropped if unsynced) or fails.
+// Thread safety: every method may be called from any thread. A sync in
+// progress when PowerCut() is called finishes before the cut.
 #pragma once
 
 #include <atomic>
@@ -39,11 +42,12 @@ class FaultInjectionEnv final : public Env,
   void FailWrite(uint64_t n, bool torn = false);
   // The `n`th segment Sync from now fails with EIO; the bytes stay unsynced.
   void FailSync(uint64_t n);
-  // Cuts the power: see the header comment. Returns the number of unsynced
-  // bytes dropped. Errors only on I/O errors of the test machine.
-  Result<uint64_t> PowerCut();
-  // Accepts writes again after PowerCut() (the "reboot").
-  void Restore();
+  // Cuts the power: see the header comment.
+  void PowerCut();
+  // The reboot after PowerCut(): drops what was not durable at the cut and
+  // returns how many bytes that was. Call it once every user of the Env
+  // (the store) is closed. Errors only on I/O errors of the test machine.
+  Result<uint64_t> Restore();
   bool cut() const { return cut_.load(); }
   // Writes and syncs seen so far (segment files only).
   uint64_t writes() const { return writes_.load(); }
@@ -68,11 +72,14 @@ class FaultInjectionEnv final : public Env,
 
   FaultInjectionEnv();
   // Called with cut_mu_ held shared, before a write of a tracked file: EIO
-  // once the power is cut or when this write is the one chosen to fail
-  // (`*torn`: write half of it first).
+  // when this write is the one chosen to fail (`*torn`: write half of it
+  // first).
   Status BeforeWrite(const std::string& path, bool* torn);
-  // Likewise before a sync; `segment`: counts toward FailSync().
+  // Likewise before a sync; `segment`: counts toward FailSync(). With the
+  // power cut, the caller skips the sync (and reports success).
   Status BeforeSync(const std::string& path, bool segment);
+  // A file made after the cut: Restore() removes it.
+  void CreatedAfterCut(const std::string& path);
   // Starts tracking `path`, whose first `size` bytes are durable.
   void Track(const std::string& path, uint64_t size);
   void RecordWrite(const std::string& path, uint64_t offset, uint64_t length);
@@ -93,6 +100,7 @@ class FaultInjectionEnv final : public Env,
   std::atomic<bool> fail_write_torn_{false};
   std::mutex mu_;  // guards files_; taken after cut_mu_
   std::map<std::string, Unsynced> files_;
+  std::vector<std::string> created_after_cut_;
   std::shared_ptr<rocksdb::FileSystem> index_fs_;
 };
 
