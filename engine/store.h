@@ -244,7 +244,9 @@ struct CompactReport {
   uint64_t bytes_copied = 0;        // record bytes (headers included) written anew
   double seconds = 0;
   std::vector<uint64_t> segments;   // ids of the retired (dry run: chosen) segments
-  std::vector<std::string> errors;  // segments kept because of unreadable data
+  // Segments kept because of unreadable data. Unreadable accounting or
+  // extents fail the whole compaction instead (Compact returns the error).
+  std::vector<std::string> errors;
 };
 
 class Store {
@@ -336,9 +338,16 @@ class Store {
 
   // ---- Introspection and settings. ----
   virtual Result<std::vector<ExtentInfo>> GetExtents(Ino ino) = 0;
-  virtual std::vector<SegmentInfo> ListSegments() = 0;
+  // Every segment file with its accounting, in id order. A segment the index
+  // has no accounting for yet (no batch that counts it has committed) holds
+  // nothing live and lists with zeros. Fails with EIO naming the segment when
+  // the index cannot be read or its accounting is corrupt (see
+  // format::CheckSegmentStat); never reports such a segment as empty.
+  virtual Result<std::vector<SegmentInfo>> ListSegments() = 0;
   virtual std::string SegmentPath(uint64_t segment_id) const = 0;
-  virtual EngineStats GetStats() = 0;
+  // The counters, and the segment totals from ListSegments(), whose error
+  // it returns.
+  virtual Result<EngineStats> GetStats() = 0;
   // Counts the inodes by type with one scan of the index's inodes family (a
   // consistent snapshot; roughly a second per million inodes) and sums the
   // sizes of the index files. Mutations may go on meanwhile.
@@ -359,6 +368,10 @@ class Store {
   // index batch that moves them commits, and a file is deleted only after
   // the new data and the index are durable and no read still uses it. One
   // compaction runs at a time; others wait. Also run by SetConfig("compact", R).
+  // Fails (EIO, naming the segment or inode) without deleting anything more
+  // when the accounting of a segment or an extent cannot be read: no segment
+  // is chosen, rewritten or deleted on the strength of a value that could not
+  // be read.
   virtual Result<CompactReport> Compact(const CompactOptions& options) = 0;
 };
 

@@ -139,9 +139,14 @@ Status StoreImpl::Init() {
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       format::SegmentStat st;
       if (it->key().size() != 8) continue;
-      CKPTFS_RETURN_IF_ERROR(
-          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st));
-      if (st.sealed) sealed.push_back(format::GetBE64(it->key().data()));
+      const uint64_t id = format::GetBE64(it->key().data());
+      // Only `sealed` is needed here; ListSegments checks the counters.
+      Status ds =
+          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st);
+      if (!ds.ok()) {
+        return Status(ds.code(), "accounting of segment " + std::to_string(id) + ": " + ds.message());
+      }
+      if (st.sealed) sealed.push_back(id);
     }
     CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan segments"));
   }
@@ -362,18 +367,23 @@ std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
   return dir_ + "/" + format::SegmentFileName(segment_id);
 }
 
-std::vector<SegmentInfo> StoreImpl::ListSegments() {
+Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
+  if (closed_) return Status(EIO, "store is closed");
   std::vector<SegmentInfo> out;
-  if (closed_) return out;
   for (uint64_t id : segments_->Ids()) {
     SegmentInfo info;
     info.id = id;
     info.path = SegmentPath(id);
     info.file_bytes = segments_->Size(id);
+    const std::string what = "accounting of segment " + std::to_string(id);
     std::string v;
-    format::SegmentStat st;
-    if (db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v).ok() &&
-        format::DecodeSegmentStat(v, &st).ok()) {
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v);
+    if (!rs.IsNotFound()) {  // no value yet: nothing committed counts it
+      CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read " + what));
+      format::SegmentStat st;
+      Status ds = format::DecodeSegmentStat(v, &st);
+      if (ds.ok()) ds = format::CheckSegmentStat(st);
+      if (!ds.ok()) return Status(ds.code(), what + ": " + ds.message());
       info.live_bytes = st.live;
       info.dead_bytes = st.dead;
       info.sealed = st.sealed != 0;
@@ -383,7 +393,8 @@ std::vector<SegmentInfo> StoreImpl::ListSegments() {
   return out;
 }
 
-EngineStats StoreImpl::GetStats() {
+Result<EngineStats> StoreImpl::GetStats() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
   EngineStats s;
   s.reads = counters_.reads;
   s.read_bytes = counters_.read_bytes;
@@ -400,10 +411,10 @@ EngineStats StoreImpl::GetStats() {
   s.fsyncs = counters_.fsyncs;
   s.device_syncs = syncer_->flushes();
   s.checksum_errors = counters_.checksum_errors;
-  for (const SegmentInfo& seg : ListSegments()) {
+  for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
-    s.live_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
-    s.dead_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+    s.live_bytes += static_cast<uint64_t>(seg.live_bytes);
+    s.dead_bytes += static_cast<uint64_t>(seg.dead_bytes);
   }
   return s;
 }

@@ -85,9 +85,9 @@ class StoreImpl final : public Store {
   Status SyncAll() override;
 
   Result<std::vector<ExtentInfo>> GetExtents(Ino ino) override;
-  std::vector<SegmentInfo> ListSegments() override;
+  Result<std::vector<SegmentInfo>> ListSegments() override;
   std::string SegmentPath(uint64_t segment_id) const override;
-  EngineStats GetStats() override;
+  Result<EngineStats> GetStats() override;
   Result<NamespaceCounts> CountNamespace() override;
   std::string GetConfig() override;
   Status SetConfig(std::string_view key, std::string_view value) override;
@@ -175,6 +175,11 @@ class StoreImpl final : public Store {
                       std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
 
   // ---- store_compact.cc ----
+  // Scans every extent: adds to `inos` the inodes and to `used` the segments
+  // of those that point into `segments`. EIO for an extent that cannot be
+  // decoded, since it may point into any of them.
+  Status FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
+                       std::set<uint64_t>* used);
   // Moves the extents of `ino` that point into `victims` to new records.
   Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run);
   // Copies one victim record whose windows `group` (extents of `ino`) uses.
