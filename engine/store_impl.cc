@@ -485,7 +485,11 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     format::InodeValue v;
     Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      const std::string ino =
+          it->key().size() == 8 ? std::to_string(format::GetBE64(it->key().data())) : "?";
+      return Status(s.code(), "inode " + ino + ": " + s.message());
+    }
     if (v.nlink == 0) continue;  // unlinked while open
     if (S_ISREG(v.mode)) {
       c.files++;
@@ -501,14 +505,17 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
   CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
   // RocksDB may delete files while we walk: skip what vanishes.
   namespace stdfs = std::filesystem;
+  const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;
   std::error_code ec;
-  for (stdfs::recursive_directory_iterator d(stdfs::path(dir_) / format::kIndexDirName, ec), end;
-       !ec && d != end; d.increment(ec)) {
+  for (stdfs::recursive_directory_iterator d(index_dir, ec), end; !ec && d != end; d.increment(ec)) {
     std::error_code size_ec;
     if (d->is_regular_file(size_ec)) {
       const uintmax_t n = d->file_size(size_ec);
       if (!size_ec) c.index_bytes += n;
     }
+  }
+  if (ec && ec.value() != ENOENT) {
+    return Status::IOError(ec.value(), "list " + index_dir.string());
   }
   return c;
 }
