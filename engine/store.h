@@ -296,6 +296,9 @@ class Store {
   virtual Result<std::string> ReadLink(Ino ino) = 0;
   // Adds a hard link to the non-directory `ino`.
   virtual Result<Attr> Link(Ino ino, Ino new_parent, std::string_view new_name) = 0;
+  // Removing the last name of an inode that no handle holds open deletes its
+  // data; when one of its extents cannot be read, the whole operation fails
+  // with EIO and changes nothing (Unlink, Rmdir, Rename over it, Release).
   virtual Status Unlink(Ino parent, std::string_view name) = 0;
   virtual Status Rmdir(Ino parent, std::string_view name) = 0;
   virtual Status Rename(Ino parent, std::string_view name, Ino new_parent,

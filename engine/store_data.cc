@@ -497,9 +497,13 @@ Status StoreImpl::Release(Ino ino) {
       !closed_) {
     rocksdb::WriteBatch b;
     StatDeltas deltas;
-    PurgeLocked(s, &b, &deltas);
-    EmitDeltas(deltas, &b, cf_segments_);
-    result = Commit(&b);
+    // On failure the inode stays an orphan: fsck reports it, and the next
+    // open tries the purge again.
+    result = PurgeLocked(s, &b, &deltas);
+    if (result.ok()) {
+      EmitDeltas(deltas, &b, cf_segments_);
+      result = Commit(&b);
+    }
     if (result.ok()) s->purged = true;
   }
   inodes_.Unpin(s);  // the pin taken by OpenFile

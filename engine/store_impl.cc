@@ -261,7 +261,7 @@ Status StoreImpl::PurgeOrphans() {
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
     if (st.ok()) {
-      PurgeLocked(s.get(), &b, &deltas);
+      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas));
     } else if (st.code() == ENOENT) {
       b.Delete(cf_meta_, format::OrphanKey(ino));
     } else {

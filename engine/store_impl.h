@@ -126,9 +126,11 @@ class StoreImpl final : public Store {
     format::InodeValue& A(uint64_t ino);
     InodeState* S(uint64_t ino);
     // Drops one name of `ino`; purges or orphans it when that was the last.
-    void DropLink(uint64_t ino, const Timespec& now);
-    // Removes `ino` and everything it owns.
-    void Purge(uint64_t ino);
+    // An error (from Purge) leaves the batch unusable: do not commit it.
+    Status DropLink(uint64_t ino, const Timespec& now);
+    // Removes `ino` and everything it owns. An error leaves the batch
+    // unusable: do not commit it.
+    Status Purge(uint64_t ino);
     // Writes the batch and, on success, the working copies into the cache.
     Status Commit();
 
@@ -148,8 +150,10 @@ class StoreImpl final : public Store {
   void PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v);
   uint64_t AllocIno(rocksdb::WriteBatch* b);  // REQUIRES: ns_mu_ is held
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
-  // Removes the inode and everything it owns. REQUIRES: s->mu is held.
-  void PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
+  // Removes the inode and everything it owns. EIO when one of its extents
+  // cannot be read (its accounting would be lost); `b` and `deltas` may then
+  // hold part of the purge and must not be committed. REQUIRES: s->mu is held.
+  Status PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
   Result<bool> DirIsEmpty(Ino dir);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
