@@ -198,8 +198,13 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     rocksdb::Status rs =
         db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, 0), &head);
     format::ExtentValue hv;
-    if (rs.ok() && format::DecodeExtent(head, &hv).ok() && hv.is_inline && offset > 0 &&
-        offset <= hv.length) {
+    if (rs.ok()) {
+      Status ds = format::DecodeExtent(head, &hv);
+      if (!ds.ok()) {
+        return Status(ds.code(), "inode " + std::to_string(ino) + " extent at 0: " + ds.message());
+      }
+    }
+    if (rs.ok() && hv.is_inline && offset > 0 && offset <= hv.length) {
       folded = std::move(hv.inline_data);
       if (folded.size() < end) folded.resize(end);
       std::memcpy(folded.data() + offset, data.data(), data.size());
