@@ -78,6 +78,7 @@ class Checker {
       : dir_(std::move(dir)),
         opt_(options),
         env_(options.env != nullptr ? options.env : io::Env::Posix()) {}
+  // Checks (and repairs) the store and closes its index on every path.
   Result<FsckReport> Run();
 
  private:
@@ -115,6 +116,8 @@ class Checker {
   };
 
   // ---- fsck.cc ----
+  // Run() up to the report: opens, checks and repairs.
+  Status Check();
   Status Open();
   void Add(FsckFinding f);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the

@@ -71,7 +71,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     return Status(EINVAL, "segment_target_bytes must be at least 1 MiB");
   }
   auto store = std::make_unique<StoreImpl>(dir, options);
-  CKPTFS_RETURN_IF_ERROR(store->Init());
+  Status s = store->Init();
+  if (!s.ok()) {
+    Status closed = store->Close();
+    if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing: " + closed.message());
+    return s;
+  }
   return std::unique_ptr<Store>(std::move(store));
 }
 
@@ -172,7 +177,10 @@ Status StoreImpl::CreateLayout() {
   bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
             ::fsync(fd) == 0;
   int err = errno;
-  ::close(fd);
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
   if (!ok) return Status::IOError(err, "write " + tmp);
   if (::rename(tmp.c_str(), (dir_ + "/" + format::kFormatFileName).c_str()) != 0) {
     return Status::IOError(errno, "rename " + tmp);
@@ -280,16 +288,21 @@ Status StoreImpl::Close() {
   Status result;
   if (!options_.read_only && db_ != nullptr) {
     result = FlushDurable();
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    Status s = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
-    if (result.ok()) result = s;
+    // Marked clean only when everything written is durable.
+    if (result.ok()) {
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      result = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
+    }
   }
   if (db_ != nullptr) {
-    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    for (auto* h : handles_) {
+      Status s = FromRocks(db_->DestroyColumnFamilyHandle(h), "close index column family");
+      if (result.ok()) result = s;
+    }
     handles_.clear();
-    rocksdb::Status s = db_->Close();
-    if (result.ok() && !s.ok()) result = Status(EIO, "close index: " + s.ToString());
+    Status s = FromRocks(db_->Close(), "close index");
+    if (result.ok()) result = s;
     db_.reset();
   }
   segments_.reset();
