@@ -106,6 +106,7 @@ class Checker {
     std::string header_error;
     uint64_t file_size = 0;
     format::SegmentStat stat;
+    std::string stat_error;  // why the stored stat is unusable ("" when it is fine)
     std::vector<ScannedRecord> records;  // in file order
     std::vector<uint32_t> refs;          // per record: extents pointing at it
     uint64_t gaps = 0, gap_bytes = 0, nonzero_gaps = 0;
