@@ -115,7 +115,7 @@ Status Checker::ApplyRepairs() {
   return FromRocksStatus(index_.db->Write(wo, &batch_), "write repairs");
 }
 
-Result<FsckReport> Checker::Run() {
+Status Checker::Check() {
   CKPTFS_RETURN_IF_ERROR(Open());
   CKPTFS_RETURN_IF_ERROR(LoadNamespace());
   CheckNamespace();
@@ -127,12 +127,19 @@ Result<FsckReport> Checker::Run() {
   CheckCounters();
   if (opt_.repair) {
     Status s = ApplyRepairs();
-    if (!s.ok()) {
-      index_.Close().ok();
-      return Status(s.code(), "repair failed: " + s.message());
-    }
+    if (!s.ok()) return Status(s.code(), "repair failed: " + s.message());
   }
-  CKPTFS_RETURN_IF_ERROR(index_.Close());
+  return Status::OK();
+}
+
+Result<FsckReport> Checker::Run() {
+  Status s = Check();
+  Status closed = index_.Close();  // a no-op when the index never opened
+  if (!s.ok()) {
+    if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing the index: " + closed.message());
+    return s;
+  }
+  CKPTFS_RETURN_IF_ERROR(closed);
   for (const FsckFinding& f : report_.findings) report_.counts[f.kind]++;
   for (uint64_t ino : lost_inos_) report_.lost_files.push_back(PathOf(ino));
   for (const std::string& p : lost_paths_) report_.lost_files.push_back(p);

@@ -78,6 +78,7 @@ class Checker {
       : dir_(std::move(dir)),
         opt_(options),
         env_(options.env != nullptr ? options.env : io::Env::Posix()) {}
+  // Checks (and repairs) the store and closes its index on every path.
   Result<FsckReport> Run();
 
  private:
@@ -105,6 +106,7 @@ class Checker {
     std::string header_error;
     uint64_t file_size = 0;
     format::SegmentStat stat;
+    std::string stat_error;  // why the stored stat is unusable ("" when it is fine)
     std::vector<ScannedRecord> records;  // in file order
     std::vector<uint32_t> refs;          // per record: extents pointing at it
     uint64_t gaps = 0, gap_bytes = 0, nonzero_gaps = 0;
@@ -115,6 +117,8 @@ class Checker {
   };
 
   // ---- fsck.cc ----
+  // Run() up to the report: opens, checks and repairs.
+  Status Check();
   Status Open();
   void Add(FsckFinding f);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the

@@ -53,8 +53,15 @@ Status Checker::LoadSegments() {
     s.id = id;
     s.has_stat = true;
     Status st = format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &s.stat);
+    format::SegmentStat kept;  // what survives of a stat that is unusable
+    if (st.ok()) {
+      st = format::CheckSegmentStat(s.stat);
+      kept.sealed = s.stat.sealed != 0 ? 1 : 0;
+      kept.size = std::max<int64_t>(s.stat.size, 0);
+    }
     if (!st.ok()) {
-      s.stat = format::SegmentStat();
+      s.stat_error = st.message();
+      s.stat = kept;
       s.stat.live = -1;  // forces a live mismatch, which rewrites the stat
     }
   }
@@ -355,8 +362,10 @@ void Checker::CheckSegments() {
       FsckFinding f;
       f.kind = kSegmentLiveMismatch;
       f.segment_id = id;
-      f.detail = name + ": the index counts " + std::to_string(st.live) +
-                 " live bytes, its extents cover " + std::to_string(s.live_all);
+      f.detail = name + ": the index counts " +
+                 (s.stat_error.empty() ? std::to_string(st.live) + " live bytes"
+                                       : "nothing usable (" + s.stat_error + ")") +
+                 ", its extents cover " + std::to_string(s.live_all);
       f.repaired = opt_.repair;
       Add(std::move(f));
     }

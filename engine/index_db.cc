@@ -15,10 +15,13 @@ namespace ckptfs::engine {
 Status IndexDb::Close() {
   Status result;
   if (db != nullptr) {
-    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    for (auto* h : handles) {
+      Status s = FromRocksStatus(db->DestroyColumnFamilyHandle(h), "close index column family");
+      if (result.ok()) result = s;
+    }
     handles.clear();
-    rocksdb::Status s = db->Close();
-    if (!s.ok()) result = Status(EIO, "close index: " + s.ToString());
+    Status s = FromRocksStatus(db->Close(), "close index");
+    if (result.ok()) result = s;
     db.reset();
     env.reset();
   }

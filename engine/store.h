@@ -247,7 +247,9 @@ struct CompactReport {
   uint64_t bytes_copied = 0;        // record bytes (headers included) written anew
   double seconds = 0;
   std::vector<uint64_t> segments;   // ids of the retired (dry run: chosen) segments
-  std::vector<std::string> errors;  // segments kept because of unreadable data
+  // Segments kept because of unreadable data. Unreadable accounting or
+  // extents fail the whole compaction instead (Compact returns the error).
+  std::vector<std::string> errors;
 };
 
 class Store {
@@ -297,6 +299,9 @@ class Store {
   virtual Result<std::string> ReadLink(Ino ino) = 0;
   // Adds a hard link to the non-directory `ino`.
   virtual Result<Attr> Link(Ino ino, Ino new_parent, std::string_view new_name) = 0;
+  // Removing the last name of an inode that no handle holds open deletes its
+  // data; when one of its extents cannot be read, the whole operation fails
+  // with EIO and changes nothing (Unlink, Rmdir, Rename over it, Release).
   virtual Status Unlink(Ino parent, std::string_view name) = 0;
   virtual Status Rmdir(Ino parent, std::string_view name) = 0;
   virtual Status Rename(Ino parent, std::string_view name, Ino new_parent,
@@ -339,9 +344,16 @@ class Store {
 
   // ---- Introspection and settings. ----
   virtual Result<std::vector<ExtentInfo>> GetExtents(Ino ino) = 0;
-  virtual std::vector<SegmentInfo> ListSegments() = 0;
+  // Every segment file with its accounting, in id order. A segment the index
+  // has no accounting for yet (no batch that counts it has committed) holds
+  // nothing live and lists with zeros. Fails with EIO naming the segment when
+  // the index cannot be read or its accounting is corrupt (see
+  // format::CheckSegmentStat); never reports such a segment as empty.
+  virtual Result<std::vector<SegmentInfo>> ListSegments() = 0;
   virtual std::string SegmentPath(uint64_t segment_id) const = 0;
-  virtual EngineStats GetStats() = 0;
+  // The counters, and the segment totals from ListSegments(), whose error
+  // it returns.
+  virtual Result<EngineStats> GetStats() = 0;
   // Counts the inodes by type with one scan of the index's inodes family (a
   // consistent snapshot; roughly a second per million inodes) and sums the
   // sizes of the index files. Mutations may go on meanwhile.
@@ -362,6 +374,10 @@ class Store {
   // index batch that moves them commits, and a file is deleted only after
   // the new data and the index are durable and no read still uses it. One
   // compaction runs at a time; others wait. Also run by SetConfig("compact", R).
+  // Fails (EIO, naming the segment or inode) without deleting anything more
+  // when the accounting of a segment or an extent cannot be read: no segment
+  // is chosen, rewritten or deleted on the strength of a value that could not
+  // be read.
   virtual Result<CompactReport> Compact(const CompactOptions& options) = 0;
 };
 

@@ -4,6 +4,7 @@
 // Protocol (each step is crash-safe on its own):
 //   1. Pick victims: sealed segments, never the active one nor the newest
 //      file, whose dead fraction reaches dead_ratio or that hold nothing live.
+//      Accounting that cannot be read (ListSegments fails) stops here.
 //   2. io_gate_.Drain(): every write that reserved space in a victim before
 //      it was sealed has now committed its extent.
 //   3. Scan the extents family for the inodes with extents in the victims.
@@ -19,7 +20,9 @@
 //   5. io_gate_.Drain(): no read that looked up an old extent still runs.
 //   6. Check that no extent points into the victim, delete its segments key
 //      (synced), then its file. A crash in between leaves a file without a
-//      key and without references, which the next compaction deletes.
+//      key and without references, which the next compaction deletes. An
+//      extent that cannot be decoded might point anywhere: it stops the
+//      compaction (in step 3 already) before anything is deleted.
 // The record cache is keyed by (segment, offset) and segment ids are never
 // reused, so cached records of a deleted segment are merely unreachable.
 #include <sys/stat.h>
@@ -46,6 +49,35 @@ constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
 // above every id ever used, and SegmentSet takes the next id after it).
 bool MayCompact(uint64_t id, uint64_t active, uint64_t newest) {
   return id < newest && (active == 0 || id < active);
+}
+
+struct Victim {
+  uint64_t id;
+  uint64_t live;
+  double dead_fraction;
+  uint64_t file_bytes;
+};
+
+// The segments Compact takes, empty ones first (free to delete), then the
+// emptiest: those MayCompact allows whose dead fraction reaches `dead_ratio`
+// or that hold nothing live. `segments` comes from ListSegments, which has
+// checked every counter.
+std::vector<Victim> ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active,
+                                  uint64_t newest, double dead_ratio) {
+  std::vector<Victim> victims;
+  for (const SegmentInfo& seg : segments) {
+    if (!MayCompact(seg.id, active, newest)) continue;
+    const uint64_t live = static_cast<uint64_t>(seg.live_bytes);
+    const uint64_t dead = static_cast<uint64_t>(seg.dead_bytes);
+    const double frac = live + dead == 0 ? 1.0 : static_cast<double>(dead) / double(live + dead);
+    if (live == 0 || frac >= dead_ratio) victims.push_back({seg.id, live, frac, seg.file_bytes});
+  }
+  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+    if ((a.live == 0) != (b.live == 0)) return a.live == 0;
+    if (a.dead_fraction != b.dead_fraction) return a.dead_fraction > b.dead_fraction;
+    return a.id < b.id;
+  });
+  return victims;
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -79,32 +111,11 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   run.start = std::chrono::steady_clock::now();
   CompactReport rep;
 
-  // 1. Victims. The newest segment file is never one: segment ids must stay
-  // above every id ever used, and SegmentSet takes the next id after it.
-  const uint64_t active = segments_->active_id();
-  const uint64_t newest = segments_->max_id();
-  struct Victim {
-    uint64_t id;
-    uint64_t live;
-    double dead_fraction;
-    uint64_t file_bytes;
-  };
-  std::vector<Victim> victims;
-  for (const SegmentInfo& seg : ListSegments()) {
-    if (!MayCompact(seg.id, active, newest)) continue;
-    const uint64_t live = static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
-    const uint64_t dead = static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
-    const double frac = live + dead == 0 ? 1.0 : static_cast<double>(dead) / double(live + dead);
-    if (live == 0 || frac >= options.dead_ratio) {
-      victims.push_back({seg.id, live, frac, seg.file_bytes});
-    }
-  }
-  // Empty segments first (free to delete), then the emptiest.
-  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
-    if ((a.live == 0) != (b.live == 0)) return a.live == 0;
-    if (a.dead_fraction != b.dead_fraction) return a.dead_fraction > b.dead_fraction;
-    return a.id < b.id;
-  });
+  // 1. Victims. Accounting that cannot be read fails the whole compaction:
+  // a segment whose live bytes are unknown is never taken for empty.
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
+  const std::vector<Victim> victims = ChooseVictims(segments, segments_->active_id(),
+                                                    segments_->max_id(), options.dead_ratio);
   for (const Victim& v : victims) run.total += v.live;
 
   auto finish = [&](CompactReport r) {
@@ -138,20 +149,8 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
       round.insert(victims[i].id);
     }
     // 3. Inodes with extents in this round's victims.
-    std::set<uint64_t> inos;
-    {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
-      for (it->SeekToFirst(); it->Valid(); it->Next()) {
-        format::ExtentValue e;
-        if (it->key().size() != 16 ||
-            !format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() ||
-            e.is_inline || !round.count(e.segment_id)) {
-          continue;
-        }
-        inos.insert(format::GetBE64(it->key().data()));
-      }
-      CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan extents"));
-    }
+    std::set<uint64_t> inos, unused;
+    CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &unused));
     for (uint64_t ino : inos) {
       if (cs.cancel) return Status(ECANCELED, "store is closing");
       CKPTFS_RETURN_IF_ERROR(CompactInode(ino, round, &run));
@@ -163,18 +162,8 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
     io_gate_.Drain();
     // 6. Delete what nothing references any more.
     std::set<uint64_t> still_used = run.failed;
-    {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
-      for (it->SeekToFirst(); it->Valid(); it->Next()) {
-        format::ExtentValue e;
-        if (it->key().size() == 16 &&
-            format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() &&
-            !e.is_inline && round.count(e.segment_id)) {
-          still_used.insert(e.segment_id);
-        }
-      }
-      CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan extents"));
-    }
+    inos.clear();
+    CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &still_used));
     for (uint64_t id : round) {
       if (still_used.count(id)) {
         if (!run.failed.count(id)) {
@@ -197,6 +186,28 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   rep.errors = run.errors;
   if (options.progress) options.progress(run.total, run.total);
   return finish(rep);
+}
+
+Status StoreImpl::FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
+                                std::set<uint64_t>* used) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != 16) {
+      return Status::Corruption("an extent key is not 16 bytes; no segment can be shown unused");
+    }
+    const uint64_t ino = format::GetBE64(it->key().data());
+    format::ExtentValue e;
+    Status ds = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e);
+    if (!ds.ok()) {
+      return Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
+                                   std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
+                                   ds.message() + "; it may point into any segment");
+    }
+    if (e.is_inline || !segments.count(e.segment_id)) continue;
+    inos->insert(ino);
+    used->insert(e.segment_id);
+  }
+  return FromRocks(it->status(), "scan extents");
 }
 
 Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run) {
@@ -411,6 +422,14 @@ void StoreImpl::StartBackgroundCompaction() {
   if (options_.background_compact_dead_bytes == 0 && !options_.free_empty_segments) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
+    // Errors logged since the last pass without one: a lasting error
+    // (damaged accounting waiting for fsck) is logged once, not every pass.
+    std::set<std::string> logged;
+    auto log = [&](const Status& st) {
+      if (st.ok() || st.code() == ECANCELED || !logged.insert(st.message()).second) return;
+      std::fprintf(stderr, "ckptfs: background compaction of %s: %s\n", dir_.c_str(),
+                   st.ToString().c_str());
+    };
     for (;;) {
       {
         std::unique_lock<std::mutex> l(cs.thread_mu);
@@ -418,14 +437,19 @@ void StoreImpl::StartBackgroundCompaction() {
                               [&] { return cs.thread_stop; });
         if (cs.thread_stop) return;
       }
-      uint64_t dead = 0;
-      bool empty = false;  // a sealed segment Compact may delete without copying
       const uint64_t active = segments_->active_id();
       const uint64_t newest = segments_->max_id();
-      for (const SegmentInfo& seg : ListSegments()) {
+      Result<std::vector<SegmentInfo>> segments = ListSegments();
+      if (!segments.ok()) {
+        log(segments.status());  // nothing is compacted on counts that could not be read
+        continue;
+      }
+      uint64_t dead = 0;
+      bool empty = false;  // a sealed segment Compact may delete without copying
+      for (const SegmentInfo& seg : *segments) {
         if (seg.id == active) continue;
-        dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
-        if (seg.live_bytes <= 0 && MayCompact(seg.id, active, newest)) empty = true;
+        dead += static_cast<uint64_t>(seg.dead_bytes);
+        if (seg.live_bytes == 0 && MayCompact(seg.id, active, newest)) empty = true;
       }
       CompactOptions o;
       o.bytes_per_sec = options_.background_compact_bytes_per_sec;
@@ -435,12 +459,14 @@ void StoreImpl::StartBackgroundCompaction() {
       } else if (options_.free_empty_segments && empty) {
         o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
       } else {
+        logged.clear();
         continue;
       }
       Result<CompactReport> r = Compact(o);
-      if (!r.ok() && r.status().code() != ECANCELED) {
-        std::fprintf(stderr, "ckptfs: background compaction of %s: %s\n", dir_.c_str(),
-                     r.status().ToString().c_str());
+      if (r.ok() && r->errors.empty()) logged.clear();
+      log(r.status());
+      if (r.ok()) {
+        for (const std::string& e : r->errors) log(Status(EIO, e));
       }
     }
   });

@@ -199,8 +199,13 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     rocksdb::Status rs =
         db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, 0), &head);
     format::ExtentValue hv;
-    if (rs.ok() && format::DecodeExtent(head, &hv).ok() && hv.is_inline && offset > 0 &&
-        offset <= hv.length) {
+    if (rs.ok()) {
+      Status ds = format::DecodeExtent(head, &hv);
+      if (!ds.ok()) {
+        return Status(ds.code(), "inode " + std::to_string(ino) + " extent at 0: " + ds.message());
+      }
+    }
+    if (rs.ok() && hv.is_inline && offset > 0 && offset <= hv.length) {
       folded = std::move(hv.inline_data);
       if (folded.size() < end) folded.resize(end);
       std::memcpy(folded.data() + offset, data.data(), data.size());
@@ -498,9 +503,13 @@ Status StoreImpl::Release(Ino ino) {
       !closed_) {
     rocksdb::WriteBatch b;
     StatDeltas deltas;
-    PurgeLocked(s, &b, &deltas);
-    EmitDeltas(deltas, &b, cf_segments_);
-    result = Commit(&b);
+    // On failure the inode stays an orphan: fsck reports it, and the next
+    // open tries the purge again.
+    result = PurgeLocked(s, &b, &deltas);
+    if (result.ok()) {
+      EmitDeltas(deltas, &b, cf_segments_);
+      result = Commit(&b);
+    }
     if (result.ok()) s->purged = true;
   }
   inodes_.Unpin(s);  // the pin taken by OpenFile

@@ -71,7 +71,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     return Status(EINVAL, "segment_target_bytes must be at least 1 MiB");
   }
   auto store = std::make_unique<StoreImpl>(dir, options);
-  CKPTFS_RETURN_IF_ERROR(store->Init());
+  Status s = store->Init();
+  if (!s.ok()) {
+    Status closed = store->Close();
+    if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing: " + closed.message());
+    return s;
+  }
   return std::unique_ptr<Store>(std::move(store));
 }
 
@@ -139,9 +144,14 @@ Status StoreImpl::Init() {
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       format::SegmentStat st;
       if (it->key().size() != 8) continue;
-      CKPTFS_RETURN_IF_ERROR(
-          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st));
-      if (st.sealed) sealed.push_back(format::GetBE64(it->key().data()));
+      const uint64_t id = format::GetBE64(it->key().data());
+      // Only `sealed` is needed here; ListSegments checks the counters.
+      Status ds =
+          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st);
+      if (!ds.ok()) {
+        return Status(ds.code(), "accounting of segment " + std::to_string(id) + ": " + ds.message());
+      }
+      if (st.sealed) sealed.push_back(id);
     }
     CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan segments"));
   }
@@ -168,7 +178,10 @@ Status StoreImpl::CreateLayout() {
   bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
             ::fsync(fd) == 0;
   int err = errno;
-  ::close(fd);
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
   if (!ok) return Status::IOError(err, "write " + tmp);
   if (::rename(tmp.c_str(), (dir_ + "/" + format::kFormatFileName).c_str()) != 0) {
     return Status::IOError(errno, "rename " + tmp);
@@ -261,7 +274,7 @@ Status StoreImpl::PurgeOrphans() {
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
     if (st.ok()) {
-      PurgeLocked(s.get(), &b, &deltas);
+      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas));
     } else if (st.code() == ENOENT) {
       b.Delete(cf_meta_, format::OrphanKey(ino));
     } else {
@@ -280,16 +293,21 @@ Status StoreImpl::Close() {
   Status result;
   if (!options_.read_only && db_ != nullptr) {
     result = FlushDurable();
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    Status s = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
-    if (result.ok()) result = s;
+    // Marked clean only when everything written is durable.
+    if (result.ok()) {
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      result = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
+    }
   }
   if (db_ != nullptr) {
-    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    for (auto* h : handles_) {
+      Status s = FromRocks(db_->DestroyColumnFamilyHandle(h), "close index column family");
+      if (result.ok()) result = s;
+    }
     handles_.clear();
-    rocksdb::Status s = db_->Close();
-    if (result.ok() && !s.ok()) result = Status(EIO, "close index: " + s.ToString());
+    Status s = FromRocks(db_->Close(), "close index");
+    if (result.ok()) result = s;
     db_.reset();
   }
   flush_segments_ = nullptr;
@@ -375,18 +393,23 @@ std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
   return dir_ + "/" + format::SegmentFileName(segment_id);
 }
 
-std::vector<SegmentInfo> StoreImpl::ListSegments() {
+Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
+  if (closed_) return Status(EIO, "store is closed");
   std::vector<SegmentInfo> out;
-  if (closed_) return out;
   for (uint64_t id : segments_->Ids()) {
     SegmentInfo info;
     info.id = id;
     info.path = SegmentPath(id);
     info.file_bytes = segments_->Size(id);
+    const std::string what = "accounting of segment " + std::to_string(id);
     std::string v;
-    format::SegmentStat st;
-    if (db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v).ok() &&
-        format::DecodeSegmentStat(v, &st).ok()) {
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v);
+    if (!rs.IsNotFound()) {  // no value yet: nothing committed counts it
+      CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read " + what));
+      format::SegmentStat st;
+      Status ds = format::DecodeSegmentStat(v, &st);
+      if (ds.ok()) ds = format::CheckSegmentStat(st);
+      if (!ds.ok()) return Status(ds.code(), what + ": " + ds.message());
       info.live_bytes = st.live;
       info.dead_bytes = st.dead;
       info.sealed = st.sealed != 0;
@@ -396,7 +419,8 @@ std::vector<SegmentInfo> StoreImpl::ListSegments() {
   return out;
 }
 
-EngineStats StoreImpl::GetStats() {
+Result<EngineStats> StoreImpl::GetStats() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
   EngineStats s;
   s.reads = counters_.reads;
   s.read_bytes = counters_.read_bytes;
@@ -413,10 +437,10 @@ EngineStats StoreImpl::GetStats() {
   s.fsyncs = counters_.fsyncs;
   s.device_syncs = syncer_->flushes();
   s.checksum_errors = counters_.checksum_errors;
-  for (const SegmentInfo& seg : ListSegments()) {
+  for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
-    s.live_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
-    s.dead_bytes += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+    s.live_bytes += static_cast<uint64_t>(seg.live_bytes);
+    s.dead_bytes += static_cast<uint64_t>(seg.dead_bytes);
   }
   return s;
 }
@@ -487,7 +511,11 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     format::InodeValue v;
     Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      const std::string ino =
+          it->key().size() == 8 ? std::to_string(format::GetBE64(it->key().data())) : "?";
+      return Status(s.code(), "inode " + ino + ": " + s.message());
+    }
     if (v.nlink == 0) continue;  // unlinked while open
     if (S_ISREG(v.mode)) {
       c.files++;
@@ -503,14 +531,17 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
   CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
   // RocksDB may delete files while we walk: skip what vanishes.
   namespace stdfs = std::filesystem;
+  const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;
   std::error_code ec;
-  for (stdfs::recursive_directory_iterator d(stdfs::path(dir_) / format::kIndexDirName, ec), end;
-       !ec && d != end; d.increment(ec)) {
+  for (stdfs::recursive_directory_iterator d(index_dir, ec), end; !ec && d != end; d.increment(ec)) {
     std::error_code size_ec;
     if (d->is_regular_file(size_ec)) {
       const uintmax_t n = d->file_size(size_ec);
       if (!size_ec) c.index_bytes += n;
     }
+  }
+  if (ec && ec.value() != ENOENT) {
+    return Status::IOError(ec.value(), "list " + index_dir.string());
   }
   return c;
 }

@@ -86,9 +86,9 @@ class StoreImpl final : public Store {
   Status SyncAll() override;
 
   Result<std::vector<ExtentInfo>> GetExtents(Ino ino) override;
-  std::vector<SegmentInfo> ListSegments() override;
+  Result<std::vector<SegmentInfo>> ListSegments() override;
   std::string SegmentPath(uint64_t segment_id) const override;
-  EngineStats GetStats() override;
+  Result<EngineStats> GetStats() override;
   Result<NamespaceCounts> CountNamespace() override;
   std::string GetConfig() override;
   Status SetConfig(std::string_view key, std::string_view value) override;
@@ -127,9 +127,11 @@ class StoreImpl final : public Store {
     format::InodeValue& A(uint64_t ino);
     InodeState* S(uint64_t ino);
     // Drops one name of `ino`; purges or orphans it when that was the last.
-    void DropLink(uint64_t ino, const Timespec& now);
-    // Removes `ino` and everything it owns.
-    void Purge(uint64_t ino);
+    // An error (from Purge) leaves the batch unusable: do not commit it.
+    Status DropLink(uint64_t ino, const Timespec& now);
+    // Removes `ino` and everything it owns. An error leaves the batch
+    // unusable: do not commit it.
+    Status Purge(uint64_t ino);
     // Writes the batch and, on success, the working copies into the cache.
     Status Commit();
 
@@ -149,8 +151,10 @@ class StoreImpl final : public Store {
   void PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v);
   uint64_t AllocIno(rocksdb::WriteBatch* b);  // REQUIRES: ns_mu_ is held
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
-  // Removes the inode and everything it owns. REQUIRES: s->mu is held.
-  void PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
+  // Removes the inode and everything it owns. EIO when one of its extents
+  // cannot be read (its accounting would be lost); `b` and `deltas` may then
+  // hold part of the purge and must not be committed. REQUIRES: s->mu is held.
+  Status PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
   Result<bool> DirIsEmpty(Ino dir);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
@@ -176,6 +180,11 @@ class StoreImpl final : public Store {
                       std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
 
   // ---- store_compact.cc ----
+  // Scans every extent: adds to `inos` the inodes and to `used` the segments
+  // of those that point into `segments`. EIO for an extent that cannot be
+  // decoded, since it may point into any of them.
+  Status FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
+                       std::set<uint64_t>* used);
   // Moves the extents of `ino` that point into `victims` to new records.
   Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run);
   // Copies one victim record whose windows `group` (extents of `ino`) uses.

@@ -86,21 +86,22 @@ format::InodeValue& StoreImpl::Txn::A(uint64_t ino) {
   return it->second;
 }
 
-void StoreImpl::Txn::Purge(uint64_t ino) {
-  st->PurgeLocked(S(ino), &batch, &deltas);
+Status StoreImpl::Txn::Purge(uint64_t ino) {
+  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(S(ino), &batch, &deltas));
   purged.push_back(ino);
+  return Status::OK();
 }
 
-void StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
+Status StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
   format::InodeValue& v = A(ino);
   if (v.nlink > 0) v.nlink--;
   SetCtime(&v, now);
-  if (v.nlink > 0) return;
+  if (v.nlink > 0) return Status::OK();
   if (S(ino)->open_count.load() > 0) {
     batch.Put(st->cf_meta_, format::OrphanKey(ino), "");
-  } else {
-    Purge(ino);
+    return Status::OK();
   }
+  return Purge(ino);
 }
 
 Status StoreImpl::Txn::Commit() {
@@ -164,7 +165,7 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   return ToAttr(s->ino, s->attr);
 }
 
-void StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {
+Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {
   const uint64_t ino = s->ino;
   b->Delete(cf_inodes_, format::InodeKey(ino));
   b->Delete(cf_meta_, format::OrphanKey(ino));
@@ -175,19 +176,31 @@ void StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* d
   ro.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_extents_));
   for (it->Seek(format::ExtentPrefix(ino)); it->Valid(); it->Next()) {
+    // An extent that cannot be read still holds live bytes of some segment:
+    // dropping it uncounted would leave them live forever.
+    if (it->key().size() != 16) {
+      return Status::Corruption("inode " + std::to_string(ino) + ": extent key is not 16 bytes");
+    }
     format::ExtentValue e;
-    if (format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e).ok() &&
-        !e.is_inline) {
+    Status ds = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e);
+    if (!ds.ok()) {
+      return Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
+                                   std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
+                                   ds.message());
+    }
+    if (!e.is_inline) {
       auto& d = (*deltas)[e.segment_id];
       d.live -= e.length;
       d.dead += e.length;
     }
     b->Delete(cf_extents_, it->key());
   }
+  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "read extents of inode " + std::to_string(ino)));
   std::unique_ptr<rocksdb::Iterator> xt(db_->NewIterator(ro, cf_xattrs_));
   for (xt->Seek(format::ExtentPrefix(ino)); xt->Valid(); xt->Next()) {
     b->Delete(cf_xattrs_, xt->key());
   }
+  return FromRocks(xt->status(), "read xattrs of inode " + std::to_string(ino));
 }
 
 Result<bool> StoreImpl::DirIsEmpty(Ino dir) {
@@ -375,7 +388,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   Timespec now = Now();
   SetMtime(&t.A(parent), now);
   t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
-  t.DropLink(d.ino, now);
+  CKPTFS_RETURN_IF_ERROR(t.DropLink(d.ino, now));
   return t.Commit();
 }
 
@@ -395,7 +408,7 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   SetMtime(&p, now);
   t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
   t.A(d.ino).nlink = 0;
-  t.Purge(d.ino);
+  CKPTFS_RETURN_IF_ERROR(t.Purge(d.ino));
   return t.Commit();
 }
 
@@ -483,9 +496,9 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
     if (dst_dir) {
       t.A(new_parent).nlink--;
       t.A(dst.ino).nlink = 0;
-      t.Purge(dst.ino);
+      CKPTFS_RETURN_IF_ERROR(t.Purge(dst.ino));
     } else {
-      t.DropLink(dst.ino, now);
+      CKPTFS_RETURN_IF_ERROR(t.DropLink(dst.ino, now));
     }
   }
   if (src_dir && parent != new_parent) {

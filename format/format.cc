@@ -295,6 +295,19 @@ Status DecodeSegmentStat(std::string_view in, SegmentStat* v) {
   return Status::OK();
 }
 
+Status CheckSegmentStat(const SegmentStat& v) {
+  if (v.live < 0 || v.dead < 0 || v.size < 0) {
+    return Status::Corruption("segment stat counts live " + std::to_string(v.live) + ", dead " +
+                              std::to_string(v.dead) + ", size " + std::to_string(v.size) +
+                              "; none may be negative");
+  }
+  if (v.sealed != 0 && v.sealed != 1) {
+    return Status::Corruption("segment stat has sealed " + std::to_string(v.sealed) +
+                              ", expected 0 or 1");
+  }
+  return Status::OK();
+}
+
 SegmentStat MergeSegmentStat(const SegmentStat& a, const SegmentStat& b) {
   return SegmentStat{a.live + b.live, a.dead + b.dead, std::max(a.sealed, b.sealed),
                      std::max(a.size, b.size)};

@@ -128,6 +128,10 @@ inline constexpr size_t kSegmentStatSize = 32;
 std::string EncodeSegmentStat(const SegmentStat& v);
 Status DecodeSegmentStat(std::string_view in, SegmentStat* v);
 SegmentStat MergeSegmentStat(const SegmentStat& a, const SegmentStat& b);
+// The one check of a whole (merged) stat as the index returns it: live, dead
+// and size are never negative and sealed is 0 or 1. Corruption otherwise.
+// Merge operands are not checked here: a delta's live is negative by nature.
+Status CheckSegmentStat(const SegmentStat& v);
 
 // ---- Segment files. ----
 inline constexpr char kSegmentMagic[8] = {'C', 'K', 'P', 'T', 'S', 'E', 'G', '1'};

@@ -909,6 +909,16 @@ TEST(SegmentStatCodec, RejectsBadLength) {
   ExpectCorruption(DecodeSegmentStat(enc + '\0', &v), "expected 32");
 }
 
+TEST(SegmentStatCheck, AcceptsWholeValuesAndRejectsImpossibleOnes) {
+  EXPECT_TRUE(CheckSegmentStat(SegmentStat{}).ok());
+  EXPECT_TRUE(CheckSegmentStat(SegmentStat{10485760, 4096, 1, 10489984}).ok());
+  EXPECT_TRUE(CheckSegmentStat(SegmentStat{0, 0, 0, 0}).ok());
+  ExpectCorruption(CheckSegmentStat(SegmentStat{-6, 6, 0, 0}), "live -6");
+  ExpectCorruption(CheckSegmentStat(SegmentStat{6, -6, 0, 0}), "dead -6");
+  ExpectCorruption(CheckSegmentStat(SegmentStat{0, 0, 1, -1}), "size -1");
+  ExpectCorruption(CheckSegmentStat(SegmentStat{0, 0, 2, 0}), "sealed 2");
+}
+
 TEST(SegmentStatMerge, LiveAndDeadAddSealedAndSizeTakeTheMaximum) {
   EXPECT_EQ(MergeSegmentStat({10, 1, 0, 0}, {-6, 6, 0, 0}), (SegmentStat{4, 7, 0, 0}));
   EXPECT_EQ(MergeSegmentStat({10, 1, 1, 500}, {5, 0, 0, 0}), (SegmentStat{15, 1, 1, 500}));

@@ -126,12 +126,13 @@ nlohmann::ordered_json LastCompactionJson(const std::string& config) {
 
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
   uint64_t segments = 0, file_bytes = 0, live = 0, dead = 0;
-  for (const engine::SegmentInfo& seg : store.ListSegments()) {
+  for (const engine::SegmentInfo& seg : list) {  // counters ListSegments checked
     segments++;
     file_bytes += seg.file_bytes;
-    live += static_cast<uint64_t>(std::max<int64_t>(seg.live_bytes, 0));
-    dead += static_cast<uint64_t>(std::max<int64_t>(seg.dead_bytes, 0));
+    live += static_cast<uint64_t>(seg.live_bytes);
+    dead += static_cast<uint64_t>(seg.dead_bytes);
   }
   const double ratio = live + dead == 0 || file_bytes == 0
                            ? 1.0
@@ -219,7 +220,11 @@ Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t u
   }
   auto h = std::make_unique<ControlHandle>();
   h->ino = ino;
-  h->content = ino == kStatsIno ? StatsJson() : fs_->store().GetConfig();
+  if (ino == kStatsIno) {
+    CKPTFS_ASSIGN_OR_RETURN(h->content, StatsJson());
+  } else {
+    h->content = fs_->store().GetConfig();
+  }
   return h;
 }
 
@@ -261,8 +266,10 @@ Status Control::Flush(ControlHandle& h) {
   return Apply(line);
 }
 
-std::string Control::StatsJson() const {
+Result<std::string> Control::StatsJson() const {
   Filesystem& fs = *fs_;
+  CKPTFS_ASSIGN_OR_RETURN(const engine::EngineStats engine_stats, fs.store().GetStats());
+  CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json summary, SummaryJson(fs.store()));
   const OpStats& ops = fs.op_stats();
   nlohmann::ordered_json op_counts = nlohmann::ordered_json::object();
   for (size_t i = 0; i < kOpNames.size(); ++i) {
@@ -276,7 +283,7 @@ std::string Control::StatsJson() const {
       {"mountpoint", fs.options().mountpoint},
       {"uptime_s", uptime},
       {"options", OptionsJson(fs.options())},
-      {"engine", EngineJson(fs.store().GetStats())},
+      {"engine", EngineJson(engine_stats)},
       {"fs",
        {
            {"ops", op_counts},
@@ -288,12 +295,7 @@ std::string Control::StatsJson() const {
            {"open_dirs", fs.open_dirs.load(std::memory_order_relaxed)},
        }},
   };
-  Result<nlohmann::ordered_json> summary = SummaryJson(fs.store());
-  if (summary.ok()) {
-    for (auto it = summary->begin(); it != summary->end(); ++it) j[it.key()] = it.value();
-  } else {
-    j["namespace"] = {{"error", summary.status().ToString()}};
-  }
+  for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
   return j.dump(2) + "\n";
 }
 

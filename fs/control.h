@@ -64,8 +64,10 @@ class Control {
   // Applies a last line written without a newline.
   engine::Status Flush(ControlHandle& h);
 
-  // The stats file's content.
-  std::string StatsJson() const;
+  // The stats file's content. Fails (EIO naming what) when the store's
+  // accounting or namespace cannot be read, so that opening the stats file
+  // fails rather than show zeros for what is unknown.
+  engine::Result<std::string> StatsJson() const;
 
  private:
   engine::Attr MakeAttr(engine::Ino ino) const;

@@ -94,7 +94,8 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready);
 // headers count as taken, so an uncompressed store shows a little under 1;
 // 1 when the segments hold nothing). The stats file of a mount embeds these
 // objects; `ckptfs stat STORE` prints them for a store that is not mounted.
-// Scans the index's inodes (Store::CountNamespace).
+// Scans the index's inodes (Store::CountNamespace). Fails with the error of
+// CountNamespace or ListSegments, never showing zeros for what is unknown.
 engine::Result<std::string> StoreSummaryJson(engine::Store& store);
 
 }  // namespace ckptfs::fs

@@ -147,8 +147,14 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
                                        std::unique_ptr<rocksdb::FSWritableFile>* r,
                                        rocksdb::IODebugContext* dbg) override {
+    // The bytes already there are durable; a missing file is created empty.
     uint64_t size = 0;
-    (void)target()->GetFileSize(f, rocksdb::IOOptions(), &size, dbg);
+    rocksdb::IOStatus st = target()->GetFileSize(f, rocksdb::IOOptions(), &size, dbg);
+    if (st.IsNotFound() || st.IsPathNotFound()) {
+      size = 0;
+    } else if (!st.ok()) {
+      return st;
+    }
     return Wrap(f, size, target()->ReopenWritableFile(f, fo, r, dbg), r);
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,

@@ -2,7 +2,9 @@
 // the dead space of a store. On a store that is not mounted it opens the
 // store itself; on a mountpoint it asks the running mount, by writing
 // "compact=R" to MOUNT/.ckptfs/config, and then reads the result back from
-// the config's last_compaction.* lines.
+// the config's last_compaction.* lines. Exits 1 when the compaction failed
+// (e.g. accounting it could not read: nothing is deleted then) or kept
+// segments because of unreadable data.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +42,14 @@ void PrintSummary(const engine::CompactReport& r, bool dry_run) {
               HumanBytes(r.bytes_reclaimed).c_str(), HumanBytes(r.bytes_copied).c_str(), r.seconds,
               mbps);
   for (const std::string& e : r.errors) std::printf("kept: %s\n", e.c_str());
+}
+
+// Says that `errors` segments were kept; the exit status of a compaction.
+int ExitStatus(uint64_t errors) {
+  if (errors == 0) return 0;
+  std::fprintf(stderr, "ckptfs: %" PRIu64 " segments were kept because of unreadable data; run ckptfs fsck\n",
+               errors);
+  return 1;
 }
 
 int Online(const std::string& mount, double ratio, bool dry_run) {
@@ -84,10 +94,7 @@ int Online(const std::string& mount, double ratio, bool dry_run) {
   }
   const uint64_t errors = std::strtoull(kv["errors"].c_str(), nullptr, 10);
   PrintSummary(r, dry_run);
-  if (errors > 0) {
-    std::printf("%" PRIu64 " segments were kept because of unreadable data; run ckptfs fsck\n", errors);
-  }
-  return 0;
+  return ExitStatus(errors);
 }
 
 }  // namespace
@@ -122,7 +129,7 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
     return 1;
   }
   PrintSummary(*r, dry_run);
-  return 0;
+  return ExitStatus(r->errors.size());
 }
 
 }  // namespace ckptfs::tools

@@ -129,7 +129,8 @@ TEST(CompactTest, ReclaimsDeletedStepsAndKeepsTheRest) {
   for (int step = 0; step < 4; ++step) {
     ASSERT_NO_FATAL_FAILURE(WriteStep(store.get(), step, 8, 16 * kMiB, &files));
   }
-  ASSERT_GE(store->ListSegments().size(), 8u);
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, store->ListSegments());
+  ASSERT_GE(segments.size(), 8u);
   for (int step : {0, 2, 3}) ASSERT_NO_FATAL_FAILURE(DeleteStep(store.get(), step, &files));
   ASSERT_EQ(files.size(), 8u);
   const uint64_t live = 128 * kMiB;
@@ -158,7 +159,7 @@ TEST(CompactTest, ReclaimsDeletedStepsAndKeepsTheRest) {
   for (uint64_t id : rep.segments) {
     EXPECT_FALSE(std::filesystem::exists(store->SegmentPath(id))) << id;
   }
-  SpaceTotals t = SumSegments(store.get());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t, SumSegments(store.get()));
   EXPECT_EQ(t.live, static_cast<int64_t>(live));
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
   // A second pass finds nothing worth doing.
@@ -477,7 +478,7 @@ TEST_F(CompactDetailTest, DryRunAndTheCompactSetting) {
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
   const uint64_t before = SegmentFileBytes(dir_.store());
-  const size_t segs = store_->ListSegments().size();
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> segs, store_->ListSegments());
 
   CompactOptions dry;
   dry.dry_run = true;
@@ -486,7 +487,8 @@ TEST_F(CompactDetailTest, DryRunAndTheCompactSetting) {
   EXPECT_EQ(d.segments.size(), d.segments_rewritten);
   EXPECT_GT(d.bytes_reclaimed, 2 * kMiB);
   EXPECT_EQ(SegmentFileBytes(dir_.store()), before);
-  EXPECT_EQ(store_->ListSegments().size(), segs);
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> after_dry_run, store_->ListSegments());
+  EXPECT_EQ(after_dry_run.size(), segs.size());
   EXPECT_NE(store_->GetConfig().find("last_compaction.dry_run=1"), std::string::npos);
 
   EXPECT_ERRNO(EINVAL, store_->SetConfig("compact", "lots"));
@@ -575,7 +577,7 @@ TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   Files files;
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
-  const size_t segments_before = store_->ListSegments().size();
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> segments_before, store_->ListSegments());
   const uint64_t before = SegmentFileBytes(dir_.store());
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
   // The files go before the compaction reports itself: wait for both.
@@ -588,10 +590,11 @@ TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
     reported = cfg.find("last_compaction.segments_rewritten=") != std::string::npos;
   }
   EXPECT_TRUE(freed) << "segments of the deleted step still there after 10 s";
-  EXPECT_LT(store_->ListSegments().size(), segments_before);
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, store_->ListSegments());
+  EXPECT_LT(segments.size(), segments_before.size());
   EXPECT_NE(cfg.find("last_compaction.bytes_copied=0\n"), std::string::npos) << cfg;
-  for (const SegmentInfo& seg : store_->ListSegments()) {
-    EXPECT_TRUE(seg.live_bytes > 0 || seg.id >= store_->ListSegments().back().id)
+  for (const SegmentInfo& seg : segments) {
+    EXPECT_TRUE(seg.live_bytes > 0 || seg.id >= segments.back().id)
         << "segment " << seg.id << " holds nothing live but was kept";
   }
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));

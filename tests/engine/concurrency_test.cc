@@ -173,8 +173,8 @@ TEST_F(ConcurrencyTest, WritersReadersAndNamespaceChurn) {
       EXPECT_OK(s()->SetConfig("coalesce_max", on ? "1048576" : "0"));
       EXPECT_OK(s()->SetConfig("cache_bytes", on ? "8388608" : "65536"));
       s()->DropCache();
-      (void)s()->GetStats();
-      (void)s()->ListSegments();
+      EXPECT_OK(s()->GetStats());
+      EXPECT_OK(s()->ListSegments());
       (void)s()->GetConfig();
       std::this_thread::yield();
     }
@@ -249,7 +249,7 @@ TEST_F(ConcurrencyTest, ConcurrentFsyncsShareDeviceSyncs) {
                                              S_IFREG | 0644, 0, 0));
     inos.push_back(a.ino);
   }
-  EngineStats before = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats before, s()->GetStats());
   std::vector<std::string> want(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -264,7 +264,7 @@ TEST_F(ConcurrencyTest, ConcurrentFsyncsShareDeviceSyncs) {
     });
   }
   for (auto& t : threads) t.join();
-  EngineStats after = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats after, s()->GetStats());
   const uint64_t fsyncs = after.fsyncs - before.fsyncs;
   const uint64_t device_syncs = after.device_syncs - before.device_syncs;
   EXPECT_EQ(fsyncs, static_cast<uint64_t>(kThreads * kRounds));
@@ -296,7 +296,7 @@ TEST_F(ConcurrencyTest, ConcurrentMissesOfOneRecordShareABackingRead) {
   for (int round = 0; round <= kSame; ++round) {
     const bool same = round < kSame;
     s()->DropCache();
-    const EngineStats before = s()->GetStats();
+    ASSERT_OK_AND_ASSIGN(const EngineStats before, s()->GetStats());
     std::atomic<int> ready{0};
     std::vector<std::string> got(kThreads);
     std::vector<std::thread> threads;
@@ -314,7 +314,8 @@ TEST_F(ConcurrencyTest, ConcurrentMissesOfOneRecordShareABackingRead) {
     for (int t = 0; t < kThreads; ++t) {
       EXPECT_TRUE(got[t] == want[same ? 0 : t]) << "round " << round << " thread " << t;
     }
-    const uint64_t reads = s()->GetStats().backing_reads - before.backing_reads;
+    ASSERT_OK_AND_ASSIGN(const EngineStats after, s()->GetStats());
+    const uint64_t reads = after.backing_reads - before.backing_reads;
     if (same) {
       EXPECT_EQ(reads, 1u) << "round " << round << ": 16 concurrent misses of one record";
     } else {

@@ -97,14 +97,15 @@ TEST_F(CorruptionTest, FlippedPayloadByteFailsOnlyThatRecord) {
 
   ASSERT_NO_FATAL_FAILURE(FlipByte(seg, bad.record_offset + kRecordHeaderBytes + 100));
   ASSERT_NO_FATAL_FAILURE(Open());
-  const uint64_t errors0 = s()->GetStats().checksum_errors;
+  ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
 
   // The damaged record: EIO for the whole of it and for any part of it.
   EXPECT_ERRNO(EIO, ColdRead(fa, 64 * kKiB, 64 * kKiB));
   EXPECT_ERRNO(EIO, ColdRead(fa, 64 * kKiB + 5000, 10));
   EXPECT_ERRNO(EIO, ColdRead(fa, 0, a.size()));
   EXPECT_ERRNO(EIO, ReadAll(s(), fa));
-  EXPECT_GT(s()->GetStats().checksum_errors, errors0);
+  ASSERT_OK_AND_ASSIGN(const EngineStats stats1, s()->GetStats());
+  EXPECT_GT(stats1.checksum_errors, stats0.checksum_errors);
   // Warm: a failed record is not cached as if it were good.
   EXPECT_ERRNO(EIO, ReadRange(s(), fa, 64 * kKiB, 100));
 
@@ -142,10 +143,11 @@ TEST_F(CorruptionTest, FlippedHeaderByteFailsThatRecord) {
   // Byte 8 lies in the header's inode number.
   ASSERT_NO_FATAL_FAILURE(FlipByte(seg, first.record_offset + 8));
   ASSERT_NO_FATAL_FAILURE(Open());
-  const uint64_t errors0 = s()->GetStats().checksum_errors;
+  ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
   EXPECT_ERRNO(EIO, ColdRead(fc, 0, 100));
   EXPECT_ERRNO(EIO, ColdRead(fc, 0, c.size()));
-  EXPECT_GT(s()->GetStats().checksum_errors, errors0);
+  ASSERT_OK_AND_ASSIGN(const EngineStats stats1, s()->GetStats());
+  EXPECT_GT(stats1.checksum_errors, stats0.checksum_errors);
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fc, 64 * kKiB, c.substr(64 * kKiB)));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fa, 0, a));
 }

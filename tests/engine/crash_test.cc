@@ -216,7 +216,7 @@ TEST(CrashTest, FsyncedFilesSurviveSigkill) {
     }
     ASSERT_OK_AND_ASSIGN(FsStats fs, store->StatFs());
     EXPECT_EQ(fs.inodes, walk.inodes) << "inode count does not match the tree";
-    SpaceTotals space = SumSegments(store.get());
+    ASSERT_OK_AND_ASSIGN(SpaceTotals space, SumSegments(store.get()));
     EXPECT_EQ(space.live, walk.segment_bytes) << "live bytes do not match the extents";
     ASSERT_OK(store->Close());
     if (HasFailure()) return;

@@ -155,14 +155,14 @@ TEST_F(DataTest, TruncateDownAndUp) {
 
 TEST_F(DataTest, SmallFilesAreInlineLargeOnesInSegments) {
   ASSERT_EQ(options_.inline_max_bytes, 4096u);
-  EngineStats s0 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   Ino small = File("small");
   const std::string a = PatternData(6, 0, 1000);
   ASSERT_OK(WriteAll(s(), small, 0, a));
   Ino large = File("large");
   const std::string b = PatternData(7, 0, 100 * kKiB);
   ASSERT_OK(WriteAll(s(), large, 0, b));
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   EXPECT_GE(s1.inline_writes, s0.inline_writes + 1);
   EXPECT_GE(s1.records_written, s0.records_written + 1);
 
@@ -211,9 +211,9 @@ TEST_F(DataTest, LargeWritesAreSplitIntoBoundedRecords) {
   ASSERT_NO_FATAL_FAILURE(ReopenWith(o));
   Ino f = File("big");
   const std::string data = PatternData(9, 0, kMiB + 123);
-  EngineStats s0 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   ASSERT_OK(WriteAll(s(), f, 0, data));
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   EXPECT_GE(s1.records_written - s0.records_written, 17u);
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
   EXPECT_GE(ex.size(), 17u);
@@ -236,9 +236,9 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   ASSERT_NO_FATAL_FAILURE(ReopenWith(o));
   Ino f = File("text");
   const std::string text = CompressibleData(4 * kMiB);
-  EngineStats s0 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   ASSERT_OK(WriteAll(s(), f, 0, text));
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   EXPECT_EQ(s1.write_bytes - s0.write_bytes, text.size());
   EXPECT_LT(s1.stored_bytes - s0.stored_bytes, (s1.write_bytes - s0.write_bytes) / 4);
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
@@ -333,9 +333,11 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
     ASSERT_OK(WriteAll(s(), f, 0, PatternData(100 + i, 0, kSize)));
     inos.push_back(f);
   }
-  auto read_all = [&]() -> uint64_t {
+  // Backing reads of reading every file cold, or the error of GetStats.
+  auto read_all = [&]() -> Result<uint64_t> {
     s()->DropCache();
-    uint64_t before = s()->GetStats().backing_reads;
+    Result<EngineStats> before = s()->GetStats();
+    if (!before.ok()) return before.status();
     for (int i = 0; i < kFiles; ++i) {
       auto got = ReadRange(s(), inos[i], 0, kSize);
       EXPECT_TRUE(got.ok()) << got.status().ToString();
@@ -343,27 +345,30 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
         EXPECT_TRUE(*got == PatternData(100 + i, 0, kSize)) << "file " << i;
       }
     }
-    return s()->GetStats().backing_reads - before;
+    Result<EngineStats> after = s()->GetStats();
+    if (!after.ok()) return after.status();
+    return after->backing_reads - before->backing_reads;
   };
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(inos[0]));
   ASSERT_EQ(ex.size(), 1u);
   ASSERT_FALSE(ex[0].is_inline) << "16 KiB is above inline_max_bytes";
 
   // Default settings: neighbouring records come in with few large reads.
-  uint64_t on = read_all();
+  ASSERT_OK_AND_ASSIGN(uint64_t on, read_all());
   EXPECT_GE(on, 1u);
   EXPECT_LE(on, static_cast<uint64_t>(kFiles / 10)) << "coalescing on";
-  EXPECT_GT(s()->GetStats().coalesced_reads, 0u);
+  ASSERT_OK_AND_ASSIGN(EngineStats coalesced, s()->GetStats());
+  EXPECT_GT(coalesced.coalesced_reads, 0u);
 
   ASSERT_OK(s()->SetConfig("coalesce_gap", "0"));
   ASSERT_OK(s()->SetConfig("coalesce_max", "0"));
-  uint64_t off = read_all();
+  ASSERT_OK_AND_ASSIGN(uint64_t off, read_all());
   EXPECT_EQ(off, static_cast<uint64_t>(kFiles)) << "coalescing off: one read per record";
 
   // And on again at run time.
   ASSERT_OK(s()->SetConfig("coalesce_gap", std::to_string(256 * kKiB)));
   ASSERT_OK(s()->SetConfig("coalesce_max", std::to_string(kMiB)));
-  uint64_t again = read_all();
+  ASSERT_OK_AND_ASSIGN(uint64_t again, read_all());
   EXPECT_LE(again, static_cast<uint64_t>(kFiles / 10)) << "coalescing on again";
 }
 
@@ -373,15 +378,15 @@ TEST_F(DataTest, CacheServesRepeatedReads) {
   ASSERT_OK(WriteAll(s(), f, 0, data));
   s()->DropCache();
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, data));
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, data));
-  EngineStats s2 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s2, s()->GetStats());
   EXPECT_EQ(s2.backing_reads, s1.backing_reads) << "second read should come from the cache";
   EXPECT_GT(s2.cache_hits, s1.cache_hits);
   // With no cache, every read goes to the segment file.
   ASSERT_OK(s()->SetConfig("cache_bytes", "0"));
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, data));
-  EngineStats s3 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s3, s()->GetStats());
   EXPECT_GT(s3.backing_reads, s2.backing_reads);
 }
 
@@ -455,15 +460,15 @@ TEST_F(DataTest, FallocateExtendsTheSize) {
 
 TEST_F(DataTest, SpaceAccountingFollowsOverwriteTruncateAndUnlink) {
   Ino f = File("f");
-  SpaceTotals t0 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t0, SumSegments(s()));
   ASSERT_OK(WriteAll(s(), f, 0, PatternData(14, 0, kMiB)));
-  SpaceTotals t1 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t1, SumSegments(s()));
   EXPECT_EQ(t1.live - t0.live, static_cast<int64_t>(kMiB));
   EXPECT_EQ(t1.dead - t0.dead, 0);
 
   // Overwrite 256 KiB: as much live as before, the hidden bytes dead.
   ASSERT_OK(WriteAll(s(), f, 0, PatternData(15, 0, 256 * kKiB)));
-  SpaceTotals t2 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t2, SumSegments(s()));
   EXPECT_EQ(t2.live - t0.live, static_cast<int64_t>(kMiB));
   EXPECT_EQ(t2.dead - t0.dead, static_cast<int64_t>(256 * kKiB));
 
@@ -471,23 +476,23 @@ TEST_F(DataTest, SpaceAccountingFollowsOverwriteTruncateAndUnlink) {
   SetAttrRequest r;
   r.size = 512 * kKiB;
   ASSERT_OK(s()->SetAttr(f, r));
-  SpaceTotals t3 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t3, SumSegments(s()));
   EXPECT_EQ(t3.live - t0.live, static_cast<int64_t>(512 * kKiB));
   EXPECT_EQ(t3.dead - t0.dead, static_cast<int64_t>(768 * kKiB));
 
   // The numbers survive a reopen.
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  SpaceTotals t4 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t4, SumSegments(s()));
   EXPECT_EQ(t4.live, t3.live);
   EXPECT_EQ(t4.dead, t3.dead);
-  EngineStats st = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats st, s()->GetStats());
   EXPECT_EQ(static_cast<int64_t>(st.live_bytes), t4.live);
   EXPECT_EQ(static_cast<int64_t>(st.dead_bytes), t4.dead);
   EXPECT_EQ(st.segments, t4.segments);
 
   // Unlink: everything dead.
   ASSERT_OK(s()->Unlink(kRootIno, "f"));
-  SpaceTotals t5 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t5, SumSegments(s()));
   EXPECT_EQ(t5.live - t0.live, 0);
   EXPECT_EQ(t5.dead - t0.dead, static_cast<int64_t>(1280 * kKiB));
 
@@ -497,18 +502,19 @@ TEST_F(DataTest, SpaceAccountingFollowsOverwriteTruncateAndUnlink) {
   ASSERT_OK(WriteAll(s(), g, 0, PatternData(16, 0, 100 * kKiB)));
   ASSERT_OK(WriteAll(s(), h, 0, PatternData(17, 0, 200 * kKiB)));
   ASSERT_OK(s()->Rename(kRootIno, "g", kRootIno, "h", RenameMode::kReplace));
-  SpaceTotals t6 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t6, SumSegments(s()));
   EXPECT_EQ(t6.live - t0.live, static_cast<int64_t>(100 * kKiB));
   EXPECT_EQ(t6.dead - t5.dead, static_cast<int64_t>(200 * kKiB));
 
   // Inline data is not counted against segments.
   Ino i = File("inline");
   ASSERT_OK(WriteAll(s(), i, 0, "tiny"));
-  SpaceTotals t7 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t7, SumSegments(s()));
   EXPECT_EQ(t7.live, t6.live);
   // Every segment's file holds at least its live + dead bytes' worth of
   // records (uncompressed here).
-  for (const SegmentInfo& seg : s()->ListSegments()) {
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, s()->ListSegments());
+  for (const SegmentInfo& seg : segments) {
     EXPECT_GE(static_cast<int64_t>(seg.file_bytes), seg.live_bytes + seg.dead_bytes)
         << seg.path;
     EXPECT_EQ(seg.path, s()->SegmentPath(seg.id));
@@ -520,7 +526,7 @@ TEST_F(DataTest, UnlinkWhileOpenKeepsDataUntilRelease) {
   Ino f = File("f");
   const std::string data = PatternData(18, 0, 300 * kKiB);
   ASSERT_OK(WriteAll(s(), f, 0, data));
-  SpaceTotals t0 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t0, SumSegments(s()));
   ASSERT_OK(s()->OpenFile(f));
   ASSERT_OK(s()->OpenFile(f));  // two handles
   ASSERT_OK(s()->Unlink(kRootIno, "f"));
@@ -534,7 +540,7 @@ TEST_F(DataTest, UnlinkWhileOpenKeepsDataUntilRelease) {
   ASSERT_OK(WriteAll(s(), f, 0, "new head"));
   ASSERT_OK_AND_ASSIGN(std::string head, ReadRange(s(), f, 0, 8));
   EXPECT_EQ(head, "new head");
-  SpaceTotals t1 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t1, SumSegments(s()));
   EXPECT_GE(t1.live, t0.live) << "data of an open unlinked file must stay live";
   // A new file of the same name is a different inode.
   Ino g = File("f");
@@ -544,13 +550,13 @@ TEST_F(DataTest, UnlinkWhileOpenKeepsDataUntilRelease) {
   ASSERT_OK(s()->Release(f));
   Status gone = s()->GetAttr(f).status();
   EXPECT_TRUE(gone.code() == ENOENT || gone.code() == ESTALE) << gone.ToString();
-  SpaceTotals t2 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t2, SumSegments(s()));
   EXPECT_EQ(t2.live, t0.live - static_cast<int64_t>(data.size()));
   EXPECT_EQ(SizeOf(g), 0u);
 }
 
 TEST_F(DataTest, OrphanLeftByACrashIsPurgedOnOpen) {
-  SpaceTotals t0 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t0, SumSegments(s()));
   ASSERT_OK_AND_ASSIGN(FsStats fs0, s()->StatFs());
   ASSERT_OK(s()->Close());
   store_.reset();
@@ -572,12 +578,12 @@ TEST_F(DataTest, OrphanLeftByACrashIsPurgedOnOpen) {
   EXPECT_TRUE(gone.code() == ENOENT || gone.code() == ESTALE) << gone.ToString();
   ASSERT_OK_AND_ASSIGN(FsStats fs1, s()->StatFs());
   EXPECT_EQ(fs1.inodes, fs0.inodes);
-  SpaceTotals t1 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t1, SumSegments(s()));
   EXPECT_EQ(t1.live, t0.live);
   EXPECT_EQ(t1.dead - t0.dead, static_cast<int64_t>(kMiB)) << "the orphan's data is dead";
   // The purge is durable.
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  SpaceTotals t2 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t2, SumSegments(s()));
   EXPECT_EQ(t2.live, t0.live);
   EXPECT_EQ(t2.dead, t1.dead);
   ASSERT_OK_AND_ASSIGN(FsStats fs2, s()->StatFs());
@@ -596,7 +602,7 @@ TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
       ASSERT_OK(WriteAll(s(), f, k * kMiB, PatternData(200 + i, k * kMiB, kMiB)));
     }
   }
-  std::vector<SegmentInfo> segs = s()->ListSegments();
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segs, s()->ListSegments());
   EXPECT_GE(segs.size(), 5u);
   int sealed = 0;
   for (const SegmentInfo& seg : segs) {
@@ -605,7 +611,8 @@ TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
     EXPECT_LE(seg.file_bytes, 4 * kMiB + kMiB + 4096) << seg.path;
   }
   EXPECT_GE(sealed, 4);
-  EXPECT_EQ(s()->GetStats().segments, segs.size());
+  ASSERT_OK_AND_ASSIGN(EngineStats stats, s()->GetStats());
+  EXPECT_EQ(stats.segments, segs.size());
   // Extents of one file may live in different segments.
   std::set<uint64_t> ids;
   for (Ino f : files) {
@@ -618,7 +625,8 @@ TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
     ASSERT_NO_FATAL_FAILURE(ExpectContents(files[i], PatternData(200 + i, 0, 4 * kMiB)));
   }
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  EXPECT_EQ(s()->ListSegments().size(), segs.size()) << "reopen must not lose segments";
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> reopened, s()->ListSegments());
+  EXPECT_EQ(reopened.size(), segs.size()) << "reopen must not lose segments";
   for (int i = 0; i < 5; ++i) {
     ASSERT_NO_FATAL_FAILURE(ExpectContents(files[i], PatternData(200 + i, 0, 4 * kMiB)));
   }
@@ -627,11 +635,11 @@ TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
 TEST_F(DataTest, FsyncAndSyncAll) {
   Ino f = File("f");
   ASSERT_OK(WriteAll(s(), f, 0, PatternData(19, 0, 100 * kKiB)));
-  EngineStats s0 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   ASSERT_OK(s()->Fsync(f, false));
   ASSERT_OK(s()->Fsync(f, true));
   ASSERT_OK(s()->SyncAll());
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   EXPECT_GE(s1.fsyncs - s0.fsyncs, 2u);
   EXPECT_LE(s1.device_syncs - s0.device_syncs, s1.fsyncs - s0.fsyncs + 1);
   EXPECT_ERRNO(EISDIR, s()->Write(kRootIno, 0, "x"));
@@ -639,11 +647,11 @@ TEST_F(DataTest, FsyncAndSyncAll) {
 
 TEST_F(DataTest, StatsCountReadsAndWrites) {
   Ino f = File("f");
-  EngineStats s0 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   ASSERT_OK(WriteAll(s(), f, 0, PatternData(20, 0, 10000)));
   ASSERT_OK(WriteAll(s(), f, 10000, PatternData(20, 10000, 5000)));
   ASSERT_OK_AND_ASSIGN(std::string got, ReadRange(s(), f, 0, 15000));
-  EngineStats s1 = s()->GetStats();
+  ASSERT_OK_AND_ASSIGN(EngineStats s1, s()->GetStats());
   EXPECT_EQ(s1.writes - s0.writes, 2u);
   EXPECT_EQ(s1.write_bytes - s0.write_bytes, 15000u);
   EXPECT_GE(s1.reads - s0.reads, 1u);
@@ -741,7 +749,7 @@ TEST_F(DataTest, RenameOverAnOpenFileKeepsItReadableUntilRelease) {
   ASSERT_OK(WriteAll(s(), f, 0, "replacement"));
   ASSERT_OK(WriteAll(s(), g, 0, gd));
   ASSERT_OK(s()->OpenFile(g));
-  SpaceTotals t0 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t0, SumSegments(s()));
   ASSERT_OK(s()->Rename(kRootIno, "f", kRootIno, "g", RenameMode::kReplace));
   ASSERT_OK_AND_ASSIGN(Attr a, s()->GetAttr(g));
   EXPECT_EQ(a.nlink, 0u);
@@ -752,7 +760,7 @@ TEST_F(DataTest, RenameOverAnOpenFileKeepsItReadableUntilRelease) {
   ASSERT_OK(s()->Release(g));
   Status gone = s()->GetAttr(g).status();
   EXPECT_TRUE(gone.code() == ENOENT || gone.code() == ESTALE) << gone.ToString();
-  SpaceTotals t1 = SumSegments(s());
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t1, SumSegments(s()));
   EXPECT_EQ(t0.live - t1.live, static_cast<int64_t>(gd.size()));
 }
 

@@ -68,7 +68,8 @@ class FsckTest : public ::testing::Test {
     ASSERT_OK(s->Link(model.ino, b.ino, "model.link").status());
     ASSERT_OK(s->Symlink(kRootIno, "latest", "a/model.bin", 0, 0).status());
     ASSERT_OK(s->SetXattr(model.ino, "user.step", "7", 0));
-    ASSERT_GE(s->ListSegments().size(), 2u) << "the data should span a sealed segment";
+    ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, s->ListSegments());
+    ASSERT_GE(segments.size(), 2u) << "the data should span a sealed segment";
     ASSERT_OK(s->Close());
     before_ = Snapshot();
     ASSERT_FALSE(before_.empty());
@@ -452,7 +453,7 @@ TEST_F(FsckTest, ZeroFilledGapFromACrashIsInformational) {
   // A reservation that was never written: zeros at the end of the active
   // segment, then more records after it.
   ASSERT_OK_AND_ASSIGN(auto store0, Store::Open(dir_.store(), options_));
-  std::vector<SegmentInfo> segs = store0->ListSegments();
+  ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segs, store0->ListSegments());
   ASSERT_OK(store0->Close());
   const std::string active = segs.back().path;
   {

@@ -232,9 +232,11 @@ struct SpaceTotals {
   int64_t dead = 0;
   size_t segments = 0;
 };
-inline SpaceTotals SumSegments(Store* store) {
+inline Result<SpaceTotals> SumSegments(Store* store) {
+  Result<std::vector<SegmentInfo>> segments = store->ListSegments();
+  if (!segments.ok()) return segments.status();
   SpaceTotals t;
-  for (const SegmentInfo& s : store->ListSegments()) {
+  for (const SegmentInfo& s : *segments) {
     t.live += s.live_bytes;
     t.dead += s.dead_bytes;
     ++t.segments;
