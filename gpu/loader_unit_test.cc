@@ -54,18 +54,19 @@ TEST(Base64, RejectsMalformed) {
   EXPECT_TRUE(Base64Decode("", &out));
 }
 
-engine::ExtentInfo RecordExtent(uint64_t off, uint64_t len, uint64_t seg, uint64_t rec) {
-  engine::ExtentInfo e;
-  e.file_offset = off;
+engine::ExtentInfo RecordExtent(uint64_t off, uint32_t len, uint64_t seg, uint64_t rec) {
+  engine::ExtentInfo x;
+  x.file_offset = off;
+  format::ExtentValue& e = x.value;
   e.length = len;
   e.segment_id = seg;
   e.record_offset = rec;
-  e.record_stored_len = static_cast<uint32_t>(len + 10);
-  e.record_raw_len = static_cast<uint32_t>(len + 10);
-  e.codec = 0;
-  e.payload_checksum = 0xfedcba9876543210ull ^ off;
+  e.stored_len = len + 10;
+  e.raw_len = len + 10;
+  e.codec = format::Codec::kNone;
+  e.checksum = 0xfedcba9876543210ull ^ off;
   e.skip = 10;
-  return e;
+  return x;
 }
 
 fs::ExtentsPageHeader Header(uint64_t size) {
@@ -98,9 +99,9 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   uint64_t off = 0;
   engine::ExtentInfo in;
   in.file_offset = 0;
-  in.length = 3000;
-  in.is_inline = true;
-  in.inline_data = RandomBytes(3000, 1);
+  in.value.length = 3000;
+  in.value.is_inline = true;
+  in.value.inline_data = RandomBytes(3000, 1);
   ex.push_back(in);
   off = 5000;  // a hole before
   for (int i = 0; i < 2000; ++i) {
@@ -122,38 +123,39 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   EXPECT_EQ(layout.coalesce_max, h.coalesce_max);
   ASSERT_EQ(layout.extents.size(), ex.size());
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(layout.extents[0].inline_data, in.inline_data);
+  EXPECT_EQ(layout.extents[0].inline_data, in.value.inline_data);
   for (size_t i = 1; i < ex.size(); ++i) {
     const LayoutExtent& l = layout.extents[i];
     ASSERT_EQ(l.kind, LayoutExtent::Kind::kRecord);
     EXPECT_EQ(l.file_offset, ex[i].file_offset);
-    EXPECT_EQ(l.length, ex[i].length);
-    EXPECT_EQ(l.segment_id, ex[i].segment_id);
-    EXPECT_EQ(l.record_offset, ex[i].record_offset);
-    EXPECT_EQ(l.stored_len, ex[i].record_stored_len);
-    EXPECT_EQ(l.raw_len, ex[i].record_raw_len);
-    EXPECT_EQ(l.codec, ex[i].codec);
-    EXPECT_EQ(l.payload_checksum, ex[i].payload_checksum);
-    EXPECT_EQ(l.skip, ex[i].skip);
+    EXPECT_EQ(l.length, ex[i].value.length);
+    EXPECT_EQ(l.segment_id, ex[i].value.segment_id);
+    EXPECT_EQ(l.record_offset, ex[i].value.record_offset);
+    EXPECT_EQ(l.stored_len, ex[i].value.stored_len);
+    EXPECT_EQ(l.raw_len, ex[i].value.raw_len);
+    EXPECT_EQ(l.codec, static_cast<uint8_t>(ex[i].value.codec));
+    EXPECT_EQ(l.payload_checksum, ex[i].value.checksum);
+    EXPECT_EQ(l.skip, ex[i].value.skip);
   }
 }
 
 TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   engine::ExtentInfo in;
-  in.length = 64 << 10;  // inline_max_bytes can reach 64 KiB; base64 of it cannot fit
-  in.is_inline = true;
-  in.inline_data = RandomBytes(in.length, 2);
+  in.value.length = 64 << 10;  // inline_max_bytes can reach 64 KiB; base64 of it cannot fit
+  in.value.is_inline = true;
+  in.value.inline_data = RandomBytes(in.value.length, 2);
   const std::vector<engine::ExtentInfo> ex = {in};
   FileLayout layout;
   std::vector<size_t> sizes;
-  ASSERT_TRUE(ParseAllPages(Header(in.length), ex, fs::kExtentsPageBytes, &layout, &sizes).ok());
+  ASSERT_TRUE(
+      ParseAllPages(Header(in.value.length), ex, fs::kExtentsPageBytes, &layout, &sizes).ok());
   ASSERT_EQ(layout.extents.size(), 1u);
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInlineOmitted);
-  EXPECT_EQ(layout.extents[0].length, in.length);
+  EXPECT_EQ(layout.extents[0].length, in.value.length);
 
   // A smaller one that does not fit next to others moves to its own page.
-  in.length = 30000;
-  in.inline_data = RandomBytes(in.length, 3);
+  in.value.length = 30000;
+  in.value.inline_data = RandomBytes(in.value.length, 3);
   std::vector<engine::ExtentInfo> two = {RecordExtent(0, 100, 1, 32), in};
   two[1].file_offset = 100;
   FileLayout l2;
@@ -164,7 +166,7 @@ TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   ASSERT_EQ(l2.extents.size(), 2u);
   EXPECT_EQ(sizes.size(), 2u);
   EXPECT_EQ(l2.extents[1].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(l2.extents[1].inline_data, in.inline_data);
+  EXPECT_EQ(l2.extents[1].inline_data, in.value.inline_data);
 }
 
 TEST(ExtentsXattr, EmptyFileIsOnePage) {
