@@ -123,19 +123,12 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   EXPECT_EQ(layout.coalesce_max, h.coalesce_max);
   ASSERT_EQ(layout.extents.size(), ex.size());
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(layout.extents[0].inline_data, in.value.inline_data);
+  EXPECT_EQ(layout.extents[0].value, in.value);
   for (size_t i = 1; i < ex.size(); ++i) {
     const LayoutExtent& l = layout.extents[i];
     ASSERT_EQ(l.kind, LayoutExtent::Kind::kRecord);
     EXPECT_EQ(l.file_offset, ex[i].file_offset);
-    EXPECT_EQ(l.length, ex[i].value.length);
-    EXPECT_EQ(l.segment_id, ex[i].value.segment_id);
-    EXPECT_EQ(l.record_offset, ex[i].value.record_offset);
-    EXPECT_EQ(l.stored_len, ex[i].value.stored_len);
-    EXPECT_EQ(l.raw_len, ex[i].value.raw_len);
-    EXPECT_EQ(l.codec, static_cast<uint8_t>(ex[i].value.codec));
-    EXPECT_EQ(l.payload_checksum, ex[i].value.checksum);
-    EXPECT_EQ(l.skip, ex[i].value.skip);
+    EXPECT_EQ(l.value, ex[i].value);  // every field, through the JSON and back
   }
 }
 
@@ -151,7 +144,9 @@ TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
       ParseAllPages(Header(in.value.length), ex, fs::kExtentsPageBytes, &layout, &sizes).ok());
   ASSERT_EQ(layout.extents.size(), 1u);
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInlineOmitted);
-  EXPECT_EQ(layout.extents[0].length, in.value.length);
+  EXPECT_TRUE(layout.extents[0].value.is_inline);
+  EXPECT_EQ(layout.extents[0].value.length, in.value.length);
+  EXPECT_TRUE(layout.extents[0].value.inline_data.empty());
 
   // A smaller one that does not fit next to others moves to its own page.
   in.value.length = 30000;
@@ -166,7 +161,7 @@ TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   ASSERT_EQ(l2.extents.size(), 2u);
   EXPECT_EQ(sizes.size(), 2u);
   EXPECT_EQ(l2.extents[1].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(l2.extents[1].inline_data, in.value.inline_data);
+  EXPECT_EQ(l2.extents[1].value.inline_data, in.value.inline_data);
 }
 
 TEST(ExtentsXattr, EmptyFileIsOnePage) {
@@ -216,6 +211,18 @@ TEST(ExtentsXattr, ParserRejectsBadPages) {
   std::string no_sum = good;
   no_sum.replace(no_sum.find("\"payload_checksum\""), 18, "\"payload_chksum__\"");
   EXPECT_EQ(bad(no_sum), EINVAL);
+  // No extent is longer than a record: a length wider than 32 bits is malformed.
+  const std::string length100 = "\"length\":100,";
+  std::string widest = good;
+  widest.replace(widest.find(length100), length100.size(), "\"length\":4294967295,");
+  {
+    FileLayout l;
+    ASSERT_TRUE(ParseExtentsPage(widest, 0, true, &l, &next).ok());
+    EXPECT_EQ(l.extents.at(0).value.length, UINT32_MAX);
+  }
+  std::string wider = good;
+  wider.replace(wider.find(length100), length100.size(), "\"length\":4294967296,");
+  EXPECT_EQ(bad(wider), EINVAL);
 
   // A later page of a file that changed in between: EAGAIN.
   FileLayout l;
@@ -232,8 +239,8 @@ TEST(ExtentsXattr, ValidateRejectsInconsistentLayouts) {
   l.segments_dir = "/s";
   LayoutExtent a;
   a.file_offset = 0;
-  a.length = 100;
-  a.raw_len = a.stored_len = 200;
+  a.value.length = 100;
+  a.value.raw_len = a.value.stored_len = 200;
   l.extents = {a};
   EXPECT_TRUE(ValidateLayout(l).ok());
   LayoutExtent b = a;
@@ -244,12 +251,15 @@ TEST(ExtentsXattr, ValidateRejectsInconsistentLayouts) {
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
   b.file_offset = 100;
-  b.skip = 150;  // window leaves its record
+  b.value.skip = 150;  // window leaves its record
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
-  b.skip = 0;
-  b.codec = 0;
-  b.stored_len = 10;  // uncompressed record with stored != raw
+  b.value.skip = 0;
+  b.value.codec = static_cast<format::Codec>(2);  // unknown
+  l.extents = {a, b};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  b.value.codec = format::Codec::kNone;
+  b.value.stored_len = 10;  // uncompressed record with stored != raw
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
   l.extents = {a};
@@ -327,19 +337,20 @@ class FakeSegments {
     std::string& s = segs_[seg];
     if (s.empty()) s = format::EncodeSegmentHeader(seg);
     format::RecordHeader h;
-    LayoutExtent e;
+    LayoutExtent x;
+    x.kind = LayoutExtent::Kind::kRecord;
+    x.file_offset = file_offset;
+    format::ExtentValue& e = x.value;
     e.record_offset = s.size();
     s += format::BuildRecord(kFakeIno, file_offset - skip, data, level, &h);
-    e.kind = LayoutExtent::Kind::kRecord;
-    e.file_offset = file_offset;
-    e.length = len == UINT64_MAX ? data.size() - skip : len;
+    e.length = static_cast<uint32_t>(len == UINT64_MAX ? data.size() - skip : len);
     e.segment_id = seg;
     e.stored_len = h.stored_len;
     e.raw_len = h.raw_len;
-    e.codec = static_cast<uint8_t>(h.codec);
-    e.payload_checksum = h.payload_checksum;
+    e.codec = h.codec;
+    e.checksum = h.payload_checksum;
     e.skip = skip;
-    return e;
+    return x;
   }
   // Dead bytes no extent refers to.
   void AddJunk(uint64_t seg, size_t n) {
@@ -375,18 +386,20 @@ void BuildFakeFile(FakeFile* f) {
   FileLayout& l = f->layout;
   l.ino = kFakeIno;
   std::string& want = f->want;
-  auto put = [&](const LayoutExtent& e, const std::string& record_data) {
-    l.extents.push_back(e);
-    if (want.size() < e.file_offset + e.length) want.resize(e.file_offset + e.length, '\0');
-    std::memcpy(&want[e.file_offset], record_data.data() + e.skip, e.length);
+  auto put = [&](const LayoutExtent& x, const std::string& record_data) {
+    l.extents.push_back(x);
+    const format::ExtentValue& e = x.value;
+    if (want.size() < x.file_offset + e.length) want.resize(x.file_offset + e.length, '\0');
+    std::memcpy(&want[x.file_offset], record_data.data() + e.skip, e.length);
   };
   // Inline head.
   LayoutExtent in;
   in.kind = LayoutExtent::Kind::kInline;
   in.file_offset = 0;
-  in.length = 100;
-  in.inline_data = RandomBytes(100, 11);
-  put(in, in.inline_data);
+  in.value.is_inline = true;
+  in.value.length = 100;
+  in.value.inline_data = RandomBytes(100, 11);
+  put(in, in.value.inline_data);
   // A hole [100, 5000), then a whole raw 1 MiB record.
   uint64_t off = 5000;
   std::string d = RandomBytes(1 << 20, 12);
@@ -423,7 +436,8 @@ void BuildFakeFile(FakeFile* f) {
   LayoutExtent om;
   om.kind = LayoutExtent::Kind::kInlineOmitted;
   om.file_offset = off;
-  om.length = 40000;
+  om.value.is_inline = true;
+  om.value.length = 40000;
   const std::string om_data = RandomBytes(40000, 18);
   put(om, om_data);
   off += 40000;
@@ -554,7 +568,7 @@ void FlipByte(const FakeFile& f, uint64_t seg, uint64_t pos) {
 }
 
 TEST_F(DirectPipeline, CorruptPayloadIsAChecksumError) {
-  const LayoutExtent& raw = f_.layout.extents[1];  // the raw 1 MiB record
+  const format::ExtentValue& raw = f_.layout.extents[1].value;  // the raw 1 MiB record
   FlipByte(f_, raw.segment_id, raw.record_offset + format::kRecordHeaderSize + 777);
   std::string got;
   Status st = RunDirect(f_, {Range{0, f_.layout.size, 0}}, {}, {}, f_.layout.size, &got);
@@ -568,17 +582,18 @@ TEST_F(DirectPipeline, CorruptPayloadIsAChecksumError) {
 
 TEST_F(DirectPipeline, CorruptCompressedPayloadIsAChecksumError) {
   const LayoutExtent& z = f_.layout.extents[3];
-  ASSERT_EQ(z.codec, 1);
-  FlipByte(f_, z.segment_id, z.record_offset + format::kRecordHeaderSize + 5);
+  ASSERT_EQ(z.value.codec, format::Codec::kZstd);
+  FlipByte(f_, z.value.segment_id, z.value.record_offset + format::kRecordHeaderSize + 5);
   std::string got;
-  Status st = RunDirect(f_, {Range{z.file_offset, z.length, 0}}, {}, {}, z.length, &got);
+  Status st =
+      RunDirect(f_, {Range{z.file_offset, z.value.length, 0}}, {}, {}, z.value.length, &got);
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.ToString();
 }
 
 TEST_F(DirectPipeline, CorruptHeaderIsReported) {
   const LayoutExtent& raw = f_.layout.extents[1];
-  FlipByte(f_, raw.segment_id, raw.record_offset + 20);
+  FlipByte(f_, raw.value.segment_id, raw.value.record_offset + 20);
   std::string got;
   Status st = RunDirect(f_, {Range{raw.file_offset, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
@@ -587,7 +602,7 @@ TEST_F(DirectPipeline, CorruptHeaderIsReported) {
 }
 
 TEST_F(DirectPipeline, RecordThatDoesNotMatchTheIndexIsReported) {
-  f_.layout.extents[1].payload_checksum ^= 1;
+  f_.layout.extents[1].value.checksum ^= 1;
   std::string got;
   Status st = RunDirect(f_, {Range{f_.layout.extents[1].file_offset, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
@@ -605,7 +620,7 @@ TEST_F(DirectPipeline, RecordOfAnotherFileOrOffsetIsReported) {
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("inode"), std::string::npos) << st.ToString();
   f_.layout.ino -= 1;
-  f_.layout.extents[1].skip += 1;  // the window now claims the record starts a byte later
+  f_.layout.extents[1].value.skip += 1;  // the window now claims the record starts a byte later
   st = RunDirect(f_, {Range{at, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("file offset"), std::string::npos) << st.ToString();
@@ -613,7 +628,7 @@ TEST_F(DirectPipeline, RecordOfAnotherFileOrOffsetIsReported) {
 
 TEST_F(DirectPipeline, TruncatedSegmentIsReported) {
   const LayoutExtent& last = f_.layout.extents[f_.layout.extents.size() - 2];  // in segment 3
-  std::string& s = f_.segs.segment(last.segment_id);
+  std::string& s = f_.segs.segment(last.value.segment_id);
   s.resize(s.size() - 10);
   f_.segs.Flush();
   std::string got;
