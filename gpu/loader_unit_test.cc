@@ -164,6 +164,63 @@ TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   EXPECT_EQ(l2.extents[1].value.inline_data, in.value.inline_data);
 }
 
+// The example of docs/GPU_LOAD.md, byte for byte.
+TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
+  fs::ExtentsPageHeader h;
+  h.ino = 2;
+  h.size = 1048586;
+  h.mtime_ns = h.ctime_ns = 1700000001250000000;
+  h.segments_dir = "/data/store/segments";
+  h.coalesce_gap = 262144;
+  h.coalesce_max = 1048576;
+  engine::ExtentInfo a = RecordExtent(0, 1048576, 1, 32);
+  a.value.stored_len = a.value.raw_len = 1048576;
+  a.value.checksum = 0x9d8c6b0e5a1f2c33;
+  a.value.skip = 0;
+  engine::ExtentInfo b = RecordExtent(1048576, 10, 1, 1048656);
+  b.value.stored_len = b.value.raw_len = 10;
+  b.value.checksum = 0x0f1e2d3c4b5a6978;
+  b.value.skip = 0;
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {a, b}, 0),
+            R"({"version":1,"ino":2,"size":1048586,"mtime_ns":1700000001250000000,)"
+            R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+            R"("coalesce_gap":262144,"coalesce_max":1048576,"from":0,)"
+            R"("extents":[)"
+            R"({"file_offset":0,"length":1048576,"segment_id":1,"record_offset":32,)"
+            R"("record_stored_len":1048576,"record_raw_len":1048576,"codec":0,)"
+            R"("payload_checksum":"9d8c6b0e5a1f2c33","skip":0},)"
+            R"({"file_offset":1048576,"length":10,"segment_id":1,"record_offset":1048656,)"
+            R"("record_stored_len":10,"record_raw_len":10,"codec":0,)"
+            R"("payload_checksum":"0f1e2d3c4b5a6978","skip":0}],)"
+            R"("next":null})");
+
+  // Inline data, a window of a zstd record, and inline data listed without
+  // its bytes (alone on a page too small for it).
+  h.size = 8192;
+  engine::ExtentInfo in;
+  in.value.is_inline = true;
+  in.value.length = 4;
+  in.value.inline_data = "abcd";
+  engine::ExtentInfo z = RecordExtent(4096, 4000, 7, 48);
+  z.value.codec = format::Codec::kZstd;
+  z.value.stored_len = 700;
+  z.value.raw_len = 4096;
+  z.value.skip = 96;
+  z.value.checksum = 0xab;
+  const std::string head =
+      R"({"version":1,"ino":2,"size":8192,"mtime_ns":1700000001250000000,)"
+      R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+      R"("coalesce_gap":262144,"coalesce_max":1048576,)";
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0),
+            head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":"YWJjZA=="},)"
+                   R"({"file_offset":4096,"length":4000,"segment_id":7,"record_offset":48,)"
+                   R"("record_stored_len":700,"record_raw_len":4096,"codec":1,)"
+                   R"("payload_checksum":"00000000000000ab","skip":96}],"next":null})");
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0, head.size() + 40),
+            head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":null}],)"
+                   R"("next":4096})");
+}
+
 TEST(ExtentsXattr, EmptyFileIsOnePage) {
   FileLayout layout;
   std::vector<size_t> sizes;
