@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/format.h"
 #include "io/env.h"
 
 namespace ckptfs::engine {
@@ -93,20 +94,13 @@ struct EngineStats {
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
 };
 
-// Where one piece of a file's data lies. Used by fsck, compaction and the GPU
-// loader, which read segment files directly.
+// Where one piece of a file's data lies: the index's extent value, as
+// format/ defines it, and the file offset where it starts. The extents xattr
+// (fs/extents_xattr.h) serves these to readers of segment files, such as
+// the GPU loader.
 struct ExtentInfo {
   uint64_t file_offset = 0;
-  uint64_t length = 0;
-  bool is_inline = false;
-  std::string inline_data;      // when is_inline
-  uint64_t segment_id = 0;      // otherwise: the record holding the bytes
-  uint64_t record_offset = 0;   // offset of the record header in the segment
-  uint32_t record_stored_len = 0;
-  uint32_t record_raw_len = 0;
-  uint8_t codec = 0;            // 0 none, 1 zstd
-  uint64_t payload_checksum = 0;
-  uint32_t skip = 0;            // offset of this extent within the record's data
+  format::ExtentValue value;
 };
 
 struct SegmentInfo {

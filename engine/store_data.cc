@@ -522,21 +522,7 @@ Result<std::vector<ExtentInfo>> StoreImpl::GetExtents(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxFileSize, &ex));
   std::vector<ExtentInfo> out;
   out.reserve(ex.size());
-  for (Extent& e : ex) {
-    ExtentInfo i;
-    i.file_offset = e.offset;
-    i.length = e.value.length;
-    i.is_inline = e.value.is_inline;
-    i.inline_data = std::move(e.value.inline_data);
-    i.segment_id = e.value.segment_id;
-    i.record_offset = e.value.record_offset;
-    i.record_stored_len = e.value.stored_len;
-    i.record_raw_len = e.value.raw_len;
-    i.codec = static_cast<uint8_t>(e.value.codec);
-    i.payload_checksum = e.value.checksum;
-    i.skip = e.value.skip;
-    out.push_back(std::move(i));
-  }
+  for (Extent& e : ex) out.push_back(ExtentInfo{e.offset, std::move(e.value)});
   return out;
 }
 

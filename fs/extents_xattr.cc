@@ -52,16 +52,17 @@ std::string U64(uint64_t v) { return std::to_string(v); }
 
 // One extent's JSON object. `with_data` = false lists an inline extent
 // without its bytes ("inline": null).
-std::string EncodeExtent(const ExtentInfo& e, bool with_data) {
-  std::string s = "{\"file_offset\":" + U64(e.file_offset) + ",\"length\":" + U64(e.length);
+std::string EncodeExtent(const ExtentInfo& x, bool with_data) {
+  const format::ExtentValue& e = x.value;
+  std::string s = "{\"file_offset\":" + U64(x.file_offset) + ",\"length\":" + U64(e.length);
   if (e.is_inline) {
     s += with_data ? ",\"inline\":\"" + Base64Encode(e.inline_data) + "\"}" : ",\"inline\":null}";
     return s;
   }
   s += ",\"segment_id\":" + U64(e.segment_id) + ",\"record_offset\":" + U64(e.record_offset) +
-       ",\"record_stored_len\":" + U64(e.record_stored_len) +
-       ",\"record_raw_len\":" + U64(e.record_raw_len) + ",\"codec\":" + U64(e.codec) +
-       ",\"payload_checksum\":\"" + Hex64(e.payload_checksum) + "\",\"skip\":" + U64(e.skip) + "}";
+       ",\"record_stored_len\":" + U64(e.stored_len) + ",\"record_raw_len\":" + U64(e.raw_len) +
+       ",\"codec\":" + U64(static_cast<uint8_t>(e.codec)) + ",\"payload_checksum\":\"" +
+       Hex64(e.checksum) + "\",\"skip\":" + U64(e.skip) + "}";
   return s;
 }
 

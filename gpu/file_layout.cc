@@ -65,30 +65,38 @@ bool ParseHex64(const json& j, const char* key, uint64_t* v) {
 
 Status ParseExtent(const json& j, LayoutExtent* e) {
   if (!j.is_object()) return Malformed("an extent is not an object");
-  if (!GetU64(j, "file_offset", &e->file_offset) || !GetU64(j, "length", &e->length)) {
+  format::ExtentValue& v = e->value;
+  uint64_t length = 0;
+  if (!GetU64(j, "file_offset", &e->file_offset) || !GetU64(j, "length", &length)) {
     return Malformed("an extent lacks file_offset or length");
   }
+  // No extent is longer than a record or the inline limit.
+  if (length > UINT32_MAX) {
+    return Malformed("extent length " + std::to_string(length) + " exceeds 32 bits");
+  }
+  v.length = static_cast<uint32_t>(length);
   if (auto it = j.find("inline"); it != j.end()) {
+    v.is_inline = true;
     if (it->is_null()) {
       e->kind = LayoutExtent::Kind::kInlineOmitted;
       return Status::OK();
     }
     e->kind = LayoutExtent::Kind::kInline;
-    if (!it->is_string() || !Base64Decode(it->get_ref<const std::string&>(), &e->inline_data)) {
+    if (!it->is_string() || !Base64Decode(it->get_ref<const std::string&>(), &v.inline_data)) {
       return Malformed("inline data is not base64");
     }
     return Status::OK();
   }
   e->kind = LayoutExtent::Kind::kRecord;
   uint32_t codec = 0;
-  if (!GetU64(j, "segment_id", &e->segment_id) || !GetU64(j, "record_offset", &e->record_offset) ||
-      !GetU32(j, "record_stored_len", &e->stored_len) ||
-      !GetU32(j, "record_raw_len", &e->raw_len) || !GetU32(j, "codec", &codec) ||
-      !ParseHex64(j, "payload_checksum", &e->payload_checksum) || !GetU32(j, "skip", &e->skip)) {
+  if (!GetU64(j, "segment_id", &v.segment_id) || !GetU64(j, "record_offset", &v.record_offset) ||
+      !GetU32(j, "record_stored_len", &v.stored_len) || !GetU32(j, "record_raw_len", &v.raw_len) ||
+      !GetU32(j, "codec", &codec) || !ParseHex64(j, "payload_checksum", &v.checksum) ||
+      !GetU32(j, "skip", &v.skip)) {
     return Malformed("a record extent lacks a field");
   }
   if (codec > 255) return Malformed("codec out of range");
-  e->codec = static_cast<uint8_t>(codec);
+  v.codec = static_cast<format::Codec>(codec);  // ValidateLayout checks that it is known
   return Status::OK();
 }
 
@@ -191,23 +199,26 @@ Status ValidateLayout(const FileLayout& l) {
     return Malformed("segments_dir is not absolute");
   }
   uint64_t end = 0;
-  for (const LayoutExtent& e : l.extents) {
-    const std::string at = "extent at " + std::to_string(e.file_offset) + ": ";
+  for (const LayoutExtent& x : l.extents) {
+    const format::ExtentValue& e = x.value;
+    const std::string at = "extent at " + std::to_string(x.file_offset) + ": ";
     if (e.length == 0) return Malformed(at + "empty");
-    if (e.file_offset < end) return Malformed(at + "overlaps or is out of order");
-    if (e.file_offset > l.size || e.length > l.size - e.file_offset) {
+    if (x.file_offset < end) return Malformed(at + "overlaps or is out of order");
+    if (x.file_offset > l.size || e.length > l.size - x.file_offset) {
       return Malformed(at + "ends past the file size");
     }
-    end = e.file_offset + e.length;
-    switch (e.kind) {
+    end = x.file_offset + e.length;
+    switch (x.kind) {
       case LayoutExtent::Kind::kInline:
         if (e.inline_data.size() != e.length) return Malformed(at + "inline length differs");
         break;
       case LayoutExtent::Kind::kInlineOmitted:
         break;
       case LayoutExtent::Kind::kRecord:
-        if (e.codec > 1) return Malformed(at + "unknown codec " + std::to_string(e.codec));
-        if (e.codec == 0 && e.stored_len != e.raw_len) {
+        if (e.codec != format::Codec::kNone && e.codec != format::Codec::kZstd) {
+          return Malformed(at + "unknown codec " + std::to_string(static_cast<unsigned>(e.codec)));
+        }
+        if (e.codec == format::Codec::kNone && e.stored_len != e.raw_len) {
           return Malformed(at + "uncompressed record with stored_len != raw_len");
         }
         if (e.skip > e.raw_len || e.length > e.raw_len - e.skip) {

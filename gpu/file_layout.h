@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/format.h"
 
 namespace ckptfs::gpu {
 
@@ -21,24 +22,19 @@ inline constexpr char kExtentsXattr[] = "user.ckptfs.extents";
 struct LayoutExtent {
   enum class Kind {
     kRecord,         // a window of a segment record
-    kInline,         // bytes kept in the index, carried in inline_data
+    kInline,         // bytes kept in the index, carried in value.inline_data
     kInlineOmitted,  // kept in the index, too large for a page: read through the file
   };
   uint64_t file_offset = 0;
-  uint64_t length = 0;
   Kind kind = Kind::kRecord;
-  std::string inline_data;  // kInline: exactly `length` bytes
-  // kRecord: file bytes [file_offset, +length) are decoded bytes
-  // [skip, skip+length) of the record whose header is at `record_offset` of
-  // segment `segment_id`; the other fields are the index's copies of the
-  // record header's, which the record must match.
-  uint64_t segment_id = 0;
-  uint64_t record_offset = 0;
-  uint32_t stored_len = 0;
-  uint32_t raw_len = 0;
-  uint8_t codec = 0;  // 0 none, 1 zstd (format::Codec)
-  uint64_t payload_checksum = 0;
-  uint32_t skip = 0;
+  // The index's extent value, as the page lists it. value.is_inline for
+  // both inline kinds; kInline carries exactly value.length bytes in
+  // value.inline_data, kInlineOmitted none. kRecord: file bytes
+  // [file_offset, +value.length) are decoded bytes [skip, skip+length) of the
+  // record whose header is at record_offset of segment segment_id; the other
+  // fields are the index's copies of the record header's, which the record
+  // must match (format::CheckRecordForExtent).
+  format::ExtentValue value;
 };
 
 struct FileLayout {

@@ -138,14 +138,7 @@ void PlanBackingRead(const BackingRead& br, bool in_place, int source,
     const LayoutExtent& e = *need.extent;
     RecordTask rt;
     rt.read_offset = ref.offset - sub.offset;
-    rt.extent.length = static_cast<uint32_t>(e.length);
-    rt.extent.segment_id = e.segment_id;
-    rt.extent.record_offset = e.record_offset;
-    rt.extent.stored_len = e.stored_len;
-    rt.extent.raw_len = e.raw_len;
-    rt.extent.codec = static_cast<format::Codec>(e.codec);
-    rt.extent.skip = e.skip;
-    rt.extent.checksum = e.payload_checksum;
+    rt.extent = e.value;
     rt.file_offset = e.file_offset;
     Chunk& c = b->current();
     for (const WindowNeed& w : need.windows) {
@@ -159,7 +152,7 @@ void PlanBackingRead(const BackingRead& br, bool in_place, int source,
       c.copies.push_back(CopyOp{at, w.dest_offset, w.length});
     }
     plan->records++;
-    if (e.codec != 0) plan->compressed_records++;
+    if (e.value.codec != format::Codec::kNone) plan->compressed_records++;
     sub.records.push_back(std::move(rt));
   }
   close();
@@ -197,27 +190,27 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     const uint64_t end = r.file_offset + r.length;
     size_t j = std::partition_point(
                    ex.begin(), ex.end(),
-                   [&](const LayoutExtent& e) { return e.file_offset + e.length <= pos; }) -
+                   [&](const LayoutExtent& e) { return e.file_offset + e.value.length <= pos; }) -
                ex.begin();
     while (pos < end) {
       const uint64_t dest = r.dest_offset + (pos - r.file_offset);
       if (j < ex.size() && ex[j].file_offset <= pos) {
         const LayoutExtent& e = ex[j];
-        const uint64_t e_end = e.file_offset + e.length;
+        const uint64_t e_end = e.file_offset + e.value.length;
         const uint64_t stop = std::min(end, e_end);
         const uint64_t n = stop - pos;
         const uint64_t within = pos - e.file_offset;
         switch (e.kind) {
           case LayoutExtent::Kind::kRecord: {
-            RecordNeed& need = needs[{e.segment_id, e.record_offset}];
+            RecordNeed& need = needs[{e.value.segment_id, e.value.record_offset}];
             need.extent = &e;
-            need.windows.push_back(WindowNeed{e.skip + within, n, dest});
+            need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
             need.window_bytes += n;
             break;
           }
           case LayoutExtent::Kind::kInline:
             pieces.push_back(
-                Piece{pos, n, dest, std::string_view(e.inline_data).substr(within, n)});
+                Piece{pos, n, dest, std::string_view(e.value.inline_data).substr(within, n)});
             plan.inline_bytes += n;
             break;
           case LayoutExtent::Kind::kInlineOmitted:
@@ -241,10 +234,11 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
   std::vector<RecordRef> raw, zstd;
   std::map<uint64_t, int> source_of;
   for (const auto& [key, need] : needs) {
-    const LayoutExtent& e = *need.extent;
+    const format::ExtentValue& e = need.extent->value;
+    const bool in_place = e.codec == format::Codec::kNone;
     const RecordRef ref{e.segment_id, e.record_offset, kHeaderBytes + e.stored_len};
-    (e.codec == 0 ? raw : zstd).push_back(ref);
-    plan.buffer_bytes = std::max(plan.buffer_bytes, e.codec == 0 ? ref.length : need.window_bytes);
+    (in_place ? raw : zstd).push_back(ref);
+    plan.buffer_bytes = std::max(plan.buffer_bytes, in_place ? ref.length : need.window_bytes);
     if (source_of.emplace(e.segment_id, static_cast<int>(plan.segment_ids.size())).second) {
       plan.segment_ids.push_back(e.segment_id);
     }

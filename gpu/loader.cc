@@ -60,7 +60,7 @@ Status SourceFile::OpenSegments(bool* corrupt) {
   *corrupt = false;
   CloseSegments();
   for (const LayoutExtent& e : layout_.extents) {
-    if (e.kind == LayoutExtent::Kind::kRecord) segment_ids_.push_back(e.segment_id);
+    if (e.kind == LayoutExtent::Kind::kRecord) segment_ids_.push_back(e.value.segment_id);
   }
   std::sort(segment_ids_.begin(), segment_ids_.end());
   segment_ids_.erase(std::unique(segment_ids_.begin(), segment_ids_.end()), segment_ids_.end());

@@ -316,8 +316,8 @@ TEST_F(MountTest, CorruptRecordFailsTheDirectLoad) {
     ASSERT_EQ(e.kind, LayoutExtent::Kind::kRecord);
     seg_path =
         (*f)->layout().segments_dir + "/" +
-        std::filesystem::path(format::SegmentFileName(e.segment_id)).filename().string();
-    at = e.record_offset + format::kRecordHeaderSize + 4321;
+        std::filesystem::path(format::SegmentFileName(e.value.segment_id)).filename().string();
+    at = e.value.record_offset + format::kRecordHeaderSize + 4321;
   }
   Unmount();
   {

@@ -54,18 +54,19 @@ TEST(Base64, RejectsMalformed) {
   EXPECT_TRUE(Base64Decode("", &out));
 }
 
-engine::ExtentInfo RecordExtent(uint64_t off, uint64_t len, uint64_t seg, uint64_t rec) {
-  engine::ExtentInfo e;
-  e.file_offset = off;
+engine::ExtentInfo RecordExtent(uint64_t off, uint32_t len, uint64_t seg, uint64_t rec) {
+  engine::ExtentInfo x;
+  x.file_offset = off;
+  format::ExtentValue& e = x.value;
   e.length = len;
   e.segment_id = seg;
   e.record_offset = rec;
-  e.record_stored_len = static_cast<uint32_t>(len + 10);
-  e.record_raw_len = static_cast<uint32_t>(len + 10);
-  e.codec = 0;
-  e.payload_checksum = 0xfedcba9876543210ull ^ off;
+  e.stored_len = len + 10;
+  e.raw_len = len + 10;
+  e.codec = format::Codec::kNone;
+  e.checksum = 0xfedcba9876543210ull ^ off;
   e.skip = 10;
-  return e;
+  return x;
 }
 
 fs::ExtentsPageHeader Header(uint64_t size) {
@@ -98,9 +99,9 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   uint64_t off = 0;
   engine::ExtentInfo in;
   in.file_offset = 0;
-  in.length = 3000;
-  in.is_inline = true;
-  in.inline_data = RandomBytes(3000, 1);
+  in.value.length = 3000;
+  in.value.is_inline = true;
+  in.value.inline_data = RandomBytes(3000, 1);
   ex.push_back(in);
   off = 5000;  // a hole before
   for (int i = 0; i < 2000; ++i) {
@@ -122,38 +123,34 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   EXPECT_EQ(layout.coalesce_max, h.coalesce_max);
   ASSERT_EQ(layout.extents.size(), ex.size());
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(layout.extents[0].inline_data, in.inline_data);
+  EXPECT_EQ(layout.extents[0].value, in.value);
   for (size_t i = 1; i < ex.size(); ++i) {
     const LayoutExtent& l = layout.extents[i];
     ASSERT_EQ(l.kind, LayoutExtent::Kind::kRecord);
     EXPECT_EQ(l.file_offset, ex[i].file_offset);
-    EXPECT_EQ(l.length, ex[i].length);
-    EXPECT_EQ(l.segment_id, ex[i].segment_id);
-    EXPECT_EQ(l.record_offset, ex[i].record_offset);
-    EXPECT_EQ(l.stored_len, ex[i].record_stored_len);
-    EXPECT_EQ(l.raw_len, ex[i].record_raw_len);
-    EXPECT_EQ(l.codec, ex[i].codec);
-    EXPECT_EQ(l.payload_checksum, ex[i].payload_checksum);
-    EXPECT_EQ(l.skip, ex[i].skip);
+    EXPECT_EQ(l.value, ex[i].value);  // every field, through the JSON and back
   }
 }
 
 TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   engine::ExtentInfo in;
-  in.length = 64 << 10;  // inline_max_bytes can reach 64 KiB; base64 of it cannot fit
-  in.is_inline = true;
-  in.inline_data = RandomBytes(in.length, 2);
+  in.value.length = 64 << 10;  // inline_max_bytes can reach 64 KiB; base64 of it cannot fit
+  in.value.is_inline = true;
+  in.value.inline_data = RandomBytes(in.value.length, 2);
   const std::vector<engine::ExtentInfo> ex = {in};
   FileLayout layout;
   std::vector<size_t> sizes;
-  ASSERT_TRUE(ParseAllPages(Header(in.length), ex, fs::kExtentsPageBytes, &layout, &sizes).ok());
+  ASSERT_TRUE(
+      ParseAllPages(Header(in.value.length), ex, fs::kExtentsPageBytes, &layout, &sizes).ok());
   ASSERT_EQ(layout.extents.size(), 1u);
   EXPECT_EQ(layout.extents[0].kind, LayoutExtent::Kind::kInlineOmitted);
-  EXPECT_EQ(layout.extents[0].length, in.length);
+  EXPECT_TRUE(layout.extents[0].value.is_inline);
+  EXPECT_EQ(layout.extents[0].value.length, in.value.length);
+  EXPECT_TRUE(layout.extents[0].value.inline_data.empty());
 
   // A smaller one that does not fit next to others moves to its own page.
-  in.length = 30000;
-  in.inline_data = RandomBytes(in.length, 3);
+  in.value.length = 30000;
+  in.value.inline_data = RandomBytes(in.value.length, 3);
   std::vector<engine::ExtentInfo> two = {RecordExtent(0, 100, 1, 32), in};
   two[1].file_offset = 100;
   FileLayout l2;
@@ -164,7 +161,64 @@ TEST(ExtentsXattr, InlineDataTooLargeForAPageIsOmitted) {
   ASSERT_EQ(l2.extents.size(), 2u);
   EXPECT_EQ(sizes.size(), 2u);
   EXPECT_EQ(l2.extents[1].kind, LayoutExtent::Kind::kInline);
-  EXPECT_EQ(l2.extents[1].inline_data, in.inline_data);
+  EXPECT_EQ(l2.extents[1].value.inline_data, in.value.inline_data);
+}
+
+// The example of docs/GPU_LOAD.md, byte for byte.
+TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
+  fs::ExtentsPageHeader h;
+  h.ino = 2;
+  h.size = 1048586;
+  h.mtime_ns = h.ctime_ns = 1700000001250000000;
+  h.segments_dir = "/data/store/segments";
+  h.coalesce_gap = 262144;
+  h.coalesce_max = 1048576;
+  engine::ExtentInfo a = RecordExtent(0, 1048576, 1, 32);
+  a.value.stored_len = a.value.raw_len = 1048576;
+  a.value.checksum = 0x9d8c6b0e5a1f2c33;
+  a.value.skip = 0;
+  engine::ExtentInfo b = RecordExtent(1048576, 10, 1, 1048656);
+  b.value.stored_len = b.value.raw_len = 10;
+  b.value.checksum = 0x0f1e2d3c4b5a6978;
+  b.value.skip = 0;
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {a, b}, 0),
+            R"({"version":1,"ino":2,"size":1048586,"mtime_ns":1700000001250000000,)"
+            R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+            R"("coalesce_gap":262144,"coalesce_max":1048576,"from":0,)"
+            R"("extents":[)"
+            R"({"file_offset":0,"length":1048576,"segment_id":1,"record_offset":32,)"
+            R"("record_stored_len":1048576,"record_raw_len":1048576,"codec":0,)"
+            R"("payload_checksum":"9d8c6b0e5a1f2c33","skip":0},)"
+            R"({"file_offset":1048576,"length":10,"segment_id":1,"record_offset":1048656,)"
+            R"("record_stored_len":10,"record_raw_len":10,"codec":0,)"
+            R"("payload_checksum":"0f1e2d3c4b5a6978","skip":0}],)"
+            R"("next":null})");
+
+  // Inline data, a window of a zstd record, and inline data listed without
+  // its bytes (alone on a page too small for it).
+  h.size = 8192;
+  engine::ExtentInfo in;
+  in.value.is_inline = true;
+  in.value.length = 4;
+  in.value.inline_data = "abcd";
+  engine::ExtentInfo z = RecordExtent(4096, 4000, 7, 48);
+  z.value.codec = format::Codec::kZstd;
+  z.value.stored_len = 700;
+  z.value.raw_len = 4096;
+  z.value.skip = 96;
+  z.value.checksum = 0xab;
+  const std::string head =
+      R"({"version":1,"ino":2,"size":8192,"mtime_ns":1700000001250000000,)"
+      R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+      R"("coalesce_gap":262144,"coalesce_max":1048576,)";
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0),
+            head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":"YWJjZA=="},)"
+                   R"({"file_offset":4096,"length":4000,"segment_id":7,"record_offset":48,)"
+                   R"("record_stored_len":700,"record_raw_len":4096,"codec":1,)"
+                   R"("payload_checksum":"00000000000000ab","skip":96}],"next":null})");
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0, head.size() + 40),
+            head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":null}],)"
+                   R"("next":4096})");
 }
 
 TEST(ExtentsXattr, EmptyFileIsOnePage) {
@@ -214,6 +268,18 @@ TEST(ExtentsXattr, ParserRejectsBadPages) {
   std::string no_sum = good;
   no_sum.replace(no_sum.find("\"payload_checksum\""), 18, "\"payload_chksum__\"");
   EXPECT_EQ(bad(no_sum), EINVAL);
+  // No extent is longer than a record: a length wider than 32 bits is malformed.
+  const std::string length100 = "\"length\":100,";
+  std::string widest = good;
+  widest.replace(widest.find(length100), length100.size(), "\"length\":4294967295,");
+  {
+    FileLayout l;
+    ASSERT_TRUE(ParseExtentsPage(widest, 0, true, &l, &next).ok());
+    EXPECT_EQ(l.extents.at(0).value.length, UINT32_MAX);
+  }
+  std::string wider = good;
+  wider.replace(wider.find(length100), length100.size(), "\"length\":4294967296,");
+  EXPECT_EQ(bad(wider), EINVAL);
 
   // A later page of a file that changed in between: EAGAIN.
   FileLayout l;
@@ -230,8 +296,8 @@ TEST(ExtentsXattr, ValidateRejectsInconsistentLayouts) {
   l.segments_dir = "/s";
   LayoutExtent a;
   a.file_offset = 0;
-  a.length = 100;
-  a.raw_len = a.stored_len = 200;
+  a.value.length = 100;
+  a.value.raw_len = a.value.stored_len = 200;
   l.extents = {a};
   EXPECT_TRUE(ValidateLayout(l).ok());
   LayoutExtent b = a;
@@ -242,12 +308,15 @@ TEST(ExtentsXattr, ValidateRejectsInconsistentLayouts) {
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
   b.file_offset = 100;
-  b.skip = 150;  // window leaves its record
+  b.value.skip = 150;  // window leaves its record
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
-  b.skip = 0;
-  b.codec = 0;
-  b.stored_len = 10;  // uncompressed record with stored != raw
+  b.value.skip = 0;
+  b.value.codec = static_cast<format::Codec>(2);  // unknown
+  l.extents = {a, b};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  b.value.codec = format::Codec::kNone;
+  b.value.stored_len = 10;  // uncompressed record with stored != raw
   l.extents = {a, b};
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
   l.extents = {a};
@@ -325,19 +394,20 @@ class FakeSegments {
     std::string& s = segs_[seg];
     if (s.empty()) s = format::EncodeSegmentHeader(seg);
     format::RecordHeader h;
-    LayoutExtent e;
+    LayoutExtent x;
+    x.kind = LayoutExtent::Kind::kRecord;
+    x.file_offset = file_offset;
+    format::ExtentValue& e = x.value;
     e.record_offset = s.size();
     s += format::BuildRecord(kFakeIno, file_offset - skip, data, level, &h);
-    e.kind = LayoutExtent::Kind::kRecord;
-    e.file_offset = file_offset;
-    e.length = len == UINT64_MAX ? data.size() - skip : len;
+    e.length = static_cast<uint32_t>(len == UINT64_MAX ? data.size() - skip : len);
     e.segment_id = seg;
     e.stored_len = h.stored_len;
     e.raw_len = h.raw_len;
-    e.codec = static_cast<uint8_t>(h.codec);
-    e.payload_checksum = h.payload_checksum;
+    e.codec = h.codec;
+    e.checksum = h.payload_checksum;
     e.skip = skip;
-    return e;
+    return x;
   }
   // Dead bytes no extent refers to.
   void AddJunk(uint64_t seg, size_t n) {
@@ -373,18 +443,20 @@ void BuildFakeFile(FakeFile* f) {
   FileLayout& l = f->layout;
   l.ino = kFakeIno;
   std::string& want = f->want;
-  auto put = [&](const LayoutExtent& e, const std::string& record_data) {
-    l.extents.push_back(e);
-    if (want.size() < e.file_offset + e.length) want.resize(e.file_offset + e.length, '\0');
-    std::memcpy(&want[e.file_offset], record_data.data() + e.skip, e.length);
+  auto put = [&](const LayoutExtent& x, const std::string& record_data) {
+    l.extents.push_back(x);
+    const format::ExtentValue& e = x.value;
+    if (want.size() < x.file_offset + e.length) want.resize(x.file_offset + e.length, '\0');
+    std::memcpy(&want[x.file_offset], record_data.data() + e.skip, e.length);
   };
   // Inline head.
   LayoutExtent in;
   in.kind = LayoutExtent::Kind::kInline;
   in.file_offset = 0;
-  in.length = 100;
-  in.inline_data = RandomBytes(100, 11);
-  put(in, in.inline_data);
+  in.value.is_inline = true;
+  in.value.length = 100;
+  in.value.inline_data = RandomBytes(100, 11);
+  put(in, in.value.inline_data);
   // A hole [100, 5000), then a whole raw 1 MiB record.
   uint64_t off = 5000;
   std::string d = RandomBytes(1 << 20, 12);
@@ -421,7 +493,8 @@ void BuildFakeFile(FakeFile* f) {
   LayoutExtent om;
   om.kind = LayoutExtent::Kind::kInlineOmitted;
   om.file_offset = off;
-  om.length = 40000;
+  om.value.is_inline = true;
+  om.value.length = 40000;
   const std::string om_data = RandomBytes(40000, 18);
   put(om, om_data);
   off += 40000;
@@ -552,7 +625,7 @@ void FlipByte(const FakeFile& f, uint64_t seg, uint64_t pos) {
 }
 
 TEST_F(DirectPipeline, CorruptPayloadIsAChecksumError) {
-  const LayoutExtent& raw = f_.layout.extents[1];  // the raw 1 MiB record
+  const format::ExtentValue& raw = f_.layout.extents[1].value;  // the raw 1 MiB record
   FlipByte(f_, raw.segment_id, raw.record_offset + format::kRecordHeaderSize + 777);
   std::string got;
   Status st = RunDirect(f_, {Range{0, f_.layout.size, 0}}, {}, {}, f_.layout.size, &got);
@@ -566,17 +639,18 @@ TEST_F(DirectPipeline, CorruptPayloadIsAChecksumError) {
 
 TEST_F(DirectPipeline, CorruptCompressedPayloadIsAChecksumError) {
   const LayoutExtent& z = f_.layout.extents[3];
-  ASSERT_EQ(z.codec, 1);
-  FlipByte(f_, z.segment_id, z.record_offset + format::kRecordHeaderSize + 5);
+  ASSERT_EQ(z.value.codec, format::Codec::kZstd);
+  FlipByte(f_, z.value.segment_id, z.value.record_offset + format::kRecordHeaderSize + 5);
   std::string got;
-  Status st = RunDirect(f_, {Range{z.file_offset, z.length, 0}}, {}, {}, z.length, &got);
+  Status st =
+      RunDirect(f_, {Range{z.file_offset, z.value.length, 0}}, {}, {}, z.value.length, &got);
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.ToString();
 }
 
 TEST_F(DirectPipeline, CorruptHeaderIsReported) {
   const LayoutExtent& raw = f_.layout.extents[1];
-  FlipByte(f_, raw.segment_id, raw.record_offset + 20);
+  FlipByte(f_, raw.value.segment_id, raw.value.record_offset + 20);
   std::string got;
   Status st = RunDirect(f_, {Range{raw.file_offset, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
@@ -585,7 +659,7 @@ TEST_F(DirectPipeline, CorruptHeaderIsReported) {
 }
 
 TEST_F(DirectPipeline, RecordThatDoesNotMatchTheIndexIsReported) {
-  f_.layout.extents[1].payload_checksum ^= 1;
+  f_.layout.extents[1].value.checksum ^= 1;
   std::string got;
   Status st = RunDirect(f_, {Range{f_.layout.extents[1].file_offset, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
@@ -603,7 +677,7 @@ TEST_F(DirectPipeline, RecordOfAnotherFileOrOffsetIsReported) {
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("inode"), std::string::npos) << st.ToString();
   f_.layout.ino -= 1;
-  f_.layout.extents[1].skip += 1;  // the window now claims the record starts a byte later
+  f_.layout.extents[1].value.skip += 1;  // the window now claims the record starts a byte later
   st = RunDirect(f_, {Range{at, 10, 0}}, {}, {}, 10, &got);
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("file offset"), std::string::npos) << st.ToString();
@@ -611,7 +685,7 @@ TEST_F(DirectPipeline, RecordOfAnotherFileOrOffsetIsReported) {
 
 TEST_F(DirectPipeline, TruncatedSegmentIsReported) {
   const LayoutExtent& last = f_.layout.extents[f_.layout.extents.size() - 2];  // in segment 3
-  std::string& s = f_.segs.segment(last.segment_id);
+  std::string& s = f_.segs.segment(last.value.segment_id);
   s.resize(s.size() - 10);
   f_.segs.Flush();
   std::string got;

@@ -459,9 +459,9 @@ TEST_F(CompactDetailTest, MostlyDeadRecordsAreTrimmedToTheirLiveWindows) {
     EXPECT_TRUE(got == want);
     ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s->GetExtents(a.ino));
     for (const ExtentInfo& e : ex) {
-      EXPECT_LE(e.skip + e.length, e.record_raw_len);
-      if (e.length == 64 * kKiB) {
-        EXPECT_EQ(e.record_raw_len, 64 * kKiB) << "window not trimmed";
+      EXPECT_LE(e.value.skip + e.value.length, e.value.raw_len);
+      if (e.value.length == 64 * kKiB) {
+        EXPECT_EQ(e.value.raw_len, 64 * kKiB) << "window not trimmed";
       }
     }
     ASSERT_OK(store_->Close());
@@ -516,10 +516,10 @@ TEST_F(CompactDetailTest, KeepsASegmentWhoseDataIsDamaged) {
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, store_->GetExtents(kept.ino));
   const ExtentInfo bad = ex[ex.size() / 2];
   {
-    int fd = ::open(store_->SegmentPath(bad.segment_id).c_str(), O_RDWR);
+    int fd = ::open(store_->SegmentPath(bad.value.segment_id).c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
     char c = 0x33;
-    ASSERT_EQ(::pwrite(fd, &c, 1, bad.record_offset + format::kRecordHeaderSize + 5), 1);
+    ASSERT_EQ(::pwrite(fd, &c, 1, bad.value.record_offset + format::kRecordHeaderSize + 5), 1);
     ::close(fd);
   }
   store_->DropCache();
@@ -528,12 +528,12 @@ TEST_F(CompactDetailTest, KeepsASegmentWhoseDataIsDamaged) {
   co.dead_ratio = 0.0;
   ASSERT_OK_AND_ASSIGN(CompactReport rep, store_->Compact(co));
   EXPECT_FALSE(rep.errors.empty());
-  EXPECT_TRUE(std::filesystem::exists(store_->SegmentPath(bad.segment_id)))
+  EXPECT_TRUE(std::filesystem::exists(store_->SegmentPath(bad.value.segment_id)))
       << "the segment with the damaged record must stay";
   EXPECT_GE(rep.segments_rewritten, 2u);
   // Everything but the damaged record still reads back.
-  std::string buf(bad.length, '\0');
-  EXPECT_ERRNO(EIO, store_->Read(kept.ino, bad.file_offset, bad.length, buf.data()));
+  std::string buf(bad.value.length, '\0');
+  EXPECT_ERRNO(EIO, store_->Read(kept.ino, bad.file_offset, bad.value.length, buf.data()));
   for (const auto& [path, f] : files) {
     for (uint64_t off = 0; off < f.size; off += 128 * kKiB) {
       if (f.ino == kept.ino && off == bad.file_offset) continue;

@@ -57,7 +57,7 @@ class CorruptionTest : public ::testing::Test {
     EXPECT_TRUE(ex.ok()) << ex.status().ToString();
     if (ex.ok()) {
       for (const ExtentInfo& e : *ex) {
-        if (e.file_offset <= offset && offset < e.file_offset + e.length) return e;
+        if (e.file_offset <= offset && offset < e.file_offset + e.value.length) return e;
       }
     }
     ADD_FAILURE() << "no extent at " << offset;
@@ -89,13 +89,13 @@ TEST_F(CorruptionTest, FlippedPayloadByteFailsOnlyThatRecord) {
   Ino fb = Put("b", b);
   Ino fc = Put("c", c);
   ExtentInfo bad = ExtentAt(fa, 64 * kKiB);
-  ASSERT_FALSE(bad.is_inline);
+  ASSERT_FALSE(bad.value.is_inline);
   ASSERT_EQ(bad.file_offset, 64 * kKiB);
-  ASSERT_EQ(bad.codec, 0);
-  const std::string seg = s()->SegmentPath(bad.segment_id);
+  ASSERT_EQ(bad.value.codec, format::Codec::kNone);
+  const std::string seg = s()->SegmentPath(bad.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
 
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, bad.record_offset + kRecordHeaderBytes + 100));
+  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, bad.value.record_offset + kRecordHeaderBytes + 100));
   ASSERT_NO_FATAL_FAILURE(Open());
   ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
 
@@ -137,11 +137,11 @@ TEST_F(CorruptionTest, FlippedHeaderByteFailsThatRecord) {
   Ino fa = Put("a", a);
   Ino fc = Put("c", c);
   ExtentInfo first = ExtentAt(fc, 0);
-  ASSERT_FALSE(first.is_inline);
-  const std::string seg = s()->SegmentPath(first.segment_id);
+  ASSERT_FALSE(first.value.is_inline);
+  const std::string seg = s()->SegmentPath(first.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
   // Byte 8 lies in the header's inode number.
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, first.record_offset + 8));
+  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, first.value.record_offset + 8));
   ASSERT_NO_FATAL_FAILURE(Open());
   ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
   EXPECT_ERRNO(EIO, ColdRead(fc, 0, 100));
@@ -158,15 +158,16 @@ TEST_F(CorruptionTest, FlippedByteInACompressedRecord) {
   const std::string text = CompressibleData(256 * kKiB);
   Ino f = Put("text", text);
   ExtentInfo e = ExtentAt(f, 64 * kKiB);
-  ASSERT_EQ(e.codec, 1);
-  ASSERT_GT(e.record_stored_len, 20u);
-  const std::string seg = s()->SegmentPath(e.segment_id);
+  ASSERT_EQ(e.value.codec, format::Codec::kZstd);
+  ASSERT_GT(e.value.stored_len, 20u);
+  const std::string seg = s()->SegmentPath(e.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, e.record_offset + kRecordHeaderBytes + e.record_stored_len / 2));
+  ASSERT_NO_FATAL_FAILURE(
+      FlipByte(seg, e.value.record_offset + kRecordHeaderBytes + e.value.stored_len / 2));
   ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_ERRNO(EIO, ColdRead(f, e.file_offset, 10));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(f, 0, text.substr(0, e.file_offset)));
-  const uint64_t after = e.file_offset + e.length;
+  const uint64_t after = e.file_offset + e.value.length;
   ASSERT_NO_FATAL_FAILURE(ExpectReads(f, after, text.substr(after)));
 }
 
@@ -176,9 +177,9 @@ TEST_F(CorruptionTest, InlineDataAndNamespaceSurviveSegmentDamage) {
   const std::string big = PatternData(6, 0, 64 * kKiB);
   Ino fbig = Put("big", big);
   ExtentInfo e = ExtentAt(fbig, 0);
-  const std::string seg = s()->SegmentPath(e.segment_id);
+  const std::string seg = s()->SegmentPath(e.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, e.record_offset + kRecordHeaderBytes));
+  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, e.value.record_offset + kRecordHeaderBytes));
   ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_ERRNO(EIO, ColdRead(fbig, 0, 1));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(small, 0, "inline bytes"));

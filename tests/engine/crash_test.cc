@@ -74,8 +74,8 @@ void WalkAndCheck(Store* store, Ino dir, const std::string& path, Walk* walk) {
                                      << data.size();
       ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, store->GetExtents(a.ino));
       for (const ExtentInfo& x : ex) {
-        ASSERT_LE(x.file_offset + x.length, a.size) << p << ": extent past the end";
-        if (!x.is_inline) walk->segment_bytes += static_cast<int64_t>(x.length);
+        ASSERT_LE(x.file_offset + x.value.length, a.size) << p << ": extent past the end";
+        if (!x.value.is_inline) walk->segment_bytes += static_cast<int64_t>(x.value.length);
       }
       walk->files[p] = a.ino;
     }

@@ -170,20 +170,20 @@ TEST_F(DataTest, SmallFilesAreInlineLargeOnesInSegments) {
     SCOPED_TRACE(pass == 0 ? "before reopen" : "after reopen");
     ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(small));
     ASSERT_EQ(ex.size(), 1u);
-    EXPECT_TRUE(ex[0].is_inline);
+    EXPECT_TRUE(ex[0].value.is_inline);
     EXPECT_EQ(ex[0].file_offset, 0u);
-    EXPECT_EQ(ex[0].length, a.size());
-    EXPECT_EQ(ex[0].inline_data, a);
+    EXPECT_EQ(ex[0].value.length, a.size());
+    EXPECT_EQ(ex[0].value.inline_data, a);
 
     ASSERT_OK_AND_ASSIGN(ex, s()->GetExtents(large));
     ASSERT_FALSE(ex.empty());
     uint64_t covered = 0;
     for (const ExtentInfo& e : ex) {
-      EXPECT_FALSE(e.is_inline);
+      EXPECT_FALSE(e.value.is_inline);
       EXPECT_EQ(e.file_offset, covered);
-      EXPECT_NE(e.segment_id, 0u);
-      EXPECT_GT(e.record_raw_len, 0u);
-      covered += e.length;
+      EXPECT_NE(e.value.segment_id, 0u);
+      EXPECT_GT(e.value.raw_len, 0u);
+      covered += e.value.length;
     }
     EXPECT_EQ(covered, b.size());
     ASSERT_NO_FATAL_FAILURE(ExpectContents(small, a));
@@ -199,7 +199,7 @@ TEST_F(DataTest, SmallFilesAreInlineLargeOnesInSegments) {
   ASSERT_NO_FATAL_FAILURE(ExpectContents(small, a + more));
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(small));
   uint64_t covered = 0;
-  for (const ExtentInfo& e : ex) covered += e.length;
+  for (const ExtentInfo& e : ex) covered += e.value.length;
   EXPECT_EQ(covered, a.size() + more.size());
   ASSERT_NO_FATAL_FAILURE(Reopen());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(small, a + more));
@@ -219,11 +219,11 @@ TEST_F(DataTest, LargeWritesAreSplitIntoBoundedRecords) {
   EXPECT_GE(ex.size(), 17u);
   uint64_t covered = 0;
   for (const ExtentInfo& e : ex) {
-    EXPECT_FALSE(e.is_inline);
-    EXPECT_LE(e.record_raw_len, 64 * kKiB);
-    EXPECT_LE(e.length, 64 * kKiB);
+    EXPECT_FALSE(e.value.is_inline);
+    EXPECT_LE(e.value.raw_len, 64 * kKiB);
+    EXPECT_LE(e.value.length, 64 * kKiB);
     EXPECT_EQ(e.file_offset, covered);
-    covered += e.length;
+    covered += e.value.length;
   }
   EXPECT_EQ(covered, data.size());
   s()->DropCache();
@@ -244,8 +244,9 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
   ASSERT_FALSE(ex.empty());
   for (const ExtentInfo& e : ex) {
-    EXPECT_EQ(e.codec, 1) << "compressible record at " << e.file_offset << " not compressed";
-    EXPECT_LT(e.record_stored_len, e.record_raw_len);
+    EXPECT_EQ(e.value.codec, format::Codec::kZstd)
+        << "compressible record at " << e.file_offset << " not compressed";
+    EXPECT_LT(e.value.stored_len, e.value.raw_len);
   }
   s()->DropCache();
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, text));
@@ -257,14 +258,14 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   const std::string noise = PatternData(10, 0, 512 * kKiB);
   ASSERT_OK(WriteAll(s(), g, 0, noise));
   ASSERT_OK_AND_ASSIGN(ex, s()->GetExtents(g));
-  for (const ExtentInfo& e : ex) EXPECT_EQ(e.codec, 0);
+  for (const ExtentInfo& e : ex) EXPECT_EQ(e.value.codec, format::Codec::kNone);
 
   // Turned off at run time: new records are raw.
   ASSERT_OK(s()->SetConfig("compression_level", "0"));
   Ino h = File("text-raw");
   ASSERT_OK(WriteAll(s(), h, 0, text.substr(0, kMiB)));
   ASSERT_OK_AND_ASSIGN(ex, s()->GetExtents(h));
-  for (const ExtentInfo& e : ex) EXPECT_EQ(e.codec, 0);
+  for (const ExtentInfo& e : ex) EXPECT_EQ(e.value.codec, format::Codec::kNone);
 
   ASSERT_NO_FATAL_FAILURE(Reopen());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, text));
@@ -351,7 +352,7 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
   };
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(inos[0]));
   ASSERT_EQ(ex.size(), 1u);
-  ASSERT_FALSE(ex[0].is_inline) << "16 KiB is above inline_max_bytes";
+  ASSERT_FALSE(ex[0].value.is_inline) << "16 KiB is above inline_max_bytes";
 
   // Default settings: neighbouring records come in with few large reads.
   ASSERT_OK_AND_ASSIGN(uint64_t on, read_all());
@@ -617,7 +618,7 @@ TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
   std::set<uint64_t> ids;
   for (Ino f : files) {
     ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
-    for (const ExtentInfo& e : ex) ids.insert(e.segment_id);
+    for (const ExtentInfo& e : ex) ids.insert(e.value.segment_id);
   }
   EXPECT_GE(ids.size(), 5u);
   s()->DropCache();
@@ -690,7 +691,7 @@ TEST_F(DataTest, OffsetsBeyondFourGiB) {
     EXPECT_EQ(hole, k4G + 100 * kKiB);
     ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
     uint64_t covered = 0;
-    for (const ExtentInfo& e : ex) covered += e.length;
+    for (const ExtentInfo& e : ex) covered += e.value.length;
     EXPECT_EQ(covered, 4 + a.size() + b.size());
     if (pass == 0) {
       ASSERT_NO_FATAL_FAILURE(Reopen());

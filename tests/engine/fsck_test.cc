@@ -199,16 +199,17 @@ TEST_F(FsckTest, FlippedPayloadByte) {
   std::vector<ExtentInfo> ex = ExtentsOf("/a/model.bin");
   ASSERT_GT(ex.size(), 3u);
   const ExtentInfo& e = ex[2];
-  ASSERT_FALSE(e.is_inline);
-  FlipByte(SegmentFile(e.segment_id), e.record_offset + format::kRecordHeaderSize + 1000);
+  ASSERT_FALSE(e.value.is_inline);
+  FlipByte(SegmentFile(e.value.segment_id),
+           e.value.record_offset + format::kRecordHeaderSize + 1000);
 
   FsckReport r = Fsck(false);
   EXPECT_EQ(ExitCode(r), 4) << Dump(r);
   const FsckFinding* f = Find(r, "bad_payload_checksum", "/a/model.bin");
   ASSERT_NE(f, nullptr) << Dump(r);
   EXPECT_EQ(f->offset, e.file_offset);
-  EXPECT_EQ(f->length, e.length);
-  EXPECT_EQ(f->segment_id, e.segment_id);
+  EXPECT_EQ(f->length, e.value.length);
+  EXPECT_EQ(f->segment_id, e.value.segment_id);
   EXPECT_FALSE(f->repaired);
   EXPECT_EQ(r.lost_files, std::vector<std::string>{"/a/model.bin"});
   // A quick check reads no payloads and cannot see this.
@@ -221,9 +222,11 @@ TEST_F(FsckTest, FlippedPayloadByte) {
   for (const char* p : {"/a/model.bin", "/b/model.link"}) {
     const std::string& now = after_.at(p).content;
     ASSERT_EQ(now.size(), old.size()) << p;
-    EXPECT_EQ(now.substr(e.file_offset, e.length), std::string(e.length, '\0')) << p;
+    EXPECT_EQ(now.substr(e.file_offset, e.value.length), std::string(e.value.length, '\0')) << p;
     EXPECT_TRUE(now.substr(0, e.file_offset) == old.substr(0, e.file_offset)) << p;
-    EXPECT_TRUE(now.substr(e.file_offset + e.length) == old.substr(e.file_offset + e.length)) << p;
+    EXPECT_TRUE(now.substr(e.file_offset + e.value.length) ==
+                old.substr(e.file_offset + e.value.length))
+        << p;
   }
 }
 
@@ -231,14 +234,14 @@ TEST_F(FsckTest, FlippedHeaderByte) {
   std::vector<ExtentInfo> ex = ExtentsOf("/a/opt.bin");
   ASSERT_GT(ex.size(), 2u);
   const ExtentInfo& e = ex[1];
-  FlipByte(SegmentFile(e.segment_id), e.record_offset + 20);  // file offset field
+  FlipByte(SegmentFile(e.value.segment_id), e.value.record_offset + 20);  // file offset field
 
   FsckReport r = Fsck(false);
   EXPECT_EQ(ExitCode(r), 4) << Dump(r);
   const FsckFinding* f = Find(r, "bad_record_header", "/a/opt.bin");
   ASSERT_NE(f, nullptr) << Dump(r);
   EXPECT_EQ(f->offset, e.file_offset);
-  EXPECT_EQ(f->length, e.length);
+  EXPECT_EQ(f->length, e.value.length);
   EXPECT_NE(f->detail.find("header checksum"), std::string::npos) << f->detail;
   // The walk skipped the damaged record and found the ones after it.
   const FsckFinding* gap = Find(r, "unparsable_bytes");
@@ -256,13 +259,13 @@ TEST_F(FsckTest, TruncatedSegment) {
   // tensor's last record.
   std::vector<ExtentInfo> ex = ExtentsOf("/b/c/tensor");
   const ExtentInfo& last = ex.back();
-  const uint64_t cut = last.record_offset + 100;
-  ASSERT_EQ(::truncate(SegmentFile(last.segment_id).c_str(), static_cast<off_t>(cut)), 0);
+  const uint64_t cut = last.value.record_offset + 100;
+  ASSERT_EQ(::truncate(SegmentFile(last.value.segment_id).c_str(), static_cast<off_t>(cut)), 0);
   std::set<std::string> lost;
   for (const auto& [path, info] : before_) {
     for (const ExtentInfo& x : ExtentsOf(path)) {
-      if (!x.is_inline && x.segment_id == last.segment_id &&
-          x.record_offset + format::kRecordHeaderSize + x.record_stored_len > cut) {
+      if (!x.value.is_inline && x.value.segment_id == last.value.segment_id &&
+          x.value.record_offset + format::kRecordHeaderSize + x.value.stored_len > cut) {
         lost.insert(path == "/b/model.link" ? "/a/model.bin" : path);
       }
     }
@@ -277,7 +280,7 @@ TEST_F(FsckTest, TruncatedSegment) {
   EXPECT_LE(f->offset, last.file_offset);
   const FsckFinding* seg = Find(r, "truncated_segment");
   ASSERT_NE(seg, nullptr) << Dump(r);
-  EXPECT_EQ(seg->segment_id, last.segment_id);
+  EXPECT_EQ(seg->segment_id, last.value.segment_id);
   EXPECT_EQ(std::set<std::string>(r.lost_files.begin(), r.lost_files.end()), lost);
 
   ASSERT_NO_FATAL_FAILURE(RepairAndVerify(lost));
@@ -285,11 +288,11 @@ TEST_F(FsckTest, TruncatedSegment) {
 }
 
 TEST_F(FsckTest, DeletedSegmentFile) {
-  const uint64_t victim = ExtentsOf("/a/model.bin").front().segment_id;
+  const uint64_t victim = ExtentsOf("/a/model.bin").front().value.segment_id;
   std::set<std::string> lost;
   for (const auto& [path, info] : before_) {
     for (const ExtentInfo& x : ExtentsOf(path)) {
-      if (!x.is_inline && x.segment_id == victim) {
+      if (!x.value.is_inline && x.value.segment_id == victim) {
         lost.insert(path == "/b/model.link" ? "/a/model.bin" : path);
       }
     }
@@ -422,7 +425,7 @@ TEST_F(FsckTest, PlantedOrphanDirectoryKeepsItsTree) {
 
 TEST_F(FsckTest, WrongLinkCountAndSegmentCounter) {
   const Ino ino = before_.at("/a/model.bin").ino;  // two names
-  uint64_t seg = ExtentsOf("/a/model.bin").front().segment_id;
+  uint64_t seg = ExtentsOf("/a/model.bin").front().value.segment_id;
   WithIndex([&](IndexDb& db) {
     std::string v;
     ASSERT_TRUE(db.db->Get(rocksdb::ReadOptions(), db.inodes(), format::InodeKey(ino), &v).ok());
@@ -478,7 +481,7 @@ TEST_F(FsckTest, ZeroFilledGapFromACrashIsInformational) {
 }
 
 TEST_F(FsckTest, DamagedSegmentHeaderIsRewritten) {
-  const uint64_t seg = ExtentsOf("/a/model.bin").front().segment_id;
+  const uint64_t seg = ExtentsOf("/a/model.bin").front().value.segment_id;
   FlipByte(SegmentFile(seg), 3);  // the magic
   // The store refuses to open (and does not crash) until fsck repairs it.
   auto open = Store::Open(dir_.store(), options_);
