@@ -219,12 +219,13 @@ Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t u
   }
   auto h = std::make_unique<ControlHandle>();
   h->ino = ino;
+  MutexLock lock(&h->mu);  // uncontended: not handed out yet
   h->content = ino == kStatsIno ? StatsJson() : fs_->store().GetConfig();
   return h;
 }
 
 std::string Control::Read(ControlHandle& h, uint64_t offset, size_t size) const {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   if (offset >= h.content.size()) return {};
   return h.content.substr(offset, size);
 }
@@ -240,7 +241,7 @@ Status Control::Apply(std::string_view line) {
 }
 
 Status Control::Write(ControlHandle& h, std::string_view data) {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   h.pending.append(data);
   size_t nl;
   while ((nl = h.pending.find('\n')) != std::string::npos) {
@@ -255,7 +256,7 @@ Status Control::Write(ControlHandle& h, std::string_view data) {
 }
 
 Status Control::Flush(ControlHandle& h) {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   std::string line;
   line.swap(h.pending);
   return Apply(line);
