@@ -16,11 +16,11 @@
 //
 // Lock order, outermost first (clang's -Wthread-safety checks who holds
 // what; the order itself is kept by hand):
-//   CompactionState::mu
-//   ns_mu_
+//   CompactionState::mu or ns_mu_ (no caller holds both)
 //   InodeState::mu, of several inodes in ascending inode number
-//   leaf locks, one at a time: space_mu_, the SegmentSet's, the record
-//   cache's shards, InflightReads', GroupCommit's, the InodeTable shards'
+//   one at a time: space_mu_, the SegmentSet's (then the Env's, io/), the
+//   record cache's shards, InflightReads', GroupCommit's, the InodeTable
+//   shards'
 #pragma once
 
 #include <rocksdb/db.h>
