@@ -17,8 +17,8 @@
 // Thread safety: all methods are thread-safe.
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 
 namespace ckptfs::engine {
 
@@ -50,32 +50,32 @@ class CommitGate {
 
  private:
   void EnterWrite() {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return !closed_ && closers_waiting_ == 0; });
+    MutexLock l(&mu_);
+    while (closed_ || closers_waiting_ > 0) cv_.Wait(&mu_);
     ++writers_;
   }
   void ExitWrite() {
-    std::lock_guard<std::mutex> l(mu_);
-    if (--writers_ == 0) cv_.notify_all();
+    MutexLock l(&mu_);
+    if (--writers_ == 0) cv_.SignalAll();
   }
   void Close() {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     ++closers_waiting_;
-    cv_.wait(l, [&] { return !closed_ && writers_ == 0; });
+    while (closed_ || writers_ > 0) cv_.Wait(&mu_);
     --closers_waiting_;
     closed_ = true;
   }
   void Open() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     closed_ = false;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
-  std::mutex mu_;  // guards the three counters below; a leaf lock
-  std::condition_variable cv_;
-  int writers_ = 0;          // writers between an append and its commit
-  int closers_waiting_ = 0;  // flushes waiting to close the gate
-  bool closed_ = false;
+  Mutex mu_;  // a leaf lock
+  CondVar cv_;
+  int writers_ GUARDED_BY(mu_) = 0;          // writers between an append and its commit
+  int closers_waiting_ GUARDED_BY(mu_) = 0;  // flushes waiting to close the gate
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckptfs::engine

@@ -9,7 +9,7 @@
 // a victim's file, so that no read that looked up an old extent still runs.
 //
 // Thread safety: Guards from any threads; Drain() from one thread at a time
-// (the caller serializes, e.g. StoreImpl::compact_mu_). A Guard never waits
+// (the caller serializes: CompactionState::mu). A Guard never waits
 // on Drain(); Drain() waits only for Guards older than itself.
 #pragma once
 

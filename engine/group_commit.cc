@@ -3,32 +3,32 @@
 namespace ckptfs::engine {
 
 Status GroupCommit::Sync() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const uint64_t ticket = ++requested_;
   for (;;) {
     if (done_ >= ticket) return last_;
     if (!running_) break;
-    cv_.wait(l);
+    cv_.Wait(&mu_);
   }
   // Leader: this flush covers every ticket handed out so far.
   running_ = true;
   const uint64_t covers = requested_;
-  l.unlock();
+  l.Unlock();
   Status s = flush_();
-  l.lock();
+  l.Lock();
   running_ = false;
   ++flushes_;
   last_ = s;
   if (s.ok()) {
     done_ = covers;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   // A failed flush fails this caller; waiters retry with a flush of their own.
   return s;
 }
 
 uint64_t GroupCommit::flushes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return flushes_;
 }
 

@@ -7,11 +7,10 @@
 // Thread safety: thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace ckptfs::engine {
@@ -26,13 +25,14 @@ class GroupCommit {
 
  private:
   const std::function<Status()> flush_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t requested_ = 0;  // GUARDED_BY(mu_): tickets handed out
-  uint64_t done_ = 0;       // GUARDED_BY(mu_): tickets covered by a finished flush
-  bool running_ = false;    // GUARDED_BY(mu_)
-  Status last_;             // GUARDED_BY(mu_): result of the latest flush
-  uint64_t flushes_ = 0;    // GUARDED_BY(mu_)
+  // Not held while flush_ runs. A leaf lock: nothing else is taken under it.
+  mutable Mutex mu_;
+  CondVar cv_;                             // a flush finished
+  uint64_t requested_ GUARDED_BY(mu_) = 0;  // tickets handed out
+  uint64_t done_ GUARDED_BY(mu_) = 0;       // tickets covered by a finished flush
+  bool running_ GUARDED_BY(mu_) = false;
+  Status last_ GUARDED_BY(mu_);             // result of the latest flush
+  uint64_t flushes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs::engine

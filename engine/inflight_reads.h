@@ -6,10 +6,10 @@
 // cache, instead of reading the same bytes again.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace ckptfs::engine {
 
@@ -22,13 +22,13 @@ class InflightReads {
    public:
     Claim(InflightReads* set, uint64_t segment, uint64_t offset, uint64_t length)
         : set_(set), range_{segment, offset, offset + length} {
-      std::unique_lock<std::mutex> l(set_->mu_);
-      set_->cv_.wait(l, [&] { return !set_->OverlapsLocked(range_); });
+      MutexLock l(&set_->mu_);
+      while (set_->OverlapsLocked(range_)) set_->cv_.Wait(&set_->mu_);
       set_->ranges_.push_back(range_);
     }
     ~Claim() {
       {
-        std::lock_guard<std::mutex> l(set_->mu_);
+        MutexLock l(&set_->mu_);
         for (size_t i = 0; i < set_->ranges_.size(); ++i) {
           if (set_->ranges_[i] == range_) {
             set_->ranges_[i] = set_->ranges_.back();
@@ -37,7 +37,7 @@ class InflightReads {
           }
         }
       }
-      set_->cv_.notify_all();
+      set_->cv_.SignalAll();
     }
     Claim(const Claim&) = delete;
     Claim& operator=(const Claim&) = delete;
@@ -53,15 +53,16 @@ class InflightReads {
 
  private:
   using Range = Claim::Range;
-  bool OverlapsLocked(const Range& r) const {
+  bool OverlapsLocked(const Range& r) const REQUIRES(mu_) {
     for (const Range& o : ranges_) {
       if (o.segment == r.segment && o.begin < r.end && r.begin < o.end) return true;
     }
     return false;
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Range> ranges_;  // GUARDED_BY(mu_); at most one per reading thread
+  // A leaf lock, held only to look at ranges_.
+  Mutex mu_;
+  CondVar cv_;  // a claim ended
+  std::vector<Range> ranges_ GUARDED_BY(mu_);  // at most one per reading thread
 };
 
 }  // namespace ckptfs::engine

@@ -4,7 +4,7 @@ namespace ckptfs::engine {
 
 InodeState* InodeTable::Pin(uint64_t ino) {
   Shard& sh = shards_[ino % kShards];
-  std::lock_guard<std::mutex> l(sh.mu);
+  MutexLock l(&sh.mu);
   auto& slot = sh.map[ino];
   if (slot == nullptr) slot = std::make_unique<InodeState>(ino);
   ++slot->pins;
@@ -13,14 +13,14 @@ InodeState* InodeTable::Pin(uint64_t ino) {
 
 void InodeTable::Unpin(InodeState* s) {
   Shard& sh = shards_[s->ino % kShards];
-  std::lock_guard<std::mutex> l(sh.mu);
+  MutexLock l(&sh.mu);
   if (--s->pins == 0) sh.map.erase(s->ino);
 }
 
 size_t InodeTable::size() {
   size_t n = 0;
   for (Shard& sh : shards_) {
-    std::lock_guard<std::mutex> l(sh.mu);
+    MutexLock l(&sh.mu);
     n += sh.map.size();
   }
   return n;

@@ -12,9 +12,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 
+#include "base/mutex.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {
@@ -22,12 +22,15 @@ namespace ckptfs::engine {
 struct InodeState {
   explicit InodeState(uint64_t i) : ino(i) {}
   const uint64_t ino;
-  std::mutex mu;  // serializes every change of this inode
-  bool loaded = false;            // GUARDED_BY(mu)
-  bool purged = false;            // GUARDED_BY(mu): gone from the index
-  format::InodeValue attr;        // GUARDED_BY(mu); valid when loaded
-  std::atomic<int> open_count{0}; // handles open on it
-  int pins = 0;                   // GUARDED_BY(table shard mutex)
+  // Serializes every change of this inode. Lock order: see the top.
+  Mutex mu;
+  bool loaded GUARDED_BY(mu) = false;
+  bool purged GUARDED_BY(mu) = false;  // gone from the index
+  format::InodeValue attr GUARDED_BY(mu);  // valid when loaded
+  std::atomic<int> open_count{0};  // handles open on it
+  // Guarded by the mutex of the InodeTable shard that holds this entry
+  // (which the analysis cannot name from here).
+  int pins = 0;
 };
 
 class InodeTable {
@@ -41,8 +44,8 @@ class InodeTable {
  private:
   static constexpr int kShards = 64;
   struct Shard {
-    std::mutex mu;
-    std::unordered_map<uint64_t, std::unique_ptr<InodeState>> map;
+    Mutex mu;  // the last lock taken (see the top); held briefly
+    std::unordered_map<uint64_t, std::unique_ptr<InodeState>> map GUARDED_BY(mu);
   };
   Shard shards_[kShards];
 };

@@ -13,7 +13,7 @@ void RecordCache::Shard::EvictLocked() {
 RecordData RecordCache::Lookup(uint64_t segment_id, uint64_t offset) {
   Key k{segment_id, offset};
   Shard& s = ShardFor(k);
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(&s.mu);
   auto it = s.map.find(k);
   if (it == s.map.end()) return nullptr;
   s.lru.splice(s.lru.begin(), s.lru, it->second);
@@ -23,7 +23,7 @@ RecordData RecordCache::Lookup(uint64_t segment_id, uint64_t offset) {
 void RecordCache::Insert(uint64_t segment_id, uint64_t offset, RecordData data) {
   Key k{segment_id, offset};
   Shard& s = ShardFor(k);
-  std::lock_guard<std::mutex> l(s.mu);
+  MutexLock l(&s.mu);
   if (data->bytes.size() > s.capacity) return;
   auto it = s.map.find(k);
   if (it != s.map.end()) {
@@ -39,7 +39,7 @@ void RecordCache::Insert(uint64_t segment_id, uint64_t offset, RecordData data) 
 void RecordCache::SetCapacity(uint64_t capacity_bytes) {
   capacity_ = capacity_bytes;
   for (Shard& s : shards_) {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(&s.mu);
     s.capacity = capacity_bytes / kShards;
     s.EvictLocked();
   }
@@ -47,7 +47,7 @@ void RecordCache::SetCapacity(uint64_t capacity_bytes) {
 
 void RecordCache::Clear() {
   for (Shard& s : shards_) {
-    std::lock_guard<std::mutex> l(s.mu);
+    MutexLock l(&s.mu);
     s.lru.clear();
     s.map.clear();
     s.bytes = 0;

@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "base/mutex.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {
@@ -51,12 +51,13 @@ class RecordCache {
     }
   };
   struct Shard {
-    std::mutex mu;
-    std::list<std::pair<Key, RecordData>> lru;  // front = most recent; GUARDED_BY(mu)
-    std::unordered_map<Key, std::list<std::pair<Key, RecordData>>::iterator, KeyHash> map;
-    uint64_t bytes = 0;
-    uint64_t capacity = 0;
-    void EvictLocked();
+    Mutex mu;  // a leaf lock; one shard's at a time
+    std::list<std::pair<Key, RecordData>> lru GUARDED_BY(mu);  // front = most recent
+    std::unordered_map<Key, std::list<std::pair<Key, RecordData>>::iterator, KeyHash> map
+        GUARDED_BY(mu);
+    uint64_t bytes GUARDED_BY(mu) = 0;
+    uint64_t capacity GUARDED_BY(mu) = 0;
+    void EvictLocked() REQUIRES(mu);
   };
   Shard& ShardFor(const Key& k) { return shards_[KeyHash()(k) % kShards]; }
 

@@ -19,6 +19,7 @@ Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(std::shared_ptr<io::Env> en
     if (format::ParseSegmentFileName(name, &id)) ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
+  MutexLock l(&set->mu_);  // not shared yet; taken for the analysis
   for (uint64_t id : ids) {
     auto seg = std::make_shared<Segment>();
     seg->id = id;
@@ -70,7 +71,7 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
   AppendResult r;
   std::shared_ptr<Segment> seg;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (active_ != nullptr && active_->end > format::kSegmentHeaderSize &&
         active_->end + size > target_bytes_) {
       r.sealed_id = active_->id;
@@ -89,7 +90,7 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
 }
 
 std::shared_ptr<SegmentSet::Segment> SegmentSet::Find(uint64_t id) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = segments_.find(id);
   return it == segments_.end() ? nullptr : it->second;
 }
@@ -120,10 +121,10 @@ Status SegmentSet::Read(uint64_t segment_id, uint64_t offset, size_t len, char* 
 Status SegmentSet::SyncDirty() {
   // One at a time: a caller must not return while another caller's sync of
   // a segment it found dirty is still in progress.
-  std::lock_guard<std::mutex> serial(sync_mu_);
+  MutexLock serial(&sync_mu_);
   std::vector<std::shared_ptr<Segment>> segs;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     CKPTFS_RETURN_IF_ERROR(sync_error_);
     for (auto& [id, seg] : segments_) segs.push_back(seg);
   }
@@ -132,7 +133,7 @@ Status SegmentSet::SyncDirty() {
     Status s = seg->file->Sync();
     if (!s.ok()) {
       seg->dirty = true;
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       if (sync_error_.ok()) {
         sync_error_ = Status(EIO, s.ToString() + "; data written since the last sync may be lost "
                                                  "(reopen the store)");
@@ -149,21 +150,21 @@ uint64_t SegmentSet::Size(uint64_t segment_id) const {
 }
 
 std::vector<uint64_t> SegmentSet::Ids() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<uint64_t> ids;
   for (auto& [id, seg] : segments_) ids.push_back(id);
   return ids;
 }
 
 uint64_t SegmentSet::max_id() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return segments_.empty() ? 0 : segments_.rbegin()->first;
 }
 
 Status SegmentSet::Remove(uint64_t segment_id) {
   if (read_only_) return Status(EROFS, "store is read-only");
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (active_ != nullptr && active_->id == segment_id) {
       return Status(EBUSY, "segment " + std::to_string(segment_id) + " is the active segment");
     }
@@ -174,7 +175,7 @@ Status SegmentSet::Remove(uint64_t segment_id) {
 }
 
 uint64_t SegmentSet::active_id() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return active_ == nullptr ? 0 : active_->id;
 }
 

@@ -17,11 +17,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "io/env.h"
 
@@ -80,21 +80,26 @@ class SegmentSet {
   };
   SegmentSet(std::shared_ptr<io::Env> env, std::string dir, uint64_t target_bytes, bool read_only)
       : env_(std::move(env)), dir_(std::move(dir)), target_bytes_(target_bytes), read_only_(read_only) {}
-  // REQUIRES: mu_ is held.
-  Status StartSegmentLocked(uint64_t id);
+  Status StartSegmentLocked(uint64_t id) REQUIRES(mu_);
   std::shared_ptr<Segment> Find(uint64_t id) const;
 
   const std::shared_ptr<io::Env> env_;
   const std::string dir_;
   const uint64_t target_bytes_;
   const bool read_only_;
-  std::mutex sync_mu_;     // held through SyncDirty; taken before mu_
-  mutable std::mutex mu_;  // guards segments_, active_, next_id_
-  std::map<uint64_t, std::shared_ptr<Segment>> segments_;
-  std::shared_ptr<Segment> active_;
-  uint64_t next_id_ = 1;
-  // The first failed sync, sticky (see SyncDirty). Guarded by mu_.
-  Status sync_error_;
+  // Held through SyncDirty, so that no caller returns while another's sync
+  // of a segment it found dirty is in progress. Lock order: before mu_.
+  Mutex sync_mu_ ACQUIRED_BEFORE(mu_);
+  // Held briefly to reserve space or look up a segment; never across a read
+  // or write of segment data. Lock order: after InodeState::mu and
+  // CompactionState::mu; before the Env's own locks (StartSegmentLocked
+  // creates a file under it).
+  mutable Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Segment>> segments_ GUARDED_BY(mu_);
+  std::shared_ptr<Segment> active_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  // The first failed sync, sticky (see SyncDirty).
+  Status sync_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs::engine

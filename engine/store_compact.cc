@@ -104,7 +104,7 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
     return Status(EINVAL, "dead_ratio must be between 0 and 1");
   }
   CompactionState& cs = *compaction_;
-  std::lock_guard<std::mutex> one_at_a_time(cs.mu);
+  MutexLock one_at_a_time(&cs.mu);
   if (cs.cancel || closed_) return Status(ECANCELED, "store is closing");
   CompactRun run;
   run.options = options;
@@ -120,7 +120,7 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
 
   auto finish = [&](CompactReport r) {
     r.seconds = Seconds(run.start);
-    std::lock_guard<std::mutex> l(cs.last_mu);
+    MutexLock l(&cs.last_mu);
     cs.last = r;
     cs.last_dry_run = options.dry_run;
     return r;
@@ -215,7 +215,7 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
     bool more = false;
     {
       InodeRef s(&inodes_, ino);
-      std::lock_guard<std::mutex> l(s->mu);
+      MutexLock l(&s->mu);
       if (s->purged) return Status::OK();
       std::vector<Extent> ex;
       CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxExtentEnd, &ex));
@@ -400,7 +400,7 @@ std::string StoreImpl::CompactionConfig() {
   o << "background_compact_dead_bytes=" << options_.background_compact_dead_bytes << "\n"
     << "background_compact_bytes_per_sec=" << options_.background_compact_bytes_per_sec << "\n"
     << "free_empty_segments=" << (options_.free_empty_segments ? 1 : 0) << "\n";
-  std::lock_guard<std::mutex> l(compaction_->last_mu);
+  MutexLock l(&compaction_->last_mu);
   if (!compaction_->last) return o.str();
   const CompactReport& r = *compaction_->last;
   char secs[32];
@@ -432,9 +432,11 @@ void StoreImpl::StartBackgroundCompaction() {
     };
     for (;;) {
       {
-        std::unique_lock<std::mutex> l(cs.thread_mu);
-        cs.thread_cv.wait_for(l, std::chrono::milliseconds(options_.background_interval_ms),
-                              [&] { return cs.thread_stop; });
+        MutexLock l(&cs.thread_mu);
+        const auto deadline = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(options_.background_interval_ms);
+        while (!cs.thread_stop && cs.thread_cv.WaitUntil(&cs.thread_mu, deadline)) {
+        }
         if (cs.thread_stop) return;
       }
       const uint64_t active = segments_->active_id();
@@ -476,13 +478,13 @@ void StoreImpl::StopBackgroundCompaction() {
   CompactionState& cs = *compaction_;
   cs.cancel = true;
   {
-    std::lock_guard<std::mutex> l(cs.thread_mu);
+    MutexLock l(&cs.thread_mu);
     cs.thread_stop = true;
   }
-  cs.thread_cv.notify_all();
+  cs.thread_cv.SignalAll();
   if (cs.thread.joinable()) cs.thread.join();
   // Waits for a Compact() running in another thread to notice `cancel`.
-  std::lock_guard<std::mutex> wait(cs.mu);
+  MutexLock wait(&cs.mu);
 }
 
 }  // namespace ckptfs::engine

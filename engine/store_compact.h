@@ -5,14 +5,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/store.h"
 
 namespace ckptfs::engine {
@@ -21,18 +20,18 @@ struct CompactionState {
   // Held for the length of one compaction. Lock order: mu, then (one at a
   // time) InodeState::mu, then SegmentSet's lock. Never held by a Guard of
   // StoreImpl::io_gate_, so Drain() under it cannot deadlock.
-  std::mutex mu;
+  Mutex mu;
   // Set by Close(): a running compaction stops at the next record.
   std::atomic<bool> cancel{false};
 
-  std::mutex last_mu;
-  std::optional<CompactReport> last;  // GUARDED_BY(last_mu)
-  bool last_dry_run = false;          // GUARDED_BY(last_mu)
+  Mutex last_mu;  // a leaf lock
+  std::optional<CompactReport> last GUARDED_BY(last_mu);
+  bool last_dry_run GUARDED_BY(last_mu) = false;
 
   std::thread thread;  // background compaction, when enabled
-  std::mutex thread_mu;
-  std::condition_variable thread_cv;
-  bool thread_stop = false;  // GUARDED_BY(thread_mu)
+  Mutex thread_mu;     // a leaf lock; never held while compacting
+  CondVar thread_cv;   // thread_stop was set
+  bool thread_stop GUARDED_BY(thread_mu) = false;
 };
 
 // Bookkeeping of one Compact() call.

@@ -150,7 +150,7 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
   }
   CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size()));
   InodeRef s(&inodes_, ino);
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
   if (!S_ISREG(s->attr.mode)) return Status(EINVAL, "not a regular file");
@@ -338,7 +338,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   uint64_t size;
   {
     InodeRef s(&inodes_, ino);
-    std::lock_guard<std::mutex> l(s->mu);
+    MutexLock l(&s->mu);
     CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
     if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
     size = s->attr.size;
@@ -396,7 +396,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
 Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   InodeRef s(&inodes_, ino);
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   format::InodeValue v = s->attr;
   rocksdb::WriteBatch b;
@@ -446,7 +446,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   if (mode != 0) return Status(EOPNOTSUPP, "only fallocate mode 0 is supported");
   if (offset >= kMaxFileSize || len > kMaxFileSize - offset) return Status(EFBIG, "too large");
   InodeRef s(&inodes_, ino);
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (!S_ISREG(s->attr.mode)) return Status(S_ISDIR(s->attr.mode) ? EISDIR : ENODEV, "not a file");
   if (offset + len <= s->attr.size) return Status::OK();
@@ -483,7 +483,7 @@ Result<uint64_t> StoreImpl::SeekData(Ino ino, uint64_t offset, bool hole) {
 
 Status StoreImpl::OpenFile(Ino ino) {
   InodeState* s = inodes_.Pin(ino);  // held until Release
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   Status st = LoadLocked(s);
   if (!st.ok()) {
     inodes_.Unpin(s);
@@ -496,7 +496,7 @@ Status StoreImpl::OpenFile(Ino ino) {
 Status StoreImpl::Release(Ino ino) {
   InodeRef ref(&inodes_, ino);
   InodeState* s = ref.get();
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   if (s->open_count.load() <= 0) return Status(EBADF, "inode " + std::to_string(ino) + " is not open");
   Status result;
   if (--s->open_count == 0 && s->loaded && s->attr.nlink == 0 && !s->purged && !options_.read_only &&

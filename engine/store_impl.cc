@@ -210,6 +210,7 @@ Status StoreImpl::OpenIndex(bool create) {
 }
 
 Status StoreImpl::LoadMeta(bool creating) {
+  MutexLock ns(&ns_mu_);  // uncontended (Init); next_ino_ is guarded by it
   std::string v;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaFormatVersion, &v);
   if (s.IsNotFound()) {
@@ -269,7 +270,7 @@ Status StoreImpl::PurgeOrphans() {
   }
   for (uint64_t ino : orphans) {
     InodeRef s(&inodes_, ino);
-    std::lock_guard<std::mutex> l(s->mu);
+    MutexLock l(&s->mu);
     rocksdb::WriteBatch b;
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
@@ -345,7 +346,7 @@ Status StoreImpl::CheckWritable() const {
 }
 
 Status StoreImpl::CheckSpace(uint64_t incoming) {
-  std::lock_guard<std::mutex> l(space_mu_);
+  MutexLock l(&space_mu_);
   uint64_t now = NowMs();
   space_since_check_ += incoming;
   if (space_since_check_ >= kSpaceCheckBytes || now - space_checked_ms_ >= kSpaceCheckMs ||

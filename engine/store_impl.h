@@ -13,6 +13,14 @@
 // CompactionState::mu, moves one inode's extents at a time under that
 // inode's mutex, and uses io_gate_ (which every Read and data write holds)
 // to wait out writes into its victims and reads of their old extents.
+//
+// Lock order, outermost first (clang's -Wthread-safety checks who holds
+// what; the order itself is kept by hand):
+//   CompactionState::mu or ns_mu_ (no caller holds both)
+//   InodeState::mu, of several inodes in ascending inode number
+//   one at a time: space_mu_, the SegmentSet's (then the Env's, io/), the
+//   record cache's shards, InflightReads', GroupCommit's, the InodeTable
+//   shards'
 #pragma once
 
 #include <rocksdb/db.h>
@@ -20,10 +28,11 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "engine/commit_gate.h"
 #include "engine/epoch_gate.h"
 #include "format/format.h"
@@ -120,41 +129,44 @@ class StoreImpl final : public Store {
   // One namespace change: the pinned, locked inodes it touches, working
   // copies of their attributes, and the batch that will carry it.
   struct Txn {
+    // The methods below touch the guarded state of inodes whose mutexes
+    // `locks` holds: a set known only at run time, which the analysis cannot
+    // follow, hence NO_THREAD_SAFETY_ANALYSIS on them.
     explicit Txn(StoreImpl* store) : st(store) {}
     // Pins, locks (ascending) and loads these inodes. Call once.
-    Status Lock(std::vector<uint64_t> inos);
+    Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
-    format::InodeValue& A(uint64_t ino);
+    format::InodeValue& A(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
     InodeState* S(uint64_t ino);
     // Drops one name of `ino`; purges or orphans it when that was the last.
     // An error (from Purge) leaves the batch unusable: do not commit it.
     Status DropLink(uint64_t ino, const Timespec& now);
     // Removes `ino` and everything it owns. An error leaves the batch
     // unusable: do not commit it.
-    Status Purge(uint64_t ino);
+    Status Purge(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
     // Writes the batch and, on success, the working copies into the cache.
-    Status Commit();
+    Status Commit() NO_THREAD_SAFETY_ANALYSIS;
 
     StoreImpl* st;
     std::vector<InodeRef> refs;
-    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<std::unique_lock<Mutex>> locks;
     std::map<uint64_t, format::InodeValue> attrs;
     std::vector<uint64_t> purged;
     rocksdb::WriteBatch batch;
     StatDeltas deltas;
   };
 
-  // REQUIRES: s->mu is held. Loads attributes from the index when needed.
-  Status LoadLocked(InodeState* s);
+  // Loads attributes from the index when needed.
+  Status LoadLocked(InodeState* s) REQUIRES(s->mu);
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name);
   Result<Attr> GetAttrOf(InodeState* s);
   void PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v);
-  uint64_t AllocIno(rocksdb::WriteBatch* b);  // REQUIRES: ns_mu_ is held
+  uint64_t AllocIno(rocksdb::WriteBatch* b) REQUIRES(ns_mu_);
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
   // Removes the inode and everything it owns. EIO when one of its extents
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
-  // hold part of the purge and must not be committed. REQUIRES: s->mu is held.
-  Status PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas);
+  // hold part of the purge and must not be committed.
+  Status PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
   Result<bool> DirIsEmpty(Ino dir);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
@@ -167,10 +179,11 @@ class StoreImpl final : public Store {
   // only one in [start, end) (extents never overlap); then it is appended and
   // the result is true. Otherwise false and `out` is unchanged.
   Result<bool> ExtentCovering(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
-  // Removes [start, end) from the file's extents. REQUIRES: s->mu is held.
+  // Removes [start, end) from the file's extents.
   Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
-                     StatDeltas* deltas);
-  Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data);
+                     StatDeltas* deltas) REQUIRES(s->mu);
+  Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data)
+      REQUIRES(s->mu);
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
                        rocksdb::WriteBatch* b, StatDeltas* deltas);
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
@@ -188,7 +201,8 @@ class StoreImpl final : public Store {
   // Moves the extents of `ino` that point into `victims` to new records.
   Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run);
   // Copies one victim record whose windows `group` (extents of `ino`) uses.
-  // REQUIRES: the inode's mu is held.
+  // REQUIRES: the mu of `ino`'s InodeState is held (not checked: the
+  // function gets the number, not the state).
   // `*bad_source` tells a damaged or unreadable old record from other errors.
   Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, rocksdb::WriteBatch* b,
                     StatDeltas* deltas, CompactRun* run, bool* bad_source);
@@ -230,9 +244,10 @@ class StoreImpl final : public Store {
   std::unique_ptr<CompactionState> compaction_ = std::make_unique<CompactionState>();
 
   static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time
-  std::mutex ns_mu_;            // serializes namespace mutations (see top)
-  uint64_t next_ino_ = 0;       // GUARDED_BY(ns_mu_)
-  uint64_t ino_limit_ = 0;      // GUARDED_BY(ns_mu_): persisted high-water mark
+  // Serializes namespace mutations. Lock order: see the top.
+  Mutex ns_mu_;
+  uint64_t next_ino_ GUARDED_BY(ns_mu_) = 0;
+  uint64_t ino_limit_ GUARDED_BY(ns_mu_) = 0;  // persisted high-water mark
 
   // Run-time settings.
   std::atomic<uint64_t> coalesce_gap_;
@@ -240,10 +255,11 @@ class StoreImpl final : public Store {
   std::atomic<int> compression_level_;
 
   // Free-space check, refreshed at most every kSpaceCheckInterval bytes or ms.
-  std::mutex space_mu_;
-  uint64_t space_avail_ = UINT64_MAX;  // GUARDED_BY(space_mu_)
-  uint64_t space_checked_ms_ = 0;      // GUARDED_BY(space_mu_)
-  uint64_t space_since_check_ = 0;     // GUARDED_BY(space_mu_)
+  // A leaf lock (taken under an inode's mutex by writes and compaction).
+  Mutex space_mu_;
+  uint64_t space_avail_ GUARDED_BY(space_mu_) = UINT64_MAX;
+  uint64_t space_checked_ms_ GUARDED_BY(space_mu_) = 0;
+  uint64_t space_since_check_ GUARDED_BY(space_mu_) = 0;
 
   struct Counters {
     std::atomic<uint64_t> reads{0}, read_bytes{0}, writes{0}, write_bytes{0};

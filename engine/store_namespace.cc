@@ -160,7 +160,7 @@ Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view na
 }
 
 Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s));
   return ToAttr(s->ino, s->attr);
 }
@@ -274,7 +274,7 @@ Status StoreImpl::ReadDir(Ino ino, std::string_view after,
 
 Result<std::string> StoreImpl::ReadLink(Ino ino) {
   InodeRef s(&inodes_, ino);
-  std::lock_guard<std::mutex> l(s->mu);
+  MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (!S_ISLNK(s->attr.mode)) return Status(EINVAL, "not a symlink");
   return s->attr.symlink_target;
@@ -286,7 +286,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  MutexLock ns(&ns_mu_);
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
   format::InodeValue& p = t.A(parent);
@@ -355,7 +355,7 @@ Result<Attr> StoreImpl::Symlink(Ino parent, std::string_view name, std::string_v
 Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  MutexLock ns(&ns_mu_);
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
   format::InodeValue& v = t.A(ino);
@@ -380,7 +380,7 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
 Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  MutexLock ns(&ns_mu_);
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
@@ -395,7 +395,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
 Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  MutexLock ns(&ns_mu_);
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
@@ -417,7 +417,7 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
-  std::lock_guard<std::mutex> ns(ns_mu_);
+  MutexLock ns(&ns_mu_);
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue src, GetDentry(parent, name));
   Result<format::DentryValue> dst_r = GetDentry(new_parent, new_name);
   if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();

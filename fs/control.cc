@@ -220,6 +220,7 @@ Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t u
   }
   auto h = std::make_unique<ControlHandle>();
   h->ino = ino;
+  MutexLock lock(&h->mu);  // uncontended: not handed out yet
   if (ino == kStatsIno) {
     CKPTFS_ASSIGN_OR_RETURN(h->content, StatsJson());
   } else {
@@ -229,7 +230,7 @@ Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t u
 }
 
 std::string Control::Read(ControlHandle& h, uint64_t offset, size_t size) const {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   if (offset >= h.content.size()) return {};
   return h.content.substr(offset, size);
 }
@@ -245,7 +246,7 @@ Status Control::Apply(std::string_view line) {
 }
 
 Status Control::Write(ControlHandle& h, std::string_view data) {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   h.pending.append(data);
   size_t nl;
   while ((nl = h.pending.find('\n')) != std::string::npos) {
@@ -260,7 +261,7 @@ Status Control::Write(ControlHandle& h, std::string_view data) {
 }
 
 Status Control::Flush(ControlHandle& h) {
-  std::lock_guard<std::mutex> lock(h.mu);
+  MutexLock lock(&h.mu);
   std::string line;
   line.swap(h.pending);
   return Apply(line);

@@ -10,10 +10,10 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "base/mutex.h"
 #include "engine/store.h"
 
 namespace ckptfs::fs {
@@ -33,12 +33,14 @@ inline bool IsControlName(engine::Ino parent, std::string_view name) {
 }
 
 // One open control file. The content is generated at open so that reads at
-// any offset see one consistent snapshot. Thread-safe through mu.
+// any offset see one consistent snapshot. Thread-safe through mu. Lock
+// order: mu before every engine lock (Write applies lines with
+// Store::SetConfig under it).
 struct ControlHandle {
   engine::Ino ino = 0;
-  std::mutex mu;
-  std::string content;  // GUARDED_BY(mu) after open
-  std::string pending;  // GUARDED_BY(mu): written config text not yet applied
+  Mutex mu;
+  std::string content GUARDED_BY(mu);
+  std::string pending GUARDED_BY(mu);  // written config text not yet applied
 };
 
 class Control {

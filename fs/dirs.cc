@@ -9,12 +9,12 @@
 // the first entry, counting.
 #include <sys/statvfs.h>
 
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
 
@@ -33,10 +33,12 @@ constexpr uint64_t kDotDotOffset = 2;
 struct DirHandle {
   Ino ino = 0;
   Ino parent = 0;
-  std::mutex mu;
+  // Held for the whole of one readdir (FillDir), store calls included.
+  // Lock order: before every engine lock.
+  Mutex mu;
   // The position the last reply started after, then each entry it returned:
   // (offset, name). Offsets are consecutive.
-  std::vector<std::pair<uint64_t, std::string>> last_reply;  // GUARDED_BY(mu)
+  std::vector<std::pair<uint64_t, std::string>> last_reply GUARDED_BY(mu);
 };
 
 DirHandle* DirHandleOf(const fuse_file_info* fi) {
@@ -58,7 +60,8 @@ Status List(Filesystem& fs, Ino dir, std::string_view after,
 
 // The name of the stored entry with offset `off` (> kDotDotOffset), or nullopt
 // when the directory has fewer entries. "" stands for the start.
-Result<std::optional<std::string>> NameAt(Filesystem& fs, DirHandle& h, uint64_t off) {
+Result<std::optional<std::string>> NameAt(Filesystem& fs, DirHandle& h, uint64_t off)
+    REQUIRES(h.mu) {
   if (off <= kDotDotOffset) return std::optional<std::string>(std::string());
   for (const auto& [o, name] : h.last_reply) {
     if (o == off) return std::optional<std::string>(name);
@@ -90,9 +93,8 @@ bool Add(Request& r, std::vector<char>& buf, size_t& used, bool plus, const char
 
 // Fills `buf` with the entries from offset `off` on; returns the bytes used,
 // or an error. Readdirplus lookups handed out are added to `*counted`.
-// REQUIRES: h.mu is held.
 Result<size_t> FillDir(Request& r, DirHandle& h, uint64_t off, bool plus, std::vector<char>& buf,
-                       std::vector<Ino>* counted) {
+                       std::vector<Ino>* counted) REQUIRES(h.mu) {
   Filesystem& fs = r.fs();
   size_t used = 0;
   uint64_t next = off;  // offset of the last entry added
@@ -156,7 +158,7 @@ void DoReadDir(Request& r, off_t off, size_t size, fuse_file_info* fi, bool plus
   Result<size_t> used = size_t{0};
   {
     DirHandle& h = *DirHandleOf(fi);
-    std::lock_guard<std::mutex> lock(h.mu);
+    MutexLock lock(&h.mu);
     used = FillDir(r, h, off < 0 ? 0 : static_cast<uint64_t>(off), plus, buf, &counted);
   }
   // Once answered, the kernel may release the handle at any moment: nothing

@@ -9,12 +9,12 @@
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "fs/filesystem.h"
 
 namespace ckptfs::fs {
@@ -32,12 +32,12 @@ class FuseLog {
   ~FuseLog() { fuse_set_log_func(nullptr); }
 
   static void StartPassingThrough() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     capturing_ = false;
   }
   // The captured messages on one line.
   static std::string Text() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::string t = text_;
     while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
     for (char& c : t) {
@@ -50,7 +50,7 @@ class FuseLog {
   static void Log(enum fuse_log_level level, const char* fmt, va_list ap) {
     char buf[1024];
     std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (capturing_) {
       if (level <= FUSE_LOG_ERR) text_ += buf;
     } else {
@@ -58,9 +58,9 @@ class FuseLog {
     }
   }
 
-  static inline std::mutex mu_;
-  static inline bool capturing_ = true;  // GUARDED_BY(mu_)
-  static inline std::string text_;       // GUARDED_BY(mu_)
+  static inline Mutex mu_;  // a leaf lock
+  static inline bool capturing_ GUARDED_BY(mu_) = true;
+  static inline std::string text_ GUARDED_BY(mu_);
 };
 
 // Escapes ',' and '\' for a fuse -o value.

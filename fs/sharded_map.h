@@ -6,10 +6,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
+#include "base/mutex.h"
 #include "engine/store.h"
 
 namespace ckptfs::fs {
@@ -22,7 +22,7 @@ class ShardedMap {
  public:
   std::optional<V> Get(engine::Ino ino) const {
     const Shard& s = ShardOf(ino);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     auto it = s.map.find(ino);
     if (it == s.map.end()) return std::nullopt;
     return it->second;
@@ -33,7 +33,7 @@ class ShardedMap {
   template <typename Fn>
   bool Update(engine::Ino ino, Fn&& fn) {
     Shard& s = ShardOf(ino);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     auto [it, inserted] = s.map.try_emplace(ino);
     const bool keep = fn(it->second, !inserted);
     if (!keep) s.map.erase(it);
@@ -42,14 +42,14 @@ class ShardedMap {
 
   void Erase(engine::Ino ino) {
     Shard& s = ShardOf(ino);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     s.map.erase(ino);
   }
 
   size_t Size() const {
     size_t n = 0;
     for (const Shard& s : shards_) {
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       n += s.map.size();
     }
     return n;
@@ -57,8 +57,8 @@ class ShardedMap {
 
  private:
   struct alignas(64) Shard {
-    mutable std::mutex mu;
-    std::unordered_map<engine::Ino, V> map;  // GUARDED_BY(mu)
+    mutable Mutex mu;  // a leaf lock (see ShardedMap)
+    std::unordered_map<engine::Ino, V> map GUARDED_BY(mu);
   };
 
   Shard& ShardOf(engine::Ino ino) { return shards_[Mix(ino) % kShards]; }

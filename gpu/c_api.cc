@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "gpu/ckptfs_loader.h"
 #include "gpu/device.h"
 #include "gpu/loader.h"
@@ -71,7 +71,7 @@ class SinkCache {
   }
   Result<std::unique_ptr<g::Sink>> Take(int device) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      ckptfs::MutexLock l(&mu_);
       std::vector<std::unique_ptr<g::Sink>>& idle = idle_[device];
       if (!idle.empty()) {
         std::unique_ptr<g::Sink> s = std::move(idle.back());
@@ -84,15 +84,15 @@ class SinkCache {
   }
   void Give(int device, std::unique_ptr<g::Sink> s) {
     s->SetDestination(nullptr, 0);
-    std::lock_guard<std::mutex> l(mu_);
+    ckptfs::MutexLock l(&mu_);
     std::vector<std::unique_ptr<g::Sink>>& idle = idle_[device];
     if (idle.size() < kMaxIdle) idle.push_back(std::move(s));
   }
 
  private:
   static constexpr size_t kMaxIdle = 2;
-  std::mutex mu_;
-  std::map<int, std::vector<std::unique_ptr<g::Sink>>> idle_;  // GUARDED_BY(mu_)
+  ckptfs::Mutex mu_;  // a leaf lock; never held while a sink is made or used
+  std::map<int, std::vector<std::unique_ptr<g::Sink>>> idle_ GUARDED_BY(mu_);
 };
 
 void FillStats(const g::LoadStats& s, ckptfs_load_stats* out) {

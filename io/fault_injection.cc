@@ -19,7 +19,7 @@ class FaultFile final : public File {
     return base_->ReadAt(offset, len, buf);
   }
   Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     bool torn = false;
     Status s = env_->BeforeWrite(path(), &torn);
     uint64_t total = 0;
@@ -37,7 +37,7 @@ class FaultFile final : public File {
     return Status::OK();
   }
   Status Sync() override {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     CKPTFS_RETURN_IF_ERROR(env_->BeforeSync(path(), /*segment=*/true));
     if (env_->cut()) return Status::OK();  // nothing is durable after the cut
     const size_t n = env_->PendingWrites(path());
@@ -88,7 +88,7 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
   }
   rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& o,
                              rocksdb::IODebugContext* dbg) override {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->Truncate(size, o, dbg);
     if (s.ok()) env_->Truncated(path_, size);
@@ -108,7 +108,7 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
  private:
   template <typename Fn>
   rocksdb::IOStatus Write(const rocksdb::Slice& data, Fn&& fn) {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     const uint64_t offset = offset_;
     rocksdb::IOStatus s = fn();
     if (!s.ok()) return s;
@@ -118,7 +118,7 @@ class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
   }
   template <typename Fn>
   rocksdb::IOStatus DoSync(Fn&& fn) {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     rocksdb::IOStatus s = ToIOStatus(env_->BeforeSync(path_, /*segment=*/false));
     if (!s.ok() || env_->cut()) return s;
     const size_t n = env_->PendingWrites(path_);
@@ -171,7 +171,7 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   }
   rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
                                rocksdb::IODebugContext* dbg) override {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->DeleteFile(f, o, dbg);
     if (s.ok()) env_->Forget(f);
@@ -179,7 +179,7 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   }
   rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
                                const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    std::shared_lock<std::shared_mutex> cut(env_->cut_mu_);
+    ReaderMutexLock cut(&env_->cut_mu_);
     if (env_->cut()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->RenameFile(from, to, o, dbg);
     if (s.ok()) env_->Renamed(from, to);
@@ -232,27 +232,27 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path, bool segment) {
 }
 
 void FaultInjectionEnv::Track(const std::string& path, uint64_t size) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Unsynced& u = files_[path];
   u = Unsynced{};
   u.size = u.synced_size = size;
 }
 
 void FaultInjectionEnv::RecordWrite(const std::string& path, uint64_t offset, uint64_t length) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Unsynced& u = files_[path];
   u.writes.emplace_back(offset, length);
   u.size = std::max(u.size, offset + length);
 }
 
 size_t FaultInjectionEnv::PendingWrites(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = files_.find(path);
   return it == files_.end() ? 0 : it->second.writes.size();
 }
 
 void FaultInjectionEnv::MarkSynced(const std::string& path, size_t n) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = files_.find(path);
   if (it == files_.end()) return;
   Unsynced& u = it->second;
@@ -264,7 +264,7 @@ void FaultInjectionEnv::MarkSynced(const std::string& path, size_t n) {
 }
 
 void FaultInjectionEnv::Truncated(const std::string& path, uint64_t size) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = files_.find(path);
   if (it == files_.end()) return;
   Unsynced& u = it->second;
@@ -273,12 +273,12 @@ void FaultInjectionEnv::Truncated(const std::string& path, uint64_t size) {
 }
 
 void FaultInjectionEnv::Forget(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   files_.erase(path);
 }
 
 void FaultInjectionEnv::Renamed(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = files_.find(from);
   if (it == files_.end()) {
     files_.erase(to);
@@ -313,18 +313,18 @@ Status FaultInjectionEnv::Drop(const std::string& path, const Unsynced& u, uint6
 }
 
 void FaultInjectionEnv::PowerCut() {
-  std::unique_lock<std::shared_mutex> cut(cut_mu_);
+  WriterMutexLock cut(&cut_mu_);
   cut_ = true;
 }
 
 void FaultInjectionEnv::CreatedAfterCut(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   created_after_cut_.push_back(path);
 }
 
 Result<uint64_t> FaultInjectionEnv::Restore() {
-  std::unique_lock<std::shared_mutex> cut(cut_mu_);
-  std::lock_guard<std::mutex> l(mu_);
+  WriterMutexLock cut(&cut_mu_);
+  MutexLock l(&mu_);
   uint64_t dropped = 0;
   for (const std::string& path : created_after_cut_) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::IOError(errno, "delete " + path);
@@ -344,7 +344,7 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::Open(const std::string& path, O
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Open(path, mode));
   if (mode == OpenMode::kRead) return f;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (files_.find(path) == files_.end()) {
       CKPTFS_ASSIGN_OR_RETURN(uint64_t size, f->Size());
       files_[path].size = files_[path].synced_size = size;
@@ -355,7 +355,7 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::Open(const std::string& path, O
 
 Result<std::unique_ptr<File>> FaultInjectionEnv::Create(const std::string& path,
                                                         std::string_view contents) {
-  std::shared_lock<std::shared_mutex> cut(cut_mu_);
+  ReaderMutexLock cut(&cut_mu_);
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->Create(path, contents));
   Track(path, contents.size());
   if (cut_) CreatedAfterCut(path);
@@ -363,7 +363,7 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::Create(const std::string& path,
 }
 
 Status FaultInjectionEnv::Remove(const std::string& path) {
-  std::shared_lock<std::shared_mutex> cut(cut_mu_);
+  ReaderMutexLock cut(&cut_mu_);
   if (cut_) return Status::OK();  // the deletion never reaches the disk
   CKPTFS_RETURN_IF_ERROR(base_->Remove(path));
   Forget(path);
@@ -375,7 +375,7 @@ Result<std::vector<std::string>> FaultInjectionEnv::List(const std::string& dir)
 }
 
 std::shared_ptr<rocksdb::FileSystem> FaultInjectionEnv::IndexFileSystem() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (index_fs_ == nullptr) index_fs_ = std::make_shared<FaultIndexFileSystem>(shared_from_this());
   return index_fs_;
 }

@@ -23,11 +23,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "io/env.h"
 
 namespace ckptfs::io {
@@ -73,11 +72,11 @@ class FaultInjectionEnv final : public Env,
   FaultInjectionEnv();
   // Called with cut_mu_ held shared, before a write of a tracked file: EIO
   // when this write is the one chosen to fail (`*torn`: write half of it
-  // first).
-  Status BeforeWrite(const std::string& path, bool* torn);
+  // first). The caller holds cut_mu_ until its write is recorded.
+  Status BeforeWrite(const std::string& path, bool* torn) REQUIRES_SHARED(cut_mu_);
   // Likewise before a sync; `segment`: counts toward FailSync(). With the
   // power cut, the caller skips the sync (and reports success).
-  Status BeforeSync(const std::string& path, bool segment);
+  Status BeforeSync(const std::string& path, bool segment) REQUIRES_SHARED(cut_mu_);
   // A file made after the cut: Restore() removes it.
   void CreatedAfterCut(const std::string& path);
   // Starts tracking `path`, whose first `size` bytes are durable.
@@ -93,15 +92,16 @@ class FaultInjectionEnv final : public Env,
   Status Drop(const std::string& path, const Unsynced& u, uint64_t* dropped);
 
   const std::shared_ptr<Env> base_;
-  std::shared_mutex cut_mu_;  // shared by writes and syncs, exclusive for PowerCut
+  // Shared by writes and syncs, exclusive for PowerCut. Lock order: before mu_.
+  SharedMutex cut_mu_ ACQUIRED_BEFORE(mu_);
   std::atomic<bool> cut_{false};
   std::atomic<uint64_t> writes_{0}, syncs_{0};
   std::atomic<uint64_t> fail_write_at_{0}, fail_sync_at_{0};
   std::atomic<bool> fail_write_torn_{false};
-  std::mutex mu_;  // guards files_; taken after cut_mu_
-  std::map<std::string, Unsynced> files_;
-  std::vector<std::string> created_after_cut_;
-  std::shared_ptr<rocksdb::FileSystem> index_fs_;
+  Mutex mu_;  // a leaf lock
+  std::map<std::string, Unsynced> files_ GUARDED_BY(mu_);
+  std::vector<std::string> created_after_cut_ GUARDED_BY(mu_);
+  std::shared_ptr<rocksdb::FileSystem> index_fs_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs::io

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential clang cmake ninja-build pkg-config git
   libfuse3-dev fuse3 librocksdb-dev libzstd-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib

@@ -2,7 +2,10 @@
 # Runs every ckptfs test: installs what is missing, builds, then
 #   1. all tests (unit, crash, concurrency, mount) in a release build,
 #   2. the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. the concurrency tests under ThreadSanitizer.
+#   3. the concurrency tests under ThreadSanitizer,
+#   4. a clang build of the libraries and the command, whose thread-safety
+#      analysis (-Werror=thread-safety) fails the build on a locking contract
+#      broken (base/thread_annotations.h), and a few quick tests from it.
 # Usage: scripts/test.sh            (from anywhere; builds under build/)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,15 +18,17 @@ total_fail=0
 total_skip=0
 failed_suites=()
 
-# run_suite NAME BUILD_DIR "CMAKE ARGS" "CTEST ARGS"
+# run_suite NAME BUILD_DIR "CMAKE ARGS" "CTEST ARGS" ["NINJA TARGETS"]
+# (no targets: everything)
 run_suite() {
-  local name=$1 dir=$2 cmake_args=$3 ctest_args=$4
+  local name=$1 dir=$2 cmake_args=$3 ctest_args=$4 targets=${5:-}
   echo "=== $name: build ($dir)"
   # shellcheck disable=SC2086
   if ! cmake -S "$root" -B "$dir" -G Ninja $cmake_args >"$dir.cmake.log" 2>&1; then
     cat "$dir.cmake.log"; failed_suites+=("$name (configure)"); total_fail=$((total_fail + 1)); return
   fi
-  if ! ninja -C "$dir" -j "$jobs" >"$dir.build.log" 2>&1; then
+  # shellcheck disable=SC2086
+  if ! ninja -C "$dir" -j "$jobs" $targets >"$dir.build.log" 2>&1; then
     tail -50 "$dir.build.log"; failed_suites+=("$name (build)"); total_fail=$((total_fail + 1)); return
   fi
   echo "=== $name: test"
@@ -52,6 +57,13 @@ run_suite "asan+ubsan unit" build-asan \
 run_suite "tsan concurrency" build-tsan \
   "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=OFF -DCKPTFS_BUILD_BENCH=OFF" \
   "-L concurrency"
+# Only what the analysis needs to see: every library (gpu/ without CUDA,
+# which nvcc would compile, not clang) and the command; then the format/
+# unit tests and GroupCommit's (CondVar) tests from that build.
+run_suite "clang thread-safety" build-clang \
+  "-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF" \
+  "-L unit|concurrency -E ^gpu\. -j 2" \
+  "ckptfs_engine ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test read_plan_test size_test group_commit_test"
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then
