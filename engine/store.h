@@ -175,6 +175,14 @@ struct StoreOptions {
   bool free_empty_segments = false;
 };
 
+// Who has a store open: the payload (Status::payload<StoreHolder>()) of the
+// EBUSY that Store::Open, Store::Fsck and Store::CompactOffline return when
+// another process holds the store's lock.
+struct StoreHolder {
+  std::string holder;  // that process's StoreOptions::holder; "" when unknown
+  pid_t pid = 0;       // 0 when unknown (a store locked by an older version)
+};
+
 // ---- fsck (engine/fsck*.cc) ----
 struct FsckOptions {
   // Fix what can be fixed (see Store::Fsck). Default: false (report only).
@@ -242,23 +250,25 @@ struct CompactReport {
 
 class Store {
  public:
-  // Opens (or creates) the store in `dir`. Fails with EBUSY and a message that
-  // names the holder when another process has it open; with EINVAL when `dir`
-  // is not a store and not empty; with EIO ("corruption: ...") on a damaged
-  // store. Purges inodes left unlinked-but-open by an earlier crash.
+  // Opens (or creates) the store in `dir`. Fails with EBUSY, a message that
+  // names the holder and a StoreHolder payload when another process has it
+  // open; with EINVAL when `dir` is not a store and not empty; with EIO
+  // ("corruption: ...") on a damaged store. Purges inodes left
+  // unlinked-but-open by an earlier crash.
   static Result<std::unique_ptr<Store>> Open(const std::string& dir,
                                              const StoreOptions& options);
   // Returns true when `dir` holds a store (its FORMAT file exists).
   static bool IsStore(const std::string& dir);
   // Checks a store that is not open: every index entry, every segment record
-  // and the namespace. Takes the store's lock (EBUSY naming the holder when
-  // it is mounted). With `repair`, fixes segment counters and link counts,
-  // drops entries that point at missing inodes and extents that point at
-  // missing or corrupt data (the file keeps its size; the range reads as a
-  // hole and the file is listed in lost_files), and moves orphaned inodes
-  // under /lost+found. A non-OK result means fsck could not run.
+  // and the namespace. Takes the store's lock (EBUSY with a StoreHolder
+  // payload when it is mounted). With `repair`, fixes segment counters and
+  // link counts, drops entries that point at missing inodes and extents that
+  // point at missing or corrupt data (the file keeps its size; the range
+  // reads as a hole and the file is listed in lost_files), and moves
+  // orphaned inodes under /lost+found. A non-OK result means fsck could not run.
   static Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options);
-  // Open + Compact + Close of a store that is not open.
+  // Open + Compact + Close of a store that is not open (EBUSY with a
+  // StoreHolder payload when it is).
   static Result<CompactReport> CompactOffline(const std::string& dir,
                                               const CompactOptions& options);
 

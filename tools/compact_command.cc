@@ -112,10 +112,8 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
   bar.Finish();
   if (!r.ok()) {
     if (r.status().code() == EBUSY) {
-      const std::string msg = r.status().message();
-      const size_t at = msg.find(" is in use by ");
       std::fprintf(stderr, "ckptfs: refusing: store is in use by %s (compact through its mountpoint)\n",
-                   at == std::string::npos ? msg.c_str() : msg.c_str() + at + 14);
+                   HolderName(r.status()).c_str());
       return 1;
     }
     std::fprintf(stderr, "ckptfs: compact %s: %s\n", path.c_str(), r.status().ToString().c_str());

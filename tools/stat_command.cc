@@ -101,10 +101,8 @@ bool ReadStoreStats(const std::string& dir, std::string* text) {
   engine::Result<std::unique_ptr<engine::Store>> store = engine::Store::Open(dir, o);
   if (!store.ok()) {
     if (store.status().code() == EBUSY) {
-      const std::string msg = store.status().message();
-      const size_t at = msg.find(" is in use by ");
       std::fprintf(stderr, "ckptfs: store %s is mounted by %s; run ckptfs stat on the mountpoint\n",
-                   dir.c_str(), at == std::string::npos ? "another process" : msg.c_str() + at + 14);
+                   dir.c_str(), HolderName(store.status()).c_str());
     } else {
       std::fprintf(stderr, "ckptfs: cannot open store %s: %s\n", dir.c_str(),
                    store.status().ToString().c_str());

@@ -609,6 +609,10 @@ TEST_F(CompactDetailTest, OfflineCompactionAndAStoreInUse) {
   auto busy = Store::CompactOffline(dir_.store(), CompactOptions{});
   ASSERT_ERRNO(EBUSY, busy);
   EXPECT_NE(busy.status().message().find("in use by ckptfs engine test"), std::string::npos);
+  const StoreHolder* holder = busy.status().payload<StoreHolder>();
+  ASSERT_NE(holder, nullptr);
+  EXPECT_EQ(holder->holder, "ckptfs engine test");
+  EXPECT_EQ(holder->pid, ::getpid());
   ASSERT_OK(store_->Close());
   store_.reset();
   ASSERT_OK_AND_ASSIGN(CompactReport rep, Store::CompactOffline(dir_.store(), CompactOptions{}));
