@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "fs/filesystem.h"
 #include "fs/mount.h"
+#include "fs/option_table.h"
 
 namespace ckptfs::fs {
 
@@ -69,23 +71,11 @@ nlohmann::ordered_json EngineJson(const engine::EngineStats& s) {
 }
 
 nlohmann::ordered_json OptionsJson(const MountOptions& o) {
-  return {
-      {"coalesce_gap", o.store.coalesce_gap},
-      {"coalesce_max", o.store.coalesce_max},
-      {"cache_size", o.store.cache_bytes},
-      {"compression", o.store.compression_level},
-      {"segment_size", o.store.segment_target_bytes},
-      {"inline_max", o.store.inline_max_bytes},
-      {"min_free", o.store.min_free_bytes},
-      {"threads", o.threads},
-      {"readahead", o.readahead},
-      {"attr_timeout", o.attr_timeout},
-      {"entry_timeout", o.entry_timeout},
-      {"allow_other", o.allow_other},
-      {"ro", o.read_only},
-      {"writeback_cache", o.writeback_cache},
-      {"free_empty", o.store.free_empty_segments},
-  };
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const OptionSpec& spec : OptionTable()) {
+    std::visit([&](auto v) { j[std::string(spec.name)] = v; }, spec.field.get(o));
+  }
+  return j;
 }
 
 // The last_compaction.* lines of Store::GetConfig as an object; empty when

@@ -38,9 +38,7 @@ bool IsSizeKey(const std::string& key) {
     const size_t n = std::strlen(s);
     return key.size() >= n && key.compare(key.size() - n, n, s) == 0;
   };
-  return ends_with("bytes") || ends_with("_size") || ends_with("coalesce_gap") ||
-         ends_with("coalesce_max") || ends_with("inline_max") || ends_with("min_free") ||
-         ends_with("readahead");
+  return ends_with("bytes") || fs::IsSizeOption(key);
 }
 
 std::string Format(const std::string& key, const nlohmann::ordered_json& v) {
