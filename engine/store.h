@@ -173,6 +173,8 @@ struct StoreOptions {
   // were all deleted or overwritten) from the same background thread, within
   // a few seconds; no data is copied. Default: false. Fixed while open.
   bool free_empty_segments = false;
+
+  bool operator==(const StoreOptions&) const = default;
 };
 
 // Who has a store open: the payload (Status::payload<StoreHolder>()) of the
@@ -246,6 +248,15 @@ struct CompactReport {
   double seconds = 0;
   std::vector<uint64_t> segments;   // ids of the retired (dry run: chosen) segments
   std::vector<std::string> errors;  // segments kept because of unreadable data
+};
+
+// The latest compaction of an open store (Store::LastCompaction): what it was
+// asked to do and what it did.
+struct CompactionRecord {
+  double dead_ratio = 0;  // CompactOptions::dead_ratio
+  bool dry_run = false;   // CompactOptions::dry_run
+  Timespec finished;      // wall-clock time it ended
+  CompactReport report;
 };
 
 class Store {
@@ -346,13 +357,18 @@ class Store {
   // consistent snapshot; roughly a second per million inodes) and sums the
   // sizes of the index files. Mutations may go on meanwhile.
   virtual Result<NamespaceCounts> CountNamespace() = 0;
-  // The effective settings as "key=value" lines.
-  virtual std::string GetConfig() = 0;
-  // Changes a run-time setting: coalesce_gap, coalesce_max, cache_bytes,
-  // compression_level. EINVAL for an unknown key or a malformed value.
-  // "compact" = "R[ dry_run]" runs Compact with dead_ratio R and returns when
-  // it is done; GetConfig then shows its result as last_compaction.* lines.
-  virtual Status SetConfig(std::string_view key, std::string_view value) = 0;
+  // The effective settings: the options the store was opened with (holder
+  // filled in), with the current values of the run-time settings.
+  virtual StoreOptions GetOptions() = 0;
+  // Changes run-time settings: calls `change` with the effective settings and
+  // applies what it changed. Only coalesce_gap, coalesce_max, cache_bytes and
+  // compression_level (0 to 22) may change; otherwise EINVAL and nothing is
+  // applied. Updates are serialized, so concurrent ones never undo each
+  // other. EIO once the store is closed.
+  virtual Status UpdateOptions(const std::function<void(StoreOptions*)>& change) = 0;
+  // The latest Compact() since the store was opened that ran to its end (a
+  // dry run included), whether the caller or background compaction ran it.
+  virtual std::optional<CompactionRecord> LastCompaction() = 0;
   // Drops the record cache (for cold-read measurements).
   virtual void DropCache() = 0;
 
@@ -361,7 +377,8 @@ class Store {
   // against a crash at any point: old records stay referenced until the
   // index batch that moves them commits, and a file is deleted only after
   // the new data and the index are durable and no read still uses it. One
-  // compaction runs at a time; others wait. Also run by SetConfig("compact", R).
+  // compaction runs at a time; others wait. LastCompaction() then tells
+  // its result.
   virtual Result<CompactReport> Compact(const CompactOptions& options) = 0;
 };
 

@@ -372,6 +372,24 @@ std::string OptionLines(const MountOptions& options) {
   return out;
 }
 
+Status ApplyRuntimeOption(engine::Store& store, std::string_view key, std::string_view value) {
+  const OptionSpec* spec = FindOption(key);
+  if (spec == nullptr) {
+    return Status::Errno(EINVAL, "unknown setting '" + std::string(key) + "'");
+  }
+  if (!spec->runtime) {
+    std::string runtime;
+    for (const OptionSpec& s : kOptions) {
+      if (s.runtime) runtime.append(runtime.empty() ? "" : ", ").append(s.name);
+    }
+    return Status::Errno(EINVAL, "'" + std::string(key) +
+                                     "' does not change while mounted (run-time settings: " +
+                                     runtime + "; compact=R runs a compaction)");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const OptionValue v, ParseOptionValue(*spec, key, value));
+  return store.UpdateOptions([&](StoreOptions* o) { spec->field.store_set(o, v); });
+}
+
 Status ParseMountOption(std::string_view option, MountOptions* options) {
   const size_t eq = option.find('=');
   const std::string_view key = option.substr(0, eq);

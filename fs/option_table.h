@@ -1,8 +1,9 @@
 // The one table of mount options: name, type, default, whether it changes
 // while mounted, help and the older names still accepted. It drives `-o`
-// parsing (ParseMountOption), the options in the stats file, `ckptfs mount
-// --help` and the README's option table, which fs/option_table_test.cc checks
-// against OptionsMarkdown().
+// parsing (ParseMountOption), MOUNT/.ckptfs/config (the effective settings
+// it shows and the run-time ones it changes), the options in the stats file,
+// `ckptfs mount --help` and the README's option table, which
+// fs/option_table_test.cc checks against OptionsMarkdown().
 //
 // Defaults are not written here: they are the values of a default
 // MountOptions (fs/mount.h), which in turn take engine::StoreOptions'.
@@ -75,16 +76,21 @@ const OptionSpec* FindOption(std::string_view name);
 engine::Result<OptionValue> ParseOptionValue(const OptionSpec& spec, std::string_view key,
                                              std::optional<std::string_view> value);
 
-// Exact text of a value, as ParseOptionValue reads it back: bytes and counts
-// in decimal, seconds as "%g", flags 1 or 0.
+// Exact text of a value, as .ckptfs/config shows it and ParseOptionValue
+// reads it back: bytes and counts in decimal, seconds as "%g", flags 1 or 0.
 std::string OptionValueText(const OptionSpec& spec, const OptionValue& value);
 // A value for people: sizes with the largest unit that divides them ("256K",
 // "1G"), flags "on" or "off".
 std::string OptionValueHuman(const OptionSpec& spec, const OptionValue& value);
 
 // The settings of `options` as "name=value" lines, one per option, in table
-// order.
+// order: the first part of MOUNT/.ckptfs/config.
 std::string OptionLines(const MountOptions& options);
+
+// Applies one run-time change "key=value" to the open store. EINVAL for an
+// unknown key, one fixed while mounted, or a bad value.
+engine::Status ApplyRuntimeOption(engine::Store& store, std::string_view key,
+                                  std::string_view value);
 
 // The README's option table (Markdown, with the older names below it).
 std::string OptionsMarkdown();

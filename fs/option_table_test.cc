@@ -1,12 +1,16 @@
 #include "fs/option_table.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "fs/control.h"
 
 namespace ckptfs::fs {
 namespace {
@@ -196,6 +200,79 @@ TEST(OptionTableTest, HelpNamesEveryOption) {
   EXPECT_TRUE(IsSizeOption("cache_bytes"));
   EXPECT_FALSE(IsSizeOption("threads"));
   EXPECT_FALSE(IsSizeOption("nothing"));
+}
+
+TEST(CompactRequestTest, ParsesRatioAndDryRun) {
+  auto r = ParseCompactRequest("0.3");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->dead_ratio, 0.3);
+  EXPECT_FALSE(r->dry_run);
+  r = ParseCompactRequest("1 dry_run");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->dead_ratio, 1.0);
+  EXPECT_TRUE(r->dry_run);
+  r = ParseCompactRequest("0  dry_run=0");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->dry_run);
+  for (const char* bad : {"", "lots", "1.5", "-0.1", "0.3 fast", "0.3x", "nan"}) {
+    EXPECT_EQ(ParseCompactRequest(bad).status().code(), EINVAL) << bad;
+  }
+}
+
+// Run-time changes through the option table reach an open store.
+class RuntimeOptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckptfs-option-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    engine::StoreOptions o;
+    o.min_free_bytes = 0;
+    o.holder = "option table test";
+    auto store = engine::Store::Open(dir_ + "/store", o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+  }
+  void TearDown() override {
+    if (store_) {
+      EXPECT_TRUE(store_->Close().ok());
+    }
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+  std::unique_ptr<engine::Store> store_;
+};
+
+TEST_F(RuntimeOptionTest, NamesAliasesAndFixedSettings) {
+  ASSERT_TRUE(ApplyRuntimeOption(*store_, "coalesce_gap", "0").ok());
+  EXPECT_EQ(store_->GetOptions().coalesce_gap, 0u);
+  ASSERT_TRUE(ApplyRuntimeOption(*store_, "cache_size", "2M").ok());
+  EXPECT_EQ(store_->GetOptions().cache_bytes, 2u << 20);
+  ASSERT_TRUE(ApplyRuntimeOption(*store_, "cache_bytes", "1048576").ok());
+  EXPECT_EQ(store_->GetOptions().cache_bytes, 1u << 20);
+  ASSERT_TRUE(ApplyRuntimeOption(*store_, "compression_level", "4").ok());
+  EXPECT_EQ(store_->GetOptions().compression_level, 4);
+  ASSERT_TRUE(ApplyRuntimeOption(*store_, "compression", "0").ok());
+  EXPECT_EQ(store_->GetOptions().compression_level, 0);
+
+  const engine::StoreOptions before = store_->GetOptions();
+  for (const auto& [key, value] : std::vector<std::pair<const char*, const char*>>{
+           {"segment_size", "4M"},
+           {"segment_target_bytes", "4M"},
+           {"threads", "4"},
+           {"ro", "1"},
+           {"rw", "1"},
+           {"no_such_key", "1"},
+           {"", "1"},
+           {"compression", "23"},
+           {"coalesce_max", "abc"},
+           {"coalesce_max", ""},
+       }) {
+    EXPECT_EQ(ApplyRuntimeOption(*store_, key, value).code(), EINVAL) << key << "=" << value;
+  }
+  EXPECT_TRUE(store_->GetOptions() == before) << "a refused change changed something";
 }
 
 }  // namespace

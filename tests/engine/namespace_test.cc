@@ -921,11 +921,12 @@ TEST_F(NamespaceTest, CallsAfterCloseFail) {
   EXPECT_ERRNO(EIO, s()->Fsync(f, false));
   EXPECT_ERRNO(EIO, s()->SyncAll());
   EXPECT_ERRNO(EIO, s()->GetExtents(f));
-  EXPECT_ERRNO(EIO, s()->SetConfig("cache_bytes", "1024"));
+  EXPECT_ERRNO(EIO, s()->UpdateOptions([](StoreOptions* o) { o->cache_bytes = 1024; }));
   // Introspection does not crash either.
   (void)s()->GetStats();
   (void)s()->ListSegments();
-  (void)s()->GetConfig();
+  (void)s()->GetOptions();
+  (void)s()->LastCompaction();
   s()->DropCache();
   EXPECT_ERRNO(EIO, s()->Close());
   store_.reset();
