@@ -1,12 +1,16 @@
 // Status and Result: the error types of every ckptfs layer.
 //
-// A Status carries a POSIX errno (0 = OK) and a message. fs/ answers FUSE
-// requests with -errno taken straight from it; tools/ print the message. No
-// exception crosses an engine API.
+// A Status carries a POSIX errno (0 = OK), a message and, for callers that
+// need more than both, an optional typed payload (e.g. engine::StoreHolder on
+// the EBUSY of Store::Open). fs/ answers FUSE requests with -errno taken
+// straight from it; tools/ print the message and read the payload, never
+// parse the message. No exception crosses an engine API.
 #pragma once
 
+#include <any>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -35,9 +39,25 @@ class [[nodiscard]] Status {
     return msg_.empty() ? std::string(std::strerror(errno_)) : msg_;
   }
 
+  // This status with `value` attached as its payload (replacing any other).
+  // Copies of a Status share one immutable payload, so copying stays cheap.
+  template <typename T>
+  Status WithPayload(T value) const {
+    Status s = *this;
+    s.payload_ = std::make_shared<const std::any>(std::move(value));
+    return s;
+  }
+  // The payload when there is one of type T; nullptr otherwise. Valid while
+  // this Status (or a copy of it) lives.
+  template <typename T>
+  const T* payload() const {
+    return payload_ == nullptr ? nullptr : std::any_cast<T>(payload_.get());
+  }
+
  private:
   int errno_ = 0;
   std::string msg_;
+  std::shared_ptr<const std::any> payload_;  // null when there is none
 };
 
 // Either a value or a non-OK Status.

@@ -689,7 +689,7 @@ def run_sweep_ckptfs(b, rep, setting):
     out = {"rep": rep, "setting": setting["label"]}
     out["mount_s"] = b.fs.mount(store, mnt, opts)
     cfg = b.fs.config()
-    out["config"] = {k: cfg.get(k) for k in ("coalesce_gap", "coalesce_max", "cache_bytes")}
+    out["config"] = {k: cfg.get(k) for k in ("coalesce_gap", "coalesce_max", "cache_size")}
     if cfg and cfg.get("coalesce_gap") not in (None, str(setting["coalesce_gap"])):
         raise BenchError("mount -o %s: config reads back coalesce_gap=%s"
                          % (",".join(opts), cfg.get("coalesce_gap")))

@@ -175,6 +175,16 @@ struct StoreOptions {
   // filesystem of the index). Default: nullptr, the local filesystem
   // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.
   std::shared_ptr<io::Env> env;
+
+  bool operator==(const StoreOptions&) const = default;
+};
+
+// Who has a store open: the payload (Status::payload<StoreHolder>()) of the
+// EBUSY that Store::Open, Store::Fsck and Store::CompactOffline return when
+// another process holds the store's lock.
+struct StoreHolder {
+  std::string holder;  // that process's StoreOptions::holder; "" when unknown
+  pid_t pid = 0;       // 0 when unknown (a store locked by an older version)
 };
 
 // ---- fsck (engine/fsck*.cc) ----
@@ -246,25 +256,36 @@ struct CompactReport {
   std::vector<std::string> errors;
 };
 
+// The latest compaction of an open store (Store::LastCompaction): what it was
+// asked to do and what it did.
+struct CompactionRecord {
+  double dead_ratio = 0;  // CompactOptions::dead_ratio
+  bool dry_run = false;   // CompactOptions::dry_run
+  Timespec finished;      // wall-clock time it ended
+  CompactReport report;
+};
+
 class Store {
  public:
-  // Opens (or creates) the store in `dir`. Fails with EBUSY and a message that
-  // names the holder when another process has it open; with EINVAL when `dir`
-  // is not a store and not empty; with EIO ("corruption: ...") on a damaged
-  // store. Purges inodes left unlinked-but-open by an earlier crash.
+  // Opens (or creates) the store in `dir`. Fails with EBUSY, a message that
+  // names the holder and a StoreHolder payload when another process has it
+  // open; with EINVAL when `dir` is not a store and not empty; with EIO
+  // ("corruption: ...") on a damaged store. Purges inodes left
+  // unlinked-but-open by an earlier crash.
   static Result<std::unique_ptr<Store>> Open(const std::string& dir,
                                              const StoreOptions& options);
   // Returns true when `dir` holds a store (its FORMAT file exists).
   static bool IsStore(const std::string& dir);
   // Checks a store that is not open: every index entry, every segment record
-  // and the namespace. Takes the store's lock (EBUSY naming the holder when
-  // it is mounted). With `repair`, fixes segment counters and link counts,
-  // drops entries that point at missing inodes and extents that point at
-  // missing or corrupt data (the file keeps its size; the range reads as a
-  // hole and the file is listed in lost_files), and moves orphaned inodes
-  // under /lost+found. A non-OK result means fsck could not run.
+  // and the namespace. Takes the store's lock (EBUSY with a StoreHolder
+  // payload when it is mounted). With `repair`, fixes segment counters and
+  // link counts, drops entries that point at missing inodes and extents that
+  // point at missing or corrupt data (the file keeps its size; the range
+  // reads as a hole and the file is listed in lost_files), and moves
+  // orphaned inodes under /lost+found. A non-OK result means fsck could not run.
   static Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options);
-  // Open + Compact + Close of a store that is not open.
+  // Open + Compact + Close of a store that is not open (EBUSY with a
+  // StoreHolder payload when it is).
   static Result<CompactReport> CompactOffline(const std::string& dir,
                                               const CompactOptions& options);
 
@@ -352,13 +373,18 @@ class Store {
   // consistent snapshot; roughly a second per million inodes) and sums the
   // sizes of the index files. Mutations may go on meanwhile.
   virtual Result<NamespaceCounts> CountNamespace() = 0;
-  // The effective settings as "key=value" lines.
-  virtual std::string GetConfig() = 0;
-  // Changes a run-time setting: coalesce_gap, coalesce_max, cache_bytes,
-  // compression_level. EINVAL for an unknown key or a malformed value.
-  // "compact" = "R[ dry_run]" runs Compact with dead_ratio R and returns when
-  // it is done; GetConfig then shows its result as last_compaction.* lines.
-  virtual Status SetConfig(std::string_view key, std::string_view value) = 0;
+  // The effective settings: the options the store was opened with (holder
+  // filled in), with the current values of the run-time settings.
+  virtual StoreOptions GetOptions() = 0;
+  // Changes run-time settings: calls `change` with the effective settings and
+  // applies what it changed. Only coalesce_gap, coalesce_max, cache_bytes and
+  // compression_level (0 to 22) may change; otherwise EINVAL and nothing is
+  // applied. Updates are serialized, so concurrent ones never undo each
+  // other. EIO once the store is closed.
+  virtual Status UpdateOptions(const std::function<void(StoreOptions*)>& change) = 0;
+  // The latest Compact() since the store was opened that ran to its end (a
+  // dry run included), whether the caller or background compaction ran it.
+  virtual std::optional<CompactionRecord> LastCompaction() = 0;
   // Drops the record cache (for cold-read measurements).
   virtual void DropCache() = 0;
 
@@ -367,11 +393,11 @@ class Store {
   // against a crash at any point: old records stay referenced until the
   // index batch that moves them commits, and a file is deleted only after
   // the new data and the index are durable and no read still uses it. One
-  // compaction runs at a time; others wait. Also run by SetConfig("compact", R).
-  // Fails (EIO, naming the segment or inode) without deleting anything more
-  // when the accounting of a segment or an extent cannot be read: no segment
-  // is chosen, rewritten or deleted on the strength of a value that could not
-  // be read.
+  // compaction runs at a time; others wait. LastCompaction() then tells
+  // its result. Fails (EIO, naming the segment or inode) without deleting
+  // anything more when the accounting of a segment or an extent cannot be
+  // read: no segment is chosen, rewritten or deleted on the strength of a
+  // value that could not be read.
   virtual Result<CompactReport> Compact(const CompactOptions& options) = 0;
 };
 

@@ -31,7 +31,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 #include "engine/index_db.h"
 #include "engine/store_impl.h"
@@ -121,8 +120,7 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   auto finish = [&](CompactReport r) {
     r.seconds = Seconds(run.start);
     MutexLock l(&cs.last_mu);
-    cs.last = r;
-    cs.last_dry_run = options.dry_run;
+    cs.last = CompactionRecord{options.dead_ratio, options.dry_run, Now(), r};
     return r;
   };
   if (options.dry_run) {
@@ -375,46 +373,9 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
   return Status::OK();
 }
 
-Status StoreImpl::CompactFromConfig(std::string_view value) {
-  CompactOptions o;
-  std::istringstream in{std::string(value)};
-  std::string ratio, flag;
-  in >> ratio;
-  char* end = nullptr;
-  o.dead_ratio = std::strtod(ratio.c_str(), &end);
-  if (ratio.empty() || end == nullptr || *end != '\0') {
-    return Status(EINVAL, "compact takes a dead ratio between 0 and 1, e.g. compact=0.3");
-  }
-  while (in >> flag) {
-    if (flag == "dry_run" || flag == "dry_run=1") {
-      o.dry_run = true;
-    } else if (flag != "dry_run=0") {
-      return Status(EINVAL, "compact: unknown flag \"" + flag + "\" (only dry_run)");
-    }
-  }
-  return Compact(o).status();
-}
-
-std::string StoreImpl::CompactionConfig() {
-  std::ostringstream o;
-  o << "background_compact_dead_bytes=" << options_.background_compact_dead_bytes << "\n"
-    << "background_compact_bytes_per_sec=" << options_.background_compact_bytes_per_sec << "\n"
-    << "free_empty_segments=" << (options_.free_empty_segments ? 1 : 0) << "\n";
+std::optional<CompactionRecord> StoreImpl::LastCompaction() {
   MutexLock l(&compaction_->last_mu);
-  if (!compaction_->last) return o.str();
-  const CompactReport& r = *compaction_->last;
-  char secs[32];
-  std::snprintf(secs, sizeof(secs), "%.3f", r.seconds);
-  o << "last_compaction.dry_run=" << (compaction_->last_dry_run ? 1 : 0) << "\n"
-    << "last_compaction.segments_rewritten=" << r.segments_rewritten << "\n"
-    << "last_compaction.bytes_reclaimed=" << r.bytes_reclaimed << "\n"
-    << "last_compaction.bytes_copied=" << r.bytes_copied << "\n"
-    << "last_compaction.seconds=" << secs << "\n"
-    << "last_compaction.segments=";
-  for (size_t i = 0; i < r.segments.size(); ++i) o << (i ? "," : "") << r.segments[i];
-  o << "\n"
-    << "last_compaction.errors=" << r.errors.size() << "\n";
-  return o.str();
+  return compaction_->last;
 }
 
 void StoreImpl::StartBackgroundCompaction() {

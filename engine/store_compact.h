@@ -1,6 +1,6 @@
 // State of StoreImpl's compaction (engine/store_compact.cc): the lock that
 // lets one compaction run at a time, the background thread, and the result
-// of the latest run for GetConfig.
+// of the latest run for LastCompaction.
 #pragma once
 
 #include <atomic>
@@ -25,8 +25,7 @@ struct CompactionState {
   std::atomic<bool> cancel{false};
 
   Mutex last_mu;  // a leaf lock
-  std::optional<CompactReport> last GUARDED_BY(last_mu);
-  bool last_dry_run GUARDED_BY(last_mu) = false;
+  std::optional<CompactionRecord> last GUARDED_BY(last_mu);
 
   std::thread thread;  // background compaction, when enabled
   Mutex thread_mu;     // a leaf lock; never held while compacting

@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "engine/index_db.h"
-#include "engine/size.h"
 
 namespace ckptfs::engine {
 
@@ -446,43 +445,39 @@ Result<EngineStats> StoreImpl::GetStats() {
   return s;
 }
 
-std::string StoreImpl::GetConfig() {
-  std::ostringstream o;
-  o << "coalesce_gap=" << coalesce_gap_.load() << "\n"
-    << "coalesce_max=" << coalesce_max_.load() << "\n"
-    << "cache_bytes=" << cache_->capacity() << "\n"
-    << "compression_level=" << compression_level_.load() << "\n"
-    << "segment_target_bytes=" << options_.segment_target_bytes << "\n"
-    << "inline_max_bytes=" << options_.inline_max_bytes << "\n"
-    << "max_record_bytes=" << options_.max_record_bytes << "\n"
-    << "min_free_bytes=" << options_.min_free_bytes << "\n"
-    << "read_only=" << (options_.read_only ? 1 : 0) << "\n"
-    << CompactionConfig();
-  return o.str();
+StoreOptions StoreImpl::GetOptions() {
+  StoreOptions o = options_;
+  o.coalesce_gap = coalesce_gap_.load();
+  o.coalesce_max = coalesce_max_.load();
+  o.cache_bytes = cache_->capacity();
+  o.compression_level = compression_level_.load();
+  return o;
 }
 
-Status StoreImpl::SetConfig(std::string_view key, std::string_view value) {
+Status StoreImpl::UpdateOptions(const std::function<void(StoreOptions*)>& change) {
   if (closed_) return Status(EIO, "store is closed");
-  if (key == "compact") return CompactFromConfig(value);
-  Result<uint64_t> size = ParseSize(value);
-  if (!size.ok()) {
-    return Status(EINVAL, "malformed value \"" + std::string(value) + "\" for " + std::string(key));
+  MutexLock l(&update_mu_);
+  const StoreOptions current = GetOptions();
+  StoreOptions wanted = current;
+  change(&wanted);
+  // Everything but the run-time settings must be as it is.
+  StoreOptions fixed = wanted;
+  fixed.coalesce_gap = current.coalesce_gap;
+  fixed.coalesce_max = current.coalesce_max;
+  fixed.cache_bytes = current.cache_bytes;
+  fixed.compression_level = current.compression_level;
+  if (!(fixed == current)) {
+    return Status(EINVAL,
+                  "only coalesce_gap, coalesce_max, cache_bytes and compression_level change "
+                  "while the store is open");
   }
-  const uint64_t v = *size;
-  if (key == "coalesce_gap") {
-    coalesce_gap_ = v;
-  } else if (key == "coalesce_max") {
-    coalesce_max_ = v;
-  } else if (key == "cache_bytes") {
-    cache_->SetCapacity(v);
-  } else if (key == "compression_level") {
-    if (v > 22) return Status(EINVAL, "compression_level must be 0 (off) to 22");
-    compression_level_ = static_cast<int>(v);
-  } else {
-    return Status(EINVAL, "unknown or fixed setting \"" + std::string(key) +
-                              "\" (run-time settings: coalesce_gap, coalesce_max, cache_bytes, "
-                              "compression_level; compact runs a compaction)");
+  if (wanted.compression_level < 0 || wanted.compression_level > 22) {
+    return Status(EINVAL, "compression_level must be 0 (off) to 22");
   }
+  coalesce_gap_ = wanted.coalesce_gap;
+  coalesce_max_ = wanted.coalesce_max;
+  if (wanted.cache_bytes != current.cache_bytes) cache_->SetCapacity(wanted.cache_bytes);
+  compression_level_ = wanted.compression_level;
   return Status::OK();
 }
 

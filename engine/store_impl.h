@@ -99,8 +99,9 @@ class StoreImpl final : public Store {
   std::string SegmentPath(uint64_t segment_id) const override;
   Result<EngineStats> GetStats() override;
   Result<NamespaceCounts> CountNamespace() override;
-  std::string GetConfig() override;
-  Status SetConfig(std::string_view key, std::string_view value) override;
+  StoreOptions GetOptions() override;
+  Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
+  std::optional<CompactionRecord> LastCompaction() override;
   void DropCache() override;
   Result<CompactReport> Compact(const CompactOptions& options) override;
 
@@ -206,8 +207,6 @@ class StoreImpl final : public Store {
   // `*bad_source` tells a damaged or unreadable old record from other errors.
   Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, rocksdb::WriteBatch* b,
                     StatDeltas* deltas, CompactRun* run, bool* bad_source);
-  Status CompactFromConfig(std::string_view value);
-  std::string CompactionConfig();  // last_compaction.* lines of GetConfig
   void StartBackgroundCompaction();
   void StopBackgroundCompaction();  // also stops a running Compact()
 
@@ -249,7 +248,8 @@ class StoreImpl final : public Store {
   uint64_t next_ino_ GUARDED_BY(ns_mu_) = 0;
   uint64_t ino_limit_ GUARDED_BY(ns_mu_) = 0;  // persisted high-water mark
 
-  // Run-time settings.
+  // Run-time settings (the rest of options_ is fixed while open).
+  Mutex update_mu_;  // serializes UpdateOptions; taken before the engine's other locks
   std::atomic<uint64_t> coalesce_gap_;
   std::atomic<uint64_t> coalesce_max_;
   std::atomic<int> compression_level_;

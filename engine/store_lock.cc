@@ -4,9 +4,35 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <charconv>
+
+#include "engine/store.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {
+
+namespace {
+
+// The holder as written by Acquire: "HOLDER\nPID\n". A store locked by an
+// older version has no pid line.
+StoreHolder ParseHolder(std::string text) {
+  StoreHolder h;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  if (nl != std::string::npos) {
+    const std::string_view pid(text.data() + nl + 1, text.size() - nl - 1);
+    auto [end, ec] = std::from_chars(pid.data(), pid.data() + pid.size(), h.pid);
+    if (pid.empty() || ec != std::errc() || end != pid.data() + pid.size() || h.pid <= 0) {
+      h.pid = 0;
+    } else {
+      text.resize(nl);
+    }
+  }
+  h.holder = std::move(text);
+  return h;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir,
                                                       const std::string& holder) {
@@ -19,11 +45,11 @@ Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir,
     ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
     ::close(fd);
     if (err != EWOULDBLOCK) return Status::IOError(err, "flock " + path);
-    std::string who = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "another process";
-    while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) who.pop_back();
-    return Status(EBUSY, "store " + dir + " is in use by " + who);
+    StoreHolder who = ParseHolder(n > 0 ? std::string(buf, static_cast<size_t>(n)) : "");
+    const std::string name = who.holder.empty() ? "another process" : who.holder;
+    return Status(EBUSY, "store " + dir + " is in use by " + name).WithPayload(std::move(who));
   }
-  std::string line = holder + "\n";
+  std::string line = holder + "\n" + std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 ||
       ::pwrite(fd, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
     int err = errno;

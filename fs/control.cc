@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <variant>
 
 #include "fs/filesystem.h"
 #include "fs/mount.h"
+#include "fs/option_table.h"
 
 namespace ckptfs::fs {
 
@@ -25,6 +29,8 @@ namespace {
 
 constexpr std::string_view kStatsName = "stats";
 constexpr std::string_view kConfigName = "config";
+// The config key that runs a compaction instead of changing a setting.
+constexpr std::string_view kCompactKey = "compact";
 
 std::string_view Trim(std::string_view s) {
   const char* kSpace = " \t\r\n";
@@ -68,60 +74,32 @@ nlohmann::ordered_json EngineJson(const engine::EngineStats& s) {
   };
 }
 
-nlohmann::ordered_json OptionsJson(const MountOptions& o) {
-  return {
-      {"coalesce_gap", o.store.coalesce_gap},
-      {"coalesce_max", o.store.coalesce_max},
-      {"cache_size", o.store.cache_bytes},
-      {"compression", o.store.compression_level},
-      {"segment_size", o.store.segment_target_bytes},
-      {"inline_max", o.store.inline_max_bytes},
-      {"min_free", o.store.min_free_bytes},
-      {"threads", o.threads},
-      {"readahead", o.readahead},
-      {"attr_timeout", o.attr_timeout},
-      {"entry_timeout", o.entry_timeout},
-      {"allow_other", o.allow_other},
-      {"ro", o.read_only},
-      {"writeback_cache", o.writeback_cache},
-      {"free_empty", o.store.free_empty_segments},
-  };
+// The settings in effect: the mount's, with the engine's current values.
+MountOptions EffectiveOptions(const Filesystem& fs) {
+  MountOptions o = fs.options();
+  o.store = fs.store().GetOptions();
+  return o;
 }
 
-// The last_compaction.* lines of Store::GetConfig as an object; empty when
-// no compaction ran since the store was opened.
-nlohmann::ordered_json LastCompactionJson(const std::string& config) {
+nlohmann::ordered_json OptionsJson(const MountOptions& o) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  constexpr std::string_view kPrefix = "last_compaction.";
-  size_t pos = 0;
-  while (pos < config.size()) {
-    size_t nl = config.find('\n', pos);
-    if (nl == std::string::npos) nl = config.size();
-    const std::string_view line(config.data() + pos, nl - pos);
-    pos = nl + 1;
-    const size_t eq = line.find('=');
-    if (line.substr(0, kPrefix.size()) != kPrefix || eq == std::string_view::npos) continue;
-    const std::string key(line.substr(kPrefix.size(), eq - kPrefix.size()));
-    const std::string value(line.substr(eq + 1));
-    if (key == "dry_run") {
-      j[key] = value == "1";
-    } else if (key == "seconds") {
-      j[key] = std::strtod(value.c_str(), nullptr);
-    } else if (key == "segments") {
-      nlohmann::ordered_json ids = nlohmann::ordered_json::array();
-      size_t b = 0;
-      while (b < value.size()) {
-        size_t comma = value.find(',', b);
-        if (comma == std::string::npos) comma = value.size();
-        if (comma > b) ids.push_back(std::strtoull(value.substr(b, comma - b).c_str(), nullptr, 10));
-        b = comma + 1;
-      }
-      j[key] = std::move(ids);
-    } else {
-      j[key] = std::strtoull(value.c_str(), nullptr, 10);
-    }
+  for (const OptionSpec& spec : OptionTable()) {
+    std::visit([&](auto v) { j[std::string(spec.name)] = v; }, spec.field.get(o));
   }
   return j;
+}
+
+nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
+  const engine::CompactReport& r = c.report;
+  return {
+      {"dry_run", c.dry_run},
+      {"segments_rewritten", r.segments_rewritten},
+      {"bytes_reclaimed", r.bytes_reclaimed},
+      {"bytes_copied", r.bytes_copied},
+      {"seconds", r.seconds},
+      {"segments", r.segments},
+      {"errors", r.errors.size()},
+  };
 }
 
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
@@ -156,8 +134,9 @@ Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
            {"index_bytes", n.index_bytes},
        }},
   };
-  nlohmann::ordered_json last = LastCompactionJson(store.GetConfig());
-  if (!last.empty()) j["last_compaction"] = std::move(last);
+  if (std::optional<engine::CompactionRecord> last = store.LastCompaction()) {
+    j["last_compaction"] = LastCompactionJson(*last);
+  }
   return j;
 }
 
@@ -224,7 +203,7 @@ Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t u
   if (ino == kStatsIno) {
     CKPTFS_ASSIGN_OR_RETURN(h->content, StatsJson());
   } else {
-    h->content = fs_->store().GetConfig();
+    h->content = ConfigText();
   }
   return h;
 }
@@ -242,7 +221,13 @@ Status Control::Apply(std::string_view line) {
   if (eq == std::string_view::npos) {
     return Status::Errno(EINVAL, "expected key=value, got '" + std::string(line) + "'");
   }
-  return fs_->store().SetConfig(Trim(line.substr(0, eq)), Trim(line.substr(eq + 1)));
+  const std::string_view key = Trim(line.substr(0, eq));
+  const std::string_view value = Trim(line.substr(eq + 1));
+  if (key == kCompactKey) {
+    CKPTFS_ASSIGN_OR_RETURN(const engine::CompactOptions o, ParseCompactRequest(value));
+    return fs_->store().Compact(o).status();
+  }
+  return ApplyRuntimeOption(fs_->store(), key, value);
 }
 
 Status Control::Write(ControlHandle& h, std::string_view data) {
@@ -267,6 +252,14 @@ Status Control::Flush(ControlHandle& h) {
   return Apply(line);
 }
 
+std::string Control::ConfigText() const {
+  std::string text = OptionLines(EffectiveOptions(*fs_));
+  if (std::optional<engine::CompactionRecord> last = fs_->store().LastCompaction()) {
+    text += LastCompactionLines(*last);
+  }
+  return text;
+}
+
 Result<std::string> Control::StatsJson() const {
   Filesystem& fs = *fs_;
   CKPTFS_ASSIGN_OR_RETURN(const engine::EngineStats engine_stats, fs.store().GetStats());
@@ -283,7 +276,7 @@ Result<std::string> Control::StatsJson() const {
       {"store", fs.options().store_dir},
       {"mountpoint", fs.options().mountpoint},
       {"uptime_s", uptime},
-      {"options", OptionsJson(fs.options())},
+      {"options", OptionsJson(EffectiveOptions(fs))},
       {"engine", EngineJson(engine_stats)},
       {"fs",
        {
@@ -298,6 +291,46 @@ Result<std::string> Control::StatsJson() const {
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
   return j.dump(2) + "\n";
+}
+
+Result<engine::CompactOptions> ParseCompactRequest(std::string_view value) {
+  engine::CompactOptions o;
+  const std::string_view ratio = value.substr(0, value.find(' '));
+  const std::string ratio_text(ratio);
+  char* end = nullptr;
+  o.dead_ratio = std::strtod(ratio_text.c_str(), &end);
+  if (ratio.empty() || end != ratio_text.c_str() + ratio_text.size() ||
+      !(o.dead_ratio >= 0 && o.dead_ratio <= 1)) {
+    return Status::Errno(EINVAL, "compact takes a dead ratio between 0 and 1, e.g. compact=0.3");
+  }
+  std::string_view rest = value.substr(ratio.size());
+  while (!(rest = Trim(rest)).empty()) {
+    const std::string_view flag = rest.substr(0, rest.find_first_of(" \t"));
+    rest.remove_prefix(flag.size());
+    if (flag == "dry_run" || flag == "dry_run=1") {
+      o.dry_run = true;
+    } else if (flag != "dry_run=0") {
+      return Status::Errno(EINVAL,
+                           "compact: unknown flag '" + std::string(flag) + "' (only dry_run)");
+    }
+  }
+  return o;
+}
+
+std::string LastCompactionLines(const engine::CompactionRecord& c) {
+  const engine::CompactReport& r = c.report;
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.3f", r.seconds);
+  std::string ids;
+  for (size_t i = 0; i < r.segments.size(); ++i) {
+    ids += (i ? "," : "") + std::to_string(r.segments[i]);
+  }
+  return "last_compaction.dry_run=" + std::string(c.dry_run ? "1" : "0") + "\n" +
+         "last_compaction.segments_rewritten=" + std::to_string(r.segments_rewritten) + "\n" +
+         "last_compaction.bytes_reclaimed=" + std::to_string(r.bytes_reclaimed) + "\n" +
+         "last_compaction.bytes_copied=" + std::to_string(r.bytes_copied) + "\n" +
+         "last_compaction.seconds=" + secs + "\n" + "last_compaction.segments=" + ids + "\n" +
+         "last_compaction.errors=" + std::to_string(r.errors.size()) + "\n";
 }
 
 Result<std::string> StoreSummaryJson(engine::Store& store) {

@@ -1,7 +1,11 @@
 // The control files under MOUNT/.ckptfs/:
-//   stats   read-only JSON: engine counters, request counts, mount options
-//   config  read: the store's effective settings as key=value lines;
-//           write: key=value lines, each applied with Store::SetConfig
+//   stats   read-only JSON: engine counters, request counts, the settings in
+//           effect, the last compaction
+//   config  read: the settings in effect as name=value lines, one per option
+//           of fs/option_table.h, then the last compaction's result as
+//           last_compaction.* lines; write: name=value lines, each changing
+//           a run-time setting (Store::UpdateOptions), or compact=R[ dry_run]
+//           that runs a compaction (Store::Compact) and returns when it ends
 // The directory is not listed in the root but can be looked up there. Control
 // inodes have the top bit set; the engine never allocates those numbers.
 #pragma once
@@ -35,7 +39,7 @@ inline bool IsControlName(engine::Ino parent, std::string_view name) {
 // One open control file. The content is generated at open so that reads at
 // any offset see one consistent snapshot. Thread-safe through mu. Lock
 // order: mu before every engine lock (Write applies lines with
-// Store::SetConfig under it).
+// Store::UpdateOptions and Store::Compact under it).
 struct ControlHandle {
   engine::Ino ino = 0;
   Mutex mu;
@@ -60,15 +64,16 @@ class Control {
   // Bytes of the open-time snapshot at [offset, offset+size).
   std::string Read(ControlHandle& h, uint64_t offset, size_t size) const;
   // Appends to the handle's pending text and applies each complete line.
-  // EINVAL (with the engine's message) on an unknown key or bad value; the
-  // pending text is then dropped.
+  // EINVAL on an unknown key, a setting fixed while mounted or a bad value;
+  // the pending text is then dropped.
   engine::Status Write(ControlHandle& h, std::string_view data);
   // Applies a last line written without a newline.
   engine::Status Flush(ControlHandle& h);
 
-  // The stats file's content. Fails (EIO naming what) when the store's
-  // accounting or namespace cannot be read, so that opening the stats file
-  // fails rather than show zeros for what is unknown.
+  // The files' contents. The stats file's fails (EIO naming what) when the
+  // store's accounting or namespace cannot be read, so that opening the
+  // stats file fails rather than show zeros for what is unknown.
+  std::string ConfigText() const;
   engine::Result<std::string> StatsJson() const;
 
  private:
@@ -77,5 +82,11 @@ class Control {
 
   Filesystem* const fs_;
 };
+
+// The value of the config's compact=VALUE: "R[ dry_run]", R the dead ratio
+// between 0 and 1. EINVAL with a one-line message otherwise.
+engine::Result<engine::CompactOptions> ParseCompactRequest(std::string_view value);
+// The last_compaction.* lines of the config file.
+std::string LastCompactionLines(const engine::CompactionRecord& c);
 
 }  // namespace ckptfs::fs

@@ -24,22 +24,6 @@ bool ParseU64(std::string_view s, uint64_t* v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-// The value of `key` in GetConfig()'s "key=value" lines; 0 when absent.
-uint64_t ConfigValue(const std::string& config, std::string_view key) {
-  size_t pos = 0;
-  while (pos < config.size()) {
-    size_t end = config.find('\n', pos);
-    if (end == std::string::npos) end = config.size();
-    std::string_view line(config.data() + pos, end - pos);
-    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == '=') {
-      uint64_t v = 0;
-      if (ParseU64(line.substr(key.size() + 1), &v)) return v;
-    }
-    pos = end + 1;
-  }
-  return 0;
-}
-
 int64_t Nanos(const engine::Timespec& t) { return t.sec * 1000000000 + t.nsec; }
 
 std::string Hex64(uint64_t v) {
@@ -151,9 +135,9 @@ Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino, uin
   // SegmentPath(id) is STORE/segments/NNNNNNNN.seg, and the store's path is
   // absolute (MountOptions); its directory is the same for every id.
   h.segments_dir = std::filesystem::path(store.SegmentPath(1)).parent_path().string();
-  const std::string config = store.GetConfig();
-  h.coalesce_gap = ConfigValue(config, "coalesce_gap");
-  h.coalesce_max = ConfigValue(config, "coalesce_max");
+  const engine::StoreOptions options = store.GetOptions();
+  h.coalesce_gap = options.coalesce_gap;
+  h.coalesce_max = options.coalesce_max;
   return EncodeExtentsPage(h, extents, from);
 }
 

@@ -26,13 +26,10 @@ struct MountOptions {
   std::string store_dir;
   std::string mountpoint;
 
-  // Engine settings: coalesce_gap, coalesce_max, cache_size, compression,
-  // segment_size, inline_max, min_free, compact_dead (background compaction
-  // starts once this many dead bytes pile up; 0 = off) and compact_rate (its
-  // bandwidth limit in bytes per second), free_empty (delete segment files
-  // with nothing live left, within seconds; default on). The others default
-  // to StoreOptions' defaults. read_only and holder are filled in by
-  // ServeMount().
+  // Engine settings. The option table (fs/option_table.cc) names each field
+  // that a mount option sets. Defaults: StoreOptions' defaults, except
+  // free_empty_segments (see MountStoreDefaults). read_only and holder are
+  // filled in by ServeMount().
   engine::StoreOptions store = MountStoreDefaults();
 
   // Most worker threads of the FUSE session loop ("threads"). Default: 16.
@@ -57,12 +54,17 @@ struct MountOptions {
   bool debug = false;
 };
 
-// Parses one "key=value" (or "key" for flags) into `options`. Sizes take
-// K/M/G/T suffixes (powers of 1024). EINVAL with a message naming the option
-// when the key is unknown or the value malformed.
+// Parses one "key=value" (or "key" for flags) into `options`; the key is an
+// option's name or one of its older names (fs/option_table.h). Sizes take
+// K/M/G/T suffixes (powers of 1024). EINVAL with a one-line message naming
+// the option when the key is unknown or the value malformed.
 engine::Status ParseMountOption(std::string_view option, MountOptions* options);
 // Parses a comma-separated list of options, as given to -o.
 engine::Status ParseMountOptions(std::string_view list, MountOptions* options);
+// The mount options with their defaults and help, for `ckptfs mount --help`.
+std::string MountOptionsHelp();
+// Whether `name` names a mount option whose value is a size in bytes.
+bool IsSizeOption(std::string_view name);
 
 // Makes store_dir and mountpoint absolute. EINVAL when either is empty.
 engine::Status ResolvePaths(MountOptions* options);

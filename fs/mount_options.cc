@@ -1,141 +1,20 @@
-// Parsing and checking of mount options (no FUSE here).
+// Checking of mount options and paths (no FUSE here). Each option is parsed
+// by the option table (fs/option_table.cc).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 
-#include "engine/size.h"
 #include "fs/mount.h"
 
 namespace ckptfs::fs {
 
-using engine::Result;
 using engine::Status;
-
-namespace {
-
-Status Malformed(std::string_view key, std::string_view value, const char* expected) {
-  return Status::Errno(EINVAL, "bad value '" + std::string(value) + "' for mount option '" +
-                                   std::string(key) + "': expected " + expected);
-}
-
-Result<uint64_t> ParseUnsigned(std::string_view text) {
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return Status::Errno(EINVAL, "not a number");
-  }
-  return v;
-}
-
-Result<double> ParseSeconds(std::string_view text) {
-  std::string s(text);
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0) {
-    return Status::Errno(EINVAL, "not a duration");
-  }
-  return v;
-}
-
-// Flags accept "key", "key=1|0|true|false|yes|no|on|off".
-Result<bool> ParseFlag(std::string_view text, bool has_value) {
-  if (!has_value) return true;
-  if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
-  if (text == "0" || text == "false" || text == "no" || text == "off") return false;
-  return Status::Errno(EINVAL, "not a flag");
-}
-
-}  // namespace
-
-Status ParseMountOption(std::string_view option, MountOptions* o) {
-  const size_t eq = option.find('=');
-  const bool has_value = eq != std::string_view::npos;
-  const std::string_view key = option.substr(0, eq);
-  const std::string_view value = has_value ? option.substr(eq + 1) : std::string_view();
-  if (key.empty()) return Status::Errno(EINVAL, "empty mount option");
-
-  auto size = [&](uint64_t* out) -> Status {
-    auto v = engine::ParseSize(value);
-    if (!has_value || !v.ok()) return Malformed(key, value, "a size such as 256K, 64M or 1G");
-    *out = *v;
-    return Status::OK();
-  };
-  auto seconds = [&](double* out) -> Status {
-    auto v = ParseSeconds(value);
-    if (!has_value || !v.ok()) return Malformed(key, value, "seconds such as 1 or 0.5");
-    *out = *v;
-    return Status::OK();
-  };
-  auto flag = [&](bool* out) -> Status {
-    auto v = ParseFlag(value, has_value);
-    if (!v.ok()) return Malformed(key, value, "no value, or 1/0");
-    *out = *v;
-    return Status::OK();
-  };
-
-  if (key == "coalesce_gap") return size(&o->store.coalesce_gap);
-  if (key == "coalesce_max") return size(&o->store.coalesce_max);
-  if (key == "cache_size") return size(&o->store.cache_bytes);
-  if (key == "min_free") return size(&o->store.min_free_bytes);
-  if (key == "readahead") return size(&o->readahead);
-  if (key == "compact_dead") return size(&o->store.background_compact_dead_bytes);
-  if (key == "free_empty") return flag(&o->store.free_empty_segments);
-  if (key == "compact_rate") {
-    CKPTFS_RETURN_IF_ERROR(size(&o->store.background_compact_bytes_per_sec));
-    if (o->store.background_compact_bytes_per_sec == 0) {
-      return Malformed(key, value, "a rate above 0 such as 64M");
-    }
-    return Status::OK();
-  }
-  if (key == "segment_size") {
-    uint64_t v = 0;
-    CKPTFS_RETURN_IF_ERROR(size(&v));
-    if (v < (1u << 20)) return Malformed(key, value, "a size of at least 1M");
-    o->store.segment_target_bytes = v;
-    return Status::OK();
-  }
-  if (key == "inline_max") {
-    uint64_t v = 0;
-    CKPTFS_RETURN_IF_ERROR(size(&v));
-    if (v > (1u << 20)) return Malformed(key, value, "a size of at most 1M");
-    o->store.inline_max_bytes = static_cast<uint32_t>(v);
-    return Status::OK();
-  }
-  if (key == "compression") {
-    auto v = ParseUnsigned(value);
-    if (!has_value || !v.ok() || *v > 22)
-      return Malformed(key, value, "a zstd level 0..22 (0 = off)");
-    o->store.compression_level = static_cast<int>(*v);
-    return Status::OK();
-  }
-  if (key == "threads") {
-    auto v = ParseUnsigned(value);
-    if (!has_value || !v.ok() || *v < 1 || *v > 1024) return Malformed(key, value, "1..1024");
-    o->threads = static_cast<unsigned>(*v);
-    return Status::OK();
-  }
-  if (key == "attr_timeout") return seconds(&o->attr_timeout);
-  if (key == "entry_timeout") return seconds(&o->entry_timeout);
-  if (key == "allow_other") return flag(&o->allow_other);
-  if (key == "ro") return flag(&o->read_only);
-  if (key == "rw") {
-    o->read_only = false;
-    return has_value ? Malformed(key, value, "no value") : Status::OK();
-  }
-  if (key == "writeback_cache") return flag(&o->writeback_cache);
-  if (key == "debug") return flag(&o->debug);
-  return Status::Errno(EINVAL, "unknown mount option '" + std::string(key) + "'");
-}
 
 Status ParseMountOptions(std::string_view list, MountOptions* options) {
   while (!list.empty()) {

@@ -16,23 +16,6 @@
 
 namespace {
 
-constexpr const char* kMountOptionsHelp =
-    "Mount options (sizes take K/M/G suffixes):\n"
-    "  coalesce_gap=SIZE    merge reads at most this far apart (0 = off)\n"
-    "  coalesce_max=SIZE    largest merged read (0 = off)\n"
-    "  cache_size=SIZE      record cache\n"
-    "  compression=LEVEL    zstd level for new data, 0 = off\n"
-    "  segment_size=SIZE    segment files are sealed at this size\n"
-    "  inline_max=SIZE      files up to this size live in the index\n"
-    "  min_free=SIZE        writes fail with ENOSPC below this much free space\n"
-    "  threads=N            FUSE worker threads (default 16)\n"
-    "  readahead=SIZE       kernel readahead for the mount (default 1M; 0 = kernel's)\n"
-    "  attr_timeout=SECS    attribute cache time (default 1)\n"
-    "  entry_timeout=SECS   name cache time, also for misses (default 1)\n"
-    "  allow_other          let other users in\n"
-    "  ro                   read-only\n"
-    "  writeback_cache      kernel write-back cache (weaker durability)\n";
-
 int Main(int argc, char** argv) {
   CLI::App app{"ckptfs: a checkpoint filesystem backed by a few large segment files"};
   app.require_subcommand(1);
@@ -42,7 +25,7 @@ int Main(int argc, char** argv) {
   bool debug = false;
   std::vector<std::string> option_lists;
   CLI::App* mount = app.add_subcommand("mount", "Mount STORE (created when missing or empty)");
-  mount->footer(kMountOptionsHelp);
+  mount->footer(ckptfs::fs::MountOptionsHelp());
   mount->add_flag("-f,--foreground", foreground, "Stay in the foreground");
   mount->add_flag("-d,--debug", debug, "Trace FUSE requests on stderr (implies -f)");
   mount->add_option("-o", option_lists, "Mount options, comma-separated")->allow_extra_args(false);

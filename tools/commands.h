@@ -6,9 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "engine/store.h"
 #include "fs/mount.h"
 
 namespace ckptfs::tools {
+
+// Who holds a store, for the message about an EBUSY `busy` from opening it:
+// the holder's name from its StoreHolder payload ("another process" when the
+// lock file names nobody); without a payload, the message.
+inline std::string HolderName(const engine::Status& busy) {
+  const engine::StoreHolder* h = busy.payload<engine::StoreHolder>();
+  if (h == nullptr) return busy.message();
+  return h->holder.empty() ? "another process" : h->holder;
+}
 
 // `ckptfs mount`: checks, then serves `options` in this process (foreground)
 // or in a daemon child; returns 0 once the mount is ready.

@@ -2,9 +2,9 @@
 // the dead space of a store. On a store that is not mounted it opens the
 // store itself; on a mountpoint it asks the running mount, by writing
 // "compact=R" to MOUNT/.ckptfs/config, and then reads the result back from
-// the config's last_compaction.* lines. Exits 1 when the compaction failed
-// (e.g. accounting it could not read: nothing is deleted then) or kept
-// segments because of unreadable data.
+// the "last_compaction" object of MOUNT/.ckptfs/stats. Exits 1 when the
+// compaction failed (e.g. accounting it could not read: nothing is deleted
+// then) or kept segments because of unreadable data.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -52,6 +52,30 @@ int ExitStatus(uint64_t errors) {
   return 1;
 }
 
+// The "last_compaction" object of the mount's stats file; false when there
+// is none. `*errors` is the number of segments kept for unreadable data.
+bool ReadLastCompaction(const std::string& mount, engine::CompactReport* r, uint64_t* errors) {
+  std::ifstream in(mount + "/.ckptfs/stats");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("last_compaction") || !j["last_compaction"].is_object()) {
+    return false;
+  }
+  const nlohmann::json& c = j["last_compaction"];
+  r->segments_rewritten = c.value("segments_rewritten", uint64_t{0});
+  r->bytes_reclaimed = c.value("bytes_reclaimed", uint64_t{0});
+  r->bytes_copied = c.value("bytes_copied", uint64_t{0});
+  r->seconds = c.value("seconds", 0.0);
+  if (c.contains("segments") && c["segments"].is_array()) {
+    for (const nlohmann::json& id : c["segments"]) {
+      if (id.is_number_unsigned()) r->segments.push_back(id.get<uint64_t>());
+    }
+  }
+  *errors = c.value("errors", uint64_t{0});
+  return true;
+}
+
 int Online(const std::string& mount, double ratio, bool dry_run) {
   const std::string config = mount + "/.ckptfs/config";
   int fd = ::open(config.c_str(), O_WRONLY | O_CLOEXEC);
@@ -71,28 +95,12 @@ int Online(const std::string& mount, double ratio, bool dry_run) {
                  std::strerror(wrote ? errno : werr));
     return 1;
   }
-  std::ifstream in(config);
-  std::map<std::string, std::string> kv;
-  for (std::string l; std::getline(in, l);) {
-    const size_t eq = l.find('=');
-    if (eq != std::string::npos && l.rfind("last_compaction.", 0) == 0) {
-      kv[l.substr(16, eq - 16)] = l.substr(eq + 1);
-    }
-  }
-  if (kv.empty()) {
+  engine::CompactReport r;
+  uint64_t errors = 0;
+  if (!ReadLastCompaction(mount, &r, &errors)) {
     std::fprintf(stderr, "ckptfs: %s did not report a compaction result\n", mount.c_str());
     return 1;
   }
-  engine::CompactReport r;
-  r.segments_rewritten = std::strtoull(kv["segments_rewritten"].c_str(), nullptr, 10);
-  r.bytes_reclaimed = std::strtoull(kv["bytes_reclaimed"].c_str(), nullptr, 10);
-  r.bytes_copied = std::strtoull(kv["bytes_copied"].c_str(), nullptr, 10);
-  r.seconds = std::strtod(kv["seconds"].c_str(), nullptr);
-  std::stringstream ids(kv["segments"]);
-  for (std::string id; std::getline(ids, id, ',');) {
-    if (!id.empty()) r.segments.push_back(std::strtoull(id.c_str(), nullptr, 10));
-  }
-  const uint64_t errors = std::strtoull(kv["errors"].c_str(), nullptr, 10);
   PrintSummary(r, dry_run);
   return ExitStatus(errors);
 }
@@ -119,10 +127,8 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
   bar.Finish();
   if (!r.ok()) {
     if (r.status().code() == EBUSY) {
-      const std::string msg = r.status().message();
-      const size_t at = msg.find(" is in use by ");
       std::fprintf(stderr, "ckptfs: refusing: store is in use by %s (compact through its mountpoint)\n",
-                   at == std::string::npos ? msg.c_str() : msg.c_str() + at + 14);
+                   HolderName(r.status()).c_str());
       return 1;
     }
     std::fprintf(stderr, "ckptfs: compact %s: %s\n", path.c_str(), r.status().ToString().c_str());

@@ -63,9 +63,8 @@ int RunFsck(const std::string& store, bool repair, bool quick, bool json) {
   if (!r.ok()) {
     const std::string msg = r.status().message();
     if (r.status().code() == EBUSY) {
-      const size_t at = msg.find(" is in use by ");
-      const std::string who = at == std::string::npos ? msg : msg.substr(at + 14);
-      std::fprintf(stderr, "ckptfs: refusing: store is in use by %s\n", who.c_str());
+      std::fprintf(stderr, "ckptfs: refusing: store is in use by %s\n",
+                   HolderName(r.status()).c_str());
       return kExitOperational;
     }
     std::fprintf(stderr, "ckptfs: fsck %s: %s\n", store.c_str(), r.status().ToString().c_str());

@@ -38,9 +38,7 @@ bool IsSizeKey(const std::string& key) {
     const size_t n = std::strlen(s);
     return key.size() >= n && key.compare(key.size() - n, n, s) == 0;
   };
-  return ends_with("bytes") || ends_with("_size") || ends_with("coalesce_gap") ||
-         ends_with("coalesce_max") || ends_with("inline_max") || ends_with("min_free") ||
-         ends_with("readahead");
+  return ends_with("bytes") || fs::IsSizeOption(key);
 }
 
 std::string Format(const std::string& key, const nlohmann::ordered_json& v) {
@@ -101,10 +99,8 @@ bool ReadStoreStats(const std::string& dir, std::string* text) {
   engine::Result<std::unique_ptr<engine::Store>> store = engine::Store::Open(dir, o);
   if (!store.ok()) {
     if (store.status().code() == EBUSY) {
-      const std::string msg = store.status().message();
-      const size_t at = msg.find(" is in use by ");
       std::fprintf(stderr, "ckptfs: store %s is mounted by %s; run ckptfs stat on the mountpoint\n",
-                   dir.c_str(), at == std::string::npos ? "another process" : msg.c_str() + at + 14);
+                   dir.c_str(), HolderName(store.status()).c_str());
     } else {
       std::fprintf(stderr, "ckptfs: cannot open store %s: %s\n", dir.c_str(),
                    store.status().ToString().c_str());

@@ -171,8 +171,6 @@ TEST_F(AccountingTest, CompactDeletesNothingWhenAccountingIsCorrupt) {
                          << " segments on corrupt accounting";
     ExpectNames(r.status(), EIO, VictimName());
   }
-  // The "compact" setting reports it too.
-  ExpectNames(s()->SetConfig("compact", "0.3"), EIO, VictimName());
   ASSERT_NO_FATAL_FAILURE(ExpectFilesReadBack());
   ASSERT_NO_FATAL_FAILURE(Close());
   ExpectSegmentFilesKept(before, dir_.store());

@@ -471,7 +471,7 @@ TEST_F(CompactDetailTest, MostlyDeadRecordsAreTrimmedToTheirLiveWindows) {
   }
 }
 
-TEST_F(CompactDetailTest, DryRunAndTheCompactSetting) {
+TEST_F(CompactDetailTest, DryRunAndLastCompaction) {
   ASSERT_NO_FATAL_FAILURE(Open(Options(1 * kMiB, 256 * kKiB)));
   Files files;
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
@@ -489,18 +489,31 @@ TEST_F(CompactDetailTest, DryRunAndTheCompactSetting) {
   EXPECT_EQ(SegmentFileBytes(dir_.store()), before);
   ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> after_dry_run, store_->ListSegments());
   EXPECT_EQ(after_dry_run.size(), segs.size());
-  EXPECT_NE(store_->GetConfig().find("last_compaction.dry_run=1"), std::string::npos);
+  std::optional<CompactionRecord> last = store_->LastCompaction();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_TRUE(last->dry_run);
+  EXPECT_EQ(last->dead_ratio, dry.dead_ratio);
+  EXPECT_EQ(last->report.segments, d.segments);
+  EXPECT_GT(last->finished.sec, 0);
 
-  EXPECT_ERRNO(EINVAL, store_->SetConfig("compact", "lots"));
-  EXPECT_ERRNO(EINVAL, store_->SetConfig("compact", "1.5"));
-  EXPECT_ERRNO(EINVAL, store_->SetConfig("compact", "0.3 fast"));
-  ASSERT_OK(store_->SetConfig("compact", "0.3"));
-  const std::string cfg = store_->GetConfig();
-  EXPECT_NE(cfg.find("last_compaction.dry_run=0"), std::string::npos) << cfg;
-  EXPECT_NE(cfg.find("last_compaction.segments_rewritten=" + std::to_string(d.segments_rewritten)),
-            std::string::npos)
-      << cfg;
-  EXPECT_NE(cfg.find("last_compaction.bytes_reclaimed="), std::string::npos);
+  // A bad ratio is refused and leaves the record as it was.
+  CompactOptions bad;
+  bad.dead_ratio = 1.5;
+  EXPECT_ERRNO(EINVAL, store_->Compact(bad));
+  last = store_->LastCompaction();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_TRUE(last->dry_run);
+
+  CompactOptions real;
+  real.dead_ratio = 0.3;
+  ASSERT_OK_AND_ASSIGN(CompactReport r, store_->Compact(real));
+  last = store_->LastCompaction();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_FALSE(last->dry_run);
+  EXPECT_EQ(last->dead_ratio, 0.3);
+  EXPECT_EQ(last->report.segments_rewritten, d.segments_rewritten);
+  EXPECT_EQ(last->report.segments_rewritten, r.segments_rewritten);
+  EXPECT_EQ(last->report.bytes_reclaimed, r.bytes_reclaimed);
   EXPECT_LT(SegmentFileBytes(dir_.store()), before - 2 * kMiB);
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
 }
@@ -558,7 +571,7 @@ TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
   for (int i = 0; i < 100 && !(reclaimed && reported); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     reclaimed = SegmentFileBytes(dir_.store()) < before - 3 * kMiB;
-    reported = store_->GetConfig().find("last_compaction.segments_rewritten=") != std::string::npos;
+    reported = store_->LastCompaction().has_value();
   }
   EXPECT_TRUE(reclaimed) << "no background compaction within 10 s";
   EXPECT_TRUE(reported) << "no last_compaction lines within 10 s";
@@ -573,7 +586,7 @@ TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   StoreOptions o = Options(1 * kMiB, 128 * kKiB);
   o.free_empty_segments = true;  // and no dead-bytes trigger: nothing is copied
   ASSERT_NO_FATAL_FAILURE(Open(o));
-  EXPECT_NE(store_->GetConfig().find("free_empty_segments=1\n"), std::string::npos);
+  EXPECT_TRUE(store_->GetOptions().free_empty_segments);
   Files files;
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
@@ -581,18 +594,19 @@ TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   const uint64_t before = SegmentFileBytes(dir_.store());
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
   // The files go before the compaction reports itself: wait for both.
-  bool freed = false, reported = false;
-  std::string cfg;
-  for (int i = 0; i < 100 && !(freed && reported); ++i) {
+  bool freed = false;
+  std::optional<CompactionRecord> last;
+  for (int i = 0; i < 100 && !(freed && last); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     freed = SegmentFileBytes(dir_.store()) < before - 3 * kMiB;
-    cfg = store_->GetConfig();
-    reported = cfg.find("last_compaction.segments_rewritten=") != std::string::npos;
+    last = store_->LastCompaction();
   }
   EXPECT_TRUE(freed) << "segments of the deleted step still there after 10 s";
   ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, store_->ListSegments());
   EXPECT_LT(segments.size(), segments_before.size());
-  EXPECT_NE(cfg.find("last_compaction.bytes_copied=0\n"), std::string::npos) << cfg;
+  ASSERT_TRUE(last.has_value()) << "no compaction reported within 10 s";
+  EXPECT_EQ(last->report.bytes_copied, 0u);
+  EXPECT_EQ(last->dead_ratio, 1.0) << "only empty segments are taken";
   for (const SegmentInfo& seg : segments) {
     EXPECT_TRUE(seg.live_bytes > 0 || seg.id >= segments.back().id)
         << "segment " << seg.id << " holds nothing live but was kept";
@@ -612,6 +626,10 @@ TEST_F(CompactDetailTest, OfflineCompactionAndAStoreInUse) {
   auto busy = Store::CompactOffline(dir_.store(), CompactOptions{});
   ASSERT_ERRNO(EBUSY, busy);
   EXPECT_NE(busy.status().message().find("in use by ckptfs engine test"), std::string::npos);
+  const StoreHolder* holder = busy.status().payload<StoreHolder>();
+  ASSERT_NE(holder, nullptr);
+  EXPECT_EQ(holder->holder, "ckptfs engine test");
+  EXPECT_EQ(holder->pid, ::getpid());
   ASSERT_OK(store_->Close());
   store_.reset();
   ASSERT_OK_AND_ASSIGN(CompactReport rep, Store::CompactOffline(dir_.store(), CompactOptions{}));

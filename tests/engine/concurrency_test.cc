@@ -169,13 +169,17 @@ TEST_F(ConcurrencyTest, WritersReadersAndNamespaceChurn) {
     int i = 0;
     while (writers_done.load() < kWriters) {
       bool on = (i++ % 2) == 0;
-      EXPECT_OK(s()->SetConfig("coalesce_gap", on ? "262144" : "0"));
-      EXPECT_OK(s()->SetConfig("coalesce_max", on ? "1048576" : "0"));
-      EXPECT_OK(s()->SetConfig("cache_bytes", on ? "8388608" : "65536"));
+      EXPECT_OK(s()->UpdateOptions([on](StoreOptions* o) {
+        o->coalesce_gap = on ? 262144 : 0;
+        o->coalesce_max = on ? 1048576 : 0;
+      }));
+      EXPECT_OK(
+          s()->UpdateOptions([on](StoreOptions* o) { o->cache_bytes = on ? 8388608 : 65536; }));
       s()->DropCache();
       EXPECT_OK(s()->GetStats());
       EXPECT_OK(s()->ListSegments());
-      (void)s()->GetConfig();
+      (void)s()->GetOptions();
+      (void)s()->LastCompaction();
       std::this_thread::yield();
     }
   };

@@ -118,8 +118,10 @@ TEST_F(CorruptionTest, FlippedPayloadByteFailsOnlyThatRecord) {
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fb, 0, b));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fc, 0, c));
   // The same with coalescing off.
-  ASSERT_OK(s()->SetConfig("coalesce_gap", "0"));
-  ASSERT_OK(s()->SetConfig("coalesce_max", "0"));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) {
+    o->coalesce_gap = 0;
+    o->coalesce_max = 0;
+  }));
   EXPECT_ERRNO(EIO, ColdRead(fa, 64 * kKiB + 1, 1));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fa, 0, a.substr(0, 64 * kKiB)));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(fa, 128 * kKiB, a.substr(128 * kKiB)));

@@ -6,9 +6,9 @@
 #include <linux/falloc.h>
 #include <sys/stat.h>
 
-#include <map>
+#include <functional>
 #include <random>
-#include <sstream>
+#include <vector>
 
 #include "tests/engine/test_util.h"
 
@@ -261,7 +261,7 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   for (const ExtentInfo& e : ex) EXPECT_EQ(e.value.codec, format::Codec::kNone);
 
   // Turned off at run time: new records are raw.
-  ASSERT_OK(s()->SetConfig("compression_level", "0"));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->compression_level = 0; }));
   Ino h = File("text-raw");
   ASSERT_OK(WriteAll(s(), h, 0, text.substr(0, kMiB)));
   ASSERT_OK_AND_ASSIGN(ex, s()->GetExtents(h));
@@ -273,50 +273,48 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   ASSERT_NO_FATAL_FAILURE(ExpectContents(h, text.substr(0, kMiB)));
 }
 
-// "key=value" lines of GetConfig as a map.
-std::map<std::string, std::string> ParseConfig(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
+TEST_F(DataTest, GetOptionsAndUpdateOptions) {
+  const StoreOptions opened = s()->GetOptions();
+  EXPECT_EQ(opened.coalesce_gap, options_.coalesce_gap);
+  EXPECT_EQ(opened.coalesce_max, options_.coalesce_max);
+  EXPECT_EQ(opened.cache_bytes, options_.cache_bytes);
+  EXPECT_EQ(opened.compression_level, 0);
+  EXPECT_EQ(opened.segment_target_bytes, options_.segment_target_bytes);
+  EXPECT_EQ(opened.inline_max_bytes, options_.inline_max_bytes);
+  EXPECT_EQ(opened.holder, options_.holder);
 
-TEST_F(DataTest, SetConfigAndGetConfig) {
-  auto cfg = ParseConfig(s()->GetConfig());
-  for (const char* key : {"coalesce_gap", "coalesce_max", "cache_bytes", "compression_level"}) {
-    EXPECT_EQ(cfg.count(key), 1u) << key << " missing from GetConfig:\n" << s()->GetConfig();
-  }
-  EXPECT_EQ(cfg["coalesce_gap"], std::to_string(options_.coalesce_gap));
-  EXPECT_EQ(cfg["coalesce_max"], std::to_string(options_.coalesce_max));
-  EXPECT_EQ(cfg["cache_bytes"], std::to_string(options_.cache_bytes));
-  EXPECT_EQ(cfg["compression_level"], "0");
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) {
+    o->coalesce_gap = 0;
+    o->coalesce_max = 2 * kMiB;
+    o->cache_bytes = kMiB;
+    o->compression_level = 5;
+  }));
+  StoreOptions want = opened;
+  want.coalesce_gap = 0;
+  want.coalesce_max = 2 * kMiB;
+  want.cache_bytes = kMiB;
+  want.compression_level = 5;
+  EXPECT_TRUE(s()->GetOptions() == want);
 
-  const std::map<std::string, std::string> values = {
-      {"coalesce_gap", "0"},
-      {"coalesce_max", "2097152"},
-      {"cache_bytes", "1048576"},
-      {"compression_level", "5"},
+  // A change to a setting fixed while open, or a level out of range, is
+  // refused whole: the run-time change that comes with it is not applied.
+  const std::vector<std::function<void(StoreOptions*)>> refused = {
+      [](StoreOptions* o) { o->segment_target_bytes = 4 * kMiB; },
+      [](StoreOptions* o) { o->inline_max_bytes = 0; },
+      [](StoreOptions* o) { o->min_free_bytes = 1; },
+      [](StoreOptions* o) { o->free_empty_segments = !o->free_empty_segments; },
+      [](StoreOptions* o) { o->holder = "someone else"; },
+      [](StoreOptions* o) { o->compression_level = 23; },
+      [](StoreOptions* o) { o->compression_level = -1; },
   };
-  for (const auto& [key, value] : values) {
-    ASSERT_OK(s()->SetConfig(key, value));
-    EXPECT_EQ(ParseConfig(s()->GetConfig())[key], value) << key;
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const Status st = s()->UpdateOptions([&](StoreOptions* o) {
+      o->coalesce_gap = 12345;
+      refused[i](o);
+    });
+    EXPECT_ERRNO(EINVAL, st) << "change " << i;
   }
-  for (const char* key : {"coalesce_gap", "coalesce_max", "cache_bytes", "compression_level"}) {
-    for (const char* bad : {"", "abc", "12x", "-"}) {
-      EXPECT_ERRNO(EINVAL, s()->SetConfig(key, bad)) << key << "=" << bad;
-    }
-  }
-  EXPECT_ERRNO(EINVAL, s()->SetConfig("no_such_key", "1"));
-  EXPECT_ERRNO(EINVAL, s()->SetConfig("", "1"));
-  // Settings fixed while open are not run-time settings.
-  EXPECT_ERRNO(EINVAL, s()->SetConfig("segment_target_bytes", "1048576"));
-  // Failed calls changed nothing.
-  cfg = ParseConfig(s()->GetConfig());
-  for (const auto& [key, value] : values) EXPECT_EQ(cfg[key], value) << key;
+  EXPECT_TRUE(s()->GetOptions() == want);
   // Writes and reads still work with the new settings.
   Ino f = File("f");
   const std::string data = CompressibleData(300 * kKiB);
@@ -361,14 +359,18 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
   ASSERT_OK_AND_ASSIGN(EngineStats coalesced, s()->GetStats());
   EXPECT_GT(coalesced.coalesced_reads, 0u);
 
-  ASSERT_OK(s()->SetConfig("coalesce_gap", "0"));
-  ASSERT_OK(s()->SetConfig("coalesce_max", "0"));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) {
+    o->coalesce_gap = 0;
+    o->coalesce_max = 0;
+  }));
   ASSERT_OK_AND_ASSIGN(uint64_t off, read_all());
   EXPECT_EQ(off, static_cast<uint64_t>(kFiles)) << "coalescing off: one read per record";
 
   // And on again at run time.
-  ASSERT_OK(s()->SetConfig("coalesce_gap", std::to_string(256 * kKiB)));
-  ASSERT_OK(s()->SetConfig("coalesce_max", std::to_string(kMiB)));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) {
+    o->coalesce_gap = 256 * kKiB;
+    o->coalesce_max = kMiB;
+  }));
   ASSERT_OK_AND_ASSIGN(uint64_t again, read_all());
   EXPECT_LE(again, static_cast<uint64_t>(kFiles / 10)) << "coalescing on again";
 }
@@ -385,7 +387,7 @@ TEST_F(DataTest, CacheServesRepeatedReads) {
   EXPECT_EQ(s2.backing_reads, s1.backing_reads) << "second read should come from the cache";
   EXPECT_GT(s2.cache_hits, s1.cache_hits);
   // With no cache, every read goes to the segment file.
-  ASSERT_OK(s()->SetConfig("cache_bytes", "0"));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->cache_bytes = 0; }));
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, data));
   ASSERT_OK_AND_ASSIGN(EngineStats s3, s()->GetStats());
   EXPECT_GT(s3.backing_reads, s2.backing_reads);

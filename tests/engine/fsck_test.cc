@@ -505,6 +505,10 @@ TEST_F(FsckTest, RefusesAStoreInUse) {
   ASSERT_ERRNO(EBUSY, r);
   EXPECT_NE(r.status().message().find("in use by ckptfs mount /mnt/test-holder"), std::string::npos)
       << r.status().ToString();
+  const StoreHolder* holder = r.status().payload<StoreHolder>();
+  ASSERT_NE(holder, nullptr);
+  EXPECT_EQ(holder->holder, "ckptfs mount /mnt/test-holder");
+  EXPECT_EQ(holder->pid, ::getpid());
   ASSERT_OK(store->Close());
 }
 

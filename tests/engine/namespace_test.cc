@@ -921,11 +921,12 @@ TEST_F(NamespaceTest, CallsAfterCloseFail) {
   EXPECT_ERRNO(EIO, s()->Fsync(f, false));
   EXPECT_ERRNO(EIO, s()->SyncAll());
   EXPECT_ERRNO(EIO, s()->GetExtents(f));
-  EXPECT_ERRNO(EIO, s()->SetConfig("cache_bytes", "1024"));
+  EXPECT_ERRNO(EIO, s()->UpdateOptions([](StoreOptions* o) { o->cache_bytes = 1024; }));
   // Introspection does not crash either; what reads the index fails.
   EXPECT_ERRNO(EIO, s()->GetStats());
   EXPECT_ERRNO(EIO, s()->ListSegments());
-  (void)s()->GetConfig();
+  (void)s()->GetOptions();
+  (void)s()->LastCompaction();
   s()->DropCache();
   EXPECT_ERRNO(EIO, s()->Close());
   store_.reset();
@@ -966,6 +967,14 @@ TEST_F(NamespaceTest, SecondOpenFailsWithEbusyNamingTheHolder) {
   EXPECT_EQ(second.status().code(), EBUSY) << second.status().ToString();
   EXPECT_NE(second.status().message().find("ckptfs engine test"), std::string::npos)
       << "message does not name the holder: " << second.status().message();
+  const StoreHolder* holder = second.status().payload<StoreHolder>();
+  ASSERT_NE(holder, nullptr);
+  EXPECT_EQ(holder->holder, "ckptfs engine test");
+  EXPECT_EQ(holder->pid, ::getpid());
+  const Status copy = second.status();
+  EXPECT_EQ(copy.payload<StoreHolder>(), holder) << "copies share one payload";
+  EXPECT_EQ(copy.payload<int>(), nullptr) << "a payload of another type is not there";
+  EXPECT_EQ(Status::OK().payload<StoreHolder>(), nullptr);
   // The first store is not disturbed.
   ASSERT_OK(s()->Create(kRootIno, "still-works", S_IFREG | 0644, 0, 0));
 }
@@ -981,11 +990,16 @@ TEST_F(NamespaceTest, OpenHeldByAnotherProcessFailsAndStaleLockIsFree) {
   ASSERT_TRUE(ReadLine(child.fd, &line)) << "child did not open the store";
   ASSERT_EQ(line, "ready");
   auto second = Store::Open(dir_.store(), options_);
+  const pid_t child_pid = child.pid;
   guard.Reap(/*kill=*/true);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), EBUSY) << second.status().ToString();
   EXPECT_NE(second.status().message().find(holder), std::string::npos)
       << "message does not name the holder: " << second.status().message();
+  const StoreHolder* who = second.status().payload<StoreHolder>();
+  ASSERT_NE(who, nullptr);
+  EXPECT_EQ(who->holder, holder);
+  EXPECT_EQ(who->pid, child_pid);
   // The holder died: its lock went with it.
   ASSERT_NO_FATAL_FAILURE(Reopen());
   EXPECT_OK(s()->GetAttr(kRootIno));

@@ -73,6 +73,23 @@ grep -qx 'coalesce_gap=0' "$mnt/.ckptfs/config" || ckptfs_fail "config did not c
 if err=$(echo "no_such_key=1" 2>&1 >"$mnt/.ckptfs/config"); then
   ckptfs_fail "writing an unknown config key succeeded"
 fi
+# One name per setting; older names still change it.
+echo "cache_size=2M" >"$mnt/.ckptfs/config"
+grep -qx 'cache_size=2097152' "$mnt/.ckptfs/config" || ckptfs_fail "cache_size did not change"
+printf 'cache_bytes=1048576\ncompression_level=3\n' >"$mnt/.ckptfs/config"
+grep -qx 'cache_size=1048576' "$mnt/.ckptfs/config" || ckptfs_fail "alias cache_bytes did not work"
+grep -qx 'compression=3' "$mnt/.ckptfs/config" || ckptfs_fail "alias compression_level did not work"
+if grep -q '^cache_bytes=\|^compression_level=' "$mnt/.ckptfs/config"; then
+  ckptfs_fail "config shows older names: $(cat "$mnt/.ckptfs/config")"
+fi
+echo "compression=0" >"$mnt/.ckptfs/config"
+if (echo "segment_size=4M" >"$mnt/.ckptfs/config") 2>/dev/null; then
+  ckptfs_fail "a setting fixed while mounted changed"
+fi
+"$CKPTFS_BIN" mount --help >"$tmp/help.txt"
+for opt in compact_dead=SIZE compact_rate=SIZE free_empty; do
+  grep -q "^  $opt " "$tmp/help.txt" || ckptfs_fail "mount --help lacks $opt"
+done
 if (echo x >"$mnt/.ckptfs/stats") 2>/dev/null; then ckptfs_fail "stats is writable"; fi
 
 # ---- Mount errors: one line on stderr, exit status 1, nothing harmed. ----

@@ -1,0 +1,470 @@
+#include "fs/option_table.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+
+#include "engine/size.h"
+
+namespace ckptfs::fs {
+
+using engine::Result;
+using engine::Status;
+using engine::StoreOptions;
+
+namespace {
+
+template <typename T>
+OptionValue ToValue(T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<double>(v);
+  } else {
+    return static_cast<uint64_t>(v);
+  }
+}
+
+// REQUIRES: `v` holds the alternative of T's OptionType and fits in T (the
+// table's bounds make it so).
+template <typename T>
+void Assign(T* field, const OptionValue& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    *field = std::get<bool>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    *field = std::get<double>(v);
+  } else {
+    *field = static_cast<T>(std::get<uint64_t>(v));
+  }
+}
+
+// A field of engine::StoreOptions (reached through MountOptions::store).
+template <auto F>
+constexpr OptionField kStoreField = {
+    [](const MountOptions& o) { return ToValue(o.store.*F); },
+    [](MountOptions* o, const OptionValue& v) { Assign(&(o->store.*F), v); },
+    [](const StoreOptions& o) { return ToValue(o.*F); },
+    [](StoreOptions* o, const OptionValue& v) { Assign(&(o->*F), v); },
+};
+
+// A field of MountOptions: a setting of the mount alone.
+template <auto F>
+constexpr OptionField kMountField = {
+    [](const MountOptions& o) { return ToValue(o.*F); },
+    [](MountOptions* o, const OptionValue& v) { Assign(&(o->*F), v); },
+    nullptr,
+    nullptr,
+};
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10;
+
+// The table. Keep help texts to what a user needs to choose a value; the
+// README's table is generated from them (see OptionsMarkdown).
+constexpr OptionSpec kOptions[] = {
+    {.name = "coalesce_gap",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::coalesce_gap>,
+     .runtime = true,
+     .help = "two reads in one segment merge when at most this many bytes lie between them; "
+             "0 = coalescing off"},
+    {.name = "coalesce_max",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::coalesce_max>,
+     .runtime = true,
+     .help = "largest merged read; a small read is extended up to this size to pull "
+             "neighbouring files into the cache; 0 = off"},
+    {.name = "cache_size",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::cache_bytes>,
+     .runtime = true,
+     .aliases = {"cache_bytes"},
+     .help = "memory for verified, decoded records"},
+    {.name = "compression",
+     .type = OptionType::kCount,
+     .field = kStoreField<&StoreOptions::compression_level>,
+     .runtime = true,
+     .min = 0,
+     .max = 22,
+     .aliases = {"compression_level"},
+     .help = "zstd level for new records (0 = off); a record stays compressed only where that "
+             "saves space"},
+    {.name = "segment_size",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::segment_target_bytes>,
+     .min = 1 * kMiB,
+     .aliases = {"segment_target_bytes"},
+     .help = "a segment file is sealed at this size and a new one started"},
+    {.name = "inline_max",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::inline_max_bytes>,
+     .max = 64 * kKiB,
+     .aliases = {"inline_max_bytes"},
+     .help = "files up to this size live in the index, not in segments"},
+    {.name = "min_free",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::min_free_bytes>,
+     .aliases = {"min_free_bytes"},
+     .help = "writes fail with ENOSPC while the disk under the store has less free space, so "
+             "the index always has room"},
+    {.name = "compact_dead",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::background_compact_dead_bytes>,
+     .aliases = {"background_compact_dead_bytes"},
+     .help = "background compaction: rewrite segments once this many dead bytes pile up; "
+             "0 = off"},
+    {.name = "compact_rate",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::background_compact_bytes_per_sec>,
+     .min = 1,
+     .aliases = {"background_compact_bytes_per_sec"},
+     .help = "bytes per second background compaction may copy, so that it never slows a save "
+             "noticeably"},
+    {.name = "free_empty",
+     .type = OptionType::kFlag,
+     .field = kStoreField<&StoreOptions::free_empty_segments>,
+     .aliases = {"free_empty_segments"},
+     .help = "delete a segment file within seconds once nothing in it is live (its files were "
+             "deleted or overwritten), so that removing an old checkpoint gives its space back "
+             "without copying anything; `free_empty=0` keeps segments until a compaction"},
+    {.name = "readahead",
+     .type = OptionType::kSize,
+     .field = kMountField<&MountOptions::readahead>,
+     .help = "the kernel's read-ahead window for the mount (set through sysfs; root only); "
+             "0 = the kernel's default"},
+    {.name = "threads",
+     .type = OptionType::kCount,
+     .field = kMountField<&MountOptions::threads>,
+     .min = 1,
+     .max = 1024,
+     .help = "FUSE worker threads"},
+    {.name = "attr_timeout",
+     .type = OptionType::kSeconds,
+     .field = kMountField<&MountOptions::attr_timeout>,
+     .help = "seconds the kernel caches attributes"},
+    {.name = "entry_timeout",
+     .type = OptionType::kSeconds,
+     .field = kMountField<&MountOptions::entry_timeout>,
+     .help = "seconds the kernel caches name lookups, negative ones too"},
+    {.name = "allow_other",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::allow_other>,
+     .help = "let other users in (needs `user_allow_other` in /etc/fuse.conf for non-root)"},
+    {.name = "ro",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::read_only>,
+     .aliases = {"read_only"},
+     .off_name = "rw",
+     .help = "read-only store and mount; `rw` turns it off"},
+    {.name = "writeback_cache",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::writeback_cache>,
+     .help = "the kernel's write-back cache; faster small writes, but weakens the durability "
+             "contract (writes survive a daemon kill only once the file is closed or fsynced)"},
+    {.name = "debug",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::debug>,
+     .help = "libfuse request tracing on stderr, for a mount in the foreground (`-d` is "
+             "`-f -o debug`)"},
+};
+
+// The placeholder for the value in "name=VALUE"; "" for flags.
+std::string_view Placeholder(OptionType type) {
+  switch (type) {
+    case OptionType::kSize:
+      return "SIZE";
+    case OptionType::kCount:
+      return "N";
+    case OptionType::kSeconds:
+      return "SECS";
+    case OptionType::kFlag:
+      return "";
+  }
+  return "";
+}
+
+std::string HumanSize(uint64_t v) {
+  static constexpr struct {
+    int shift;
+    char unit;
+  } kUnits[] = {{40, 'T'}, {30, 'G'}, {20, 'M'}, {10, 'K'}};
+  for (const auto& u : kUnits) {
+    if (v != 0 && v % (uint64_t{1} << u.shift) == 0) {
+      return std::to_string(v >> u.shift) + u.unit;
+    }
+  }
+  return std::to_string(v);
+}
+
+// What a value of `spec` must look like, for error messages.
+std::string Expected(const OptionSpec& spec) {
+  const bool has_min = spec.min > 0, has_max = spec.max != UINT64_MAX;
+  auto bound = [&](uint64_t v) {
+    return spec.type == OptionType::kSize ? HumanSize(v) : std::to_string(v);
+  };
+  std::string range;
+  if (has_max && (has_min || spec.type == OptionType::kCount)) {
+    range = " from " + bound(spec.min) + " to " + bound(spec.max);
+  } else if (has_max) {
+    range = " of at most " + bound(spec.max);
+  } else if (spec.min == 1) {
+    range = " above 0";
+  } else if (has_min) {
+    range = " of at least " + bound(spec.min);
+  }
+  switch (spec.type) {
+    case OptionType::kSize:
+      return "a size" + (range.empty() ? std::string(" such as 256K, 64M or 1G") : range);
+    case OptionType::kCount:
+      return "a whole number" + range;
+    case OptionType::kSeconds:
+      return "seconds such as 1 or 0.5";
+    case OptionType::kFlag:
+      return "no value, or 1/0";
+  }
+  return "";
+}
+
+Result<double> ParseSeconds(std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0) {
+    return Status::Errno(EINVAL, "not a duration");
+  }
+  return v;
+}
+
+Result<uint64_t> ParseCount(std::string_view text) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return Status::Errno(EINVAL, "not a number");
+  }
+  return v;
+}
+
+Result<bool> ParseFlag(std::string_view text) {
+  if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
+  if (text == "0" || text == "false" || text == "no" || text == "off") return false;
+  return Status::Errno(EINVAL, "not a flag");
+}
+
+// Removes the Markdown backquotes of a help text, for the terminal.
+std::string PlainText(std::string_view help) {
+  std::string out;
+  for (char c : help) {
+    if (c != '`') out.push_back(c);
+  }
+  return out;
+}
+
+// Appends `text` to `out`, wrapped at `width` columns, every line but the
+// first indented by `indent` spaces; the first starts at column `column`.
+void AppendWrapped(std::string* out, std::string_view text, size_t column, size_t indent,
+                   size_t width) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(pos, end - pos);
+    if (column > indent && column + 1 + word.size() > width) {
+      out->append("\n").append(indent, ' ');
+      column = indent;
+    } else if (column > indent) {
+      out->push_back(' ');
+      ++column;
+    }
+    out->append(word);
+    column += word.size();
+    pos = end + 1;
+  }
+}
+
+// "`cache_bytes` for `cache_size`, ..." for the options that have older names.
+std::string AliasList(bool markdown) {
+  const std::string_view q = markdown ? "`" : "";
+  std::string out;
+  for (const OptionSpec& spec : kOptions) {
+    for (std::string_view alias : spec.aliases) {
+      if (alias.empty()) continue;
+      if (!out.empty()) out += ", ";
+      out.append(q).append(alias).append(q).append(" for ").append(q).append(spec.name);
+      out.append(q);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const OptionSpec> OptionTable() { return kOptions; }
+
+const OptionSpec* FindOption(std::string_view name) {
+  if (name.empty()) return nullptr;
+  for (const OptionSpec& spec : kOptions) {
+    if (spec.name == name || spec.off_name == name) return &spec;
+    for (std::string_view alias : spec.aliases) {
+      if (alias == name) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+Result<OptionValue> ParseOptionValue(const OptionSpec& spec, std::string_view key,
+                                     std::optional<std::string_view> value) {
+  if (spec.type == OptionType::kFlag && !value) return OptionValue(true);
+  if (!value) {
+    return Status::Errno(EINVAL,
+                         "option '" + std::string(key) + "' needs a value: " + Expected(spec));
+  }
+  auto bad = [&] {
+    return Status::Errno(EINVAL, "bad value '" + std::string(*value) + "' for option '" +
+                                     std::string(key) + "': expected " + Expected(spec));
+  };
+  switch (spec.type) {
+    case OptionType::kSize:
+    case OptionType::kCount: {
+      Result<uint64_t> v =
+          spec.type == OptionType::kSize ? engine::ParseSize(*value) : ParseCount(*value);
+      if (!v.ok() || *v < spec.min || *v > spec.max) return bad();
+      return OptionValue(*v);
+    }
+    case OptionType::kSeconds: {
+      Result<double> v = ParseSeconds(*value);
+      if (!v.ok()) return bad();
+      return OptionValue(*v);
+    }
+    case OptionType::kFlag: {
+      Result<bool> v = ParseFlag(*value);
+      if (!v.ok()) return bad();
+      return OptionValue(*v);
+    }
+  }
+  return bad();
+}
+
+std::string OptionValueText(const OptionSpec& spec, const OptionValue& value) {
+  if (const bool* b = std::get_if<bool>(&value)) return *b ? "1" : "0";
+  if (const double* d = std::get_if<double>(&value)) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", *d);
+    return buf;
+  }
+  return std::to_string(std::get<uint64_t>(value));
+}
+
+std::string OptionValueHuman(const OptionSpec& spec, const OptionValue& value) {
+  if (const bool* b = std::get_if<bool>(&value)) return *b ? "on" : "off";
+  if (spec.type == OptionType::kSize) return HumanSize(std::get<uint64_t>(value));
+  return OptionValueText(spec, value);
+}
+
+std::string OptionLines(const MountOptions& options) {
+  std::string out;
+  for (const OptionSpec& spec : kOptions) {
+    out.append(spec.name).append("=").append(OptionValueText(spec, spec.field.get(options)));
+    out.push_back('\n');
+  }
+  return out;
+}
+
+Status ApplyRuntimeOption(engine::Store& store, std::string_view key, std::string_view value) {
+  const OptionSpec* spec = FindOption(key);
+  if (spec == nullptr) {
+    return Status::Errno(EINVAL, "unknown setting '" + std::string(key) + "'");
+  }
+  if (!spec->runtime) {
+    std::string runtime;
+    for (const OptionSpec& s : kOptions) {
+      if (s.runtime) runtime.append(runtime.empty() ? "" : ", ").append(s.name);
+    }
+    return Status::Errno(EINVAL, "'" + std::string(key) +
+                                     "' does not change while mounted (run-time settings: " +
+                                     runtime + "; compact=R runs a compaction)");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const OptionValue v, ParseOptionValue(*spec, key, value));
+  return store.UpdateOptions([&](StoreOptions* o) { spec->field.store_set(o, v); });
+}
+
+Status ParseMountOption(std::string_view option, MountOptions* options) {
+  const size_t eq = option.find('=');
+  const std::string_view key = option.substr(0, eq);
+  std::optional<std::string_view> value;
+  if (eq != std::string_view::npos) value = option.substr(eq + 1);
+  if (key.empty()) return Status::Errno(EINVAL, "empty mount option");
+  const OptionSpec* spec = FindOption(key);
+  if (spec == nullptr) {
+    return Status::Errno(EINVAL, "unknown mount option '" + std::string(key) + "'");
+  }
+  if (key == spec->off_name) {
+    if (value) {
+      return Status::Errno(EINVAL, "bad value '" + std::string(*value) + "' for option '" +
+                                       std::string(key) + "': expected no value");
+    }
+    spec->field.set(options, OptionValue(false));
+    return Status::OK();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const OptionValue v, ParseOptionValue(*spec, key, value));
+  spec->field.set(options, v);
+  return Status::OK();
+}
+
+bool IsSizeOption(std::string_view name) {
+  const OptionSpec* spec = FindOption(name);
+  return spec != nullptr && spec->type == OptionType::kSize;
+}
+
+std::string MountOptionsHelp() {
+  constexpr size_t kNameWidth = 22, kWidth = 80;
+  const MountOptions defaults;
+  std::string out;
+  AppendWrapped(&out,
+                "Mount options (-o NAME[=VALUE],...; sizes take K/M/G/T suffixes). Run-time "
+                "ones also change while mounted: echo NAME=VALUE > MOUNTPOINT/.ckptfs/config",
+                0, 0, kWidth);
+  out += "\n";
+  for (const OptionSpec& spec : kOptions) {
+    std::string name = "  " + std::string(spec.name);
+    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec.type));
+    if (!spec.off_name.empty()) name += ", " + std::string(spec.off_name);
+    out += name;
+    size_t column = name.size();
+    if (column + 1 >= kNameWidth) {
+      out += "\n";
+      column = 0;
+    }
+    out.append(kNameWidth - column, ' ');
+    std::string text = PlainText(spec.help) +
+                       ". Default: " + OptionValueHuman(spec, spec.field.get(defaults)) +
+                       (spec.runtime ? "; run-time." : ".");
+    AppendWrapped(&out, text, kNameWidth, kNameWidth, kWidth);
+    out += "\n";
+  }
+  std::string aliases = "Older names still work: " + AliasList(/*markdown=*/false) + ".";
+  AppendWrapped(&out, aliases, 0, 2, kWidth);
+  out += "\n";
+  return out;
+}
+
+std::string OptionsMarkdown() {
+  const MountOptions defaults;
+  std::string out =
+      "| option | default | meaning | changes while mounted |\n"
+      "| --- | --- | --- | --- |\n";
+  for (const OptionSpec& spec : kOptions) {
+    std::string name = "`" + std::string(spec.name);
+    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec.type));
+    name += "`";
+    out += "| " + name + " | " + OptionValueHuman(spec, spec.field.get(defaults)) + " | " +
+           std::string(spec.help) + " | " + (spec.runtime ? "yes" : "no") + " |\n";
+  }
+  out += "\nOlder names still work, as mount options and in `.ckptfs/config`: " +
+         AliasList(/*markdown=*/true) + ".\n";
+  return out;
+}
+
+}  // namespace ckptfs::fs
