@@ -18,12 +18,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mount_bench as mb  # noqa: E402  (Ckptfs, drop_caches, wipe)
+from measure import drop_caches  # noqa: E402
+from target import DEFAULT_CKPTFS, Ckptfs, wipe  # noqa: E402
 
 
 def per_call_us(fn, n):
@@ -61,7 +61,7 @@ def ops_per_file(before, after, files):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckptfs", default=mb.DEFAULT_CKPTFS)
+    ap.add_argument("--ckptfs", default=DEFAULT_CKPTFS)
     ap.add_argument("--work", default="/tmp/ckptfs-request-costs")
     ap.add_argument("--n", type=int, default=20000, help="calls timed, and files created")
     args = ap.parse_args()
@@ -70,9 +70,9 @@ def main():
     work = os.path.realpath(args.work)
     store, mnt, plain = (os.path.join(work, x) for x in ("store", "mnt", "plain"))
     for d in (store, plain):
-        mb.wipe(d)
+        wipe(d)
     os.makedirs(plain)
-    fs = mb.Ckptfs(os.path.realpath(args.ckptfs), [])
+    fs = Ckptfs(os.path.realpath(args.ckptfs), [])
     out = {}
     try:
         fs.mount(store, mnt)
@@ -89,7 +89,7 @@ def main():
                 fh.write(data)
         out["ckptfs"]["requests_per_created_file"] = ops_per_file(before, ops(fs), args.n)
         fs.umount()
-        mb.drop_caches()
+        drop_caches()
         fs.mount(store, mnt)
         before = ops(fs)
         for i in range(args.n):

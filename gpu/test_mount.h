@@ -1,21 +1,23 @@
-// Real ckptfs mounts for the gpu/ tests, made with the built `ckptfs`
-// binary (CKPTFS_BIN, a compile definition).
+// Real ckptfs mounts for the gpu/ tests, through the mount harness that
+// every mount test uses (tests/mount/ckptfs_harness.py, its command line):
+// it mounts with the built `ckptfs` binary, skips where mounts are
+// impossible, and checks the daemon's sanitizer reports at unmount.
+// Compile definitions: CKPTFS_BIN (the binary), CKPTFS_HARNESS (the
+// script) and CKPTFS_TEST_PYTHON (the interpreter).
 //
-// Never leaves a mount behind: TestMount's destructor unmounts (`ckptfs
-// umount`, then `fusermount3 -u -z`), and each mount has a guardian process
-// that holds the read end of a pipe whose write end only this process has;
-// when this process ends in any way (a crash, SIGKILL), the guardian reads
-// EOF and lazily unmounts.
+// Never leaves a mount behind: TestMount's destructor unmounts, and the
+// harness session this process owns has a guardian process that unmounts
+// whatever is left when this process ends in any way (a crash, SIGKILL),
+// and stops it past $CKPTFS_TEST_DEADLINE.
 #pragma once
 
 #include <fcntl.h>
-#include <signal.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,8 +25,10 @@
 namespace ckptfs::gpu::testing {
 
 // Runs argv[0] (a path) with `argv`; returns its exit status (-1 when it
-// could not run or died of a signal). Collects stdout+stderr in *output.
-inline int RunCommand(const std::vector<std::string>& argv, std::string* output = nullptr) {
+// could not run or died of a signal). Collects stdout (and, unless
+// `stdout_only`, stderr) in *output.
+inline int RunCommand(const std::vector<std::string>& argv, std::string* output = nullptr,
+                      bool stdout_only = false) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -34,7 +38,7 @@ inline int RunCommand(const std::vector<std::string>& argv, std::string* output 
   if (pid < 0) return -1;
   if (pid == 0) {
     dup2(out[1], 1);
-    dup2(out[1], 2);
+    if (!stdout_only) dup2(out[1], 2);
     execv(args[0], args.data());
     _exit(127);
   }
@@ -43,6 +47,7 @@ inline int RunCommand(const std::vector<std::string>& argv, std::string* output 
   char buf[4096];
   for (;;) {
     ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
@@ -55,23 +60,40 @@ inline int RunCommand(const std::vector<std::string>& argv, std::string* output 
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// True when `path` is a FUSE mountpoint (/proc/mounts).
-inline bool IsFuseMounted(const std::string& path) {
-  std::ifstream in("/proc/mounts");
-  std::string dev, mnt, type, rest;
-  while (in >> dev >> mnt >> type && std::getline(in, rest)) {
-    if (mnt == path && type.rfind("fuse", 0) == 0) return true;
-  }
-  return false;
+// `ckptfs_harness.py ARGS...`; see RunCommand.
+inline int RunHarness(const std::vector<std::string>& args, std::string* output = nullptr,
+                      bool stdout_only = false) {
+  std::vector<std::string> argv = {CKPTFS_TEST_PYTHON, CKPTFS_HARNESS};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, output, stdout_only);
 }
 
 // Why mounts cannot be tested here ("" when they can).
 inline std::string MountUnavailable() {
-  if (access("/dev/fuse", R_OK | W_OK) != 0) return "/dev/fuse is not usable";
-  if (access("/bin/fusermount3", X_OK) != 0 && access("/usr/bin/fusermount3", X_OK) != 0) {
-    return "fusermount3 is missing";
+  std::string out;
+  const int rc = RunHarness({"check"}, &out);
+  if (rc == 0) return "";
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return rc == 77 ? out : "the mount harness failed (" + std::to_string(rc) + "): " + out;
+}
+
+// Starts this process's harness session on first use (its directory goes to
+// $CKPTFS_HARNESS_SESSION for the later harness commands). False, with
+// *error set, when it cannot.
+inline bool EnsureHarnessSession(std::string* error) {
+  if (getenv("CKPTFS_HARNESS_SESSION") != nullptr) return true;
+  std::string dir;
+  // stdout only: the session's guardian keeps our stderr for its reports.
+  const int rc = RunHarness({"session", "--owner", std::to_string(getpid())}, &dir,
+                            /*stdout_only=*/true);
+  while (!dir.empty() && dir.back() == '\n') dir.pop_back();
+  if (rc != 0 || dir.empty()) {
+    *error = "cannot start a mount harness session (" + std::to_string(rc) + "): " + dir;
+    return false;
   }
-  return "";
+  setenv("CKPTFS_HARNESS_SESSION", dir.c_str(), 1);
+  setenv("CKPTFS_BIN", CKPTFS_BIN, 1);
+  return true;
 }
 
 class TestMount {
@@ -80,26 +102,14 @@ class TestMount {
   // be empty). nullptr, with *error set, on failure.
   static std::unique_ptr<TestMount> Mount(const std::string& store, const std::string& mnt,
                                           const std::string& options, std::string* error) {
-    std::filesystem::create_directories(mnt);
-    std::unique_ptr<TestMount> m(new TestMount(mnt));
-    if (!m->StartGuardian()) {
-      *error = "cannot start the unmount guardian";
+    if (!EnsureHarnessSession(error)) return nullptr;
+    std::string out;
+    const int rc = RunHarness({"mount", store, mnt, options}, &out);
+    if (rc != 0) {
+      *error = "mount failed (" + std::to_string(rc) + "): " + out;
       return nullptr;
     }
-    std::vector<std::string> argv = {CKPTFS_BIN, "mount"};
-    if (!options.empty()) {
-      argv.push_back("-o");
-      argv.push_back(options);
-    }
-    argv.push_back(store);
-    argv.push_back(mnt);
-    std::string out;
-    const int rc = RunCommand(argv, &out);
-    if (rc != 0 || !IsFuseMounted(mnt)) {
-      *error = "ckptfs mount failed (" + std::to_string(rc) + "): " + out;
-      return nullptr;  // the destructor cleans up whatever did happen
-    }
-    return m;
+    return std::unique_ptr<TestMount>(new TestMount(mnt));
   }
 
   ~TestMount() { Unmount(); }
@@ -109,61 +119,23 @@ class TestMount {
   const std::string& path() const { return mnt_; }
 
   // Unmounts and waits for the daemon to close the store. True when
-  // nothing is mounted there afterwards.
+  // nothing is mounted there afterwards and the daemon's sanitizer (in a
+  // sanitizer build) reported nothing; otherwise the current test fails.
   bool Unmount() {
-    if (IsFuseMounted(mnt_)) {
-      std::string out;
-      if (RunCommand({CKPTFS_BIN, "umount", mnt_}, &out) != 0) {
-        std::fprintf(stderr, "ckptfs umount %s failed: %s; unmounting lazily\n", mnt_.c_str(),
-                     out.c_str());
-        const char* fm =
-            access("/bin/fusermount3", X_OK) == 0 ? "/bin/fusermount3" : "/usr/bin/fusermount3";
-        RunCommand({fm, "-u", "-z", mnt_});
-      }
-    }
-    StopGuardian();
-    return !IsFuseMounted(mnt_);
+    if (unmounted_) return ok_;
+    unmounted_ = true;
+    std::string out;
+    ok_ = RunHarness({"unmount", mnt_}, &out) == 0;
+    if (!ok_) ADD_FAILURE() << "unmount of " << mnt_ << ": " << out;
+    return ok_;
   }
 
  private:
   explicit TestMount(std::string mnt) : mnt_(std::move(mnt)) {}
 
-  bool StartGuardian() {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) return false;
-    const std::string script =
-        "read -r _; for f in /bin/fusermount3 /usr/bin/fusermount3; do "
-        "[ -x \"$f\" ] && exec \"$f\" -u -z \"$1\" 2>/dev/null; done";
-    const pid_t pid = fork();
-    if (pid < 0) {
-      close(p[0]);
-      close(p[1]);
-      return false;
-    }
-    if (pid == 0) {
-      dup2(p[0], 0);  // the copy is not close-on-exec; p[1] is closed at exec
-      execl("/bin/sh", "sh", "-c", script.c_str(), "sh", mnt_.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(p[0]);
-    guardian_fd_ = p[1];
-    guardian_pid_ = pid;
-    return true;
-  }
-
-  void StopGuardian() {
-    if (guardian_fd_ >= 0) close(guardian_fd_);  // EOF: it tries an unmount of nothing
-    guardian_fd_ = -1;
-    if (guardian_pid_ > 0) {
-      int status;
-      waitpid(guardian_pid_, &status, 0);
-    }
-    guardian_pid_ = -1;
-  }
-
   std::string mnt_;
-  int guardian_fd_ = -1;
-  pid_t guardian_pid_ = -1;
+  bool unmounted_ = false;
+  bool ok_ = false;
 };
 
 }  // namespace ckptfs::gpu::testing

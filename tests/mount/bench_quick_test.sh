@@ -5,20 +5,13 @@
 # workload), coalescing.png and scaling.png (PNG images that load), and
 # --report-only rebuilds the same results.md from the JSON.
 set -euo pipefail
-source "$(dirname "$0")/ckptfs_mount_lib.sh"
-
-[[ -e /dev/fuse ]] || { echo "SKIP: no /dev/fuse"; exit 77; }
-command -v fusermount3 >/dev/null || { echo "SKIP: no fusermount3"; exit 77; }
-[[ $(id -u) == 0 ]] || { echo "SKIP: the benchmark needs root (drop_caches)"; exit 77; }
+source "$(dirname "$0")/ckptfs_mount_lib.sh"  # exits 77 (skipped) without /dev/fuse
+ckptfs_require_root  # drop_caches
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(ckptfs_test_tmpdir)
 work=$tmp/work
 out=$tmp/out
-# The benchmark unmounts in its own finally; this is for a benchmark killed
-# by a timeout.
-trap 'ckptfs_test_status=$?; fusermount3 -uz "$work/mnt" 2>/dev/null || true
-      ckptfs_test_cleanup; exit $ckptfs_test_status' EXIT
 
 start=$SECONDS
 /usr/bin/python3 "$repo/bench/mount_bench.py" --quick --ckptfs "$CKPTFS_BIN" \
@@ -27,7 +20,7 @@ start=$SECONDS
   ckptfs_fail "mount_bench.py --quick failed"
 }
 echo "mount_bench.py --quick took $((SECONDS - start)) s"
-if grep -q " $work/mnt " /proc/mounts; then ckptfs_fail "the benchmark left a mount behind"; fi
+if ckptfs_is_mounted "$work/mnt"; then ckptfs_fail "the benchmark left a mount behind"; fi
 
 /usr/bin/python3 - "$out" <<'PY'
 import json, os, sys

@@ -24,6 +24,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
 import ckptfs_testlib as lib  # noqa: E402
 
 MiB = 1 << 20
@@ -404,6 +405,6 @@ class ClientsTest(lib.MountAndPlainTestCase):
 
 
 if __name__ == "__main__":
-    lib.require_fuse(root=True)
-    lib.start_watchdog(int(os.environ.get("CKPTFS_TEST_DEADLINE", "280")))
+    harness.require_fuse(root=True)
+    harness.set_deadline(280)
     unittest.main(verbosity=2)

@@ -27,6 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
 import ckptfs_testlib as lib  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -102,11 +103,11 @@ def content(seed, size):
 
 class Kill9Test(unittest.TestCase):
     def setUp(self):
-        self.tmp = lib.make_tmpdir()
+        self.tmp = harness.make_tmpdir()
         self.store = os.path.join(self.tmp, "store")
         self.log_path = os.path.join(self.tmp, "writer.log")
         open(self.log_path, "w").close()
-        self.m = lib.Mount(self.store, os.path.join(self.tmp, "mnt"))
+        self.m = harness.Mount(self.store, os.path.join(self.tmp, "mnt"))
 
     def tearDown(self):
         self.m.unmount()
@@ -205,7 +206,7 @@ class Kill9Test(unittest.TestCase):
             shutil.copy(self.log_path, keep)
             self.m.unmount()
             shutil.copytree(self.store, os.path.join(keep, "store"))
-            lib.log("kept the log and the store in %s" % keep)
+            harness.log("kept the log and the store in %s" % keep)
         self.assertEqual(problems, [], "round %d after kill -9 and remount" % rnd)
         # Record what the in-flight step left, so that later rounds expect it.
         with open(self.log_path, "a") as log:
@@ -240,7 +241,7 @@ class Kill9Test(unittest.TestCase):
                               lib.read_file(err_path)[-2000:])
                 os.kill(pid, signal.SIGKILL)
                 killed_at = self.done_lines(rnd)
-                self.assertTrue(lib.wait_pid_gone(pid, 30), "daemon survived SIGKILL")
+                self.assertTrue(harness.wait_pid_gone(pid, 30), "daemon survived SIGKILL")
                 # The writer now fails (ENOTCONN) and exits.
                 try:
                     writer.wait(timeout=60)
@@ -252,20 +253,20 @@ class Kill9Test(unittest.TestCase):
                 if writer.poll() is None:
                     writer.kill()
                     writer.wait()
-            lib.log("round %d: killed daemon %d after %d files; writer: %s" %
-                    (rnd, pid, killed_at,
-                     lib.read_file(err_path).decode().strip().splitlines()[-1:]))
+            harness.log("round %d: killed daemon %d after %d files; writer: %s" %
+                        (rnd, pid, killed_at,
+                         lib.read_file(err_path).decode().strip().splitlines()[-1:]))
             self.m.pid = None  # gone already
-            self.assertTrue(lib.fuse_unmount(self.m.mnt), "the dead mount would not go away")
+            self.assertTrue(harness.fuse_unmount(self.m.mnt), "the dead mount would not go away")
             self.m.mount()
             n = self.verify(rnd)
-            lib.log("round %d: %d closed files intact after remount" % (rnd, n))
+            harness.log("round %d: %d closed files intact after remount" % (rnd, n))
         # A clean unmount and remount after the crashes keeps everything too.
         self.m.remount()
         self.verify(ROUNDS)
 
 
 if __name__ == "__main__":
-    lib.require_fuse()
-    lib.start_watchdog(int(os.environ.get("CKPTFS_TEST_DEADLINE", "200")))
+    harness.require_fuse()
+    harness.set_deadline(200)
     unittest.main(verbosity=2)

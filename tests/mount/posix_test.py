@@ -26,6 +26,7 @@ import textwrap
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
 import ckptfs_testlib as lib  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -1141,12 +1142,12 @@ class NonRootTest(unittest.TestCase):
     def setUpClass(cls):
         if os.geteuid() != 0:
             raise unittest.SkipTest("needs root to switch to uid 65534")
-        cls.tmp = lib.make_tmpdir()
+        cls.tmp = harness.make_tmpdir()
         os.chmod(cls.tmp, 0o755)  # nobody must be able to reach both roots
         cls.plain = os.path.join(cls.tmp, "plain")
         os.mkdir(cls.plain)
-        cls.m = lib.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"),
-                          ["allow_other"])
+        cls.m = harness.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"),
+                              ["allow_other"])
         cls.m.mount()
 
     @classmethod
@@ -1195,9 +1196,9 @@ class NonRootTest(unittest.TestCase):
         self.assertFalse(diffs, "uid 65534 sees different results:\n" + "\n".join(diffs))
 
     def test_without_allow_other_nobody_is_refused(self):
-        tmp = lib.make_tmpdir()
+        tmp = harness.make_tmpdir()
         os.chmod(tmp, 0o755)
-        m = lib.Mount(os.path.join(tmp, "store"), os.path.join(tmp, "mnt"))
+        m = harness.Mount(os.path.join(tmp, "store"), os.path.join(tmp, "mnt"))
         m.mount()
         try:
             os.chmod(m.mnt, 0o755)
@@ -1211,7 +1212,7 @@ class NonRootTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    lib.require_fuse(root=True)
-    lib.start_watchdog(int(os.environ.get("CKPTFS_TEST_DEADLINE", "280")))
+    harness.require_fuse(root=True)
+    harness.set_deadline(280)
     os.umask(0o022)
     unittest.main(verbosity=2)

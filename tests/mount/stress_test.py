@@ -21,6 +21,7 @@ import traceback
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
 import ckptfs_testlib as lib  # noqa: E402
 
 THREADS = 16
@@ -351,10 +352,10 @@ def verify_tree(testcase, mnt, workers):
 
 class StressTest(unittest.TestCase):
     def test_16_threads_mixed_operations(self):
-        tmp = lib.make_tmpdir()
+        tmp = harness.make_tmpdir()
         # Compression on: a third of the data written is compressible.
-        m = lib.Mount(os.path.join(tmp, "store"), os.path.join(tmp, "mnt"),
-                      ["threads=16", "compression=3"])
+        m = harness.Mount(os.path.join(tmp, "store"), os.path.join(tmp, "mnt"),
+                          ["threads=16", "compression=3"])
         m.mount()
         try:
             os.mkdir(m.path("shared"))
@@ -369,7 +370,7 @@ class StressTest(unittest.TestCase):
                 time.sleep(1)
             for w in workers:
                 w.join()
-            if m.pid is not None and lib.process_gone(m.pid):
+            if m.pid is not None and harness.process_gone(m.pid):
                 self.fail("the ckptfs daemon (pid %d) died during the run" % m.pid)
             errors = [w.error for w in workers if w.error]
             self.assertEqual(len(errors), 0, "%d threads failed; the first:\n%s" %
@@ -377,20 +378,20 @@ class StressTest(unittest.TestCase):
             total = collections.Counter()
             for w in workers:
                 total.update(w.counts)
-            lib.log("stress: %d operations in %.0f s: %s" % (sum(total.values()), SECONDS,
-                                                              dict(sorted(total.items()))))
+            harness.log("stress: %d operations in %.0f s: %s" % (
+                sum(total.values()), SECONDS, dict(sorted(total.items()))))
             for w in workers:
                 self.assertGreater(sum(w.counts.values()), 20, "thread %d barely ran" % w.idx)
             n = verify_tree(self, m.mnt, workers)
-            lib.log("stress: %d files consistent before remount" % n)
+            harness.log("stress: %d files consistent before remount" % n)
             m.remount()
             verify_tree(self, m.mnt, workers)
-            lib.log("stress: consistent after remount")
+            harness.log("stress: consistent after remount")
         finally:
             m.unmount()
 
 
 if __name__ == "__main__":
-    lib.require_fuse()
-    lib.start_watchdog(int(os.environ.get("CKPTFS_TEST_DEADLINE", str(int(SECONDS) + 200))))
+    harness.require_fuse()
+    harness.set_deadline(SECONDS + 200)
     unittest.main(verbosity=2)

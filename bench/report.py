@@ -1,0 +1,433 @@
+"""The report of mount_bench.py: the summary (medians with min-max), results.md
+and the plots (coalescing.png, scaling.png), all from the results dict alone,
+so that --report-only can rebuild them from results.json."""
+
+import json
+import os
+
+from measure import GIB, MB, MIB, human_size, log, summarize
+from workloads import CHUNK_BYTES, CHUNK_NAMES, RESTORE_THREADS
+
+
+def fmt_spread(s, fmt="%.0f"):
+    if not s:
+        return "n/a"
+    if s["n"] == 1:
+        return fmt % s["median"]
+    return (fmt + " (" + fmt + "-" + fmt + ")") % (s["median"], s["min"], s["max"])
+
+
+def ratio(a, b):
+    if not a or not b or not b["median"]:
+        return None
+    return a["median"] / b["median"]
+
+
+def fmt_ratio(r):
+    return "n/a" if r is None else "%.2fx" % r
+
+
+def fmt_pct(r):
+    return "n/a" if r is None else "%.0f%%" % (100 * r)
+
+
+def compute_summary(results):
+    R = results
+    S = {}
+    if "big" in R:
+        big = R["big"]
+        size = big["size_bytes"]
+        S["big"] = {}
+        for who in ("ckptfs", "plain"):
+            for phase in ("write", "cold_read", "warm_read"):
+                S["big"]["%s_%s_MBps" % (who, phase)] = summarize(
+                    [size / MB / r[phase]["seconds"] for r in big[who]])
+        for phase in ("write", "cold_read", "warm_read"):
+            S["big"]["%s_cpu_s_per_GiB" % phase] = summarize(
+                [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big["ckptfs"]
+                 if r[phase]["daemon_cpu_s"] is not None])
+            S["big"]["%s_peak_rss_MiB" % phase] = summarize(
+                [r[phase]["daemon_peak_rss_kb"] / 1024 for r in big["ckptfs"]
+                 if r[phase].get("daemon_peak_rss_kb") is not None])
+            for who in ("ckptfs", "plain"):
+                S["big"]["%s_%s_app_cpu_s_per_GiB" % (who, phase)] = summarize(
+                    [r[phase]["client_cpu_s"] / (size / GIB) for r in big[who]])
+        for phase in ("write", "read"):
+            S["big"]["dd_%s_MBps" % phase] = summarize(
+                [size / MB / r[phase]["seconds"] for r in big["dd"]])
+    if "layout" in R:
+        lay = R["layout"]
+        S["layout"] = {}
+        for who in ("ckptfs", "plain"):
+            runs = lay[who]
+            S["layout"]["%s_create_files_per_s" % who] = summarize(
+                [r["files"] / r["create"]["seconds"] for r in runs])
+            S["layout"]["%s_create_sync_files_per_s" % who] = summarize(
+                [r["files"] / (r["create"]["seconds"] + r["create_sync"]["seconds"])
+                 for r in runs])
+            S["layout"]["%s_restore_files_per_s" % who] = summarize(
+                [r["files"] / r["restore"]["seconds"] for r in runs])
+            S["layout"]["%s_restore_parallel_files_per_s" % who] = summarize(
+                [r["files"] / r["restore_parallel"]["seconds"] for r in runs
+                 if "restore_parallel" in r])
+            S["layout"]["%s_restore_MBps" % who] = summarize(
+                [r["bytes"] / MB / r["restore"]["seconds"] for r in runs])
+            S["layout"]["%s_backing_files" % who] = summarize([r["store_files"] for r in runs])
+            S["layout"]["%s_allocated_MiB" % who] = summarize(
+                [r["store_allocated_bytes"] / MIB for r in runs])
+        for key in ("backing_reads", "coalesced_reads", "cache_hits", "backing_read_bytes"):
+            S["layout"]["ckptfs_restore_" + key] = summarize(
+                [r["restore"]["engine_delta"].get(key) for r in lay["ckptfs"]])
+        S["layout"]["ckptfs_create_daemon_cpu_s"] = summarize(
+            [r["create"]["daemon_cpu_s"] for r in lay["ckptfs"]])
+        S["layout"]["ckptfs_restore_daemon_cpu_s"] = summarize(
+            [r["restore"]["daemon_cpu_s"] for r in lay["ckptfs"]])
+    if "sweep" in R:
+        sw = R["sweep"]
+        S["sweep"] = {}
+        for label in ["plain"] + [s["label"] for s in sw["settings"]]:
+            runs = [r for r in sw["runs"] if r["setting"] == label]
+            e = {"restore_s": summarize([r["restore"]["seconds"] for r in runs]),
+                 "files_per_s": summarize([r["files"] / r["restore"]["seconds"] for r in runs])}
+            if label != "plain":
+                for key in ("backing_reads", "coalesced_reads", "cache_hits",
+                            "backing_read_bytes"):
+                    e[key] = summarize([r["restore"]["engine_delta"].get(key) for r in runs])
+                e["daemon_cpu_s"] = summarize([r["restore"]["daemon_cpu_s"] for r in runs])
+            S["sweep"][label] = e
+    if "frameworks" in R:
+        fw = R["frameworks"]
+        S["frameworks"] = {}
+        for phase in FRAMEWORK_PHASES:
+            for who in ("ckptfs", "plain"):
+                runs = [r[phase] for r in fw[who]]
+                S["frameworks"]["%s_%s_MBps" % (who, phase)] = summarize(
+                    [r["bytes"] / MB / r["seconds"] for r in runs])
+                S["frameworks"]["%s_%s_s" % (who, phase)] = summarize(
+                    [r["seconds"] for r in runs])
+    if "scaling" in R:
+        sc = R["scaling"]
+        S["scaling"] = {}
+        for n in sc["writers"]:
+            for who in ("ckptfs", "plain"):
+                S["scaling"]["%s_%d_MBps" % (who, n)] = summarize(
+                    [x["bytes"] / MB / x["seconds"] for r in sc[who] for x in r["runs"]
+                     if x["writers"] == n])
+    others = [m["other_cpu_cores"] for m in iter_meters(R, skip_keys=("create_sync",))
+              if m.get("other_cpu_cores") is not None and m.get("counts_for_contention", True)]
+    S["other_cpu_cores"] = summarize(others)
+    S["quiet_wait_s"] = sum(m.get("quiet_wait_s") or 0 for m in iter_meters(R))
+    R["summary"] = S
+    return S
+
+
+def iter_meters(obj, skip_keys=()):
+    """Every Meter record (a dict with "other_cpu_cores") inside the results,
+    leaving out the subtrees under `skip_keys`."""
+    if isinstance(obj, dict):
+        if "other_cpu_cores" in obj:
+            yield obj
+        for k, v in obj.items():
+            if k != "summary" and k not in skip_keys:
+                yield from iter_meters(v, skip_keys)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from iter_meters(v, skip_keys)
+
+
+def render_markdown(results):
+    R, S = results, results["summary"]
+    env = R["env"]
+    L = []
+    L.append("# ckptfs mount benchmark")
+    L.append("")
+    L.append("%s, %s, kernel %s, %d CPUs, %.0f GiB RAM; work dir %s (%s on %s); "
+             "ckptfs %s; mount options: %s; FUSE read_ahead_kb %s; %d repetitions%s; "
+             "median (min-max)."
+             % (env["date"], env["host"], env["kernel"], env["cpus"], env["mem_gib"],
+                env["work"], env["work_fs"], env["work_dev"], env["ckptfs_rev"],
+                env["mount_opts"] or "defaults", env.get("fuse_read_ahead_kb", "?"),
+                env["reps"],
+                ", --priority (nice -20, realtime I/O)" if env.get("priority") else ""))
+    L.append("Ratios are ckptfs/plain as throughput (>1: ckptfs faster); \"% of disk\" is "
+             "relative to dd with O_DIRECT on the same disk.")
+    oc = S.get("other_cpu_cores")
+    if oc:
+        L.append("")
+        L.append("CPU used by other processes and kernel threads during the timed phases "
+                 "(sync phases left out): "
+                 "median %.2f, max %.2f cores of %d%s." % (
+                     oc["median"], oc["max"], env["cpus"],
+                     (" (waited %.0f s for quiet)" % S["quiet_wait_s"]) if S["quiet_wait_s"] else ""))
+        if oc["median"] > 0.25 or oc["max"] > 0.5 * env["cpus"]:
+            L.append("**Warning: the host was busy with other work during this run; "
+                     "treat the figures as skewed (other_cpu_cores in results.json says "
+                     "which phases); rerun when it is quiet, or with --priority or "
+                     "--wait-quiet.**")
+    if "big" in S and R["big"]["ckptfs"]:
+        s = S["big"]
+        size = R["big"]["size_bytes"]
+        L.append("")
+        L.append("## 1. Big file: %s in 1 MiB writes + fsync, 1 MiB reads (MB/s)"
+                 % human_size(size))
+        L.append("")
+        L.append("| phase | plain | ckptfs | ckptfs/plain | plain % of disk | ckptfs % of disk |")
+        L.append("|---|---:|---:|---:|---:|---:|")
+        for phase, label, dd in (("write", "write + fsync", "dd_write_MBps"),
+                                 ("cold_read", "cold read", "dd_read_MBps"),
+                                 ("warm_read", "warm read", "dd_read_MBps")):
+            p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
+            L.append("| %s | %s | %s | %s | %s | %s |" % (
+                label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
+                fmt_pct(ratio(p, s.get(dd))), fmt_pct(ratio(c, s.get(dd)))))
+    if "layout" in S and not R["layout"].get("only_built_for_sweep"):
+        s = S["layout"]
+        lay = R["layout"]
+        nfiles = lay["dirs"] * lay["files_per_dir"]
+        L.append("")
+        L.append("## 2. Per-parameter layout: %d dirs x (.zarray + %d x %d KiB chunks) "
+                 "= %d files" % (lay["dirs"], len(CHUNK_NAMES), CHUNK_BYTES // 1024, nfiles))
+        L.append("")
+        L.append("| metric | plain | ckptfs | ckptfs/plain |")
+        L.append("|---|---:|---:|---:|")
+        for key, label in (("create_files_per_s", "create, files/s"),
+                           ("create_sync_files_per_s", "create + sync, files/s"),
+                           ("restore_files_per_s", "cold restore, files/s"),
+                           ("restore_MBps", "cold restore, MB/s"),
+                           ("restore_parallel_files_per_s",
+                            "cold restore, %d threads, files/s" % RESTORE_THREADS)):
+            p, c = s["plain_" + key], s["ckptfs_" + key]
+            L.append("| %s | %s | %s | %s |" % (label, fmt_spread(p), fmt_spread(c),
+                                                fmt_ratio(ratio(c, p))))
+        L.append("| files in backing directory | %s | %s | |" % (
+            fmt_spread(s["plain_backing_files"]), fmt_spread(s["ckptfs_backing_files"])))
+        L.append("| disk allocated, MiB | %s | %s | |" % (
+            fmt_spread(s["plain_allocated_MiB"], "%.1f"),
+            fmt_spread(s["ckptfs_allocated_MiB"], "%.1f")))
+        L.append("| backing_reads during restore | | %s | |"
+                 % fmt_spread(s["ckptfs_restore_backing_reads"]))
+        L.append("| coalesced_reads during restore | | %s | |"
+                 % fmt_spread(s["ckptfs_restore_coalesced_reads"]))
+        L.append("")
+        L.append("Restore lists the checkpoint dir, then reads each array: its .zarray "
+                 "(parsed), then the chunks it names; with one thread, or with %d threads "
+                 "taking one array at a time (as tensorstore or a zarr thread pool do). "
+                 "Before each restore all caches are dropped and ckptfs is remounted, with "
+                 "default coalescing (%s/%s)." % (
+                     RESTORE_THREADS, env.get("default_coalesce_gap", "?"),
+                     env.get("default_coalesce_max", "?")))
+    L += render_frameworks(results)
+    if "sweep" in S:
+        s = S["sweep"]
+        plain = s["plain"]["restore_s"]
+        L.append("")
+        L.append("## 4. Coalescing sweep: cold restore of workload 2 (%d files)"
+                 % (R["layout"]["dirs"] * R["layout"]["files_per_dir"]))
+        L.append("")
+        L.append("| coalesce_gap/coalesce_max | restore s | files/s | ckptfs/plain "
+                 "| backing_reads | coalesced_reads | backing MB read | daemon CPU s |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| plain directory | %s | %s | 1.00x | | | | |" % (
+            fmt_spread(plain, "%.2f"), fmt_spread(s["plain"]["files_per_s"])))
+        for st in R["sweep"]["settings"]:
+            e = s[st["label"]]
+            r = ratio(plain, e["restore_s"])
+            bytes_mb = None
+            if e["backing_read_bytes"]:
+                bytes_mb = {k: (v / MB if k != "n" and k != "values" else v)
+                            for k, v in e["backing_read_bytes"].items()}
+                bytes_mb["values"] = [v / MB for v in e["backing_read_bytes"]["values"]]
+            label = ("off (gap=0)" if st["label"] == "off" else st["label"])
+            L.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                label, fmt_spread(e["restore_s"], "%.2f"), fmt_spread(e["files_per_s"]),
+                fmt_ratio(r), fmt_spread(e["backing_reads"]),
+                fmt_spread(e["coalesced_reads"]), fmt_spread(bytes_mb, "%.1f"),
+                fmt_spread(e["daemon_cpu_s"], "%.2f")))
+        L.append("")
+        L.append("Plot: coalescing.png.")
+    L += render_scaling(results)
+    if "big" in S and S["big"].get("dd_write_MBps"):
+        s = S["big"]
+        L.append("")
+        L.append("## 6. Disk limit: dd, O_DIRECT, bs=1M, %s (MB/s)"
+                 % human_size(R["big"]["size_bytes"]))
+        L.append("")
+        L.append("| phase | MB/s |")
+        L.append("|---|---:|")
+        L.append("| write (oflag=direct conv=fsync) | %s |" % fmt_spread(s["dd_write_MBps"]))
+        L.append("| read (iflag=direct) | %s |" % fmt_spread(s["dd_read_MBps"]))
+    if "big" in S and R["big"]["ckptfs"]:
+        s = S["big"]
+        L.append("")
+        L.append("## 7. Daemon resources during workload 1")
+        L.append("")
+        L.append("| phase | daemon CPU s/GiB | daemon peak RSS (VmHWM, MiB) "
+                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |")
+        L.append("|---|---:|---:|---:|---:|")
+        for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
+                             ("warm_read", "warm read")):
+            L.append("| %s | %s | %s | %s | %s |" % (
+                label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"),
+                fmt_spread(s["%s_peak_rss_MiB" % phase]),
+                fmt_spread(s["ckptfs_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
+                fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
+        L.append("")
+        L.append("Peak RSS is the daemon's VmHWM since its mount: the write daemon is "
+                 "mounted fresh for the write; the read daemon for the cold+warm reads. "
+                 "App CPU is the benchmark process itself (user+system: the kernel's "
+                 "copies and FUSE round trips are charged here).")
+    return "\n".join(L) + "\n"
+
+
+# (phase, label, dd phase for "% of disk")
+FRAMEWORK_PHASES = ("torch-save", "torch-load", "zarr-write", "zarr-read")
+FRAMEWORK_LABELS = {
+    "torch-save": ("torch.save + fsync", "dd_write_MBps"),
+    "torch-load": ("torch.load, cold", "dd_read_MBps"),
+    "zarr-write": ("zarr write, 16 threads", "dd_write_MBps"),
+    "zarr-read": ("zarr read, 16 threads, cold", "dd_read_MBps"),
+}
+
+
+def render_frameworks(results):
+    R, S = results, results["summary"]
+    if "frameworks" not in S:
+        return []
+    s, fw = S["frameworks"], R["frameworks"]
+    dd = S.get("big", {})
+    L = ["", "## 3. Real frameworks: torch.save/load of a %s state dict; zarr, %d arrays "
+         "(%d files) by %d threads (MB/s)"
+         % (human_size(fw["torch_mib"] * MIB), fw["zarr_arrays"], fw["zarr_arrays"] * 5 + 1,
+            fw["threads"]), "",
+         "| phase | plain | ckptfs | ckptfs/plain | plain s | ckptfs s | ckptfs % of disk |",
+         "|---|---:|---:|---:|---:|---:|---:|"]
+    for phase in FRAMEWORK_PHASES:
+        label, ddkey = FRAMEWORK_LABELS[phase]
+        p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
+        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
+            fmt_spread(s["plain_%s_s" % phase], "%.2f"),
+            fmt_spread(s["ckptfs_%s_s" % phase], "%.2f"), fmt_pct(ratio(c, dd.get(ddkey)))))
+    L += ["", "Each phase runs in its own /usr/bin/python3 process (bench/frameworks.py); "
+          "the time covers the framework's calls only (torch.save includes an fsync of the "
+          "file). Reads are cold: caches dropped, ckptfs remounted."]
+    return L
+
+
+def render_scaling(results):
+    R, S = results, results["summary"]
+    if "scaling" not in S:
+        return []
+    s, sc = S["scaling"], R["scaling"]
+    dd = S.get("big", {}).get("dd_write_MBps")
+    L = ["", "## 5. Scaling: N threads writing separate files, %s in all, 1 MiB writes + "
+         "fsync (aggregate MB/s)" % human_size(sc["bytes"]), "",
+         "| writers | plain | ckptfs | ckptfs/plain | ckptfs % of disk |",
+         "|---:|---:|---:|---:|---:|"]
+    for n in sc["writers"]:
+        p, c = s["plain_%d_MBps" % n], s["ckptfs_%d_MBps" % n]
+        L.append("| %d | %s | %s | %s | %s |" % (n, fmt_spread(p), fmt_spread(c),
+                                                 fmt_ratio(ratio(c, p)), fmt_pct(ratio(c, dd))))
+    L += ["", "Plot: scaling.png."]
+    return L
+
+
+def pyplot():
+    """matplotlib.pyplot without a display (Debian's python3-matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_scaling(results, path):
+    S = results["summary"].get("scaling")
+    if not S:
+        return False
+    plt = pyplot()
+    writers = results["scaling"]["writers"]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for who, color in (("plain", "#c44e52"), ("ckptfs", "#4c72b0")):
+        med = [S["%s_%d_MBps" % (who, n)]["median"] for n in writers]
+        lo = [m - S["%s_%d_MBps" % (who, n)]["min"] for m, n in zip(med, writers)]
+        hi = [S["%s_%d_MBps" % (who, n)]["max"] - m for m, n in zip(med, writers)]
+        ax.errorbar(writers, med, yerr=[lo, hi], marker="o", capsize=4, color=color,
+                    label="plain directory" if who == "plain" else "ckptfs")
+    dd = results["summary"].get("big", {}).get("dd_write_MBps")
+    if dd:
+        ax.axhline(dd["median"], color="gray", linestyle=":",
+                   label="disk limit, dd O_DIRECT write (%.0f MB/s)" % dd["median"])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(writers)
+    ax.set_xticklabels([str(n) for n in writers])
+    ax.set_xlabel("concurrent writers (separate files)")
+    ax.set_ylabel("aggregate write + fsync, MB/s (median, min-max)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("ckptfs writer scaling: %s in all" % human_size(results["scaling"]["bytes"]),
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def plot_sweep(results, path):
+    S = results["summary"].get("sweep")
+    if not S:
+        return False
+    plt = pyplot()
+    settings = [s["label"] for s in results["sweep"]["settings"]]
+    med = [S[l]["restore_s"]["median"] for l in settings]
+    lo = [S[l]["restore_s"]["median"] - S[l]["restore_s"]["min"] for l in settings]
+    hi = [S[l]["restore_s"]["max"] - S[l]["restore_s"]["median"] for l in settings]
+    reads = [S[l]["backing_reads"]["median"] if S[l]["backing_reads"] else 0 for l in settings]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    x = range(len(settings))
+    ax.bar(x, med, yerr=[lo, hi], capsize=4, color="#4c72b0", label="ckptfs cold restore")
+    p = S["plain"]["restore_s"]
+    ax.axhline(p["median"], color="#c44e52", linestyle="--",
+               label="plain directory (%.2f s)" % p["median"])
+    ax.axhspan(p["min"], p["max"], color="#c44e52", alpha=0.12)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([("off" if l == "off" else l) for l in settings])
+    ax.set_xlabel("coalesce_gap / coalesce_max")
+    ax.set_ylabel("cold restore time, s (median, min-max)")
+    ax2 = ax.twinx()
+    ax2.plot(list(x), reads, "o-", color="#dd8452", label="backing reads")
+    ax2.set_ylabel("backing reads (median)")
+    ax2.set_ylim(bottom=0)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+              fontsize=8, frameon=False)
+    lay = results["layout"]
+    ax.set_title("ckptfs coalescing sweep: %d dirs, %d files"
+                 % (lay["dirs"], lay["dirs"] * lay["files_per_dir"]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write_report(results, out):
+    """Summarizes `results` and writes results.md, results.json and the plots to
+    `out`; returns results.md's text."""
+    compute_summary(results)
+    md = render_markdown(results)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    if plot_sweep(results, os.path.join(out, "coalescing.png")):
+        log("wrote %s" % os.path.join(out, "coalescing.png"))
+    if plot_scaling(results, os.path.join(out, "scaling.png")):
+        log("wrote %s" % os.path.join(out, "scaling.png"))
+    return md
+
+
+def report_only(out):
+    """Rebuilds the report in `out` from out/results.json; prints results.md."""
+    with open(os.path.join(out, "results.json")) as f:
+        results = json.load(f)
+    print(write_report(results, out))

@@ -1,0 +1,540 @@
+"""The workloads of mount_bench.py (bench/README.md numbers them): each runs
+against the ckptfs mount or the plain directory and returns its raw
+measurements; run_all alternates the two and rotates the order every
+repetition."""
+
+import itertools
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+
+from measure import (GIB, MIB, BenchError, Meter, allocated_bytes, count_files, drop_caches,
+                     human_size, log, parse_size)
+from target import Ckptfs, fresh_target, remove_target, wipe
+
+ZARRAY = {
+    "chunks": [128, 32],
+    "compressor": None,
+    "dimension_separator": ".",
+    "dtype": "<f4",
+    "fill_value": None,
+    "filters": None,
+    "order": "C",
+    "shape": [256, 64],
+    "zarr_format": 2,
+}
+CHUNK_BYTES = 128 * 32 * 4  # 16 KiB
+CHUNK_NAMES = ["0.0", "0.1", "1.0", "1.1"]
+VERIFY_EVERY = 101  # compare the full contents of every 101st chunk
+
+DEFAULT_SWEEP = "off,64K/256K,256K/1M,1M/4M"
+WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk")
+
+
+# Workload 1: one big file
+
+
+def big_write(path, size, base):
+    """1 MiB writes, fsync, close. Each block carries its index in its first 8 bytes."""
+    buf = bytearray(base)
+    nblocks = size // MIB
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        for i in range(nblocks):
+            struct.pack_into("<Q", buf, 0, i)
+            mv = memoryview(buf)
+            while mv:
+                n = os.write(fd, mv)
+                mv = mv[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def big_read(path, size, base):
+    """1 MiB reads to EOF; checks every block's index and three blocks in full."""
+    nblocks = size // MIB
+    full_check = {0, nblocks // 2, nblocks - 1}
+    buf = bytearray(MIB)
+    mv = memoryview(buf)
+    total = 0
+    i = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            got = 0
+            while got < MIB:
+                n = f.readinto(mv[got:])
+                if not n:
+                    break
+                got += n
+            if got == 0:
+                break
+            if got != MIB or struct.unpack_from("<Q", buf, 0)[0] != i:
+                raise BenchError("%s: block %d has wrong contents (%d bytes)" % (path, i, got))
+            if i in full_check and mv[8:] != memoryview(base)[8:]:
+                raise BenchError("%s: block %d differs from what was written" % (path, i))
+            total += got
+            i += 1
+    if total != size:
+        raise BenchError("%s: read %d bytes, expected %d" % (path, total, size))
+
+
+def run_big_ckptfs(b, rep):
+    store, mnt = b.path("store-big"), b.path("mnt")
+    wipe(store)
+    out = {"rep": rep}
+    out["mount_s"] = b.fs.mount(store, mnt)
+    path = os.path.join(mnt, "big.bin")
+    with Meter(b.fs.pid) as m:
+        big_write(path, b.big_size, b.big_base)
+    out["write"] = m.as_dict()
+    out["write"]["daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
+    out["write"]["engine"] = b.fs.engine_stats()
+    out["write_umount_s"] = b.fs.umount()
+    drop_caches()
+    out["remount_s"] = b.fs.mount(store, mnt)
+    e0 = b.fs.engine_stats()
+    with Meter(b.fs.pid) as m:
+        big_read(path, b.big_size, b.big_base)
+    out["cold_read"] = m.as_dict()
+    out["cold_read"]["engine_delta"] = delta(e0, b.fs.engine_stats())
+    e0 = b.fs.engine_stats()
+    with Meter(b.fs.pid) as m:
+        big_read(path, b.big_size, b.big_base)
+    out["warm_read"] = m.as_dict()
+    out["warm_read"]["engine_delta"] = delta(e0, b.fs.engine_stats())
+    out["read_daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
+    out["cold_read"]["daemon_peak_rss_kb"] = out["read_daemon_peak_rss_kb"]
+    out["warm_read"]["daemon_peak_rss_kb"] = out["read_daemon_peak_rss_kb"]
+    b.fs.umount()
+    out["store_files"] = count_files(store)
+    out["store_allocated_bytes"] = allocated_bytes(store)
+    wipe(store)
+    return out
+
+
+def run_big_plain(b, rep):
+    d = b.path("plain-big")
+    wipe(d)
+    os.makedirs(d)
+    path = os.path.join(d, "big.bin")
+    out = {"rep": rep}
+    with Meter() as m:
+        big_write(path, b.big_size, b.big_base)
+    out["write"] = m.as_dict()
+    drop_caches()
+    with Meter() as m:
+        big_read(path, b.big_size, b.big_base)
+    out["cold_read"] = m.as_dict()
+    with Meter() as m:
+        big_read(path, b.big_size, b.big_base)
+    out["warm_read"] = m.as_dict()
+    wipe(d)
+    return out
+
+
+def run_dd(b, rep):
+    path = b.path("dd.bin")
+    count = b.big_size // MIB
+    out = {"rep": rep}
+    for phase, args in (
+            ("write", ["dd", "if=/dev/zero", "of=" + path, "bs=1M", "count=%d" % count,
+                       "oflag=direct", "conv=fsync"]),
+            ("read", ["dd", "if=" + path, "of=/dev/null", "bs=1M", "iflag=direct"])):
+        if phase == "read":
+            drop_caches()
+        with Meter() as m:
+            r = subprocess.run(args, capture_output=True, text=True)
+        wall = m.seconds
+        if r.returncode != 0:
+            raise BenchError("%s: %s" % (" ".join(args), r.stderr))
+        # "N bytes (...) copied, S s, R MB/s": dd's own figure excludes process start.
+        seconds = wall
+        try:
+            last = r.stderr.strip().splitlines()[-1]
+            seconds = float(last.split(" copied, ")[1].split(" s")[0])
+        except (IndexError, ValueError):
+            pass
+        out[phase] = m.as_dict()
+        out[phase].update({"seconds": seconds, "wall_s": wall,
+                           "dd": r.stderr.strip().splitlines()[-1]})
+    os.unlink(path)
+    return out
+
+
+def delta(a, b):
+    return {k: b[k] - a.get(k, 0) for k in b if isinstance(b[k], (int, float))}
+
+
+# ---------------------------------------------------------------------------
+# Workload 2: per-parameter layout
+
+
+def chunk_bytes(b, k):
+    data = bytearray(b.chunk_pool[k % len(b.chunk_pool)])
+    struct.pack_into("<Q", data, 0, k)
+    return data
+
+
+def dir_name(i):
+    return "params.layer_%05d.kernel" % i
+
+
+def layout_create(b, root):
+    """Plain Python writes, the way a zarr store writes: makedirs, open/write/close."""
+    meta = json.dumps(ZARRAY, indent=4, sort_keys=True).encode()
+    os.makedirs(root)
+    for i in range(b.dirs):
+        d = os.path.join(root, dir_name(i))
+        os.makedirs(d)
+        with open(os.path.join(d, ".zarray"), "wb") as f:
+            f.write(meta)
+        for c, name in enumerate(CHUNK_NAMES):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(chunk_bytes(b, i * len(CHUNK_NAMES) + c))
+
+
+RESTORE_THREADS = 16
+
+
+def restore_array(b, root, name):
+    """Reads one array the way zarr does: its .zarray, parsed, then the chunks its
+    metadata names; checks them. Returns (files, bytes)."""
+    i = int(name.split("_")[1].split(".")[0])
+    d = os.path.join(root, name)
+    with open(os.path.join(d, ".zarray"), "rb") as f:
+        raw = f.read()
+    meta = json.loads(raw)
+    files, nbytes = 1, len(raw)
+    grid = [range(math.ceil(s / c)) for s, c in zip(meta["shape"], meta["chunks"])]
+    for c, idx in enumerate(itertools.product(*grid)):
+        with open(os.path.join(d, ".".join(map(str, idx))), "rb") as f:
+            data = f.read()
+        k = i * len(CHUNK_NAMES) + c
+        if len(data) != CHUNK_BYTES or struct.unpack_from("<Q", data, 0)[0] != k:
+            raise BenchError("%s chunk %d has wrong contents" % (d, c))
+        if k % VERIFY_EVERY == 0 and data != chunk_bytes(b, k):
+            raise BenchError("%s chunk %d differs from what was written" % (d, c))
+        files += 1
+        nbytes += len(data)
+    return files, nbytes
+
+
+def layout_restore(b, root, threads=1):
+    """Lists the checkpoint dir and restores every array, with one thread or with
+    `threads` threads taking one array at a time (as tensorstore/orbax and zarr
+    with a thread pool do). Returns (files, bytes)."""
+    names = sorted(os.listdir(root))
+    if len(names) != b.dirs:
+        raise BenchError("%s holds %d entries, expected %d" % (root, len(names), b.dirs))
+    if threads == 1:
+        done = [restore_array(b, root, name) for name in names]
+    else:
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+            done = list(ex.map(lambda name: restore_array(b, root, name), names))
+    return sum(f for f, _ in done), sum(n for _, n in done)
+
+
+def run_layout_ckptfs(b, rep, keep):
+    store, mnt = b.path("store-layout"), b.path("mnt")
+    wipe(store)
+    out = {"rep": rep}
+    out["mount_s"] = b.fs.mount(store, mnt)
+    root = os.path.join(mnt, "checkpoint")
+    with Meter(b.fs.pid) as m:
+        layout_create(b, root)
+    out["create"] = m.as_dict()
+    with Meter(b.fs.pid, quiet=False) as m:
+        os.sync()
+    out["create_sync"] = m.as_dict()
+    out["create_engine"] = b.fs.engine_stats()
+    out["create_daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
+    out["create_umount_s"] = b.fs.umount()
+    drop_caches()
+    out["remount_s"] = b.fs.mount(store, mnt)
+    e0 = b.fs.engine_stats()
+    with Meter(b.fs.pid) as m:
+        files, nbytes = layout_restore(b, root)
+    out["restore"] = m.as_dict()
+    out["restore"]["engine_delta"] = delta(e0, b.fs.engine_stats())
+    out["restore"]["daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
+    out["files"], out["bytes"] = files, nbytes
+    b.fs.umount()
+    drop_caches()
+    b.fs.mount(store, mnt)
+    with Meter(b.fs.pid) as m:
+        files_p, _ = layout_restore(b, root, RESTORE_THREADS)
+    out["restore_parallel"] = m.as_dict()
+    if files_p != files:
+        raise BenchError("parallel restore read %d files, expected %d" % (files_p, files))
+    b.fs.umount()
+    out["store_files"] = count_files(store)
+    out["store_allocated_bytes"] = allocated_bytes(store)
+    if not keep:
+        wipe(store)
+    return out
+
+
+def run_layout_plain(b, rep, keep):
+    d = b.path("plain-layout")
+    wipe(d)
+    root = os.path.join(d, "checkpoint")
+    out = {"rep": rep}
+    with Meter() as m:
+        layout_create(b, root)
+    out["create"] = m.as_dict()
+    with Meter(quiet=False) as m:
+        os.sync()
+    out["create_sync"] = m.as_dict()
+    drop_caches()
+    with Meter() as m:
+        files, nbytes = layout_restore(b, root)
+    out["restore"] = m.as_dict()
+    out["files"], out["bytes"] = files, nbytes
+    drop_caches()
+    with Meter() as m:
+        layout_restore(b, root, RESTORE_THREADS)
+    out["restore_parallel"] = m.as_dict()
+    out["store_files"] = count_files(d)
+    out["store_allocated_bytes"] = allocated_bytes(d)
+    if not keep:
+        wipe(d)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workload 4: coalescing sweep
+
+
+def parse_sweep(text):
+    settings = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.lower() in ("off", "0"):
+            settings.append({"label": "off", "coalesce_gap": 0, "coalesce_max": None})
+            continue
+        gap, _, mx = item.partition("/")
+        settings.append({"label": item, "coalesce_gap": parse_size(gap),
+                         "coalesce_max": parse_size(mx) if mx else None})
+    return settings
+
+
+def run_sweep_ckptfs(b, rep, setting):
+    store, mnt = b.path("store-layout"), b.path("mnt")
+    opts = ["coalesce_gap=%d" % setting["coalesce_gap"]]
+    if setting["coalesce_max"] is not None:
+        opts.append("coalesce_max=%d" % setting["coalesce_max"])
+    drop_caches()
+    out = {"rep": rep, "setting": setting["label"]}
+    out["mount_s"] = b.fs.mount(store, mnt, opts)
+    cfg = b.fs.config()
+    out["config"] = {k: cfg.get(k) for k in ("coalesce_gap", "coalesce_max", "cache_size")}
+    if cfg and cfg.get("coalesce_gap") not in (None, str(setting["coalesce_gap"])):
+        raise BenchError("mount -o %s: config reads back coalesce_gap=%s"
+                         % (",".join(opts), cfg.get("coalesce_gap")))
+    e0 = b.fs.engine_stats()
+    with Meter(b.fs.pid) as m:
+        files, nbytes = layout_restore(b, os.path.join(mnt, "checkpoint"))
+    out["restore"] = m.as_dict()
+    out["restore"]["engine_delta"] = delta(e0, b.fs.engine_stats())
+    out["files"], out["bytes"] = files, nbytes
+    b.fs.umount()
+    return out
+
+
+def run_sweep_plain(b, rep):
+    drop_caches()
+    out = {"rep": rep, "setting": "plain"}
+    with Meter() as m:
+        files, nbytes = layout_restore(b, os.path.join(b.path("plain-layout"), "checkpoint"))
+    out["restore"] = m.as_dict()
+    out["files"], out["bytes"] = files, nbytes
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workload 3: real frameworks (each phase in its own /usr/bin/python3 process)
+
+FRAMEWORKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frameworks.py")
+
+
+def framework_phase(phase, d, n):
+    """Runs one frameworks.py phase; returns its JSON (the timed part's seconds)."""
+    r = subprocess.run([sys.executable, FRAMEWORKS, phase, d, str(n)], capture_output=True,
+                       text=True, timeout=1800)
+    if r.returncode != 0:
+        raise BenchError("frameworks.py %s %s failed: %s%s" % (phase, d, r.stdout, r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_frameworks(b, rep, who):
+    """torch.save + torch.load, then zarr write + read; reads cold (caches dropped,
+    ckptfs remounted)."""
+    out = {"rep": rep}
+    for write, read, n in (("torch-save", "torch-load", b.torch_mib),
+                           ("zarr-write", "zarr-read", b.zarr_arrays)):
+        d = fresh_target(b, who, "fw")
+        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            res = framework_phase(write, d, n)
+        out[write] = dict(m.as_dict(), **res)
+        if who == "ckptfs":
+            b.fs.umount()
+            drop_caches()
+            b.fs.mount(b.path("store-fw"), d)
+        else:
+            drop_caches()
+        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            res = framework_phase(read, d, n)
+        out[read] = dict(m.as_dict(), **res)
+        remove_target(b, who, "fw")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workload 5: concurrent writers of separate files
+
+SCALING_WRITERS = (1, 2, 4, 8)
+
+
+def scaling_write(d, writers, total, base):
+    """`writers` threads each write total/writers bytes to their own file in 1 MiB
+    writes and fsync it. Returns wall seconds from the first write to the last fsync."""
+    import threading
+    per = total // writers // MIB * MIB
+    errors = []
+    start = threading.Barrier(writers + 1)
+
+    def one(k):
+        try:
+            start.wait()
+            big_write(os.path.join(d, "w%d.bin" % k), per, base)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(writers)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    if errors:
+        raise BenchError("scaling writer failed: %s" % errors[0])
+    for k in range(writers):
+        p = os.path.join(d, "w%d.bin" % k)
+        if os.path.getsize(p) != per:
+            raise BenchError("%s holds %d bytes, expected %d" % (p, os.path.getsize(p), per))
+        os.unlink(p)
+    return seconds, per * writers
+
+
+def run_scaling(b, rep, who):
+    out = {"rep": rep, "runs": []}
+    d = fresh_target(b, who, "scaling")
+    try:
+        for n in SCALING_WRITERS:
+            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+                seconds, nbytes = scaling_write(d, n, b.scaling_bytes, b.big_base)
+            r = m.as_dict()
+            r.update({"writers": n, "seconds": seconds, "bytes": nbytes})
+            out["runs"].append(r)
+    finally:
+        remove_target(b, who, "scaling")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Driver
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.work = os.path.realpath(args.work)
+        self.big_size = (parse_size(args.big_size) if args.big_size else
+                         (512 * MIB if args.quick else 4 * GIB)) // MIB * MIB
+        self.dirs = args.dirs if args.dirs else (1000 if args.quick else 10000)
+        self.torch_mib = 128 if args.quick else 1024
+        self.zarr_arrays = 500 if args.quick else 5000
+        self.scaling_bytes = (256 * MIB if args.quick else 2 * GIB)
+        base_opts = [o for o in (args.mount_opts or "").split(",") if o]
+        self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
+        rng = random.Random(42)
+        self.big_base = rng.randbytes(MIB)
+        self.chunk_pool = [rng.randbytes(CHUNK_BYTES) for _ in range(64)]
+        self.results = {}
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+
+def order_for(rep, items):
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
+def run_all(b):
+    args = b.args
+    wl = set(args.workloads.split(","))
+    R = b.results
+    if "big" in wl or "disk" in wl:
+        R["big"] = {"size_bytes": b.big_size, "ckptfs": [], "plain": [], "dd": []}
+        for rep in range(args.reps):
+            items = []
+            if "disk" in wl:
+                items.append("dd")
+            if "big" in wl:
+                items += ["ckptfs", "plain"]
+            for who in order_for(rep, items):
+                log("big %s: rep %d/%d, %s" % (human_size(b.big_size), rep + 1, args.reps, who))
+                fn = {"ckptfs": run_big_ckptfs, "plain": run_big_plain, "dd": run_dd}[who]
+                R["big"][who].append(fn(b, rep))
+    sweep_needs_tree = "sweep" in wl
+    if "layout" in wl or sweep_needs_tree:
+        R["layout"] = {"dirs": b.dirs, "files_per_dir": 1 + len(CHUNK_NAMES),
+                       "chunk_bytes": CHUNK_BYTES, "ckptfs": [], "plain": []}
+        reps = args.reps if "layout" in wl else 1
+        for rep in range(reps):
+            keep = sweep_needs_tree and rep == reps - 1
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("layout %d dirs: rep %d/%d, %s" % (b.dirs, rep + 1, reps, who))
+                fn = run_layout_ckptfs if who == "ckptfs" else run_layout_plain
+                R["layout"][who].append(fn(b, rep, keep))
+        if "layout" not in wl:
+            R["layout"]["only_built_for_sweep"] = True
+    if sweep_needs_tree:
+        settings = parse_sweep(args.sweep)
+        R["sweep"] = {"settings": settings, "runs": []}
+        for rep in range(args.reps):
+            items = ["plain"] + [s["label"] for s in settings]
+            for label in order_for(rep, items):
+                log("sweep: rep %d/%d, %s" % (rep + 1, args.reps, label))
+                if label == "plain":
+                    R["sweep"]["runs"].append(run_sweep_plain(b, rep))
+                else:
+                    s = next(s for s in settings if s["label"] == label)
+                    R["sweep"]["runs"].append(run_sweep_ckptfs(b, rep, s))
+    if "frameworks" in wl:
+        R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
+                           "threads": 16, "ckptfs": [], "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("frameworks: rep %d/%d, %s" % (rep + 1, args.reps, who))
+                R["frameworks"][who].append(run_frameworks(b, rep, who))
+    if "scaling" in wl:
+        R["scaling"] = {"bytes": b.scaling_bytes, "writers": list(SCALING_WRITERS),
+                        "ckptfs": [], "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("scaling %s: rep %d/%d, %s" % (human_size(b.scaling_bytes), rep + 1,
+                                                   args.reps, who))
+                R["scaling"][who].append(run_scaling(b, rep, who))
