@@ -110,12 +110,11 @@ Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t
 }
 
 Status SegmentSet::Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const {
-  CKPTFS_ASSIGN_OR_RETURN(size_t n, ReadUpTo(segment_id, offset, len, buf));
-  if (n < len) {
-    return Status::Corruption(Path(segment_id) + " ends at " + std::to_string(offset + n) +
-                              ", expected data up to " + std::to_string(offset + len));
+  std::shared_ptr<Segment> seg = Find(segment_id);
+  if (seg == nullptr) {
+    return Status::Corruption("segment " + std::to_string(segment_id) + " is missing");
   }
-  return Status::OK();
+  return seg->file->ReadExactly(offset, len, buf);
 }
 
 Status SegmentSet::SyncDirty() {

@@ -48,9 +48,6 @@ class FaultInjectionEnv final : public Env,
   // (the store) is closed. Errors only on I/O errors of the test machine.
   Result<uint64_t> Restore();
   bool cut() const { return cut_.load(); }
-  // Writes and syncs seen so far (segment files only).
-  uint64_t writes() const { return writes_.load(); }
-  uint64_t syncs() const { return syncs_.load(); }
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
