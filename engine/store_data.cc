@@ -277,19 +277,17 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
     counters_.backing_reads++;
     counters_.backing_read_bytes += n;
     size_t served = 0;
-    // Verifies and decodes the record at `pos` of the buffer and caches it;
-    // nullptr (and `*err`) when it is not intact. `*next` = the byte after it.
-    auto decode = [&](uint64_t pos, Status* err, uint64_t* next) -> RecordData {
-      if (pos + format::kRecordHeaderSize > n) {
-        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": segment ends early");
-        return nullptr;
-      }
+    // Verifies and decodes the record at `pos` of `bytes` (`avail` bytes,
+    // read from segment offset `base`) and caches it; nullptr (and `*err`)
+    // when it is not intact.
+    auto decode_in = [&](const std::shared_ptr<char[]>& bytes, size_t avail, uint64_t base,
+                         uint64_t pos, Status* err) -> RecordData {
       format::RecordHeader h;
-      std::string_view rest(buf.get() + pos, n - pos);
+      std::string_view rest(bytes.get() + pos, avail - pos);
       *err = format::DecodeRecordHeader(rest, &h);
       if (!err->ok()) return nullptr;
       if (format::kRecordHeaderSize + h.stored_len > rest.size()) {
-        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": record truncated");
+        *err = Status::Corruption(KeyName(br.segment_id, base + pos) + ": record truncated");
         return nullptr;
       }
       std::string_view payload = rest.substr(format::kRecordHeaderSize, h.stored_len);
@@ -297,7 +295,7 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       data->header = h;
       if (h.codec == format::Codec::kNone) {
         *err = format::VerifyRecordPayload(h, payload);
-        data->owner = buf;
+        data->owner = bytes;
         data->bytes = payload;
       } else {
         auto decoded = std::make_shared<std::string>();
@@ -306,10 +304,44 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
         data->owner = std::move(decoded);
       }
       if (!err->ok()) return nullptr;
-      *next = pos + format::kRecordHeaderSize + h.stored_len;
-      cache_->Insert(br.segment_id, br.offset + pos, data);
+      cache_->Insert(br.segment_id, base + pos, data);
       served++;
       return data;
+    };
+    // The same for the record at `pos` of this read; `*next` = the byte
+    // after it. A neighbour that the stretched read cut short is completed
+    // with one more read of its tail, so that the next read of this region
+    // does not fetch its head again (a restore in store order then reads
+    // each segment byte once).
+    auto decode = [&](uint64_t pos, Status* err, uint64_t* next) -> RecordData {
+      if (pos + format::kRecordHeaderSize > n) {
+        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": segment ends early");
+        return nullptr;
+      }
+      format::RecordHeader h;
+      *err = format::DecodeRecordHeader(std::string_view(buf.get() + pos, n - pos), &h);
+      if (!err->ok()) return nullptr;
+      const uint64_t whole = format::kRecordHeaderSize + h.stored_len;
+      if (pos + whole <= n) {
+        *next = pos + whole;
+        return decode_in(buf, n, br.offset, pos, err);
+      }
+      const uint64_t missing = pos + whole - n;
+      if (n < br.length || missing > cs.max) {  // the segment ends, or not a record we want
+        *err = Status::Corruption(KeyName(br.segment_id, br.offset + pos) + ": record truncated");
+        return nullptr;
+      }
+      std::shared_ptr<char[]> rec(new char[whole]);
+      std::memcpy(rec.get(), buf.get() + pos, n - pos);
+      Result<size_t> m = segments_->ReadUpTo(br.segment_id, br.offset + n, missing, rec.get() + (n - pos));
+      if (!m.ok()) {
+        *err = m.status();
+        return nullptr;
+      }
+      counters_.backing_reads++;
+      counters_.backing_read_bytes += *m;
+      *next = pos + whole;
+      return decode_in(rec, (n - pos) + *m, br.offset + pos, 0, err);
     };
     for (size_t i = 0; i < br.records.size(); ++i) {
       const RecordRef& r = br.records[i];

@@ -4,6 +4,7 @@
 //   ckptfs umount MOUNTPOINT
 //   ckptfs stat [--json] STORE|MOUNTPOINT
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
+//   ckptfs warmup [--threads N] [--json] PATH...
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -60,6 +61,16 @@ int Main(int argc, char** argv) {
   compact->add_flag("--dry-run", compact_dry_run, "Only say what would be done");
   compact->add_option("PATH", compact_path, "Store directory or mountpoint")->required();
 
+  std::vector<std::string> warmup_paths;
+  int warmup_threads = 4;
+  bool warmup_json = false;
+  CLI::App* warmup = app.add_subcommand(
+      "warmup", "Read files of a mount in store order into memory, ahead of a restore");
+  warmup->add_option("--threads", warmup_threads, "Reader threads (default 4)")
+      ->check(CLI::Range(1, 256));
+  warmup->add_flag("--json", warmup_json, "Print the summary as JSON");
+  warmup->add_option("PATH", warmup_paths, "Files or directories on a ckptfs mount")->required();
+
   ckptfs::tools::GpuLoadArgs gpu_load;
   std::string gpu_load_buffer_size;
   CLI::App* gpu_load_cmd =
@@ -103,6 +114,7 @@ int Main(int argc, char** argv) {
   if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
+  if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);
   if (*gpu_load_cmd) {
     gpu_load.device_given = gpu_load_device->count() > 0;
     if (!gpu_load_buffer_size.empty()) {

@@ -375,6 +375,36 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
   EXPECT_LE(again, static_cast<uint64_t>(kFiles / 10)) << "coalescing on again";
 }
 
+// A stretched read that ends inside a neighbouring record completes that
+// record, so reading files in store order reads each segment byte once.
+TEST_F(DataTest, StoreOrderReadsFetchEachSegmentByteOnce) {
+  constexpr int kFiles = 60;
+  std::vector<Ino> inos;
+  std::vector<std::string> datas;
+  for (int i = 0; i < kFiles; ++i) {
+    Ino f = File("o" + std::to_string(i));
+    // Sizes that do not divide the coalescing window: records straddle it.
+    datas.push_back(PatternData(300 + i, 0, (37 + 11 * (i % 7)) * kKiB));
+    ASSERT_OK(WriteAll(s(), f, 0, datas.back()));
+    inos.push_back(f);
+  }
+  s()->DropCache();
+  ASSERT_OK_AND_ASSIGN(EngineStats before, s()->GetStats());
+  uint64_t stored = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(inos[i]));
+    ASSERT_EQ(ex.size(), 1u);
+    stored += ex[0].value.stored_len + format::kRecordHeaderSize;
+    auto got = ReadRange(s(), inos[i], 0, datas[i].size());
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(*got == datas[i]) << "file " << i;
+  }
+  ASSERT_OK_AND_ASSIGN(EngineStats after, s()->GetStats());
+  EXPECT_EQ(after.backing_read_bytes - before.backing_read_bytes, stored);
+  EXPECT_LT(after.backing_reads - before.backing_reads, static_cast<uint64_t>(kFiles / 4));
+  EXPECT_EQ(after.checksum_errors, before.checksum_errors);
+}
+
 TEST_F(DataTest, CacheServesRepeatedReads) {
   Ino f = File("f");
   const std::string data = PatternData(11, 0, 200 * kKiB);
