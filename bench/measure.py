@@ -188,3 +188,68 @@ def allocated_bytes(root):
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
     return total
+
+
+def disk_of(path):
+    """"MAJ:MIN" of the whole disk that holds `path` (throttles apply to disks,
+    not partitions)."""
+    dev = os.stat(path).st_dev
+    sysdir = "/sys/dev/block/%d:%d" % (os.major(dev), os.minor(dev))
+    if os.path.exists(os.path.join(sysdir, "partition")):
+        with open(os.path.join(os.path.realpath(sysdir), "..", "dev")) as f:
+            return f.read().strip()
+    return "%d:%d" % (os.major(dev), os.minor(dev))
+
+
+class ReadThrottle:
+    """A cgroup whose reads from the disk holding `path` are limited to `iops`
+    and `bps`, like a cloud volume: cgroup v1 blkio.throttle.* where mounted,
+    else cgroup v2 io.max. join(pid) moves a process (all its threads) in;
+    leaving the context moves them back and removes the cgroup."""
+
+    V1 = "/sys/fs/cgroup/blkio"
+    V2 = "/sys/fs/cgroup"
+
+    def __init__(self, path, iops, bps, name="ckptfs-bench-cloud"):
+        self.disk = disk_of(path)
+        self.iops, self.bps = iops, bps
+        if os.path.exists(os.path.join(self.V1, "blkio.throttle.read_iops_device")):
+            self.root, self.v2 = self.V1, False
+        elif os.path.exists(os.path.join(self.V2, "cgroup.controllers")):
+            self.root, self.v2 = self.V2, True
+        else:
+            raise BenchError("no cgroup blkio (v1) or io (v2) controller to throttle reads")
+        self.dir = os.path.join(self.root, name)
+        self.members = []
+
+    def __enter__(self):
+        os.makedirs(self.dir, exist_ok=True)
+        if self.v2:
+            with open(os.path.join(self.root, "cgroup.subtree_control"), "w") as f:
+                f.write("+io\n")
+            with open(os.path.join(self.dir, "io.max"), "w") as f:
+                f.write("%s riops=%d rbps=%d\n" % (self.disk, self.iops, self.bps))
+        else:
+            for key, value in (("read_iops_device", self.iops), ("read_bps_device", self.bps)):
+                with open(os.path.join(self.dir, "blkio.throttle." + key), "w") as f:
+                    f.write("%s %d\n" % (self.disk, value))
+        return self
+
+    def join(self, pid):
+        with open(os.path.join(self.dir, "cgroup.procs"), "w") as f:
+            f.write("%d\n" % pid)
+        self.members.append(pid)
+
+    def __exit__(self, *exc):
+        for pid in self.members:
+            try:
+                with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
+                    f.write("%d\n" % pid)
+            except OSError:
+                pass  # gone
+        self.members = []
+        try:
+            os.rmdir(self.dir)
+        except OSError as e:
+            log("cannot remove cgroup %s: %s" % (self.dir, e))
+        return False

@@ -11,6 +11,9 @@ Workloads (see bench/README.md for how to read the figures):
   sweep       cold restore of the layout tree under several coalescing settings
   scaling     1, 2, 4, 8 threads writing separate files at once
   disk        dd with O_DIRECT: the disk's sequential write and read limit
+  pieces      one file written in 4 KiB and in 64 KiB write(2) calls + fsync
+  cloud       layout's cold restore with the reader and the daemon in a cgroup
+              whose disk reads are throttled to 3,000 IOPS and 250 MB/s
 
 Every measurement is repeated --reps times; ckptfs and the plain directory
 alternate (and swap order every repetition) so that drift on the machine hits
@@ -187,7 +190,8 @@ def main():
             if b.fs.unmount_leftover(b.path("mnt")) and not args.keep:
                 for name in ("store-big", "plain-big", "store-layout", "plain-layout",
                              "store-probe", "dd.bin", "store-fw", "plain-fw",
-                             "store-scaling", "plain-scaling"):
+                             "store-scaling", "plain-scaling", "store-pieces",
+                             "plain-pieces"):
                     p = b.path(name)
                     if os.path.isdir(p):
                         shutil.rmtree(p, ignore_errors=True)

@@ -78,6 +78,23 @@ def compute_summary(results):
         for key in ("backing_reads", "coalesced_reads", "cache_hits", "backing_read_bytes"):
             S["layout"]["ckptfs_restore_" + key] = summarize(
                 [r["restore"]["engine_delta"].get(key) for r in lay["ckptfs"]])
+        runs = lay["ckptfs"]
+        S["layout"]["ckptfs_create_requests_per_file"] = summarize(
+            [r["create"]["requests"]["all"] / r["files"] for r in runs
+             if "requests" in r["create"]])
+        S["layout"]["ckptfs_restore_requests_per_file"] = summarize(
+            [r["restore"]["requests"]["all"] / r["files"] for r in runs
+             if "requests" in r["restore"]])
+        S["layout"]["ckptfs_restore_warm_files_per_s"] = summarize(
+            [r["files"] / r["restore_warm"]["seconds"] for r in runs if "restore_warm" in r])
+        S["layout"]["ckptfs_restore_warm_requests_per_file"] = summarize(
+            [r["restore_warm"]["requests"]["all"] / r["files"] for r in runs
+             if "restore_warm" in r])
+        S["layout"]["ckptfs_warmup_s"] = summarize(
+            [r["warmup"]["seconds"] for r in runs if "warmup" in r])
+        S["layout"]["ckptfs_warmup_backing_MB"] = summarize(
+            [r["warmup"]["engine_delta"]["backing_read_bytes"] / MB for r in runs
+             if "warmup" in r])
         S["layout"]["ckptfs_create_daemon_cpu_s"] = summarize(
             [r["create"]["daemon_cpu_s"] for r in lay["ckptfs"]])
         S["layout"]["ckptfs_restore_daemon_cpu_s"] = summarize(
@@ -105,6 +122,23 @@ def compute_summary(results):
                     [r["bytes"] / MB / r["seconds"] for r in runs])
                 S["frameworks"]["%s_%s_s" % (who, phase)] = summarize(
                     [r["seconds"] for r in runs])
+    if "pieces" in R:
+        pc = R["pieces"]
+        S["pieces"] = {}
+        for piece in pc["pieces"]:
+            for who in ("ckptfs", "plain"):
+                S["pieces"]["%s_%d_MBps" % (who, piece)] = summarize(
+                    [x["bytes"] / MB / x["seconds"] for r in pc[who] for x in r["runs"]
+                     if x["piece"] == piece])
+            S["pieces"]["ckptfs_%d_requests_per_MiB" % piece] = summarize(
+                [x["requests"]["all"] / (x["bytes"] / MIB) for r in pc["ckptfs"]
+                 for x in r["runs"] if x["piece"] == piece and "requests" in x])
+    if "cloud" in R:
+        cl = R["cloud"]
+        S["cloud"] = {}
+        for who in ("ckptfs", "plain"):
+            S["cloud"]["%s_files_per_s" % who] = summarize(
+                [r["files"] / r["restore"]["seconds"] for r in cl[who]])
     if "scaling" in R:
         sc = R["scaling"]
         S["scaling"] = {}
@@ -204,6 +238,20 @@ def render_markdown(results):
         L.append("| disk allocated, MiB | %s | %s | |" % (
             fmt_spread(s["plain_allocated_MiB"], "%.1f"),
             fmt_spread(s["ckptfs_allocated_MiB"], "%.1f")))
+        L.append("| FUSE requests per file, create | | %s | |"
+                 % fmt_spread(s.get("ckptfs_create_requests_per_file"), "%.2f"))
+        L.append("| FUSE requests per file, cold restore | | %s | |"
+                 % fmt_spread(s.get("ckptfs_restore_requests_per_file"), "%.2f"))
+        warm = s.get("ckptfs_restore_warm_files_per_s")
+        if warm:
+            L.append("| restore after `ckptfs warmup`, files/s (vs plain cold) | %s | %s | %s |"
+                     % (fmt_spread(s["plain_restore_files_per_s"]), fmt_spread(warm),
+                        fmt_ratio(ratio(warm, s["plain_restore_files_per_s"]))))
+            L.append("| FUSE requests per file, restore after warmup | | %s | |"
+                     % fmt_spread(s.get("ckptfs_restore_warm_requests_per_file"), "%.2f"))
+            L.append("| `ckptfs warmup` seconds (backing MB read) | | %s (%s) | |"
+                     % (fmt_spread(s.get("ckptfs_warmup_s"), "%.2f"),
+                        fmt_spread(s.get("ckptfs_warmup_backing_MB"), "%.1f")))
         L.append("| backing_reads during restore | | %s | |"
                  % fmt_spread(s["ckptfs_restore_backing_reads"]))
         L.append("| coalesced_reads during restore | | %s | |"
@@ -217,6 +265,7 @@ def render_markdown(results):
                      RESTORE_THREADS, env.get("default_coalesce_gap", "?"),
                      env.get("default_coalesce_max", "?")))
     L += render_frameworks(results)
+    L += render_pieces_and_cloud(results)
     if "sweep" in S:
         s = S["sweep"]
         plain = s["plain"]["restore_s"]
@@ -311,6 +360,34 @@ def render_frameworks(results):
     L += ["", "Each phase runs in its own /usr/bin/python3 process (bench/frameworks.py); "
           "the time covers the framework's calls only (torch.save includes an fsync of the "
           "file). Reads are cold: caches dropped, ckptfs remounted."]
+    return L
+
+
+def render_pieces_and_cloud(results):
+    R, S = results, results["summary"]
+    L = []
+    if "pieces" in S:
+        s, pc = S["pieces"], R["pieces"]
+        L += ["", "## 8. Small writes: one %s file in N-byte write(2) calls + fsync (MB/s)"
+              % human_size(pc["bytes"]), "",
+              "| piece | plain | ckptfs | ckptfs/plain | ckptfs FUSE requests per MiB |",
+              "|---:|---:|---:|---:|---:|"]
+        for piece in pc["pieces"]:
+            p, c = s["plain_%d_MBps" % piece], s["ckptfs_%d_MBps" % piece]
+            L.append("| %s | %s | %s | %s | %s |" % (
+                human_size(piece), fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
+                fmt_spread(s.get("ckptfs_%d_requests_per_MiB" % piece), "%.1f")))
+    if "cloud" in S:
+        s, cl = S["cloud"], R["cloud"]
+        p, c = s["plain_files_per_s"], s["ckptfs_files_per_s"]
+        L += ["", "## 9. Cloud-disk profile: workload 2's cold restore, 1 thread, reads "
+              "throttled to %d IOPS and %d MB/s (files/s)" % (cl["read_iops"],
+                                                               cl["read_bps"] // 1000000), "",
+              "| plain | ckptfs | ckptfs/plain |", "|---:|---:|---:|",
+              "| %s | %s | %s |" % (fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p))), "",
+              "The reader and the daemon run in one cgroup (v1 blkio.throttle.*, or v2 "
+              "io.max) that limits reads from the work dir's disk; caches are dropped "
+              "first."]
     return L
 
 

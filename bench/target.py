@@ -81,6 +81,12 @@ class Ckptfs:
         st = self.stats()
         return dict(st.get("engine", st))
 
+    def requests(self):
+        """The FUSE requests the mount has answered so far, by kind, and "all"."""
+        ops = dict(self.stats()["fs"]["ops"])
+        ops["all"] = sum(ops.values())
+        return ops
+
     def config(self):
         """MNT/.ckptfs/config as a dict."""
         return self.m.config()

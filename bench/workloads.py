@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from measure import (GIB, MIB, BenchError, Meter, allocated_bytes, count_files, drop_caches,
-                     human_size, log, parse_size)
+from measure import (GIB, MIB, BenchError, Meter, ReadThrottle, allocated_bytes, count_files,
+                     drop_caches, human_size, log, parse_size)
 from target import Ckptfs, fresh_target, remove_target, wipe
 
 ZARRAY = {
@@ -33,7 +33,7 @@ CHUNK_NAMES = ["0.0", "0.1", "1.0", "1.1"]
 VERIFY_EVERY = 101  # compare the full contents of every 101st chunk
 
 DEFAULT_SWEEP = "off,64K/256K,256K/1M,1M/4M"
-WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk")
+WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk", "pieces", "cloud")
 
 
 # Workload 1: one big file
@@ -247,9 +247,11 @@ def run_layout_ckptfs(b, rep, keep):
     out = {"rep": rep}
     out["mount_s"] = b.fs.mount(store, mnt)
     root = os.path.join(mnt, "checkpoint")
+    q0 = b.fs.requests()
     with Meter(b.fs.pid) as m:
         layout_create(b, root)
     out["create"] = m.as_dict()
+    out["create"]["requests"] = delta(q0, b.fs.requests())
     with Meter(b.fs.pid, quiet=False) as m:
         os.sync()
     out["create_sync"] = m.as_dict()
@@ -259,9 +261,11 @@ def run_layout_ckptfs(b, rep, keep):
     drop_caches()
     out["remount_s"] = b.fs.mount(store, mnt)
     e0 = b.fs.engine_stats()
+    q0 = b.fs.requests()
     with Meter(b.fs.pid) as m:
         files, nbytes = layout_restore(b, root)
     out["restore"] = m.as_dict()
+    out["restore"]["requests"] = delta(q0, b.fs.requests())
     out["restore"]["engine_delta"] = delta(e0, b.fs.engine_stats())
     out["restore"]["daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
     out["files"], out["bytes"] = files, nbytes
@@ -273,6 +277,25 @@ def run_layout_ckptfs(b, rep, keep):
     out["restore_parallel"] = m.as_dict()
     if files_p != files:
         raise BenchError("parallel restore read %d files, expected %d" % (files_p, files))
+    b.fs.umount()
+    # `ckptfs warmup` right before a restore.
+    drop_caches()
+    b.fs.mount(store, mnt)
+    e0 = b.fs.engine_stats()
+    with Meter(b.fs.pid) as m:
+        r = subprocess.run([b.fs.binary, "warmup", "--json", root], capture_output=True,
+                           text=True)
+    if r.returncode != 0:
+        raise BenchError("ckptfs warmup %s: %s" % (root, r.stderr.strip()))
+    out["warmup"] = dict(m.as_dict(), **json.loads(r.stdout))
+    out["warmup"]["engine_delta"] = delta(e0, b.fs.engine_stats())
+    q0 = b.fs.requests()
+    with Meter(b.fs.pid) as m:
+        files_w, _ = layout_restore(b, root)
+    out["restore_warm"] = m.as_dict()
+    out["restore_warm"]["requests"] = delta(q0, b.fs.requests())
+    if files_w != files:
+        raise BenchError("restore after warmup read %d files, expected %d" % (files_w, files))
     b.fs.umount()
     out["store_files"] = count_files(store)
     out["store_allocated_bytes"] = allocated_bytes(store)
@@ -453,6 +476,94 @@ def run_scaling(b, rep, who):
 
 
 # ---------------------------------------------------------------------------
+# Workload 8: one file written in small pieces
+
+PIECES = (4096, 65536)
+
+
+def pieces_write(path, size, piece, base):
+    """`size` bytes in `piece`-byte write(2) calls, fsync, close."""
+    mv = memoryview(base)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        pos = 0
+        while pos < size:
+            off = pos % len(base)
+            n = os.write(fd, mv[off:off + min(piece, size - pos)])
+            pos += n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pieces_check(path, size, base):
+    """Compares the file with what pieces_write wrote."""
+    with open(path, "rb", buffering=0) as f:
+        pos = 0
+        while pos < size:
+            want = min(len(base), size - pos)
+            got = f.read(want)
+            if got != base[:want]:
+                raise BenchError("%s: bytes at %d differ from what was written" % (path, pos))
+            pos += want
+        if f.read(1):
+            raise BenchError("%s is longer than %d bytes" % (path, size))
+
+
+def run_pieces(b, rep, who):
+    out = {"rep": rep, "runs": []}
+    d = fresh_target(b, who, "pieces")
+    try:
+        for piece in PIECES:
+            path = os.path.join(d, "pieces-%d.bin" % piece)
+            q0 = b.fs.requests() if who == "ckptfs" else None
+            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+                pieces_write(path, b.pieces_bytes, piece, b.big_base)
+            r = m.as_dict()
+            r.update({"piece": piece, "bytes": b.pieces_bytes})
+            if q0 is not None:
+                r["requests"] = delta(q0, b.fs.requests())
+            out["runs"].append(r)
+            pieces_check(path, b.pieces_bytes, b.big_base)
+            os.unlink(path)
+    finally:
+        remove_target(b, who, "pieces")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workload 9: cold restore of workload 2's tree on a throttled disk
+
+CLOUD_READ_IOPS = 3000
+CLOUD_READ_BPS = 250 * 1000 * 1000
+
+
+def run_cloud(b, rep, who):
+    """The single-threaded cold restore of workload 2 with the reader (and the
+    daemon) in a cgroup whose reads are throttled like a cloud volume."""
+    out = {"rep": rep, "read_iops": CLOUD_READ_IOPS, "read_bps": CLOUD_READ_BPS}
+    drop_caches()
+    with ReadThrottle(b.work, CLOUD_READ_IOPS, CLOUD_READ_BPS) as t:
+        if who == "ckptfs":
+            mnt = b.path("mnt")
+            b.fs.mount(b.path("store-layout"), mnt)
+            t.join(b.fs.pid)
+            root = os.path.join(mnt, "checkpoint")
+        else:
+            root = os.path.join(b.path("plain-layout"), "checkpoint")
+        t.join(os.getpid())
+        try:
+            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+                files, nbytes = layout_restore(b, root)
+        finally:
+            if who == "ckptfs":
+                b.fs.umount()
+    out["restore"] = m.as_dict()
+    out["files"], out["bytes"] = files, nbytes
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Driver
 
 
@@ -466,6 +577,7 @@ class Bench:
         self.torch_mib = 128 if args.quick else 1024
         self.zarr_arrays = 500 if args.quick else 5000
         self.scaling_bytes = (256 * MIB if args.quick else 2 * GIB)
+        self.pieces_bytes = (64 * MIB if args.quick else GIB)
         base_opts = [o for o in (args.mount_opts or "").split(",") if o]
         self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
         rng = random.Random(42)
@@ -498,7 +610,7 @@ def run_all(b):
                 log("big %s: rep %d/%d, %s" % (human_size(b.big_size), rep + 1, args.reps, who))
                 fn = {"ckptfs": run_big_ckptfs, "plain": run_big_plain, "dd": run_dd}[who]
                 R["big"][who].append(fn(b, rep))
-    sweep_needs_tree = "sweep" in wl
+    sweep_needs_tree = "sweep" in wl or "cloud" in wl
     if "layout" in wl or sweep_needs_tree:
         R["layout"] = {"dirs": b.dirs, "files_per_dir": 1 + len(CHUNK_NAMES),
                        "chunk_bytes": CHUNK_BYTES, "ckptfs": [], "plain": []}
@@ -523,6 +635,21 @@ def run_all(b):
                 else:
                     s = next(s for s in settings if s["label"] == label)
                     R["sweep"]["runs"].append(run_sweep_ckptfs(b, rep, s))
+    if "cloud" in wl:
+        R["cloud"] = {"dirs": b.dirs, "read_iops": CLOUD_READ_IOPS, "read_bps": CLOUD_READ_BPS,
+                      "ckptfs": [], "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("cloud-disk restore: rep %d/%d, %s" % (rep + 1, args.reps, who))
+                R["cloud"][who].append(run_cloud(b, rep, who))
+    if "pieces" in wl:
+        R["pieces"] = {"bytes": b.pieces_bytes, "pieces": list(PIECES), "ckptfs": [],
+                       "plain": []}
+        for rep in range(args.reps):
+            for who in order_for(rep, ["ckptfs", "plain"]):
+                log("pieces %s: rep %d/%d, %s" % (human_size(b.pieces_bytes), rep + 1,
+                                                  args.reps, who))
+                R["pieces"][who].append(run_pieces(b, rep, who))
     if "frameworks" in wl:
         R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
                            "threads": 16, "ckptfs": [], "plain": []}

@@ -44,6 +44,12 @@ for who in ("ckptfs", "plain"):
         positive(S["frameworks"], "%s_%s_MBps" % (who, phase))
     for n in r["scaling"]["writers"]:
         positive(S["scaling"], "%s_%d_MBps" % (who, n))
+    for piece in r["pieces"]["pieces"]:
+        positive(S["pieces"], "%s_%d_MBps" % (who, piece))
+    positive(S["cloud"], who + "_files_per_s")
+for key in ("create_requests_per_file", "restore_requests_per_file", "restore_warm_files_per_s",
+            "warmup_s"):
+    positive(S["layout"], "ckptfs_" + key)
 positive(S["big"], "dd_write_MBps")
 positive(S["big"], "write_peak_rss_MiB")
 assert S["layout"]["plain_backing_files"]["median"] == r["layout"]["dirs"] * 5
@@ -54,7 +60,7 @@ for label in [s["label"] for s in r["sweep"]["settings"]] + ["plain"]:
 md = open(os.path.join(out, "results.md")).read()
 for n, title in ((1, "Big file"), (2, "Per-parameter layout"), (3, "Real frameworks"),
                  (4, "Coalescing sweep"), (5, "Scaling"), (6, "Disk limit"),
-                 (7, "Daemon resources")):
+                 (7, "Daemon resources"), (8, "Small writes"), (9, "Cloud-disk profile")):
     assert ("## %d. %s" % (n, title)) in md, "results.md lacks section %d" % n
 assert "n/a" not in md.split("## 1.")[1].split("## 2.")[0], "big-file table has gaps"
 
