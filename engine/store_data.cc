@@ -380,6 +380,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
   const uint64_t end = offset + len;
 
+  if (closed_) return Status(EIO, "store is closed");
   std::vector<Extent> ex;
   if (extent_maps_.Collect(ino, offset, end, &ex) != ExtentMapCache::Lookup::kHeld) {
     CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));

@@ -312,6 +312,7 @@ Status StoreImpl::Close() {
   }
   flush_segments_ = nullptr;
   segments_.reset();
+  extent_maps_.ForgetAll();
   lock_.reset();
   return result;
 }

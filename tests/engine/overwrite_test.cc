@@ -142,7 +142,9 @@ TEST_F(OverwriteTest, RandomUnalignedOverwritesMatchTheModel) {
   for (int i = 0; i < 4000; ++i) {
     const std::string err = m.Step(256 * kKiB);
     ASSERT_EQ(err, "") << "op " << i;
-    if (i % 500 == 499) ASSERT_EQ(m.ReadWhole(), "") << "op " << i;
+    if (i % 500 == 499) {
+      ASSERT_EQ(m.ReadWhole(), "") << "op " << i;
+    }
   }
   ASSERT_EQ(m.ReadWhole(), "");
   ASSERT_OK(s()->Release(f));
@@ -172,8 +174,8 @@ TEST_F(OverwriteTest, CompactionBetweenOverwritesMovesTheExtents) {
   ModelFile mf(s(), f, 3);
   ModelFile mg(s(), g, 4);
   uint64_t rewritten = 0;
-  for (int round = 0; round < 8; ++round) {
-    for (int i = 0; i < 300; ++i) {
+  for (int round = 0; round < 6; ++round) {
+    for (int i = 0; i < 200; ++i) {
       ASSERT_EQ(mf.Step(512 * kKiB), "") << "round " << round << " op " << i;
       ASSERT_EQ(mg.Step(128 * kKiB), "") << "round " << round << " op " << i;
     }
@@ -252,7 +254,7 @@ TEST(OverwriteConcurrencyTest, OverwritesAndTruncatesDuringOnlineCompaction) {
   }
   for (int w = 0; w < 2; ++w) {
     threads.emplace_back([&, w] {
-      for (int i = 0; i < 1500 && failures.load() == 0; ++i) {
+      for (int i = 0; i < 1000 && failures.load() == 0; ++i) {
         const std::string err = models[w]->Step(192 * kKiB);
         if (!err.empty()) fail("writer " + std::to_string(w) + " op " + std::to_string(i) + ": " + err);
       }
