@@ -33,6 +33,37 @@ void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
 
 Status StoreImpl::CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
+  if (extent_maps_.Collect(ino, start, end, out) == ExtentMapCache::Lookup::kHeld) {
+    return Status::OK();
+  }
+  return CollectIndexExtents(ino, start, end, out);
+}
+
+Status StoreImpl::CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t end,
+                                       std::vector<Extent>* out) {
+  if (closed_) return Status(EIO, "store is closed");
+  switch (extent_maps_.Collect(s->ino, start, end, out)) {
+    case ExtentMapCache::Lookup::kHeld:
+      return Status::OK();
+    case ExtentMapCache::Lookup::kTooLarge:
+      return CollectIndexExtents(s->ino, start, end, out);
+    case ExtentMapCache::Lookup::kAbsent:
+      break;
+  }
+  // No batch of this inode commits while s->mu is held: the map loaded now
+  // stays equal to the index until Commit applies the next one.
+  std::vector<Extent> all;
+  CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(s->ino, 0, UINT64_MAX, &all));
+  for (const Extent& e : all) {
+    if (e.offset < end && e.offset + e.value.length > start) out->push_back(e);
+  }
+  extent_maps_.Insert(s->ino, std::move(all));
+  return Status::OK();
+}
+
+Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
+                                      std::vector<Extent>* out) {
+  if (closed_) return Status(EIO, "store is closed");
   std::string prefix = format::ExtentPrefix(ino);
   std::string upper = format::ExtentPrefix(ino + 1);
   rocksdb::Slice upper_slice(upper);
@@ -80,7 +111,7 @@ Result<bool> StoreImpl::ExtentCovering(Ino ino, uint64_t start, uint64_t end,
 Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
                               StatDeltas* deltas) {
   std::vector<Extent> ex;
-  CKPTFS_RETURN_IF_ERROR(CollectExtents(s->ino, start, end, &ex));
+  CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, start, end, &ex));
   for (const Extent& e : ex) {
     const uint64_t e_end = e.offset + e.value.length;
     const uint64_t ov_start = std::max(start, e.offset);
@@ -171,7 +202,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   if (new_size <= options_.inline_max_bytes) {
     // Small file: keep all of it in one inline extent, if it has no records.
     std::vector<Extent> ex;
-    CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, 0, kMaxFileSize, &ex));
+    CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, 0, kMaxFileSize, &ex));
     if (std::all_of(ex.begin(), ex.end(), [](const Extent& e) { return e.value.is_inline; })) {
       std::string content(new_size, '\0');
       for (const Extent& e : ex) {
@@ -381,9 +412,12 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
   const uint64_t end = offset + len;
 
+  if (closed_) return Status(EIO, "store is closed");
   std::vector<Extent> ex;
-  CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
-  if (!covered) CKPTFS_RETURN_IF_ERROR(CollectExtents(ino, offset, end, &ex));
+  if (extent_maps_.Collect(ino, offset, end, &ex) != ExtentMapCache::Lookup::kHeld) {
+    CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
+    if (!covered) CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
+  }
   std::vector<RecordRef> want;
   for (const Extent& e : ex) {
     if (e.value.is_inline) continue;

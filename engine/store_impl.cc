@@ -312,6 +312,7 @@ Status StoreImpl::Close() {
   }
   flush_segments_ = nullptr;
   segments_.reset();
+  extent_maps_.ForgetAll();
   lock_.reset();
   return result;
 }
@@ -328,7 +329,13 @@ Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
   // which would also make other writers' batches durable before their
   // records.
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), batch);
-  if (s.ok()) return sync ? (syncer_ != nullptr ? syncer_->Sync() : FlushDurable()) : Status::OK();
+  if (s.ok()) {
+    // The caller still holds the mutexes of the inodes the batch changes.
+    extent_maps_.Apply(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
+    return sync ? (syncer_ != nullptr ? syncer_->Sync() : FlushDurable()) : Status::OK();
+  }
+  // The batch may or may not be in the index.
+  extent_maps_.ForgetTouched(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
   if (s.IsNoSpace() || (s.getState() && std::strstr(s.getState(), "No space"))) {
     // RocksDB stops writes after a failed WAL append; try to resume so that
     // the store is usable again once space is freed.

@@ -35,6 +35,7 @@
 #include "base/thread_annotations.h"
 #include "engine/commit_gate.h"
 #include "engine/epoch_gate.h"
+#include "engine/extent_map_cache.h"
 #include "format/format.h"
 #include "engine/group_commit.h"
 #include "engine/inode_table.h"
@@ -108,10 +109,7 @@ class StoreImpl final : public Store {
  private:
   // Segment accounting changes gathered while building one batch.
   using StatDeltas = std::map<uint64_t, format::SegmentStat>;
-  struct Extent {
-    uint64_t offset = 0;
-    format::ExtentValue value;
-  };
+  using Extent = engine::Extent;
 
   // ---- store_impl.cc ----
   Status CreateLayout();
@@ -173,8 +171,15 @@ class StoreImpl final : public Store {
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
 
   // ---- store_data.cc ----
-  // Extents of `ino` overlapping [start, end), in offset order.
+  // Extents of `ino` overlapping [start, end), in offset order: from its
+  // extent map when one is held, else from the index.
   Status CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
+  // CollectExtents for a change of the file: loads its extent map first
+  // when none is held, so that its next changes need no index scan.
+  Status CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t end,
+                              std::vector<Extent>* out) REQUIRES(s->mu);
+  // CollectExtents from the index only.
+  Status CollectIndexExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
   // CollectExtents for the common reads, with one point lookup instead of an
   // iterator: when an extent starts at `start` and reaches `end`, it is the
   // only one in [start, end) (extents never overlap); then it is appended and
@@ -228,6 +233,10 @@ class StoreImpl final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
+  // Extents of recently written inodes (engine/extent_map_cache.h); Commit
+  // applies every committed batch to it.
+  ExtentMapCache extent_maps_{ExtentMapCache::kDefaultMaxExtents,
+                              ExtentMapCache::kDefaultMaxInodeExtents};
   InflightReads inflight_;  // coalesced reads in progress, by byte range
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;

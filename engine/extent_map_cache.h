@@ -1,0 +1,118 @@
+// ExtentMapCache: the extents of recently written inodes, in memory.
+//
+// An overwrite replaces extent keys in the index; RocksDB keeps every
+// replaced key as a tombstone until a flush and a compaction drop it, and a
+// range scan over one inode's extents steps over all of them. Small random
+// overwrites of one file would then make each scan longer than the last.
+// The store therefore keeps, for inodes it writes, a copy of their extents:
+// an ordered map from file offset to extent, answering range lookups in
+// O(log n) whatever the index holds.
+//
+// Contract (StoreImpl keeps it):
+//   - A held map equals the inode's extents in the index as of the last
+//     batch that committed: every committed batch is passed to Apply, in
+//     commit order per inode, before the committing thread lets go of the
+//     inode's mutex.
+//   - Only a caller that holds the inode's mutex (so that no batch of that
+//     inode commits meanwhile) inserts its map, built from the index.
+//   - Anything that changes extents behind the store's back (none today)
+//     must call ForgetAll.
+// When a batch could not be applied (an undecodable value, a failed
+// commit), the inode's map is dropped and the index answers again.
+//
+// Bounded memory: at most `max_extents` extents in all, counting each inode
+// as one more; the inodes written least recently go first. An inode with
+// more than `max_inode_extents` is remembered as too large and answered by
+// the index.
+//
+// Thread safety: all methods may be called concurrently. Lock order: mu_ is
+// a leaf (taken under inode mutexes, nothing taken under it).
+#pragma once
+
+#include <rocksdb/write_batch.h>
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "base/mutex.h"
+#include "format/format.h"
+
+namespace ckptfs::engine {
+
+// One extent of a file: where its bytes from `offset` on are.
+struct Extent {
+  uint64_t offset = 0;
+  format::ExtentValue value;
+};
+
+class ExtentMapCache {
+ public:
+  // Default bounds of the store: about 16 MiB of extents in all, and files of
+  // up to 65536 extents (64 GiB in records of 1 MiB).
+  static constexpr size_t kDefaultMaxExtents = 1 << 17;
+  static constexpr size_t kDefaultMaxInodeExtents = 1 << 16;
+
+  enum class Lookup {
+    kHeld,      // the map is held: the answer is complete
+    kTooLarge,  // the inode has too many extents: ask the index
+    kAbsent,    // nothing known: ask the index (and Insert, if holding its mutex)
+  };
+
+  ExtentMapCache(size_t max_extents, size_t max_inode_extents);
+  ExtentMapCache(const ExtentMapCache&) = delete;
+  ExtentMapCache& operator=(const ExtentMapCache&) = delete;
+
+  // When the map of `ino` is held, appends its extents that overlap
+  // [start, end) to `*out`, in offset order.
+  Lookup Collect(uint64_t ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
+
+  // Holds `extents` (all of the inode's, in offset order, as the index has
+  // them) as the map of `ino`, or marks it too large.
+  // REQUIRES: the caller holds the mutex of `ino`'s InodeState.
+  void Insert(uint64_t ino, std::vector<Extent> extents);
+
+  // Applies a batch that committed. `extents_cf` and `inodes_cf` are the
+  // column family ids of the extents and of the inodes; an inode whose key
+  // the batch deletes is forgotten.
+  void Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf, uint32_t inodes_cf);
+  // Forgets the inodes a batch touches, for a batch whose commit failed (and
+  // that may or may not be in the index).
+  void ForgetTouched(const rocksdb::WriteBatch& batch, uint32_t extents_cf, uint32_t inodes_cf);
+  void Forget(uint64_t ino);
+  void ForgetAll();
+
+  // What is held, for tests and statistics.
+  size_t inodes();
+  size_t extents();
+
+ private:
+  class BatchReader;
+  struct Entry {
+    uint64_t ino = 0;
+    bool too_large = false;
+    std::map<uint64_t, format::ExtentValue> map;
+  };
+  using List = std::list<Entry>;
+
+  // Moves the entry to the front (most recently written).
+  void TouchLocked(List::iterator it) REQUIRES(mu_);
+  void EraseLocked(List::iterator it) REQUIRES(mu_);
+  // Forgets inodes first..last (inclusive).
+  void ForgetRangeLocked(uint64_t first, uint64_t last) REQUIRES(mu_);
+  void ForgetAllLocked() REQUIRES(mu_);
+  // Marks the entry too large when it is, then evicts from the back until
+  // the bounds hold.
+  void EnforceBoundsLocked(List::iterator it) REQUIRES(mu_);
+
+  const size_t max_extents_;
+  const size_t max_inode_extents_;
+  Mutex mu_;
+  List lru_ GUARDED_BY(mu_);  // most recently written first
+  std::unordered_map<uint64_t, List::iterator> by_ino_ GUARDED_BY(mu_);
+  size_t total_ GUARDED_BY(mu_) = 0;  // sum of map sizes plus one per entry
+};
+
+}  // namespace ckptfs::engine
