@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Which FUSE requests reach the daemon, counted in MNT/.ckptfs/stats.
+
+Opens send no request (no OPEN, RELEASE or FLUSH; see fs/data.cc), so:
+  - reading a file whose entry and pages the kernel holds sends no request
+    of its own but the ioctl of isatty(), which is counted;
+  - the control files still read fresh content at every open, and the
+    config still takes writes;
+  - a file unlinked while open keeps its bytes until the kernel forgets the
+    inode after the last close, and then its space is freed.
+Needs CKPTFS_BIN.
+"""
+
+import json
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+MiB = 1 << 20
+# How long to wait for the kernel's FORGET, which it sends asynchronously
+# after the last close; a bound against hanging, not a measure.
+FORGET_WAIT_S = 60
+
+
+class RequestsTest(lib.MountAndPlainTestCase):
+
+    def ops(self):
+        return self.m.stats()["fs"]["ops"]
+
+    def fs_stats(self):
+        return self.m.stats()["fs"]
+
+    def test_stats_count_every_kind(self):
+        ops = self.ops()
+        for name in ("lookups", "forgets", "opens", "releases", "flushes", "creates", "mknods",
+                     "ioctls", "polls", "copy_file_ranges", "accesses", "readdirpluses"):
+            self.assertIn(name, ops)
+
+    def test_cached_read_sends_no_open_release_or_flush(self):
+        p = self.m.path("small")
+        data = os.urandom(16 << 10)
+        lib.write_file(p, data)
+        self.assertEqual(lib.read_file(p), data)  # entry, attributes and pages cached
+        # What reading the stats file costs by itself, from two reads in a row.
+        s0 = self.ops()
+        s1 = self.ops()
+        n = 5
+        for _ in range(n):
+            with open(p, "rb") as f:
+                self.assertFalse(os.isatty(f.fileno()))
+                self.assertEqual(f.read(), data)
+        s2 = self.ops()
+        stats_read = {k: s1[k] - s0[k] for k in s1}
+        work = {k: s2[k] - s1[k] for k in s2}
+        for name in ("opens", "releases", "flushes", "creates"):
+            self.assertEqual(work[name], 0, "%s: %r" % (name, work))
+        # No lookup of the cached name: only the stats file's own.
+        self.assertEqual(work["lookups"], stats_read["lookups"], work)
+        # isatty() is an ioctl: counted, answered ENOTTY (isatty is False).
+        self.assertGreaterEqual(work["ioctls"] - stats_read["ioctls"], n, work)
+
+    def test_create_and_write_send_no_create_release_or_flush(self):
+        d = self.m.path("created")
+        os.mkdir(d)
+        lib.write_file(os.path.join(d, "warm"), b"w")  # the first close's FLUSH
+        s0 = self.ops()
+        for i in range(5):
+            lib.write_file(os.path.join(d, "f%d" % i), b"x" * 1000)
+        s1 = self.ops()
+        work = {k: s1[k] - s0[k] for k in s1}
+        for name in ("opens", "releases", "flushes"):
+            self.assertEqual(work[name], 0, "%s: %r" % (name, work))
+        self.assertGreaterEqual(work["mknods"], 5, work)
+        for i in range(5):
+            self.assertEqual(lib.read_file(os.path.join(d, "f%d" % i)), b"x" * 1000)
+
+    def test_control_files_read_fresh_content_every_time(self):
+        stats = self.m.path(".ckptfs", "stats")
+        first = lib.read_file(stats)
+        second = lib.read_file(stats)
+        third = lib.read_file(stats)
+        a, b, c = (json.loads(x) for x in (first, second, third))
+        # Each read looked the file up again: the counts it shows move on.
+        self.assertLess(a["fs"]["ops"]["lookups"], b["fs"]["ops"]["lookups"])
+        self.assertLess(b["fs"]["ops"]["lookups"], c["fs"]["ops"]["lookups"])
+        self.assertLess(a["uptime_s"], b["uptime_s"])
+        # An open handle reads one snapshot, whatever the size of its reads.
+        with open(stats, "rb") as f:
+            whole = f.read(7) + f.read(100) + f.read()
+        json.loads(whole)
+
+        config = self.m.path(".ckptfs", "config")
+        for gap in ("4096", "0", "65536"):
+            with open(config, "w") as f:
+                f.write("coalesce_gap=%s\n" % gap)
+            self.assertEqual(self.m.config()["coalesce_gap"], gap)
+            self.assertEqual(self.m.stats()["options"]["coalesce_gap"], int(gap))
+        # A last line without a newline applies with its write.
+        with open(config, "w") as f:
+            f.write("coalesce_gap=8192")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 8192)
+        with self.assertRaises(OSError):
+            with open(config, "w") as f:
+                f.write("no_such_option=1\n")
+
+    def test_unlinked_open_file_keeps_bytes_until_forgotten(self):
+        p = self.m.path("victim")
+        data = os.urandom(3 * MiB + 5)
+        lib.write_file(p, data)
+        before = self.m.stats()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.unlink(p)
+            self.assertFalse(os.path.exists(p))
+            during = self.m.stats()
+            # Not in the namespace any more, but its bytes are still live.
+            self.assertEqual(during["namespace"]["files"], before["namespace"]["files"] - 1)
+            self.assertGreaterEqual(during["storage"]["live_bytes"], len(data))
+            self.assertGreaterEqual(during["fs"]["pinned_files"], 1)
+            # The kernel's cached pages would hide the store: read around them.
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.assertEqual(os.pread(fd, len(data) + 10, 0), data)
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1\n")
+            self.assertEqual(os.pread(fd, len(data) + 10, 0), data)
+        finally:
+            os.close(fd)
+        # After the last close the kernel forgets the inode; the daemon then
+        # frees its space.
+        deadline = time.monotonic() + FORGET_WAIT_S
+        while True:
+            after = self.m.stats()
+            freed = during["storage"]["live_bytes"] - after["storage"]["live_bytes"]
+            if freed >= len(data) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertGreaterEqual(freed, len(data), after["storage"])
+        self.assertEqual(after["fs"]["pinned_files"], during["fs"]["pinned_files"] - 1)
+
+
+if __name__ == "__main__":
+    harness.require_fuse(root=True)
+    unittest.main()
