@@ -102,6 +102,10 @@ nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
   };
 }
 
+double PerFile(uint64_t requests, uint64_t files) {
+  return files == 0 ? 0.0 : static_cast<double>(requests) / static_cast<double>(files);
+}
+
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
   CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
@@ -304,12 +308,12 @@ Result<std::string> Control::StatsJson() const {
            {"ops", op_counts},
            {"requests", ops.requests()},
            {"files_created", ops.files_created()},
-           // Requests of every kind since mount per regular file made: the
-           // cost of a save into an empty mount.
-           {"requests_per_file_created",
-            ops.files_created() == 0 ? 0.0
-                                     : static_cast<double>(ops.requests()) /
-                                           static_cast<double>(ops.files_created())},
+           {"files_read", ops.files_read()},
+           // Requests of every kind since mount per regular file made, and
+           // per file read from its start: what a save into a fresh mount,
+           // or a restore from one, cost per file.
+           {"requests_per_file_created", PerFile(ops.requests(), ops.files_created())},
+           {"requests_per_file_read", PerFile(ops.requests(), ops.files_read())},
            {"errors", ops.errors()},
            {"read_bytes", ops.read_bytes()},
            {"write_bytes", ops.write_bytes()},

@@ -47,6 +47,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
     Result<size_t> n = fs.store().Read(ino, static_cast<uint64_t>(off), size, buf.data());
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddReadBytes(*n);
+    if (off == 0) fs.op_stats().CountFileRead();
     r.Buf(buf.data(), *n);
   });
 }

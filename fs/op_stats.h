@@ -71,12 +71,15 @@ class OpStats {
   void AddWriteBytes(uint64_t n) { Add(kWriteBytes, n); }
   // A regular file made (creates arrive as MKNOD: see entries.cc).
   void CountFileCreated() { Add(kFilesCreated, 1); }
+  // A READ of a regular file at offset 0: a file read from its start.
+  void CountFileRead() { Add(kFilesRead, 1); }
 
   uint64_t Get(Op op) const { return Load(static_cast<size_t>(op)); }
   uint64_t errors() const { return Load(kErrors); }
   uint64_t read_bytes() const { return Load(kReadBytes); }
   uint64_t write_bytes() const { return Load(kWriteBytes); }
   uint64_t files_created() const { return Load(kFilesCreated); }
+  uint64_t files_read() const { return Load(kFilesRead); }
   // Every request counted, of all kinds.
   uint64_t requests() const {
     uint64_t n = 0;
@@ -89,7 +92,8 @@ class OpStats {
   static constexpr size_t kReadBytes = kErrors + 1;
   static constexpr size_t kWriteBytes = kErrors + 2;
   static constexpr size_t kFilesCreated = kErrors + 3;
-  static constexpr size_t kSlots = kErrors + 4;
+  static constexpr size_t kFilesRead = kErrors + 4;
+  static constexpr size_t kSlots = kErrors + 5;
 
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};

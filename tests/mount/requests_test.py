@@ -68,11 +68,15 @@ class RequestsTest(lib.MountAndPlainTestCase):
         d = self.m.path("created")
         os.mkdir(d)
         lib.write_file(os.path.join(d, "warm"), b"w")  # the first close's FLUSH
-        s0 = self.ops()
+        f0 = self.fs_stats()
+        s0 = f0["ops"]
         for i in range(5):
             lib.write_file(os.path.join(d, "f%d" % i), b"x" * 1000)
-        s1 = self.ops()
+        f1 = self.fs_stats()
+        s1 = f1["ops"]
         work = {k: s1[k] - s0[k] for k in s1}
+        self.assertEqual(f1["files_created"] - f0["files_created"], 5)
+        self.assertGreater(f1["requests_per_file_created"], 0)
         for name in ("opens", "releases", "flushes"):
             self.assertEqual(work[name], 0, "%s: %r" % (name, work))
         self.assertGreaterEqual(work["mknods"], 5, work)
