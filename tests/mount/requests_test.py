@@ -83,6 +83,19 @@ class RequestsTest(lib.MountAndPlainTestCase):
         for i in range(5):
             self.assertEqual(lib.read_file(os.path.join(d, "f%d" % i)), b"x" * 1000)
 
+    def test_o_trunc_reaches_the_store(self):
+        p = self.m.path("trunc")
+        lib.write_file(p, b"0123456789" * 100)
+        s0 = self.ops()
+        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, b"new")
+        os.close(fd)
+        s1 = self.ops()
+        # The kernel sends the truncation as a SETATTR, there being no OPEN.
+        self.assertGreaterEqual(s1["setattrs"] - s0["setattrs"], 1)
+        self.m.remount()
+        self.assertEqual(lib.read_file(p), b"new")
+
     def test_control_files_read_fresh_content_every_time(self):
         stats = self.m.path(".ckptfs", "stats")
         first = lib.read_file(stats)
