@@ -13,6 +13,8 @@ Needs CKPTFS_BIN.
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -82,6 +84,29 @@ class RequestsTest(lib.MountAndPlainTestCase):
         self.assertGreaterEqual(work["mknods"], 5, work)
         for i in range(5):
             self.assertEqual(lib.read_file(os.path.join(d, "f%d" % i)), b"x" * 1000)
+
+    def test_session_end_releases_unlinked_open_files(self):
+        """The daemon stops while a file unlinked on its mount is still open:
+        the store is left with no orphan (no pending_orphan for fsck)."""
+        store = os.path.join(self.tmp, "store_end")
+        m = harness.Mount(store, os.path.join(self.tmp, "mnt_end")).mount()
+        fd = None
+        try:
+            lib.write_file(m.path("open_victim"), os.urandom(MiB))
+            fd = os.open(m.path("open_victim"), os.O_RDONLY)
+            os.unlink(m.path("open_victim"))
+            self.assertGreaterEqual(m.stats()["fs"]["pinned_files"], 1)
+            pid = m.pid
+            os.kill(pid, signal.SIGTERM)  # a clean exit: destroy, then close
+            self.assertTrue(harness.wait_pid_gone(pid, FORGET_WAIT_S))
+        finally:
+            if fd is not None:
+                os.close(fd)
+            m.unmount()
+        out = subprocess.run([harness.ckptfs_bin(), "fsck", "--json", store],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertNotIn("pending_orphan", out.stdout)
 
     def test_o_trunc_reaches_the_store(self):
         p = self.m.path("trunc")
