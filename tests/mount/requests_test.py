@@ -108,6 +108,48 @@ class RequestsTest(lib.MountAndPlainTestCase):
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertNotIn("pending_orphan", out.stdout)
 
+    def test_listing_is_cached_until_the_directory_changes(self):
+        d = self.m.path("listed")
+        other = self.m.path("listed_other")
+        os.mkdir(d)
+        os.mkdir(other)
+        for i in range(20):
+            lib.write_file(os.path.join(d, "f%02d" % i), b"x")
+        expect = sorted("f%02d" % i for i in range(20))
+
+        def listing_requests(path):
+            s0 = self.ops()
+            s1 = self.ops()
+            names = sorted(os.listdir(path))
+            s2 = self.ops()
+            n = sum(s2[k] - s1[k] - (s1[k] - s0[k]) for k in ("readdirs", "readdirpluses"))
+            return names, n
+
+        self.assertEqual(listing_requests(d)[0], expect)
+        names, n = listing_requests(d)
+        self.assertEqual(names, expect)
+        self.assertEqual(n, 0, "an unchanged listing comes from the kernel's cache")
+        # Every change through the mount drops the cached listing.
+        changes = [
+            ("create", lambda: lib.write_file(os.path.join(d, "new"), b"n"), ["new"], []),
+            ("unlink", lambda: os.unlink(os.path.join(d, "f00")), [], ["f00"]),
+            ("rename within", lambda: os.rename(os.path.join(d, "f01"), os.path.join(d, "g01")),
+             ["g01"], ["f01"]),
+            ("rename out", lambda: os.rename(os.path.join(d, "f02"), os.path.join(other, "f02")),
+             [], ["f02"]),
+            ("rename in", lambda: os.rename(os.path.join(other, "f02"), os.path.join(d, "h02")),
+             ["h02"], []),
+            ("mkdir", lambda: os.mkdir(os.path.join(d, "sub")), ["sub"], []),
+            ("rmdir", lambda: os.rmdir(os.path.join(d, "sub")), [], ["sub"]),
+            ("link", lambda: os.link(os.path.join(d, "f03"), os.path.join(d, "l03")), ["l03"], []),
+            ("symlink", lambda: os.symlink("f04", os.path.join(d, "s04")), ["s04"], []),
+        ]
+        for what, change, added, removed in changes:
+            self.assertEqual(sorted(os.listdir(d)), expect)  # cached
+            change()
+            expect = sorted(set(expect) - set(removed) | set(added))
+            self.assertEqual(sorted(os.listdir(d)), expect, what)
+
     def test_o_trunc_reaches_the_store(self):
         p = self.m.path("trunc")
         lib.write_file(p, b"0123456789" * 100)
