@@ -102,6 +102,10 @@ nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
   };
 }
 
+double PerFile(uint64_t requests, uint64_t files) {
+  return files == 0 ? 0.0 : static_cast<double>(requests) / static_cast<double>(files);
+}
+
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
   CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
@@ -159,18 +163,60 @@ Attr Control::MakeAttr(Ino ino) const {
   return a;
 }
 
-Result<Attr> Control::Lookup(Ino parent, std::string_view name) const {
+Attr Control::MakeAttr(Ino ino, const Snapshot& s) const {
+  Attr a = MakeAttr(ino);
+  a.size = s.content.size();
+  a.mtime = a.ctime = s.mtime;
+  return a;
+}
+
+Result<std::shared_ptr<const Control::Snapshot>> Control::Refresh(Ino ino) {
+  auto s = std::make_shared<Snapshot>();
+  if (ino == kStatsIno) {
+    CKPTFS_ASSIGN_OR_RETURN(s->content, StatsJson());
+  } else {
+    s->content = ConfigText();
+  }
+  MutexLock lock(&mu_);
+  // Every snapshot gets an mtime of its own, later than the last one: the
+  // kernel compares mtimes to decide whether its cached pages are stale.
+  engine::Timespec t = Now();
+  if (t.sec < last_mtime_.sec || (t.sec == last_mtime_.sec && t.nsec <= last_mtime_.nsec)) {
+    t = last_mtime_;
+    if (++t.nsec == 1000000000) t = {t.sec + 1, 0};
+  }
+  s->mtime = last_mtime_ = t;
+  (ino == kStatsIno ? stats_ : config_) = s;
+  return std::shared_ptr<const Snapshot>(std::move(s));
+}
+
+std::shared_ptr<const Control::Snapshot> Control::Current(Ino ino) const {
+  MutexLock lock(&mu_);
+  return ino == kStatsIno ? stats_ : config_;
+}
+
+Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
   if (IsControlName(parent, name)) return MakeAttr(kControlDirIno);
   if (parent == kControlDirIno) {
-    if (name == kStatsName) return MakeAttr(kStatsIno);
-    if (name == kConfigName) return MakeAttr(kConfigIno);
+    Ino ino = 0;
+    if (name == kStatsName) ino = kStatsIno;
+    if (name == kConfigName) ino = kConfigIno;
+    if (ino != 0) {
+      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, Refresh(ino));
+      return MakeAttr(ino, *s);
+    }
   }
   return Status::Errno(ENOENT);
 }
 
-Result<Attr> Control::GetAttr(Ino ino) const {
-  if (ino == kControlDirIno || ino == kStatsIno || ino == kConfigIno) return MakeAttr(ino);
-  return Status::Errno(ESTALE, "no such control inode");
+Result<Attr> Control::GetAttr(Ino ino) {
+  if (ino == kControlDirIno) return MakeAttr(ino);
+  if (ino != kStatsIno && ino != kConfigIno) return Status::Errno(ESTALE, "no such control inode");
+  std::shared_ptr<const Snapshot> s = Current(ino);
+  if (s == nullptr) {
+    CKPTFS_ASSIGN_OR_RETURN(s, Refresh(ino));
+  }
+  return MakeAttr(ino, *s);
 }
 
 void Control::List(std::string_view after,
@@ -186,32 +232,33 @@ void Control::List(std::string_view after,
   }
 }
 
-Result<std::unique_ptr<ControlHandle>> Control::Open(Ino ino, int flags, uid_t uid) {
+Result<std::string> Control::Read(Ino ino, uint64_t offset, size_t size) {
   if (ino == kControlDirIno) return Status::Errno(EISDIR);
   if (ino != kStatsIno && ino != kConfigIno) return Status::Errno(ESTALE);
-  const bool writing = (flags & O_ACCMODE) != O_RDONLY;
-  if (writing) {
-    if (ino == kStatsIno) return Status::Errno(EACCES, "stats is read-only");
-    if (fs_->options().read_only) return Status::Errno(EROFS);
-    if (uid != fs_->owner_uid() && uid != 0) {
-      return Status::Errno(EACCES, "only the mount's owner may change the config");
-    }
+  std::shared_ptr<const Snapshot> s = Current(ino);
+  if (s == nullptr) {
+    CKPTFS_ASSIGN_OR_RETURN(s, Refresh(ino));
   }
-  auto h = std::make_unique<ControlHandle>();
-  h->ino = ino;
-  MutexLock lock(&h->mu);  // uncontended: not handed out yet
-  if (ino == kStatsIno) {
-    CKPTFS_ASSIGN_OR_RETURN(h->content, StatsJson());
-  } else {
-    h->content = ConfigText();
-  }
-  return h;
+  if (offset >= s->content.size()) return std::string();
+  return s->content.substr(offset, size);
 }
 
-std::string Control::Read(ControlHandle& h, uint64_t offset, size_t size) const {
-  MutexLock lock(&h.mu);
-  if (offset >= h.content.size()) return {};
-  return h.content.substr(offset, size);
+Status Control::Write(Ino ino, std::string_view data, uid_t uid) {
+  if (ino == kControlDirIno) return Status::Errno(EISDIR);
+  if (ino == kStatsIno) return Status::Errno(EACCES, "stats is read-only");
+  if (ino != kConfigIno) return Status::Errno(ESTALE);
+  if (fs_->options().read_only) return Status::Errno(EROFS);
+  if (uid != fs_->owner_uid() && uid != 0) {
+    return Status::Errno(EACCES, "only the mount's owner may change the config");
+  }
+  MutexLock lock(&write_mu_);
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    const std::string_view line = data.substr(0, nl);
+    CKPTFS_RETURN_IF_ERROR(Apply(line));
+    data.remove_prefix(nl == std::string_view::npos ? data.size() : nl + 1);
+  }
+  return Status::OK();
 }
 
 Status Control::Apply(std::string_view line) {
@@ -228,28 +275,6 @@ Status Control::Apply(std::string_view line) {
     return fs_->store().Compact(o).status();
   }
   return ApplyRuntimeOption(fs_->store(), key, value);
-}
-
-Status Control::Write(ControlHandle& h, std::string_view data) {
-  MutexLock lock(&h.mu);
-  h.pending.append(data);
-  size_t nl;
-  while ((nl = h.pending.find('\n')) != std::string::npos) {
-    Status st = Apply(std::string_view(h.pending).substr(0, nl));
-    if (!st.ok()) {
-      h.pending.clear();
-      return st;
-    }
-    h.pending.erase(0, nl + 1);
-  }
-  return Status::OK();
-}
-
-Status Control::Flush(ControlHandle& h) {
-  MutexLock lock(&h.mu);
-  std::string line;
-  line.swap(h.pending);
-  return Apply(line);
 }
 
 std::string Control::ConfigText() const {
@@ -281,11 +306,19 @@ Result<std::string> Control::StatsJson() const {
       {"fs",
        {
            {"ops", op_counts},
+           {"requests", ops.requests()},
+           {"files_created", ops.files_created()},
+           {"files_read", ops.files_read()},
+           // Requests of every kind since mount per regular file made, and
+           // per file read from its start: what a save into a fresh mount,
+           // or a restore from one, cost per file.
+           {"requests_per_file_created", PerFile(ops.requests(), ops.files_created())},
+           {"requests_per_file_read", PerFile(ops.requests(), ops.files_read())},
            {"errors", ops.errors()},
            {"read_bytes", ops.read_bytes()},
            {"write_bytes", ops.write_bytes()},
            {"kernel_inodes", fs.lookups().Size()},
-           {"open_files", fs.open_files.load(std::memory_order_relaxed)},
+           {"pinned_files", fs.lookups().pinned()},
            {"open_dirs", fs.open_dirs.load(std::memory_order_relaxed)},
        }},
   };

@@ -5,9 +5,21 @@
 //           of fs/option_table.h, then the last compaction's result as
 //           last_compaction.* lines; write: name=value lines, each changing
 //           a run-time setting (Store::UpdateOptions), or compact=R[ dry_run]
-//           that runs a compaction (Store::Compact) and returns when it ends
+//           that runs a compaction (Store::Compact) and returns when it ends.
+//           Each write(2) is whole lines: a last line without a newline is
+//           applied at the end of the write that carries it.
 // The directory is not listed in the root but can be looked up there. Control
 // inodes have the top bit set; the engine never allocates those numbers.
+//
+// Files are opened without any request reaching us (data.cc), so there are
+// no handles: each file has one current snapshot of its content. A lookup of
+// the file makes a new one (the kernel looks control files up at every open:
+// their entries are never cached, Filesystem::EntryTimeout) with a size and an
+// mtime of its own; getattr and read serve the current one. The new mtime
+// and size make the kernel drop the pages it cached from the previous
+// snapshot (FUSE_CAP_AUTO_INVAL_DATA), so every open reads fresh content, and
+// reads through one open see one snapshot unless another open looks the file
+// up meanwhile.
 #pragma once
 
 #include <sys/types.h>
@@ -31,56 +43,62 @@ inline constexpr engine::Ino kConfigIno = kControlBit | 3;
 inline constexpr std::string_view kControlDirName = ".ckptfs";
 
 inline bool IsControl(engine::Ino ino) { return (ino & kControlBit) != 0; }
+// A control file (not the control directory): content that changes by itself.
+inline bool IsControlFile(engine::Ino ino) { return IsControl(ino) && ino != kControlDirIno; }
 // The root entry under which the control directory appears.
 inline bool IsControlName(engine::Ino parent, std::string_view name) {
   return parent == engine::kRootIno && name == kControlDirName;
 }
-
-// One open control file. The content is generated at open so that reads at
-// any offset see one consistent snapshot. Thread-safe through mu. Lock
-// order: mu before every engine lock (Write applies lines with
-// Store::UpdateOptions and Store::Compact under it).
-struct ControlHandle {
-  engine::Ino ino = 0;
-  Mutex mu;
-  std::string content GUARDED_BY(mu);
-  std::string pending GUARDED_BY(mu);  // written config text not yet applied
-};
 
 class Control {
  public:
   // "*fs" must outlive this Control.
   explicit Control(Filesystem* fs) : fs_(fs) {}
 
-  // `parent` is the root (name ".ckptfs") or the control directory.
-  engine::Result<engine::Attr> Lookup(engine::Ino parent, std::string_view name) const;
-  engine::Result<engine::Attr> GetAttr(engine::Ino ino) const;
+  // `parent` is the root (name ".ckptfs") or the control directory. A
+  // control file gets a new snapshot.
+  engine::Result<engine::Attr> Lookup(engine::Ino parent, std::string_view name);
+  // The current snapshot's attributes (a first snapshot when none is yet).
+  engine::Result<engine::Attr> GetAttr(engine::Ino ino);
   // The control directory's entries after `after`, in name order.
   void List(std::string_view after, const std::function<bool(const engine::DirEntry&)>& fn) const;
 
-  // Opens a control file for a caller with uid `uid`. Writing the config is
-  // for the mount's owner and root (EACCES otherwise); stats is read-only.
-  engine::Result<std::unique_ptr<ControlHandle>> Open(engine::Ino ino, int flags, uid_t uid);
-  // Bytes of the open-time snapshot at [offset, offset+size).
-  std::string Read(ControlHandle& h, uint64_t offset, size_t size) const;
-  // Appends to the handle's pending text and applies each complete line.
-  // EINVAL on an unknown key, a setting fixed while mounted or a bad value;
-  // the pending text is then dropped.
-  engine::Status Write(ControlHandle& h, std::string_view data);
-  // Applies a last line written without a newline.
-  engine::Status Flush(ControlHandle& h);
+  // Bytes of the current snapshot at [offset, offset+size).
+  engine::Result<std::string> Read(engine::Ino ino, uint64_t offset, size_t size);
+  // Applies the lines of `data`, written by a caller with uid `uid`, to the
+  // config: for the mount's owner and root (EACCES otherwise); stats is
+  // read-only. EINVAL on an unknown key, a setting fixed while mounted or a
+  // bad value; the lines after it are not applied.
+  engine::Status Write(engine::Ino ino, std::string_view data, uid_t uid);
 
   // The files' contents. The stats file's fails (EIO naming what) when the
-  // store's accounting or namespace cannot be read, so that opening the
+  // store's accounting or namespace cannot be read, so that reading the
   // stats file fails rather than show zeros for what is unknown.
   std::string ConfigText() const;
   engine::Result<std::string> StatsJson() const;
 
  private:
+  struct Snapshot {
+    std::string content;
+    engine::Timespec mtime;
+  };
+
   engine::Attr MakeAttr(engine::Ino ino) const;
+  engine::Attr MakeAttr(engine::Ino ino, const Snapshot& s) const;
+  // Makes a new snapshot of control file `ino` and makes it current.
+  engine::Result<std::shared_ptr<const Snapshot>> Refresh(engine::Ino ino);
+  std::shared_ptr<const Snapshot> Current(engine::Ino ino) const;
   engine::Status Apply(std::string_view line);
 
   Filesystem* const fs_;
+  // A leaf lock, held only to swap or copy the pointers.
+  mutable Mutex mu_;
+  std::shared_ptr<const Snapshot> stats_ GUARDED_BY(mu_);
+  std::shared_ptr<const Snapshot> config_ GUARDED_BY(mu_);
+  engine::Timespec last_mtime_ GUARDED_BY(mu_);  // of the newest snapshot
+  // Serializes config writes: lines apply in the order they were written.
+  // Lock order: before every engine lock.
+  Mutex write_mu_;
 };
 
 // The value of the config's compact=VALUE: "R[ dry_run]", R the dead ratio

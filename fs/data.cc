@@ -1,5 +1,5 @@
 // Open files and their bytes: open/read/write/flush/release/fsync/fallocate/
-// lseek, for store files and control files.
+// lseek/ioctl/poll/copy_file_range, for store files and control files.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,99 +19,26 @@ using engine::Status;
 
 namespace {
 
-// ReplyOpen after Store::OpenFile succeeded. Returns whether the kernel took
-// the handle; false means the caller must release the inode again.
-bool FinishOpen(Request& r, const Attr& attr, fuse_file_info* fi, OpenKind kind) {
-  Filesystem& fs = r.fs();
-  engine::Store& store = fs.store();
-  const Ino ino = attr.ino;
-  Attr a = attr;
-  if (kind != OpenKind::kCreated && (fi->flags & O_TRUNC) && S_ISREG(a.mode)) {
-    // FUSE_CAP_ATOMIC_O_TRUNC: the kernel leaves truncation to open.
-    engine::SetAttrRequest q;
-    q.size = 0;
-    q.mtime_now = true;
-    Result<Attr> t = store.SetAttr(ino, q);
-    if (!t.ok()) {
-      r.Fail(t.status());
-      return false;
-    }
-    a = *t;
-  }
-  const bool direct = (fi->flags & O_DIRECT) != 0;
-  const bool unchanged = fs.UnchangedSinceLastOpen(a);
-  fi->fh = 0;
-  fi->direct_io = direct ? 1 : 0;
-  fi->keep_cache = (!direct && kind == OpenKind::kOpen && unchanged) ? 1 : 0;
-  // Writes are in the store when they return: close needs no flush request,
-  // unless the kernel's write-back cache holds dirty pages.
-  fi->noflush = fs.options().writeback_cache ? 0 : 1;
-  if (kind == OpenKind::kOpen) {
-    fs.open_files.fetch_add(1, std::memory_order_relaxed);
-    if (r.Open(fi)) return true;
-  } else {
-    const fuse_entry_param e = fs.ToEntry(a);
-    fs.lookups().Add(ino);
-    fs.open_files.fetch_add(1, std::memory_order_relaxed);
-    if (r.Create(e, fi)) return true;
-    fs.Forget(ino, 1);
-  }
-  // No release will come for a handle the kernel never saw.
-  fs.open_files.fetch_sub(1, std::memory_order_relaxed);
-  return false;
+// Opens cost no request. OPEN is declined with ENOSYS, after which the kernel
+// opens regular files by itself (no_open): no OPEN and no RELEASE, and it
+// keeps the cached pages (FOPEN_KEEP_CACHE), which is right because every
+// change to a file comes through this mount. A file's data stays pinned for
+// as long as the kernel knows the inode (LookupCounts), which covers every
+// open file. O_TRUNC arrives as a SETATTR (no FUSE_CAP_ATOMIC_O_TRUNC),
+// O_DIRECT is served by the kernel's fuse_direct_IO through READ and WRITE,
+// and control files are read and written without handles (control.h).
+void Open(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  Serve(req, Op::kOpen, [&](Request& r) { r.Err(ENOSYS); });
 }
 
-}  // namespace
-
-void ReplyOpen(Request& r, const Attr& attr, fuse_file_info* fi, OpenKind kind) {
-  engine::Store& store = r.fs().store();
-  if (Status st = store.OpenFile(attr.ino); !st.ok()) return r.Fail(st);
-  // The inode is open now: whatever happens, keep it so only if the kernel
-  // holds a handle that will be released.
-  bool taken = false;
-  try {
-    taken = FinishOpen(r, attr, fi, kind);
-  } catch (...) {
-    (void)store.Release(attr.ino);
-    throw;  // answered by Serve()
-  }
-  if (!taken) (void)store.Release(attr.ino);
-}
-
-namespace {
-
-ControlHandle* ControlHandleOf(const fuse_file_info* fi) {
-  return reinterpret_cast<ControlHandle*>(static_cast<uintptr_t>(fi->fh));
-}
-
-void OpenControl(Request& r, Ino ino, fuse_file_info* fi) {
-  Filesystem& fs = r.fs();
-  Result<std::unique_ptr<ControlHandle>> h = fs.control().Open(ino, fi->flags, r.ctx().uid);
-  if (!h.ok()) return r.Fail(h.status());
-  fi->fh = reinterpret_cast<uintptr_t>(h->get());
-  fi->direct_io = 1;  // sizes are not known in advance; read to EOF
-  fi->keep_cache = 0;
-  if (r.Open(fi)) h->release();  // owned by the kernel's handle until release
-}
-
-void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Serve(req, Op::kOpen, [&](Request& r) {
-    if (IsControl(ino)) return OpenControl(r, ino, fi);
-    Result<Attr> a = r.fs().store().GetAttr(ino);
-    if (!a.ok()) return r.Fail(a.status());
-    ReplyOpen(r, *a, fi, OpenKind::kOpen);
-  });
-}
-
-void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Serve(req, Op::kRead, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
     if (IsControl(ino)) {
-      ControlHandle* h = ControlHandleOf(fi);
-      if (h == nullptr) return r.Err(EBADF);
-      const std::string bytes = fs.control().Read(*h, off, size);
-      r.Buf(bytes.data(), bytes.size());
+      Result<std::string> bytes = fs.control().Read(ino, static_cast<uint64_t>(off), size);
+      if (!bytes.ok()) return r.Fail(bytes.status());
+      r.Buf(bytes->data(), bytes->size());
       return;
     }
     // One buffer per session thread, grown to the largest read seen.
@@ -120,19 +47,18 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
     Result<size_t> n = fs.store().Read(ino, static_cast<uint64_t>(off), size, buf.data());
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddReadBytes(*n);
+    if (off == 0) fs.op_stats().CountFileRead();
     r.Buf(buf.data(), *n);
   });
 }
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
-           fuse_file_info* fi) {
+           fuse_file_info*) {
   Serve(req, Op::kWrite, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
     if (IsControl(ino)) {
-      ControlHandle* h = ControlHandleOf(fi);
-      if (h == nullptr) return r.Err(EBADF);
-      Status st = fs.control().Write(*h, std::string_view(data, size));
+      Status st = fs.control().Write(ino, std::string_view(data, size), r.ctx().uid);
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
@@ -143,26 +69,16 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
   });
 }
 
-void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Serve(req, Op::kFlush, [&](Request& r) {
-    if (ino == kConfigIno && ControlHandleOf(fi) != nullptr) {
-      return r.Fail(r.fs().control().Flush(*ControlHandleOf(fi)));
-    }
-    // Writes reached the store before they returned: nothing to do.
-    r.Ok();
-  });
+// Writes are in the store when they return: close needs no FLUSH. Declined,
+// the kernel stops sending it (no_flush); with the write-back cache it still
+// writes dirty pages back at close before it would have sent the FLUSH.
+void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  Serve(req, Op::kFlush, [&](Request& r) { r.Err(ENOSYS); });
 }
 
-void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Serve(req, Op::kRelease, [&](Request& r) {
-    Filesystem& fs = r.fs();
-    if (IsControl(ino)) {
-      std::unique_ptr<ControlHandle> h(ControlHandleOf(fi));
-      return r.Ok();
-    }
-    fs.open_files.fetch_sub(1, std::memory_order_relaxed);
-    r.Fail(fs.store().Release(ino));
-  });
+// Only handles from an OPEN are released, and there are none.
+void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  Serve(req, Op::kRelease, [&](Request& r) { r.Ok(); });
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
@@ -180,6 +96,25 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
     r.Fail(r.fs().store().Fallocate(ino, 0, static_cast<uint64_t>(offset),
                                     static_cast<uint64_t>(length)));
   });
+}
+
+// No file here is a terminal or a device: isatty()'s probe and every other
+// ioctl get ENOTTY.
+void Ioctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned, const void*,
+           size_t, size_t) {
+  Serve(req, Op::kIoctl, [&](Request& r) { r.Err(ENOTTY); });
+}
+
+// Declined: the kernel then answers poll itself (no_poll), and copies with
+// its own reads and writes (no_copy_file_range).
+void Poll(fuse_req_t req, fuse_ino_t, fuse_file_info*, fuse_pollhandle* ph) {
+  if (ph != nullptr) fuse_pollhandle_destroy(ph);
+  Serve(req, Op::kPoll, [&](Request& r) { r.Err(ENOSYS); });
+}
+
+void CopyFileRange(fuse_req_t req, fuse_ino_t, off_t, fuse_file_info*, fuse_ino_t, off_t,
+                   fuse_file_info*, size_t, int) {
+  Serve(req, Op::kCopyFileRange, [&](Request& r) { r.Err(ENOSYS); });
 }
 
 void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info*) {
@@ -205,6 +140,9 @@ void AddDataOps(fuse_lowlevel_ops* ops) {
   ops->fsync = Fsync;
   ops->fallocate = Fallocate;
   ops->lseek = Lseek;
+  ops->ioctl = Ioctl;
+  ops->poll = Poll;
+  ops->copy_file_range = CopyFileRange;
 }
 
 }  // namespace ckptfs::fs

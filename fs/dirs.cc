@@ -135,17 +135,22 @@ Result<size_t> FillDir(Request& r, DirHandle& h, uint64_t off, bool plus, std::v
           return a.status();
         }
         e = fs.ToEntry(*a);
+        // Counted before it is added: the entry hands the kernel a lookup.
+        CKPTFS_RETURN_IF_ERROR(fs.CountLookup(*a));
+        counted->push_back(d.ino);
       } else {
         e.attr.st_ino = d.ino;
         e.attr.st_mode = d.type;
       }
-      if (!Add(r, buf, used, plus, d.name.c_str(), e, next + 1)) break;
+      if (!Add(r, buf, used, plus, d.name.c_str(), e, next + 1)) {
+        if (plus) {
+          counted->pop_back();
+          fs.Forget(d.ino, 1);
+        }
+        break;
+      }
       ++next;
       reply.emplace_back(next, d.name);
-      if (plus) {
-        fs.lookups().Add(d.ino);
-        counted->push_back(d.ino);
-      }
     }
   }
   h.last_reply = std::move(reply);
@@ -161,6 +166,7 @@ void DoReadDir(Request& r, off_t off, size_t size, fuse_file_info* fi, bool plus
     MutexLock lock(&h.mu);
     used = FillDir(r, h, off < 0 ? 0 : static_cast<uint64_t>(off), plus, buf, &counted);
   }
+  // On failure, the entries counted so far were not handed out.
   // Once answered, the kernel may release the handle at any moment: nothing
   // here touches it after the reply.
   if (!used.ok()) {
@@ -182,6 +188,12 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     h->ino = ino;
     h->parent = ino == engine::kRootIno || a->parent == 0 ? engine::kRootIno : a->parent;
     fi->fh = reinterpret_cast<uintptr_t>(h.get());
+    // The kernel may keep the listing in its page cache across opens: it
+    // drops it when it passes a change to the directory on to us (an entry
+    // created, removed or renamed: fuse_dir_changed), and every change comes
+    // through this mount. The control directory never changes.
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
     fs.open_dirs.fetch_add(1, std::memory_order_relaxed);
     if (r.Open(fi)) {
       h.release();  // owned by the kernel's handle until releasedir

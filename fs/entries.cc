@@ -62,7 +62,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
       // Creating the name goes through the kernel, which drops it then.
       fuse_entry_param e{};
       e.ino = 0;
-      e.entry_timeout = fs.options().entry_timeout;
+      e.entry_timeout = fs.options().negative_timeout;
       r.Entry(e);
       return;
     }
@@ -148,29 +148,21 @@ void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
     Result<Attr> a =
         r.fs().store().Create(parent, name, m, owner->uid, owner->gid, static_cast<uint32_t>(rdev));
     if (!a.ok()) return r.Fail(a.status());
+    if (S_ISREG(a->mode)) r.fs().op_stats().CountFileCreated();
     r.fs().ReplyEntry(r, *a);
   });
 }
 
-void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
-  Serve(req, Op::kCreate, [&](Request& r) {
-    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
-    engine::Store& store = r.fs().store();
-    uint32_t m = mode;
-    if ((m & S_IFMT) == 0) m |= S_IFREG;
-    Result<Owner> owner = OwnerFor(r, parent, &m);
-    if (!owner.ok()) return r.Fail(owner.status());
-    OpenKind kind = OpenKind::kCreated;
-    Result<Attr> a = store.Create(parent, name, m, owner->uid, owner->gid);
-    if (!a.ok() && a.status().code() == EEXIST && !(fi->flags & O_EXCL)) {
-      // Created by someone else since the kernel's lookup: open it instead.
-      kind = OpenKind::kCreateExisting;
-      a = store.Lookup(parent, name);
-      if (a.ok() && S_ISDIR(a->mode)) return r.Err(EISDIR);
-    }
-    if (!a.ok()) return r.Fail(a.status());
-    ReplyOpen(r, *a, fi, kind);
-  });
+// Declined: the kernel then creates files with MKNOD and opens them without
+// a request (no_create, no_open), where a CREATE would hand out a handle that
+// costs a RELEASE at close.
+void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
+  Serve(req, Op::kCreate, [&](Request& r) { r.Err(ENOSYS); });
+}
+
+// Only sent without default_permissions, which ckptfs always mounts with.
+void Access(fuse_req_t req, fuse_ino_t, int) {
+  Serve(req, Op::kAccess, [&](Request& r) { r.Err(ENOSYS); });
 }
 
 void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
@@ -246,6 +238,7 @@ void AddEntryOps(fuse_lowlevel_ops* ops) {
   ops->mkdir = Mkdir;
   ops->mknod = Mknod;
   ops->create = Create;
+  ops->access = Access;
   ops->symlink = Symlink;
   ops->readlink = ReadLink;
   ops->link = Link;

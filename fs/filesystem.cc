@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "fs/control.h"
@@ -29,7 +30,8 @@ void Request::Err(int err) {
   replied_ = true;
   // Misses (no such name, no such xattr: the kernel probes
   // security.capability before every write) are answers, not failures.
-  if (err != 0 && err != ENOENT && err != ENODATA) fs().op_stats().CountError();
+  // ENOSYS is how requests we do without (open, create, flush) are declined.
+  if (err != 0 && err != ENOENT && err != ENODATA && err != ENOSYS) fs().op_stats().CountError();
   fuse_reply_err(req_, err);
 }
 
@@ -43,9 +45,15 @@ Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
       owner_uid_(getuid()),
       owner_gid_(getgid()),
       started_(std::chrono::steady_clock::now()),
-      control_(std::make_unique<Control>(this)) {}
+      control_(std::make_unique<Control>(this)),
+      lookups_(store) {}
 
-Filesystem::~Filesystem() = default;
+Filesystem::~Filesystem() {
+  // Pins left when the session ended without destroy (it never started).
+  if (engine::Status st = lookups_.ReleaseAll(); !st.ok()) {
+    std::fprintf(stderr, "ckptfs: releasing files at unmount: %s\n", st.ToString().c_str());
+  }
+}
 
 Result<Attr> Filesystem::GetAttr(Ino ino) {
   if (IsControl(ino)) return control_->GetAttr(ino);
@@ -71,7 +79,11 @@ struct stat Filesystem::ToStat(const Attr& a) const {
 }
 
 double Filesystem::AttrTimeout(Ino ino) const {
-  return IsControl(ino) && ino != kControlDirIno ? 0.0 : options_.attr_timeout;
+  return IsControlFile(ino) ? 0.0 : options_.attr_timeout;
+}
+
+double Filesystem::EntryTimeout(Ino ino) const {
+  return IsControlFile(ino) ? 0.0 : options_.entry_timeout;
 }
 
 fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
@@ -81,29 +93,29 @@ fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
   e.generation = a.generation;
   e.attr = ToStat(a);
   e.attr_timeout = AttrTimeout(a.ino);
-  e.entry_timeout = options_.entry_timeout;
+  e.entry_timeout = EntryTimeout(a.ino);
   return e;
 }
 
 void Filesystem::ReplyEntry(Request& r, const Attr& a) {
   const fuse_entry_param e = ToEntry(a);
-  lookups_.Add(a.ino);
+  if (engine::Status st = CountLookup(a); !st.ok()) return r.Fail(st);
   if (!r.Entry(e)) Forget(a.ino, 1);
 }
 
-void Filesystem::Forget(Ino ino, uint64_t n) {
-  if (lookups_.Forget(ino, n)) last_open_.Erase(ino);
+engine::Status Filesystem::CountLookup(const Attr& a) {
+  return lookups_.Add(a.ino, S_ISREG(a.mode) && !IsControl(a.ino));
 }
 
-bool Filesystem::UnchangedSinceLastOpen(const Attr& a) {
-  bool unchanged = false;
-  last_open_.Update(a.ino, [&](OpenSnapshot& s, bool existed) {
-    unchanged = existed && s.mtime == a.mtime && s.size == a.size;
-    s.mtime = a.mtime;
-    s.size = a.size;
-    return true;
-  });
-  return unchanged;
+void Filesystem::Forget(Ino ino, uint64_t n) {
+  if (!lookups_.Forget(ino, n).ok()) op_stats_.CountError();
+}
+
+void Filesystem::Destroy(void* userdata) {
+  auto* fs = static_cast<Filesystem*>(userdata);
+  if (engine::Status st = fs->lookups_.ReleaseAll(); !st.ok()) {
+    std::fprintf(stderr, "ckptfs: releasing files at unmount: %s\n", st.ToString().c_str());
+  }
 }
 
 void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
@@ -120,7 +132,10 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS, true);
   want(FUSE_CAP_READDIRPLUS, true);
   want(FUSE_CAP_READDIRPLUS_AUTO, true);
-  want(FUSE_CAP_ATOMIC_O_TRUNC, true);  // O_TRUNC comes with open; see data.cc
+  // Opens send no request (data.cc), so O_TRUNC must come as a SETATTR: with
+  // this capability the kernel would leave the truncation to the OPEN it
+  // never sends.
+  want(FUSE_CAP_ATOMIC_O_TRUNC, false);
   want(FUSE_CAP_ASYNC_DIO, true);
   want(FUSE_CAP_AUTO_INVAL_DATA, true);
   want(FUSE_CAP_CACHE_SYMLINKS, true);
@@ -145,6 +160,7 @@ fuse_lowlevel_ops MakeLowLevelOps() {
   fuse_lowlevel_ops ops;
   std::memset(&ops, 0, sizeof(ops));
   ops.init = &Filesystem::Init;
+  ops.destroy = &Filesystem::Destroy;
   AddEntryOps(&ops);
   AddDirOps(&ops);
   AddDataOps(&ops);

@@ -43,51 +43,42 @@ class Filesystem {
   // Attributes of any inode, control inodes included.
   engine::Result<engine::Attr> GetAttr(engine::Ino ino);
   struct stat ToStat(const engine::Attr& a) const;
-  // Attributes of control files change with every read; the kernel must ask.
+  // How long the kernel may trust attributes and names. Control files change
+  // with every read: their attributes and entries are never cached, so that
+  // each open looks them up again (see control.h).
   double AttrTimeout(engine::Ino ino) const;
+  double EntryTimeout(engine::Ino ino) const;
   fuse_entry_param ToEntry(const engine::Attr& a) const;
 
   // Answers a request that hands `a` to the kernel (lookup, mkdir, ...):
-  // counts the lookup, and takes it back when the kernel does not take the
-  // reply.
+  // counts the lookup (pinning a file's data, see LookupCounts), and takes it
+  // back when the kernel does not take the reply.
   void ReplyEntry(Request& r, const engine::Attr& a);
-  // The kernel dropped `n` references to `ino`.
+  // Counts one lookup of `a` handed to the kernel (LookupCounts::Add); the
+  // first one of a store file pins its data.
+  engine::Status CountLookup(const engine::Attr& a);
+  // The kernel dropped `n` references to `ino`. A failed unpin is counted as
+  // an error: a forget has nobody to answer.
   void Forget(engine::Ino ino, uint64_t n);
 
-  // Whether a file's cached pages may be kept at open: true when its mtime and
-  // size equal those seen at its previous open. Records the current ones.
-  bool UnchangedSinceLastOpen(const engine::Attr& a);
-
   // Gauges for the stats file.
-  std::atomic<int64_t> open_files{0};  // OpenFile()s not yet Release()d
   std::atomic<int64_t> open_dirs{0};
 
   // Session callbacks.
   static void Init(void* userdata, fuse_conn_info* conn);
+  // The session ends: the kernel's references are gone, pins are released.
+  static void Destroy(void* userdata);
 
  private:
-  struct OpenSnapshot {
-    engine::Timespec mtime;
-    uint64_t size = 0;
-  };
-
   engine::Store* const store_;
   const MountOptions options_;
   const uid_t owner_uid_;
   const gid_t owner_gid_;
   const std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Control> control_;
-  LookupCounts lookups_;
   OpStats op_stats_;
-  ShardedMap<OpenSnapshot> last_open_;  // files the kernel knows, at their last open
+  LookupCounts lookups_;  // destroyed first: releases its pins into the store
 };
-
-// How ReplyOpen answers: an open, a create that made the file, or a create
-// that found it already there (no O_EXCL).
-enum class OpenKind { kOpen, kCreated, kCreateExisting };
-// data.cc: opens the data of `a` for a new handle (Store::OpenFile, O_TRUNC,
-// direct_io, keep_cache) and answers `r` with an open or create reply.
-void ReplyOpen(Request& r, const engine::Attr& a, fuse_file_info* fi, OpenKind kind);
 
 // The handler table, filled by concern.
 void AddEntryOps(fuse_lowlevel_ops* ops);  // entries.cc: names and attributes

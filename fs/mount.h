@@ -34,10 +34,14 @@ struct MountOptions {
 
   // Most worker threads of the FUSE session loop ("threads"). Default: 16.
   unsigned threads = 16;
-  // Seconds the kernel caches attributes ("attr_timeout") and name lookups,
-  // including negative ones ("entry_timeout"). Default: 1.0 each.
-  double attr_timeout = 1.0;
-  double entry_timeout = 1.0;
+  // Seconds the kernel caches attributes ("attr_timeout"), names found
+  // ("entry_timeout") and names not found ("negative_timeout"). Long, because
+  // every change to the store comes through this mount and the kernel updates
+  // or drops what it cached as it passes the change on; control files are
+  // never cached. Default: 3600 each.
+  double attr_timeout = 3600;
+  double entry_timeout = 3600;
+  double negative_timeout = 3600;
   // Let users other than the mounter in ("allow_other"). Default: off.
   bool allow_other = false;
   // Open the store read-only and mount read-only ("ro"). Default: off.

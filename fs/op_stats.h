@@ -1,4 +1,7 @@
-// Counts of FUSE requests by kind, for MOUNT/.ckptfs/stats.
+// Counts of FUSE requests by kind, for MOUNT/.ckptfs/stats: one counter for
+// each request the kernel can send to this session (libfuse answers INIT,
+// DESTROY and INTERRUPT itself; the lock, bmap and statx requests are never
+// sent because the capabilities are not offered).
 #pragma once
 
 #include <array>
@@ -40,6 +43,10 @@ enum class Op : uint8_t {
   kCreate,
   kFallocate,
   kLseek,
+  kIoctl,
+  kPoll,
+  kCopyFileRange,
+  kAccess,
   kNumOps
 };
 
@@ -50,7 +57,7 @@ inline constexpr std::array<const char*, static_cast<size_t>(Op::kNumOps)> kOpNa
     "opens",     "reads",     "writes",        "flushes",      "releases",  "fsyncs",
     "opendirs",  "readdirs",  "readdirpluses", "releasedirs",  "fsyncdirs", "statfses",
     "setxattrs", "getxattrs", "listxattrs",    "removexattrs", "creates",   "fallocates",
-    "lseeks",
+    "lseeks",    "ioctls",    "polls",         "copy_file_ranges", "accesses",
 };
 
 // Monotonic counters; relaxed atomics, one cache line each so that threads
@@ -62,17 +69,31 @@ class OpStats {
   void CountError() { Add(kErrors, 1); }
   void AddReadBytes(uint64_t n) { Add(kReadBytes, n); }
   void AddWriteBytes(uint64_t n) { Add(kWriteBytes, n); }
+  // A regular file made (creates arrive as MKNOD: see entries.cc).
+  void CountFileCreated() { Add(kFilesCreated, 1); }
+  // A READ of a regular file at offset 0: a file read from its start.
+  void CountFileRead() { Add(kFilesRead, 1); }
 
   uint64_t Get(Op op) const { return Load(static_cast<size_t>(op)); }
   uint64_t errors() const { return Load(kErrors); }
   uint64_t read_bytes() const { return Load(kReadBytes); }
   uint64_t write_bytes() const { return Load(kWriteBytes); }
+  uint64_t files_created() const { return Load(kFilesCreated); }
+  uint64_t files_read() const { return Load(kFilesRead); }
+  // Every request counted, of all kinds.
+  uint64_t requests() const {
+    uint64_t n = 0;
+    for (size_t i = 0; i < static_cast<size_t>(Op::kNumOps); ++i) n += Load(i);
+    return n;
+  }
 
  private:
   static constexpr size_t kErrors = static_cast<size_t>(Op::kNumOps);
   static constexpr size_t kReadBytes = kErrors + 1;
   static constexpr size_t kWriteBytes = kErrors + 2;
-  static constexpr size_t kSlots = kErrors + 3;
+  static constexpr size_t kFilesCreated = kErrors + 3;
+  static constexpr size_t kFilesRead = kErrors + 4;
+  static constexpr size_t kSlots = kErrors + 5;
 
   struct alignas(64) Counter {
     std::atomic<uint64_t> v{0};

@@ -184,7 +184,8 @@ TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   EXPECT_EQ(human("free_empty"), "on");
   EXPECT_EQ(human("ro"), "off");
   EXPECT_EQ(human("threads"), "16");
-  EXPECT_EQ(human("attr_timeout"), "1");
+  EXPECT_EQ(human("attr_timeout"), "3600");
+  EXPECT_EQ(human("negative_timeout"), "3600");
 }
 
 TEST(OptionTableTest, HelpNamesEveryOption) {

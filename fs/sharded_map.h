@@ -1,9 +1,10 @@
 // Small concurrent maps keyed by inode number, for the per-inode state the
-// FUSE layer keeps: kernel lookup counts and what each file looked like when
-// it was last opened.
+// FUSE layer keeps: the kernel's lookup counts and the pins they hold on file
+// data.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -15,8 +16,9 @@
 namespace ckptfs::fs {
 
 // A hash map split into kShards independently locked shards so that requests
-// for different inodes rarely contend. Thread-safe. Each shard's mutex is a
-// leaf lock: no other lock is taken while it is held.
+// for different inodes rarely contend. Thread-safe. Each shard's mutex is
+// taken before every engine lock (functions run under it may call the
+// store) and no other ShardedMap's lock is taken while it is held.
 template <typename V, size_t kShards = 64>
 class ShardedMap {
  public:
@@ -40,6 +42,17 @@ class ShardedMap {
     return keep;
   }
 
+  // Runs fn(ino, V&) for every entry under its shard's lock, then removes
+  // them all.
+  template <typename Fn>
+  void EraseAll(Fn&& fn) {
+    for (Shard& s : shards_) {
+      MutexLock lock(&s.mu);
+      for (auto& [ino, v] : s.map) fn(ino, v);
+      s.map.clear();
+    }
+  }
+
   void Erase(engine::Ino ino) {
     Shard& s = ShardOf(ino);
     MutexLock lock(&s.mu);
@@ -57,7 +70,7 @@ class ShardedMap {
 
  private:
   struct alignas(64) Shard {
-    mutable Mutex mu;  // a leaf lock (see ShardedMap)
+    mutable Mutex mu;  // before every engine lock (see ShardedMap)
     std::unordered_map<engine::Ino, V> map GUARDED_BY(mu);
   };
 
@@ -70,29 +83,91 @@ class ShardedMap {
 };
 
 // How many times the kernel has been handed each inode (by lookup, create,
-// mkdir, mknod, symlink, link and readdirplus) minus what it has forgotten.
-// Inodes with a zero count are not stored. Thread-safe.
+// mkdir, mknod, symlink, link and readdirplus) minus what it has forgotten,
+// and the pin that count holds on a regular file's data.
+//
+// The kernel opens files without telling us (no OPEN, no RELEASE: see
+// data.cc), so a file is in use for as long as the kernel knows its inode.
+// The first lookup of a regular file pins its data (Store::OpenFile) and the
+// forget that brings the count to zero unpins it (Store::Release): an
+// unlinked or renamed-over file that is still open keeps its bytes until
+// then. Pin and unpin run under the shard lock together with the count
+// change, so a forget to zero racing a new lookup of the same inode cannot
+// unpin after the new lookup counted (and purge a live inode). Inodes with a
+// zero count are not stored. Thread-safe.
 class LookupCounts {
  public:
-  void Add(engine::Ino ino, uint64_t n = 1) {
-    counts_.Update(ino, [n](uint64_t& c, bool) {
-      c += n;
+  // "*store" must outlive this LookupCounts.
+  explicit LookupCounts(engine::Store* store) : store_(store) {}
+  LookupCounts(const LookupCounts&) = delete;
+  LookupCounts& operator=(const LookupCounts&) = delete;
+
+  // Counts one lookup of `ino`. With `pin` (a regular file of the store) the
+  // first one pins its data; when that fails nothing is counted and the
+  // error is returned.
+  engine::Status Add(engine::Ino ino, bool pin) {
+    engine::Status st;
+    counts_.Update(ino, [&](Entry& e, bool existed) {
+      if (!existed && pin) {
+        st = store_->OpenFile(ino);
+        if (!st.ok()) return false;
+        e.pinned = true;
+        pinned_.fetch_add(1, std::memory_order_relaxed);
+      }
+      e.count++;
       return true;
     });
+    return st;
   }
-  // Returns true when the count reached zero (the kernel forgot the inode).
-  bool Forget(engine::Ino ino, uint64_t n) {
-    return !counts_.Update(ino, [n](uint64_t& c, bool) {
-      c = c > n ? c - n : 0;
-      return c > 0;
+
+  // The kernel forgot `n` lookups of `ino`. At zero the entry goes and the
+  // pin is released; returns what that Release returned (OK otherwise).
+  engine::Status Forget(engine::Ino ino, uint64_t n) {
+    engine::Status st;
+    counts_.Update(ino, [&](Entry& e, bool) {
+      e.count = e.count > n ? e.count - n : 0;
+      if (e.count > 0) return true;
+      if (e.pinned) st = Unpin(ino);
+      return false;
     });
+    return st;
   }
-  uint64_t Get(engine::Ino ino) const { return counts_.Get(ino).value_or(0); }
+
+  // Forgets everything (the session ended: the kernel knows no inode any
+  // more) and releases every pin. Returns the first failed Release.
+  engine::Status ReleaseAll() {
+    engine::Status first;
+    counts_.EraseAll([&](engine::Ino ino, Entry& e) {
+      if (!e.pinned) return;
+      engine::Status st = Unpin(ino);
+      if (first.ok()) first = st;
+    });
+    return first;
+  }
+
+  uint64_t Get(engine::Ino ino) const {
+    std::optional<Entry> e = counts_.Get(ino);
+    return e ? e->count : 0;
+  }
   // Inodes the kernel currently knows.
   size_t Size() const { return counts_.Size(); }
+  // Regular files whose data the kernel's references keep.
+  int64_t pinned() const { return pinned_.load(std::memory_order_relaxed); }
 
  private:
-  ShardedMap<uint64_t> counts_;
+  struct Entry {
+    uint64_t count = 0;
+    bool pinned = false;  // Store::OpenFile succeeded; Release owed
+  };
+
+  engine::Status Unpin(engine::Ino ino) {
+    pinned_.fetch_sub(1, std::memory_order_relaxed);
+    return store_->Release(ino);
+  }
+
+  engine::Store* const store_;
+  std::atomic<int64_t> pinned_{0};
+  ShardedMap<Entry> counts_;
 };
 
 }  // namespace ckptfs::fs

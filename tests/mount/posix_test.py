@@ -810,6 +810,17 @@ def o_direct_aligned(r):
     os.preadv(fd, [rd3], 0)
     os.close(fd)
     r("O_DIRECT read sees buffered write", rd3[:104])
+    # A file opened with O_DIRECT maps like any other, and what is stored
+    # through the mapping reads back through O_DIRECT.
+    fd = os.open(f, os.O_RDWR | os.O_DIRECT)
+    m = mmap.mmap(fd, 2 * block)
+    r("mmap of O_DIRECT fd", m[block - 2:block + 2])
+    m[10:14] = b"MMAP"
+    m.flush()
+    m.close()
+    os.preadv(fd, [rd3], 0)
+    os.close(fd)
+    r("O_DIRECT read sees mmap write", rd3[:16])
     for m in (buf, rd, rd2, patch, rd3):
         m.close()
 

@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""Which FUSE requests reach the daemon, counted in MNT/.ckptfs/stats.
+
+Opens send no request (no OPEN, RELEASE or FLUSH; see fs/data.cc), so:
+  - reading a file whose entry and pages the kernel holds sends no request
+    of its own but the ioctl of isatty(), which is counted;
+  - the control files still read fresh content at every open, and the
+    config still takes writes;
+  - a file unlinked while open keeps its bytes until the kernel forgets the
+    inode after the last close, and then its space is freed.
+Needs CKPTFS_BIN.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+MiB = 1 << 20
+# How long to wait for the kernel's FORGET, which it sends asynchronously
+# after the last close; a bound against hanging, not a measure.
+FORGET_WAIT_S = 60
+
+
+class RequestsTest(lib.MountAndPlainTestCase):
+
+    def ops(self):
+        return self.m.stats()["fs"]["ops"]
+
+    def fs_stats(self):
+        return self.m.stats()["fs"]
+
+    def test_stats_count_every_kind(self):
+        ops = self.ops()
+        for name in ("lookups", "forgets", "opens", "releases", "flushes", "creates", "mknods",
+                     "ioctls", "polls", "copy_file_ranges", "accesses", "readdirpluses"):
+            self.assertIn(name, ops)
+
+    def test_cached_read_sends_no_open_release_or_flush(self):
+        p = self.m.path("small")
+        data = os.urandom(16 << 10)
+        lib.write_file(p, data)
+        self.assertEqual(lib.read_file(p), data)  # entry, attributes and pages cached
+        # What reading the stats file costs by itself, from two reads in a row.
+        s0 = self.ops()
+        s1 = self.ops()
+        n = 5
+        for _ in range(n):
+            with open(p, "rb") as f:
+                self.assertFalse(os.isatty(f.fileno()))
+                self.assertEqual(f.read(), data)
+        s2 = self.ops()
+        stats_read = {k: s1[k] - s0[k] for k in s1}
+        work = {k: s2[k] - s1[k] for k in s2}
+        for name in ("opens", "releases", "flushes", "creates"):
+            self.assertEqual(work[name], 0, "%s: %r" % (name, work))
+        # No lookup of the cached name: only the stats file's own.
+        self.assertEqual(work["lookups"], stats_read["lookups"], work)
+        # isatty() is an ioctl: counted, answered ENOTTY (isatty is False).
+        self.assertGreaterEqual(work["ioctls"] - stats_read["ioctls"], n, work)
+
+    def test_create_and_write_send_no_create_release_or_flush(self):
+        d = self.m.path("created")
+        os.mkdir(d)
+        lib.write_file(os.path.join(d, "warm"), b"w")  # the first close's FLUSH
+        f0 = self.fs_stats()
+        s0 = f0["ops"]
+        for i in range(5):
+            lib.write_file(os.path.join(d, "f%d" % i), b"x" * 1000)
+        f1 = self.fs_stats()
+        s1 = f1["ops"]
+        work = {k: s1[k] - s0[k] for k in s1}
+        self.assertEqual(f1["files_created"] - f0["files_created"], 5)
+        self.assertGreater(f1["requests_per_file_created"], 0)
+        for name in ("opens", "releases", "flushes"):
+            self.assertEqual(work[name], 0, "%s: %r" % (name, work))
+        self.assertGreaterEqual(work["mknods"], 5, work)
+        for i in range(5):
+            self.assertEqual(lib.read_file(os.path.join(d, "f%d" % i)), b"x" * 1000)
+
+    def test_session_end_releases_unlinked_open_files(self):
+        """The daemon stops while a file unlinked on its mount is still open:
+        the store is left with no orphan (no pending_orphan for fsck)."""
+        store = os.path.join(self.tmp, "store_end")
+        m = harness.Mount(store, os.path.join(self.tmp, "mnt_end")).mount()
+        fd = None
+        try:
+            lib.write_file(m.path("open_victim"), os.urandom(MiB))
+            fd = os.open(m.path("open_victim"), os.O_RDONLY)
+            os.unlink(m.path("open_victim"))
+            self.assertGreaterEqual(m.stats()["fs"]["pinned_files"], 1)
+            pid = m.pid
+            os.kill(pid, signal.SIGTERM)  # a clean exit: destroy, then close
+            self.assertTrue(harness.wait_pid_gone(pid, FORGET_WAIT_S))
+        finally:
+            if fd is not None:
+                os.close(fd)
+            m.unmount()
+        out = subprocess.run([harness.ckptfs_bin(), "fsck", "--json", store],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertNotIn("pending_orphan", out.stdout)
+
+    def test_listing_is_cached_until_the_directory_changes(self):
+        d = self.m.path("listed")
+        other = self.m.path("listed_other")
+        os.mkdir(d)
+        os.mkdir(other)
+        for i in range(20):
+            lib.write_file(os.path.join(d, "f%02d" % i), b"x")
+        expect = sorted("f%02d" % i for i in range(20))
+
+        def listing_requests(path):
+            s0 = self.ops()
+            s1 = self.ops()
+            names = sorted(os.listdir(path))
+            s2 = self.ops()
+            n = sum(s2[k] - s1[k] - (s1[k] - s0[k]) for k in ("readdirs", "readdirpluses"))
+            return names, n
+
+        self.assertEqual(listing_requests(d)[0], expect)
+        names, n = listing_requests(d)
+        self.assertEqual(names, expect)
+        self.assertEqual(n, 0, "an unchanged listing comes from the kernel's cache")
+        # Every change through the mount drops the cached listing.
+        changes = [
+            ("create", lambda: lib.write_file(os.path.join(d, "new"), b"n"), ["new"], []),
+            ("unlink", lambda: os.unlink(os.path.join(d, "f00")), [], ["f00"]),
+            ("rename within", lambda: os.rename(os.path.join(d, "f01"), os.path.join(d, "g01")),
+             ["g01"], ["f01"]),
+            ("rename out", lambda: os.rename(os.path.join(d, "f02"), os.path.join(other, "f02")),
+             [], ["f02"]),
+            ("rename in", lambda: os.rename(os.path.join(other, "f02"), os.path.join(d, "h02")),
+             ["h02"], []),
+            ("mkdir", lambda: os.mkdir(os.path.join(d, "sub")), ["sub"], []),
+            ("rmdir", lambda: os.rmdir(os.path.join(d, "sub")), [], ["sub"]),
+            ("link", lambda: os.link(os.path.join(d, "f03"), os.path.join(d, "l03")), ["l03"], []),
+            ("symlink", lambda: os.symlink("f04", os.path.join(d, "s04")), ["s04"], []),
+        ]
+        for what, change, added, removed in changes:
+            self.assertEqual(sorted(os.listdir(d)), expect)  # cached
+            change()
+            expect = sorted(set(expect) - set(removed) | set(added))
+            self.assertEqual(sorted(os.listdir(d)), expect, what)
+
+    def test_o_trunc_reaches_the_store(self):
+        p = self.m.path("trunc")
+        lib.write_file(p, b"0123456789" * 100)
+        s0 = self.ops()
+        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, b"new")
+        os.close(fd)
+        s1 = self.ops()
+        # The kernel sends the truncation as a SETATTR, there being no OPEN.
+        self.assertGreaterEqual(s1["setattrs"] - s0["setattrs"], 1)
+        self.m.remount()
+        self.assertEqual(lib.read_file(p), b"new")
+
+    def test_control_files_read_fresh_content_every_time(self):
+        stats = self.m.path(".ckptfs", "stats")
+        first = lib.read_file(stats)
+        second = lib.read_file(stats)
+        third = lib.read_file(stats)
+        a, b, c = (json.loads(x) for x in (first, second, third))
+        # Each read looked the file up again: the counts it shows move on.
+        self.assertLess(a["fs"]["ops"]["lookups"], b["fs"]["ops"]["lookups"])
+        self.assertLess(b["fs"]["ops"]["lookups"], c["fs"]["ops"]["lookups"])
+        self.assertLess(a["uptime_s"], b["uptime_s"])
+        # An open handle reads one snapshot, whatever the size of its reads.
+        with open(stats, "rb") as f:
+            whole = f.read(7) + f.read(100) + f.read()
+        json.loads(whole)
+
+        config = self.m.path(".ckptfs", "config")
+        for gap in ("4096", "0", "65536"):
+            with open(config, "w") as f:
+                f.write("coalesce_gap=%s\n" % gap)
+            self.assertEqual(self.m.config()["coalesce_gap"], gap)
+            self.assertEqual(self.m.stats()["options"]["coalesce_gap"], int(gap))
+        # A last line without a newline applies with its write.
+        with open(config, "w") as f:
+            f.write("coalesce_gap=8192")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 8192)
+        with self.assertRaises(OSError):
+            with open(config, "w") as f:
+                f.write("no_such_option=1\n")
+
+    def test_unlinked_open_file_keeps_bytes_until_forgotten(self):
+        p = self.m.path("victim")
+        data = os.urandom(3 * MiB + 5)
+        lib.write_file(p, data)
+        before = self.m.stats()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.unlink(p)
+            self.assertFalse(os.path.exists(p))
+            during = self.m.stats()
+            # Not in the namespace any more, but its bytes are still live.
+            self.assertEqual(during["namespace"]["files"], before["namespace"]["files"] - 1)
+            self.assertGreaterEqual(during["storage"]["live_bytes"], len(data))
+            self.assertGreaterEqual(during["fs"]["pinned_files"], 1)
+            # The kernel's cached pages would hide the store: read around them.
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.assertEqual(os.pread(fd, len(data) + 10, 0), data)
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1\n")
+            self.assertEqual(os.pread(fd, len(data) + 10, 0), data)
+        finally:
+            os.close(fd)
+        # After the last close the kernel forgets the inode; the daemon then
+        # frees its space.
+        deadline = time.monotonic() + FORGET_WAIT_S
+        while True:
+            after = self.m.stats()
+            freed = during["storage"]["live_bytes"] - after["storage"]["live_bytes"]
+            if freed >= len(data) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertGreaterEqual(freed, len(data), after["storage"])
+        self.assertEqual(after["fs"]["pinned_files"], during["fs"]["pinned_files"] - 1)
+
+
+if __name__ == "__main__":
+    harness.require_fuse(root=True)
+    unittest.main()
