@@ -9,6 +9,7 @@
 
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
 
@@ -28,6 +29,10 @@ bool FinishOpen(Request& r, const Attr& attr, fuse_file_info* fi, OpenKind kind)
   Attr a = attr;
   if (kind != OpenKind::kCreated && (fi->flags & O_TRUNC) && S_ISREG(a.mode)) {
     // FUSE_CAP_ATOMIC_O_TRUNC: the kernel leaves truncation to open.
+    if (Status st = KillSuidSgidIfFlagged(r, ino); !st.ok()) {
+      r.Fail(st);
+      return false;
+    }
     engine::SetAttrRequest q;
     q.size = 0;
     q.mtime_now = true;
@@ -136,6 +141,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
+    if (Status st = KillSuidSgidIfFlagged(r, ino); !st.ok()) return r.Fail(st);
     Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);

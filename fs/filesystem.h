@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "engine/store.h"
 #include "fs/mount.h"
@@ -54,6 +55,13 @@ class Filesystem {
   // The kernel dropped `n` references to `ino`.
   void Forget(engine::Ino ino, uint64_t n);
 
+  // Whether the kernel left clearing set-user-ID and set-group-ID bits on
+  // write, truncate and chown to us (FUSE_CAP_HANDLE_KILLPRIV_V2, set by
+  // Init before any other request; fs/set_id_bits.h).
+  bool kills_suidgid() const { return kills_suidgid_.load(std::memory_order_relaxed); }
+  // The FUSE protocol version the kernel speaks, "7.41"; "" before Init.
+  std::string KernelProtocol() const;
+
   // Whether a file's cached pages may be kept at open: true when its mtime and
   // size equal those seen at its previous open. Records the current ones.
   bool UnchangedSinceLastOpen(const engine::Attr& a);
@@ -80,6 +88,8 @@ class Filesystem {
   LookupCounts lookups_;
   OpStats op_stats_;
   ShardedMap<OpenSnapshot> last_open_;  // files the kernel knows, at their last open
+  std::atomic<bool> kills_suidgid_{false};
+  std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
 };
 
 // How ReplyOpen answers: an open, a create that made the file, or a create
