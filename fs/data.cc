@@ -29,7 +29,7 @@ bool FinishOpen(Request& r, const Attr& attr, fuse_file_info* fi, OpenKind kind)
   Attr a = attr;
   if (kind != OpenKind::kCreated && (fi->flags & O_TRUNC) && S_ISREG(a.mode)) {
     // FUSE_CAP_ATOMIC_O_TRUNC: the kernel leaves truncation to open.
-    if (Status st = KillSuidSgidIfFlagged(r, ino); !st.ok()) {
+    if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) {
       r.Fail(st);
       return false;
     }
@@ -141,7 +141,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
-    if (Status st = KillSuidSgidIfFlagged(r, ino); !st.ok()) return r.Fail(st);
+    if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
     Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);

@@ -124,7 +124,11 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     // With FUSE_CAP_HANDLE_KILLPRIV_V2 a truncate by a caller without
     // CAP_FSETID carries FATTR_KILL_SUIDGID (libfuse's FUSE_SET_ATTR_KILL_SUID
     // bit), and a change of owner clears set-user-ID, and set-group-ID with
-    // group execute, whoever makes it, as on Linux.
+    // group execute, whoever makes it, as on Linux. Both, whoever makes
+    // them, remove the file's capabilities.
+    if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+      if (Status st = KillCapability(r, ino); !st.ok()) return r.Fail(st);
+    }
     if (fs.kills_suidgid() && (to_set & FUSE_SET_ATTR_KILL_SUID)) {
       if (Status st = KillSuidSgid(r, ino); !st.ok()) return r.Fail(st);
     }

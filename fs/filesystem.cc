@@ -92,7 +92,10 @@ void Filesystem::ReplyEntry(Request& r, const Attr& a) {
 }
 
 void Filesystem::Forget(Ino ino, uint64_t n) {
-  if (lookups_.Forget(ino, n)) last_open_.Erase(ino);
+  if (lookups_.Forget(ino, n)) {
+    last_open_.Erase(ino);
+    capability_free_.Forget(ino);
+  }
 }
 
 bool Filesystem::UnchangedSinceLastOpen(const Attr& a) {

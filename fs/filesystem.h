@@ -14,6 +14,7 @@
 #include "fs/mount.h"
 #include "fs/op_stats.h"
 #include "fs/request.h"
+#include "fs/set_id_bits.h"
 #include "fs/sharded_map.h"
 
 namespace ckptfs::fs {
@@ -36,6 +37,7 @@ class Filesystem {
   Control& control() const { return *control_; }
   LookupCounts& lookups() { return lookups_; }
   OpStats& op_stats() { return op_stats_; }
+  CapabilityFreeInodes& capability_free() { return capability_free_; }
   // The user who mounted; with root the only one who may write the config.
   uid_t owner_uid() const { return owner_uid_; }
   gid_t owner_gid() const { return owner_gid_; }
@@ -88,6 +90,7 @@ class Filesystem {
   LookupCounts lookups_;
   OpStats op_stats_;
   ShardedMap<OpenSnapshot> last_open_;  // files the kernel knows, at their last open
+  CapabilityFreeInodes capability_free_;
   std::atomic<bool> kills_suidgid_{false};
   std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
 };

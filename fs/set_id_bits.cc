@@ -87,9 +87,21 @@ int InstallKillFlagHook(fuse_session* se) {
 
 bool RequestKillsSuidSgid() { return kill_flag; }
 
-engine::Status KillSuidSgidIfFlagged(Request& r, engine::Ino ino) {
-  if (!r.fs().kills_suidgid() || !RequestKillsSuidSgid()) return engine::Status::OK();
+engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino) {
+  if (!r.fs().kills_suidgid()) return engine::Status::OK();
+  CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
+  if (!RequestKillsSuidSgid()) return engine::Status::OK();
   return KillSuidSgid(r, ino);
+}
+
+engine::Status KillCapability(Request& r, engine::Ino ino) {
+  Filesystem& fs = r.fs();
+  if (!fs.kills_suidgid() || fs.capability_free().Contains(ino)) return engine::Status::OK();
+  const uint64_t epoch = fs.capability_free().Epoch();
+  engine::Status st = fs.store().RemoveXattr(ino, kCapabilityXattr);
+  if (!st.ok() && st.code() != ENODATA) return st;
+  fs.capability_free().MarkFree(ino, epoch);
+  return engine::Status::OK();
 }
 
 engine::Status KillSuidSgid(Request& r, engine::Ino ino) {

@@ -9,13 +9,18 @@ leaves clearing the set-ID bits on write, truncate and chown to the daemon.
     are the same as on a plain directory, and the expected ones (root keeps
     the bits; set-group-ID without group execute stays for a writer in the
     file's group);
+  - root writes, truncates and chowns files with a capability
+    (security.capability), and it goes as on a plain directory, also when
+    set again after a write;
   - 64 write(2) calls of 4 KiB to one file send at most one GETXATTR
     (MOUNT/.ckptfs/stats, ops.getxattrs).
 Needs root (setuid to 65534, allow_other) and CKPTFS_BIN.
 """
 
+import errno
 import os
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -26,6 +31,8 @@ import ckptfs_harness as harness  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 NOBODY = 65534
+# A file capability (VFS_CAP_REVISION_2, permitted CAP_NET_BIND_SERVICE).
+CAPABILITY = struct.pack("<IIIII", 0x02000000, 1 << 10, 0, 0, 0)
 
 # (name, mode before, group of the file, what uid 65534 does, mode after)
 CASES = [
@@ -139,6 +146,50 @@ class KillPrivTest(unittest.TestCase):
                         root_write_6777=0o6777, root_otrunc_6777=0o6777)
         self.assertEqual({k: oct(v) for k, v in mnt.items()},
                          {k: oct(v) for k, v in expected.items()})
+
+    def capability_steps(self, root):
+        def write(p):
+            with open(p, "r+b") as f:
+                f.write(b"z")
+
+        steps = {
+            "write": write,
+            "truncate": lambda p: os.truncate(p, 1),
+            "chown": lambda p: os.chown(p, 1000, 1000),
+            "read": lambda p: open(p, "rb").close(),
+            "none": lambda p: None,
+        }
+        out = {}
+        for action, fn in steps.items():
+            p = os.path.join(root, "cap_" + action)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, 0o755)
+            os.setxattr(p, "security.capability", CAPABILITY)
+            fn(p)
+            out[action] = self.capability_of(p)
+        # Set again after a write: the next write removes it again.
+        p = os.path.join(root, "cap_again")
+        with open(p, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        write(p)
+        os.setxattr(p, "security.capability", CAPABILITY)
+        write(p)
+        out["write_after_set_again"] = self.capability_of(p)
+        return out
+
+    def capability_of(self, p):
+        try:
+            return os.getxattr(p, "security.capability") == CAPABILITY
+        except OSError as e:
+            return errno.errorcode[e.errno]
+
+    def test_capabilities_as_on_plain_dir(self):
+        plain = self.capability_steps(self.plain)
+        mnt = self.capability_steps(self.m.mnt)
+        self.assertEqual(mnt, plain)
+        self.assertEqual(mnt, {"write": "ENODATA", "truncate": "ENODATA", "chown": "ENODATA",
+                               "read": True, "none": True, "write_after_set_again": "ENODATA"})
 
     def test_no_getxattr_per_write(self):
         p = self.m.path("many_writes")
