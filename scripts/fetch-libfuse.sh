@@ -97,8 +97,9 @@ apt_opts=(
 )
 
 echo "ckptfs: fetching the fuse3 $version_glob source from $uri ($suite)"
-apt-get "${apt_opts[@]}" -q update >"$top/apt-update.log" 2>&1 ||
-  fail "apt-get update failed (see $top/apt-update.log)"
+# --error-on=any: a download or signature failure is an error, not a warning.
+apt-get "${apt_opts[@]}" -q update --error-on=any >"$top/apt-update.log" 2>&1 ||
+  fail "apt-get update of $uri $suite failed (no network? see $top/apt-update.log)"
 # The newest 3.17.2 Debian revision the archive has.
 version=$(apt-cache "${apt_opts[@]}" showsrc fuse3 2>/dev/null |
   sed -n 's/^Version: //p' | grep -x '3\.17\.2-.*' | sort -V | tail -1 || true)
@@ -114,4 +115,5 @@ dpkg-source --no-copy -x "$dsc" "$top/source.tmp" >"$top/dpkg-source.log" 2>&1 |
 rm -rf "$top/source"
 mv "$top/source.tmp" "$top/source"
 echo "$version" >"$top/VERSION"
+rm -rf "$apt_dir/state/lists" "$apt_dir/cache"  # the archive's indexes: not needed again
 echo "ckptfs: libfuse source fuse3 $version in $top/source"
