@@ -60,6 +60,15 @@ struct SetAttrRequest {
   std::optional<Timespec> mtime;
   bool atime_now = false;
   bool mtime_now = false;
+  // Clears S_ISUID, and S_ISGID when S_IXGRP is set (after `mode` applies),
+  // as Linux does when a file is written, truncated or given a new owner;
+  // directories keep theirs. When nothing else is asked and no bit needs
+  // clearing, nothing is written and ctime stays. Default: false.
+  bool kill_suidgid = false;
+  // Clears S_ISGID also without S_IXGRP, as Linux does for a writer outside
+  // the file's group; directories keep it. Written like kill_suidgid.
+  // Default: false.
+  bool kill_sgid = false;
 };
 
 struct DirEntry {

@@ -22,6 +22,20 @@ std::string KeyName(uint64_t segment_id, uint64_t offset) {
   return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
 }
 
+// `mode` without set-user-ID, and without set-group-ID when group execute
+// is set (a set-group-ID bit without it marks mandatory locking, and stays).
+uint32_t WithoutSuidSgid(uint32_t mode) {
+  mode &= ~static_cast<uint32_t>(S_ISUID);
+  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
+  return mode;
+}
+
+// Whether `req` asks for nothing but kill_suidgid or kill_sgid.
+bool OnlyKillsSuidSgid(const SetAttrRequest& req) {
+  return (req.kill_suidgid || req.kill_sgid) && !req.mode && !req.uid && !req.gid && !req.size && !req.atime &&
+         !req.mtime && !req.atime_now && !req.mtime_now;
+}
+
 }  // namespace
 
 void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
@@ -471,6 +485,9 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   if (req.mode) v.mode = (v.mode & S_IFMT) | (*req.mode & 07777);
   if (req.uid) v.uid = *req.uid;
   if (req.gid) v.gid = *req.gid;
+  if (req.kill_suidgid && !S_ISDIR(v.mode)) v.mode = WithoutSuidSgid(v.mode);
+  if (req.kill_sgid && !S_ISDIR(v.mode)) v.mode &= ~static_cast<uint32_t>(S_ISGID);
+  if (OnlyKillsSuidSgid(req) && v.mode == s->attr.mode) return ToAttr(ino, v);
   if (req.size) {
     if (S_ISDIR(v.mode)) return Status(EISDIR, "is a directory");
     if (!S_ISREG(v.mode)) return Status(EINVAL, "not a regular file");

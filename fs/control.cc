@@ -320,6 +320,9 @@ Result<std::string> Control::StatsJson() const {
            {"kernel_inodes", fs.lookups().Size()},
            {"pinned_files", fs.lookups().pinned()},
            {"open_dirs", fs.open_dirs.load(std::memory_order_relaxed)},
+           {"libfuse", LibfuseVersion()},
+           {"kernel_protocol", fs.KernelProtocol()},
+           {"handle_killpriv_v2", fs.kills_suidgid()},
        }},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();

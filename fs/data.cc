@@ -9,6 +9,7 @@
 
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
 
@@ -62,6 +63,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
+    if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
     Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);

@@ -7,6 +7,7 @@
 
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/set_id_bits.h"
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -119,6 +120,20 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       q.mtime_now = true;
     } else if (to_set & FUSE_SET_ATTR_MTIME) {
       q.mtime = ToTimespec(attr->st_mtim);
+    }
+    // With FUSE_CAP_HANDLE_KILLPRIV_V2 a truncate by a caller without
+    // CAP_FSETID carries FATTR_KILL_SUIDGID (libfuse's FUSE_SET_ATTR_KILL_SUID
+    // bit), and a change of owner clears set-user-ID, and set-group-ID with
+    // group execute, whoever makes it, as on Linux. Both, whoever makes
+    // them, remove the file's capabilities.
+    if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+      if (Status st = KillCapability(r, ino); !st.ok()) return r.Fail(st);
+    }
+    if (fs.kills_suidgid() && (to_set & FUSE_SET_ATTR_KILL_SUID)) {
+      if (Status st = KillSuidSgid(r, ino); !st.ok()) return r.Fail(st);
+    }
+    if (fs.kills_suidgid() && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+      q.kill_suidgid = true;
     }
     Result<Attr> a = fs.store().SetAttr(ino, q);
     if (!a.ok()) return r.Fail(a.status());

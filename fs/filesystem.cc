@@ -109,6 +109,7 @@ engine::Status Filesystem::CountLookup(const Attr& a) {
 
 void Filesystem::Forget(Ino ino, uint64_t n) {
   if (!lookups_.Forget(ino, n).ok()) op_stats_.CountError();
+  if (lookups_.Get(ino) == 0) capability_free_.Forget(ino);  // a cache: a race only costs a check
 }
 
 void Filesystem::Destroy(void* userdata) {
@@ -118,14 +119,22 @@ void Filesystem::Destroy(void* userdata) {
   }
 }
 
+std::string Filesystem::KernelProtocol() const {
+  const uint32_t v = kernel_protocol_.load(std::memory_order_relaxed);
+  if (v == 0) return "";
+  return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
+}
+
 void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   auto* fs = static_cast<Filesystem*>(userdata);
   const MountOptions& o = fs->options_;
-  auto want = [conn](unsigned cap, bool on) {
-    if (on && (conn->capable & cap)) {
-      conn->want |= cap;
+  fs->kernel_protocol_.store((conn->proto_major << 16) | (conn->proto_minor & 0xffff),
+                             std::memory_order_relaxed);
+  auto want = [conn](uint64_t cap, bool on) {
+    if (on && (conn->capable_ext & cap)) {
+      fuse_set_feature_flag(conn, cap);
     } else {
-      conn->want &= ~cap;
+      fuse_unset_feature_flag(conn, cap);
     }
   };
   want(FUSE_CAP_ASYNC_READ, true);
@@ -146,9 +155,16 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_SPLICE_WRITE, false);
   want(FUSE_CAP_SPLICE_MOVE, false);
   // The kernel applies the umask (we also mask with the umask it sends, which
-  // is then a no-op), and it clears set-id bits itself: the engine does not.
+  // is then a no-op).
   want(FUSE_CAP_DONT_MASK, false);
+  // We clear set-ID bits on write, truncate and chown (fs/set_id_bits.h),
+  // so the kernel marks the mount SB_NOSEC and stops asking for
+  // security.capability before every write. Without it the kernel clears
+  // them itself with a SETATTR of the mode.
   want(FUSE_CAP_HANDLE_KILLPRIV, false);
+  want(FUSE_CAP_HANDLE_KILLPRIV_V2, true);
+  fs->kills_suidgid_.store(fuse_get_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2),
+                           std::memory_order_relaxed);
   conn->max_write = kMaxWrite;
   // conn->max_readahead starts at the kernel's maximum; keep it.
   // Room for the kernel's readahead and async direct I/O to overlap.

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "engine/store.h"
 #include "fs/mount.h"
 #include "fs/op_stats.h"
 #include "fs/request.h"
+#include "fs/set_id_bits.h"
 #include "fs/sharded_map.h"
 
 namespace ckptfs::fs {
@@ -35,6 +37,7 @@ class Filesystem {
   Control& control() const { return *control_; }
   LookupCounts& lookups() { return lookups_; }
   OpStats& op_stats() { return op_stats_; }
+  CapabilityFreeInodes& capability_free() { return capability_free_; }
   // The user who mounted; with root the only one who may write the config.
   uid_t owner_uid() const { return owner_uid_; }
   gid_t owner_gid() const { return owner_gid_; }
@@ -61,6 +64,13 @@ class Filesystem {
   // an error: a forget has nobody to answer.
   void Forget(engine::Ino ino, uint64_t n);
 
+  // Whether the kernel left clearing set-user-ID and set-group-ID bits on
+  // write, truncate and chown to us (FUSE_CAP_HANDLE_KILLPRIV_V2, set by
+  // Init before any other request; fs/set_id_bits.h).
+  bool kills_suidgid() const { return kills_suidgid_.load(std::memory_order_relaxed); }
+  // The FUSE protocol version the kernel speaks, "7.41"; "" before Init.
+  std::string KernelProtocol() const;
+
   // Gauges for the stats file.
   std::atomic<int64_t> open_dirs{0};
 
@@ -77,6 +87,9 @@ class Filesystem {
   const std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Control> control_;
   OpStats op_stats_;
+  CapabilityFreeInodes capability_free_;
+  std::atomic<bool> kills_suidgid_{false};
+  std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
   LookupCounts lookups_;  // destroyed first: releases its pins into the store
 };
 

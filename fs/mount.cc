@@ -16,6 +16,7 @@
 
 #include "base/mutex.h"
 #include "fs/filesystem.h"
+#include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
 
@@ -132,10 +133,14 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
     if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
       on_ready(Status::Errno(EIO, Explain("cannot mount on " + o.mountpoint, FuseLog::Text())));
     } else {
-      try {
-        probe = std::thread(ProbeReady, std::cref(o), std::cref(on_ready));
-      } catch (const std::system_error& e) {
-        on_ready(Status::Errno(EAGAIN, std::string("cannot start a thread: ") + e.what()));
+      if (InstallKillFlagHook(se) != 0) {
+        on_ready(Status::Errno(EIO, Explain("cannot read requests", FuseLog::Text())));
+      } else {
+        try {
+          probe = std::thread(ProbeReady, std::cref(o), std::cref(on_ready));
+        } catch (const std::system_error& e) {
+          on_ready(Status::Errno(EAGAIN, std::string("cannot start a thread: ") + e.what()));
+        }
       }
       // Without the probe nobody would learn that the mount is up: don't serve.
       fuse_loop_config* config = probe.joinable() ? fuse_loop_cfg_create() : nullptr;
@@ -160,6 +165,8 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
 }
 
 }  // namespace
+
+std::string LibfuseVersion() { return fuse_pkgversion(); }
 
 int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
   engine::StoreOptions store_options = options.store;

@@ -70,6 +70,9 @@ std::string MountOptionsHelp();
 // Whether `name` names a mount option whose value is a size in bytes.
 bool IsSizeOption(std::string_view name);
 
+// The version of the libfuse linked in (fuse_pkgversion()), e.g. "3.17.2".
+std::string LibfuseVersion();
+
 // Makes store_dir and mountpoint absolute. EINVAL when either is empty.
 engine::Status ResolvePaths(MountOptions* options);
 

@@ -46,7 +46,9 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
     if (IsControl(ino)) return r.Err(ENOTSUP);
     if (int err = CheckName(name)) return r.Err(err);
     if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
-    r.Fail(r.fs().store().SetXattr(ino, name, {value, size}, flags));
+    engine::Status st = r.fs().store().SetXattr(ino, name, {value, size}, flags);
+    if (st.ok() && name == kCapabilityXattr) r.fs().capability_free().CapabilitySet(ino);
+    r.Fail(st);
   });
 }
 

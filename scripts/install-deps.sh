@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ckptfs builds, tests and runs with. Idempotent:
-# does nothing when everything is present (unless CI=true, which always
-# refreshes the package lists first).
+# Installs the Debian packages ckptfs builds, tests and runs with, then
+# fetches the libfuse 3.17 source (scripts/fetch-libfuse.sh: Debian's fuse3
+# source package from trixie, through a private apt configuration) that the
+# build compiles in. Idempotent: does nothing when everything is present
+# (unless CI=true, which always refreshes the package lists first).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(
   build-essential clang cmake ninja-build pkg-config git
-  libfuse3-dev fuse3 librocksdb-dev libzstd-dev libxxhash-dev
+  meson dpkg-dev debian-archive-keyring
+  fuse3 librocksdb-dev libzstd-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
   rsync tar diffutils procps
@@ -16,12 +20,12 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && [ "${CI:-}" != "true" ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ] || [ "${CI:-}" = "true" ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "ckptfs: installing ${#missing[@]} package(s): ${missing[*]:-none}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "ckptfs: installing ${#missing[@]} package(s): ${missing[*]:-none}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+bash "$root/scripts/fetch-libfuse.sh"

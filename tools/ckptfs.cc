@@ -5,6 +5,9 @@
 //   ckptfs stat [--json] STORE|MOUNTPOINT
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs warmup [--threads N] [--json] PATH...
+//   ckptfs --version
+#include <sys/utsname.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -17,9 +20,21 @@
 
 namespace {
 
+// ckptfs's version, the libfuse it was built with, and the kernel's release
+// (what FUSE features a mount negotiated shows in MOUNT/.ckptfs/stats).
+std::string VersionText() {
+  std::string text = std::string("ckptfs ") + CKPTFS_VERSION + "\nlibfuse " +
+                     ckptfs::fs::LibfuseVersion() + " (static, from Debian source " +
+                     CKPTFS_LIBFUSE_SOURCE + ")\nkernel ";
+  struct utsname u;
+  text += uname(&u) == 0 ? u.release : "unknown";
+  return text;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"ckptfs: a checkpoint filesystem backed by a few large segment files"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionText, "Print the versions of ckptfs, libfuse and the kernel");
 
   ckptfs::fs::MountOptions mount_options;
   bool foreground = false;

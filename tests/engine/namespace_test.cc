@@ -226,6 +226,74 @@ TEST_F(NamespaceTest, NameTooLong) {
   EXPECT_EQ(Names(d), std::set<std::string>{n255});
 }
 
+TEST_F(NamespaceTest, SetAttrKillSuidSgid) {
+  SetAttrRequest kill;
+  kill.kill_suidgid = true;
+  // Set-user-ID goes; set-group-ID goes only with group execute.
+  const std::pair<uint32_t, uint32_t> cases[] = {
+      {06755, 0755}, {06745, 02745}, {04700, 0700}, {02710, 0710}, {02700, 02700}, {0755, 0755},
+  };
+  for (const auto& [before, after] : cases) {
+    Ino f = File(kRootIno, "k" + std::to_string(before), before);
+    SetAttrRequest m;
+    m.mode = before;
+    ASSERT_OK(s()->SetAttr(f, m).status());
+    ASSERT_OK_AND_ASSIGN(Attr a, s()->SetAttr(f, kill));
+    EXPECT_TRUE(S_ISREG(a.mode));
+    EXPECT_EQ(a.mode & 07777, after) << std::oct << before;
+    EXPECT_EQ(AttrOf(f).mode & 07777, after) << std::oct << before;
+  }
+
+  // Nothing to clear and nothing else asked: nothing written, ctime kept.
+  Ino plain = File(kRootIno, "plain", 0644);
+  const Attr before = AttrOf(plain);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_OK_AND_ASSIGN(Attr a, s()->SetAttr(plain, kill));
+  EXPECT_EQ(a.ctime, before.ctime);
+  EXPECT_EQ(a.mode, before.mode);
+
+  // kill_sgid: set-group-ID also without group execute (a writer outside
+  // the group).
+  Ino outside = File(kRootIno, "outside", 0644);
+  SetAttrRequest sgid_mode;
+  sgid_mode.mode = 06745;
+  ASSERT_OK(s()->SetAttr(outside, sgid_mode).status());
+  SetAttrRequest kill_both = kill;
+  kill_both.kill_sgid = true;
+  ASSERT_OK_AND_ASSIGN(a, s()->SetAttr(outside, kill_both));
+  EXPECT_EQ(a.mode & 07777, 0745u);
+
+  // Directories keep theirs.
+  Ino dir = Dir(kRootIno, "sgid_dir");
+  SetAttrRequest dir_mode;
+  dir_mode.mode = 02775;
+  ASSERT_OK(s()->SetAttr(dir, dir_mode).status());
+  ASSERT_OK_AND_ASSIGN(a, s()->SetAttr(dir, kill_both));
+  EXPECT_EQ(a.mode & 07777, 02775u);
+
+  // With a change of owner (chown): the owner changes and the bits go.
+  Ino owned = File(kRootIno, "owned", 06755);
+  SetAttrRequest chown;
+  chown.uid = 1000;
+  chown.gid = 1000;
+  chown.kill_suidgid = true;
+  ASSERT_OK_AND_ASSIGN(a, s()->SetAttr(owned, chown));
+  EXPECT_EQ(a.uid, 1000u);
+  EXPECT_EQ(a.mode & 07777, 0755u);
+
+  // With a mode in the same request, the mode applies first.
+  SetAttrRequest mode_and_kill;
+  mode_and_kill.mode = 04777;
+  mode_and_kill.kill_suidgid = true;
+  ASSERT_OK_AND_ASSIGN(a, s()->SetAttr(owned, mode_and_kill));
+  EXPECT_EQ(a.mode & 07777, 0777u);
+
+  // Persisted: the same after reopen.
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_EQ(AttrOf(owned).mode & 07777, 0777u);
+  EXPECT_EQ(AttrOf(plain).mode & 07777, 0644u);
+}
+
 TEST_F(NamespaceTest, SetAttrModeOwnerTimes) {
   Ino f = File(kRootIno, "f", 0644);
   Ino d = Dir(kRootIno, "d");

@@ -1,0 +1,117 @@
+#include "fs/set_id_bits.h"
+
+#include <fuse_kernel.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "fs/filesystem.h"
+
+namespace ckptfs::fs {
+namespace {
+
+// Set by ReadRequest for the request this thread reads, and so serves, next.
+thread_local bool kill_flag = false;
+
+// Reads `field` of the request argument that starts at `arg`, when the
+// request is long enough to hold it.
+template <typename T>
+bool ReadField(const char* arg, size_t arg_len, size_t offset, T* field) {
+  if (arg_len < offset + sizeof(T)) return false;
+  std::memcpy(field, arg + offset, sizeof(T));
+  return true;
+}
+
+bool CarriesKillFlag(const char* buf, size_t len) {
+  fuse_in_header h;
+  if (len < sizeof(h)) return false;
+  std::memcpy(&h, buf, sizeof(h));
+  const char* arg = buf + sizeof(h);
+  const size_t arg_len = len - sizeof(h);
+  uint32_t flags = 0;
+  switch (h.opcode) {
+    case FUSE_WRITE:
+      return ReadField(arg, arg_len, offsetof(fuse_write_in, write_flags), &flags) &&
+             (flags & FUSE_WRITE_KILL_SUIDGID) != 0;
+    case FUSE_OPEN:
+      return ReadField(arg, arg_len, offsetof(fuse_open_in, open_flags), &flags) &&
+             (flags & FUSE_OPEN_KILL_SUIDGID) != 0;
+    case FUSE_CREATE:
+      return ReadField(arg, arg_len, offsetof(fuse_create_in, open_flags), &flags) &&
+             (flags & FUSE_OPEN_KILL_SUIDGID) != 0;
+    default:
+      return false;
+  }
+}
+
+ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
+  const ssize_t n = read(fd, buf, len);
+  // errno stays read's for libfuse.
+  kill_flag = n > 0 && CarriesKillFlag(static_cast<const char*>(buf), static_cast<size_t>(n));
+  return n;
+}
+
+ssize_t WriteReply(int fd, iovec* iov, int count, void*) { return writev(fd, iov, count); }
+
+// Whether the caller of `r` is in group `gid` (primary or supplementary).
+bool CallerInGroup(Request& r, gid_t gid) {
+  if (r.ctx().gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(r.req(), static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {
+    groups.resize(static_cast<size_t>(n));
+    n = fuse_req_getgroups(r.req(), n, groups.data());
+  }
+  if (n <= 0) return false;  // unknown: clear the bit, as for an outsider
+  groups.resize(std::min(groups.size(), static_cast<size_t>(n)));
+  for (gid_t g : groups) {
+    if (g == gid) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int InstallKillFlagHook(fuse_session* se) {
+  fuse_custom_io io;
+  std::memset(&io, 0, sizeof(io));
+  io.read = ReadRequest;
+  io.writev = WriteReply;
+  return fuse_session_custom_io(se, &io, sizeof(io), fuse_session_fd(se));
+}
+
+bool RequestKillsSuidSgid() { return kill_flag; }
+
+engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino) {
+  if (!r.fs().kills_suidgid()) return engine::Status::OK();
+  CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
+  if (!RequestKillsSuidSgid()) return engine::Status::OK();
+  return KillSuidSgid(r, ino);
+}
+
+engine::Status KillCapability(Request& r, engine::Ino ino) {
+  Filesystem& fs = r.fs();
+  if (!fs.kills_suidgid() || fs.capability_free().Contains(ino)) return engine::Status::OK();
+  const uint64_t epoch = fs.capability_free().Epoch();
+  engine::Status st = fs.store().RemoveXattr(ino, kCapabilityXattr);
+  if (!st.ok() && st.code() != ENODATA) return st;
+  fs.capability_free().MarkFree(ino, epoch);
+  return engine::Status::OK();
+}
+
+engine::Status KillSuidSgid(Request& r, engine::Ino ino) {
+  engine::Store& store = r.fs().store();
+  CKPTFS_ASSIGN_OR_RETURN(const engine::Attr a, store.GetAttr(ino));
+  if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return engine::Status::OK();
+  engine::SetAttrRequest kill;
+  kill.kill_suidgid = true;  // set-user-ID; set-group-ID with group execute
+  kill.kill_sgid = (a.mode & S_ISGID) != 0 && !CallerInGroup(r, a.gid);
+  return store.SetAttr(ino, kill).status();
+}
+
+}  // namespace ckptfs::fs

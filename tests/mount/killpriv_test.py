@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Set-user-ID and set-group-ID bits on the mount go where Linux clears them.
+
+The mount negotiates FUSE_HANDLE_KILLPRIV_V2 (when the kernel offers it):
+the kernel stops asking for security.capability before every write and
+leaves clearing the set-ID bits on write, truncate and chown to the daemon.
+  - uid 65534 writes, truncates and opens with O_TRUNC world-writable set-ID
+    files, root writes some and changes owners: the modes after each step
+    are the same as on a plain directory, and the expected ones (root keeps
+    the bits; set-group-ID without group execute stays for a writer in the
+    file's group);
+  - root writes, truncates and chowns files with a capability
+    (security.capability), and it goes as on a plain directory, also when
+    set again after a write;
+  - 64 write(2) calls of 4 KiB to one file send at most one GETXATTR
+    (MOUNT/.ckptfs/stats, ops.getxattrs).
+Needs root (setuid to 65534, allow_other) and CKPTFS_BIN.
+"""
+
+import errno
+import os
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+NOBODY = 65534
+# A file capability (VFS_CAP_REVISION_2, permitted CAP_NET_BIND_SERVICE).
+CAPABILITY = struct.pack("<IIIII", 0x02000000, 1 << 10, 0, 0, 0)
+
+# (name, mode before, group of the file, what uid 65534 does, mode after)
+CASES = [
+    ("write_6777", 0o6777, 0, "write", 0o777),
+    ("write_4777", 0o4777, 0, "write", 0o777),
+    ("write_2777", 0o2777, 0, "write", 0o777),
+    # Set-group-ID without group execute goes for a writer outside the
+    # group, and stays for one in it.
+    ("write_2767", 0o2767, 0, "write", 0o767),
+    ("write_2767_in_group", 0o2767, NOBODY, "write", 0o2767),
+    ("truncate_6777", 0o6777, 0, "truncate", 0o777),
+    ("otrunc_6777", 0o6777, 0, "otrunc", 0o777),
+    ("append_6777", 0o6777, 0, "append", 0o777),
+    ("plain_0777", 0o777, 0, "write", 0o777),
+]
+
+NOBODY_CHILD = textwrap.dedent(r"""
+    import os, sys
+    root = sys.argv[1]
+    for arg in sys.argv[2:]:
+        name, action = arg.split(":")
+        p = os.path.join(root, name)
+        if action == "truncate":
+            os.truncate(p, 1)
+            continue
+        flags = {"write": os.O_WRONLY, "otrunc": os.O_WRONLY | os.O_TRUNC,
+                 "append": os.O_WRONLY | os.O_APPEND}[action]
+        fd = os.open(p, flags)
+        os.write(fd, b"x" * 4096)
+        os.close(fd)
+""")
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+class KillPrivTest(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_fuse(root=True)
+        harness.set_deadline(100)
+        cls.tmp = harness.make_tmpdir()
+        os.chmod(cls.tmp, 0o755)  # uid 65534 must reach both roots
+        cls.plain = os.path.join(cls.tmp, "plain")
+        os.mkdir(cls.plain)
+        cls.m = harness.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"),
+                              ["allow_other"])
+        cls.m.mount()
+        os.chmod(cls.m.mnt, 0o755)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.unmount()
+
+    def run_cases(self, root):
+        for name, mode, gid, _, _ in CASES:
+            p = os.path.join(root, name)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chown(p, 0, gid)
+            os.chmod(p, mode)
+            self.assertEqual(mode_of(p), mode, p)
+        args = ["%s:%s" % (name, action) for name, _, _, action, _ in CASES]
+        proc = subprocess.run([PY, "-c", NOBODY_CHILD, root] + args, capture_output=True,
+                              text=True, preexec_fn=as_nobody, cwd="/", timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        modes = {name: mode_of(os.path.join(root, name)) for name, _, _, _, _ in CASES}
+        # Root (CAP_FSETID) keeps the bits when it writes or truncates.
+        for name, action in (("root_write_6777", "write"), ("root_otrunc_6777", "otrunc")):
+            p = os.path.join(root, name)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, 0o6777)
+            flags = os.O_WRONLY | (os.O_TRUNC if action == "otrunc" else 0)
+            fd = os.open(p, flags)
+            os.write(fd, b"y" * 4096)
+            os.close(fd)
+            modes[name] = mode_of(p)
+        # A change of owner clears both bits (set-group-ID with group
+        # execute), whoever makes it; directories keep theirs.
+        for name, mode in (("chown_6755", 0o6755), ("chown_2745", 0o2745)):
+            p = os.path.join(root, name)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, mode)
+            os.chown(p, 1000, 1000)
+            modes[name] = mode_of(p)
+        d = os.path.join(root, "sgid_dir")
+        os.mkdir(d)
+        os.chmod(d, 0o2775)
+        os.chown(d, 1000, 1000)
+        modes["sgid_dir"] = mode_of(d)
+        return modes
+
+    def test_setid_bits_as_on_plain_dir(self):
+        plain = self.run_cases(self.plain)
+        mnt = self.run_cases(self.m.mnt)
+        self.assertEqual({k: oct(v) for k, v in mnt.items()},
+                         {k: oct(v) for k, v in plain.items()})
+        expected = {name: after for name, _, _, _, after in CASES}
+        expected.update(chown_6755=0o755, chown_2745=0o2745, sgid_dir=0o2775,
+                        root_write_6777=0o6777, root_otrunc_6777=0o6777)
+        self.assertEqual({k: oct(v) for k, v in mnt.items()},
+                         {k: oct(v) for k, v in expected.items()})
+
+    def capability_steps(self, root):
+        def write(p):
+            with open(p, "r+b") as f:
+                f.write(b"z")
+
+        steps = {
+            "write": write,
+            "truncate": lambda p: os.truncate(p, 1),
+            "chown": lambda p: os.chown(p, 1000, 1000),
+            "read": lambda p: open(p, "rb").close(),
+            "none": lambda p: None,
+        }
+        out = {}
+        for action, fn in steps.items():
+            p = os.path.join(root, "cap_" + action)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, 0o755)
+            os.setxattr(p, "security.capability", CAPABILITY)
+            fn(p)
+            out[action] = self.capability_of(p)
+        # Set again after a write: the next write removes it again.
+        p = os.path.join(root, "cap_again")
+        with open(p, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        write(p)
+        os.setxattr(p, "security.capability", CAPABILITY)
+        write(p)
+        out["write_after_set_again"] = self.capability_of(p)
+        return out
+
+    def capability_of(self, p):
+        try:
+            return os.getxattr(p, "security.capability") == CAPABILITY
+        except OSError as e:
+            return errno.errorcode[e.errno]
+
+    def test_capabilities_as_on_plain_dir(self):
+        plain = self.capability_steps(self.plain)
+        mnt = self.capability_steps(self.m.mnt)
+        self.assertEqual(mnt, plain)
+        self.assertEqual(mnt, {"write": "ENODATA", "truncate": "ENODATA", "chown": "ENODATA",
+                               "read": True, "none": True, "write_after_set_again": "ENODATA"})
+
+    def test_no_getxattr_per_write(self):
+        p = self.m.path("many_writes")
+        n = 64
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, b"w" * 4096)  # the first write may still ask
+            before = self.m.stats()["fs"]["ops"]
+            for _ in range(n):
+                self.assertEqual(os.write(fd, b"w" * 4096), 4096)
+            after = self.m.stats()["fs"]["ops"]
+        finally:
+            os.close(fd)
+        print("getxattrs: %d for %d writes" % (after["getxattrs"] - before["getxattrs"], n))
+        self.assertGreaterEqual(after["writes"] - before["writes"], n)
+        self.assertEqual(after["getxattrs"] - before["getxattrs"], 0)
+        self.assertEqual(os.path.getsize(p), (n + 1) * 4096)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
