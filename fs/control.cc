@@ -157,7 +157,7 @@ Attr Control::MakeAttr(Ino ino) const {
     a.mode = S_IFDIR | 0555;
     a.nlink = 2;
   } else {
-    a.mode = S_IFREG | (ino == kConfigIno && !fs_->options().read_only ? 0644 : 0444);
+    a.mode = S_IFREG | (ControlKind(ino) == kConfigIno && !fs_->options().read_only ? 0644 : 0444);
     a.nlink = 1;
   }
   return a;
@@ -170,39 +170,54 @@ Attr Control::MakeAttr(Ino ino, const Snapshot& s) const {
   return a;
 }
 
-Result<std::shared_ptr<const Control::Snapshot>> Control::Refresh(Ino ino) {
+Result<Ino> Control::Refresh(Ino kind) {
   auto s = std::make_shared<Snapshot>();
-  if (ino == kStatsIno) {
+  if (kind == kStatsIno) {
     CKPTFS_ASSIGN_OR_RETURN(s->content, StatsJson());
   } else {
     s->content = ConfigText();
   }
   MutexLock lock(&mu_);
-  // Every snapshot gets an mtime of its own, later than the last one: the
-  // kernel compares mtimes to decide whether its cached pages are stale.
+  // Every snapshot gets an mtime of its own, later than the last one.
   engine::Timespec t = Now();
   if (t.sec < last_mtime_.sec || (t.sec == last_mtime_.sec && t.nsec <= last_mtime_.nsec)) {
     t = last_mtime_;
     if (++t.nsec == 1000000000) t = {t.sec + 1, 0};
   }
   s->mtime = last_mtime_ = t;
-  (ino == kStatsIno ? stats_ : config_) = s;
-  return std::shared_ptr<const Snapshot>(std::move(s));
+  const Ino ino = kind | (++serial_ << 8);
+  (kind == kStatsIno ? newest_stats_ : newest_config_) = s;
+  snapshots_[ino] = std::move(s);
+  while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+  return ino;
 }
 
-std::shared_ptr<const Control::Snapshot> Control::Current(Ino ino) const {
+Result<std::shared_ptr<const Control::Snapshot>> Control::SnapshotOf(Ino ino) {
+  const Ino kind = ControlKind(ino);
+  if (kind != kStatsIno && kind != kConfigIno) return Status::Errno(ESTALE, "no such control inode");
+  {
+    MutexLock lock(&mu_);
+    auto it = snapshots_.find(ino);
+    if (it != snapshots_.end()) return it->second;
+    const std::shared_ptr<const Snapshot>& newest = kind == kStatsIno ? newest_stats_ : newest_config_;
+    if (newest != nullptr) return newest;
+  }
+  CKPTFS_ASSIGN_OR_RETURN(const Ino made, Refresh(kind));
   MutexLock lock(&mu_);
-  return ino == kStatsIno ? stats_ : config_;
+  auto it = snapshots_.find(made);
+  if (it != snapshots_.end()) return it->second;
+  return kind == kStatsIno ? newest_stats_ : newest_config_;
 }
 
 Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
   if (IsControlName(parent, name)) return MakeAttr(kControlDirIno);
   if (parent == kControlDirIno) {
-    Ino ino = 0;
-    if (name == kStatsName) ino = kStatsIno;
-    if (name == kConfigName) ino = kConfigIno;
-    if (ino != 0) {
-      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, Refresh(ino));
+    Ino kind = 0;
+    if (name == kStatsName) kind = kStatsIno;
+    if (name == kConfigName) kind = kConfigIno;
+    if (kind != 0) {
+      CKPTFS_ASSIGN_OR_RETURN(const Ino ino, Refresh(kind));
+      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
       return MakeAttr(ino, *s);
     }
   }
@@ -211,11 +226,7 @@ Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
 
 Result<Attr> Control::GetAttr(Ino ino) {
   if (ino == kControlDirIno) return MakeAttr(ino);
-  if (ino != kStatsIno && ino != kConfigIno) return Status::Errno(ESTALE, "no such control inode");
-  std::shared_ptr<const Snapshot> s = Current(ino);
-  if (s == nullptr) {
-    CKPTFS_ASSIGN_OR_RETURN(s, Refresh(ino));
-  }
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
   return MakeAttr(ino, *s);
 }
 
@@ -234,19 +245,16 @@ void Control::List(std::string_view after,
 
 Result<std::string> Control::Read(Ino ino, uint64_t offset, size_t size) {
   if (ino == kControlDirIno) return Status::Errno(EISDIR);
-  if (ino != kStatsIno && ino != kConfigIno) return Status::Errno(ESTALE);
-  std::shared_ptr<const Snapshot> s = Current(ino);
-  if (s == nullptr) {
-    CKPTFS_ASSIGN_OR_RETURN(s, Refresh(ino));
-  }
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
   if (offset >= s->content.size()) return std::string();
   return s->content.substr(offset, size);
 }
 
 Status Control::Write(Ino ino, std::string_view data, uid_t uid) {
-  if (ino == kControlDirIno) return Status::Errno(EISDIR);
-  if (ino == kStatsIno) return Status::Errno(EACCES, "stats is read-only");
-  if (ino != kConfigIno) return Status::Errno(ESTALE);
+  const Ino kind = ControlKind(ino);
+  if (kind == kControlDirIno) return Status::Errno(EISDIR);
+  if (kind == kStatsIno) return Status::Errno(EACCES, "stats is read-only");
+  if (kind != kConfigIno) return Status::Errno(ESTALE);
   if (fs_->options().read_only) return Status::Errno(EROFS);
   if (uid != fs_->owner_uid() && uid != 0) {
     return Status::Errno(EACCES, "only the mount's owner may change the config");

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <map>
 #include <string_view>
 
 #include "base/mutex.h"
@@ -43,8 +44,14 @@ inline constexpr engine::Ino kConfigIno = kControlBit | 3;
 inline constexpr std::string_view kControlDirName = ".ckptfs";
 
 inline bool IsControl(engine::Ino ino) { return (ino & kControlBit) != 0; }
+// Which control inode `ino` is: kControlDirIno, kStatsIno or kConfigIno.
+// Every lookup of a control file hands the kernel a new inode number of the
+// same kind (a serial above the low byte), so that the kernel never serves
+// an earlier snapshot from its page cache, whatever it trusts about cached
+// attributes (with the write-back cache it keeps its own mtime and size).
+inline engine::Ino ControlKind(engine::Ino ino) { return IsControl(ino) ? (ino & 0xff) | kControlBit : 0; }
 // A control file (not the control directory): content that changes by itself.
-inline bool IsControlFile(engine::Ino ino) { return IsControl(ino) && ino != kControlDirIno; }
+inline bool IsControlFile(engine::Ino ino) { return IsControl(ino) && ControlKind(ino) != kControlDirIno; }
 // The root entry under which the control directory appears.
 inline bool IsControlName(engine::Ino parent, std::string_view name) {
   return parent == engine::kRootIno && name == kControlDirName;
@@ -85,16 +92,25 @@ class Control {
 
   engine::Attr MakeAttr(engine::Ino ino) const;
   engine::Attr MakeAttr(engine::Ino ino, const Snapshot& s) const;
-  // Makes a new snapshot of control file `ino` and makes it current.
-  engine::Result<std::shared_ptr<const Snapshot>> Refresh(engine::Ino ino);
-  std::shared_ptr<const Snapshot> Current(engine::Ino ino) const;
+  // Makes a new snapshot of the control file of kind `kind` under a new
+  // inode number; returns that number.
+  engine::Result<engine::Ino> Refresh(engine::Ino kind);
+  // The snapshot of control inode `ino`; for one no longer kept (or never
+  // looked up, such as the numbers readdir shows) the newest of its kind,
+  // made when there is none.
+  engine::Result<std::shared_ptr<const Snapshot>> SnapshotOf(engine::Ino ino);
   engine::Status Apply(std::string_view line);
 
   Filesystem* const fs_;
   // A leaf lock, held only to swap or copy the pointers.
   mutable Mutex mu_;
-  std::shared_ptr<const Snapshot> stats_ GUARDED_BY(mu_);
-  std::shared_ptr<const Snapshot> config_ GUARDED_BY(mu_);
+  // The snapshots of the latest kMaxSnapshots lookups, by inode number
+  // (the serial grows, so the first entries are the oldest).
+  static constexpr size_t kMaxSnapshots = 256;
+  std::map<engine::Ino, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mu_);
+  std::shared_ptr<const Snapshot> newest_stats_ GUARDED_BY(mu_);
+  std::shared_ptr<const Snapshot> newest_config_ GUARDED_BY(mu_);
+  uint64_t serial_ GUARDED_BY(mu_) = 0;
   engine::Timespec last_mtime_ GUARDED_BY(mu_);  // of the newest snapshot
   // Serializes config writes: lines apply in the order they were written.
   // Lock order: before every engine lock.

@@ -101,7 +101,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       // Truncating the config file (echo x > config) is accepted and ignored.
       const int allowed =
           FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
-      if (ino != kConfigIno || (to_set & ~allowed) != 0) return r.Err(EPERM);
+      if (ControlKind(ino) != kConfigIno || (to_set & ~allowed) != 0) return r.Err(EPERM);
       Result<Attr> a = fs.GetAttr(ino);
       if (!a.ok()) return r.Fail(a.status());
       return r.Attr(fs.ToStat(*a), 0.0);
