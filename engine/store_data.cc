@@ -566,14 +566,15 @@ Result<uint64_t> StoreImpl::SeekData(Ino ino, uint64_t offset, bool hole) {
 
 Status StoreImpl::OpenFile(Ino ino) {
   InodeState* s = inodes_.Pin(ino);  // held until Release
-  MutexLock l(&s->mu);
-  Status st = LoadLocked(s);
-  if (!st.ok()) {
-    inodes_.Unpin(s);
-    return st;
+  Status st;
+  {
+    MutexLock l(&s->mu);
+    st = LoadLocked(s);
+    if (st.ok()) s->open_count++;
   }
-  s->open_count++;
-  return Status::OK();
+  // Only once its mutex is unlocked: the last Unpin frees the state.
+  if (!st.ok()) inodes_.Unpin(s);
+  return st;
 }
 
 Status StoreImpl::Release(Ino ino) {
