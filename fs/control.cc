@@ -170,7 +170,7 @@ Attr Control::MakeAttr(Ino ino, const Snapshot& s) const {
   return a;
 }
 
-Result<Ino> Control::Refresh(Ino kind) {
+Result<Control::Made> Control::Refresh(Ino kind) {
   auto s = std::make_shared<Snapshot>();
   if (kind == kStatsIno) {
     CKPTFS_ASSIGN_OR_RETURN(s->content, StatsJson());
@@ -187,9 +187,9 @@ Result<Ino> Control::Refresh(Ino kind) {
   s->mtime = last_mtime_ = t;
   const Ino ino = kind | (++serial_ << 8);
   (kind == kStatsIno ? newest_stats_ : newest_config_) = s;
-  snapshots_[ino] = std::move(s);
+  snapshots_[ino] = s;
   while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
-  return ino;
+  return Made{ino, std::move(s)};
 }
 
 Result<std::shared_ptr<const Control::Snapshot>> Control::SnapshotOf(Ino ino) {
@@ -202,11 +202,8 @@ Result<std::shared_ptr<const Control::Snapshot>> Control::SnapshotOf(Ino ino) {
     const std::shared_ptr<const Snapshot>& newest = kind == kStatsIno ? newest_stats_ : newest_config_;
     if (newest != nullptr) return newest;
   }
-  CKPTFS_ASSIGN_OR_RETURN(const Ino made, Refresh(kind));
-  MutexLock lock(&mu_);
-  auto it = snapshots_.find(made);
-  if (it != snapshots_.end()) return it->second;
-  return kind == kStatsIno ? newest_stats_ : newest_config_;
+  CKPTFS_ASSIGN_OR_RETURN(Made made, Refresh(kind));
+  return std::move(made.snapshot);
 }
 
 Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
@@ -216,9 +213,8 @@ Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
     if (name == kStatsName) kind = kStatsIno;
     if (name == kConfigName) kind = kConfigIno;
     if (kind != 0) {
-      CKPTFS_ASSIGN_OR_RETURN(const Ino ino, Refresh(kind));
-      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
-      return MakeAttr(ino, *s);
+      CKPTFS_ASSIGN_OR_RETURN(const Made made, Refresh(kind));
+      return MakeAttr(made.ino, *made.snapshot);
     }
   }
   return Status::Errno(ENOENT);

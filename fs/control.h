@@ -92,9 +92,14 @@ class Control {
 
   engine::Attr MakeAttr(engine::Ino ino) const;
   engine::Attr MakeAttr(engine::Ino ino, const Snapshot& s) const;
+  // A snapshot and the inode number it is served under.
+  struct Made {
+    engine::Ino ino;
+    std::shared_ptr<const Snapshot> snapshot;
+  };
   // Makes a new snapshot of the control file of kind `kind` under a new
-  // inode number; returns that number.
-  engine::Result<engine::Ino> Refresh(engine::Ino kind);
+  // inode number.
+  engine::Result<Made> Refresh(engine::Ino kind);
   // The snapshot of control inode `ino`; for one no longer kept (or never
   // looked up, such as the numbers readdir shows) the newest of its kind,
   // made when there is none.
