@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace ckptfs::engine {
 
@@ -20,10 +21,17 @@ class ExtentMapCache::BatchReader : public rocksdb::WriteBatch::Handler {
     std::optional<std::string> value;
   };
 
+  // The changes of `batch`; nullopt when it cannot be read (then nothing
+  // it touched is known).
+  static std::optional<std::vector<Change>> Read(const rocksdb::WriteBatch& batch,
+                                                 uint32_t extents_cf, uint32_t inodes_cf) {
+    BatchReader reader(extents_cf, inodes_cf);
+    if (!batch.Iterate(&reader).ok()) return std::nullopt;
+    return std::move(reader.changes_);
+  }
+
   BatchReader(uint32_t extents_cf, uint32_t inodes_cf)
       : extents_cf_(extents_cf), inodes_cf_(inodes_cf) {}
-
-  std::vector<Change>& changes() { return changes_; }
 
   rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key,
                         const rocksdb::Slice& value) override {
@@ -126,15 +134,12 @@ void ExtentMapCache::Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf
     MutexLock l(&mu_);
     if (by_ino_.empty()) return;
   }
-  BatchReader reader(extents_cf, inodes_cf);
-  const bool readable = batch.Iterate(&reader).ok();
+  std::optional<std::vector<BatchReader::Change>> changes =
+      BatchReader::Read(batch, extents_cf, inodes_cf);
   MutexLock l(&mu_);
-  if (!readable) {
-    ForgetAllLocked();
-    return;
-  }
+  if (!changes) return ForgetAllLocked();
   std::set<uint64_t> written;
-  for (BatchReader::Change& c : reader.changes()) {
+  for (BatchReader::Change& c : *changes) {
     if (c.forget) {
       ForgetRangeLocked(c.first, c.last);
       continue;
@@ -165,14 +170,11 @@ void ExtentMapCache::Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf
 
 void ExtentMapCache::ForgetTouched(const rocksdb::WriteBatch& batch, uint32_t extents_cf,
                                    uint32_t inodes_cf) {
-  BatchReader reader(extents_cf, inodes_cf);
-  const bool readable = batch.Iterate(&reader).ok();
+  std::optional<std::vector<BatchReader::Change>> changes =
+      BatchReader::Read(batch, extents_cf, inodes_cf);
   MutexLock l(&mu_);
-  if (!readable) {
-    ForgetAllLocked();
-    return;
-  }
-  for (const BatchReader::Change& c : reader.changes()) ForgetRangeLocked(c.first, c.last);
+  if (!changes) return ForgetAllLocked();
+  for (const BatchReader::Change& c : *changes) ForgetRangeLocked(c.first, c.last);
 }
 
 void ExtentMapCache::Forget(uint64_t ino) {
