@@ -29,6 +29,7 @@ namespace {
 
 constexpr std::string_view kStatsName = "stats";
 constexpr std::string_view kConfigName = "config";
+constexpr std::string_view kMetricsName = "metrics";
 // The config key that runs a compaction instead of changing a setting.
 constexpr std::string_view kCompactKey = "compact";
 
@@ -144,6 +145,95 @@ Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   return j;
 }
 
+
+// The numbers of the stats file that the metrics file shows, by JSON
+// pointer. Counters get the suffix _total.
+struct MetricSpec {
+  const char* pointer;
+  const char* name;
+  bool counter;
+  const char* help;
+};
+
+constexpr MetricSpec kMetrics[] = {
+    {"/uptime_s", "uptime_seconds", false, "Seconds since the store was mounted."},
+    {"/engine/reads", "reads", true, "File reads served by the engine."},
+    {"/engine/read_bytes", "read_bytes", true, "Bytes of file data read."},
+    {"/engine/writes", "writes", true, "File writes served by the engine."},
+    {"/engine/write_bytes", "write_bytes", true, "Bytes of file data written."},
+    {"/engine/backing_reads", "backing_reads", true, "Reads of segment files."},
+    {"/engine/backing_read_bytes", "backing_read_bytes", true, "Bytes read from segment files."},
+    {"/engine/coalesced_reads", "coalesced_reads", true,
+     "Segment file reads that served more than one record."},
+    {"/engine/cache_hits", "cache_hits", true, "Reads served by the record cache."},
+    {"/engine/cache_misses", "cache_misses", true, "Reads the record cache could not serve."},
+    {"/engine/inline_writes", "inline_writes", true, "Writes kept in the index."},
+    {"/engine/records_written", "records_written", true, "Records appended to segments."},
+    {"/engine/stored_bytes", "stored_bytes", true,
+     "Payload bytes appended to segments, after compression."},
+    {"/engine/fsyncs", "fsyncs", true, "fsync and fdatasync calls served."},
+    {"/engine/device_syncs", "device_syncs", true, "Syncs of the backing files (group commit)."},
+    {"/engine/checksum_errors", "checksum_errors", true, "Records whose checksum did not match."},
+    {"/fs/requests", "requests", true, "FUSE requests served, of every kind."},
+    {"/fs/errors", "request_errors", true,
+     "FUSE requests answered with an error other than ENOENT or ENODATA."},
+    {"/fs/read_bytes", "fuse_read_bytes", true, "Bytes returned by READ requests."},
+    {"/fs/write_bytes", "fuse_write_bytes", true, "Bytes received by WRITE requests."},
+    {"/fs/files_created", "files_created", true, "Regular files created."},
+    {"/fs/files_read", "files_read", true, "Regular files read from their start."},
+    {"/fs/kernel_inodes", "kernel_inodes", false, "Inodes the kernel holds references to."},
+    {"/fs/pinned_files", "pinned_files", false, "Files whose data the kernel's references keep."},
+    {"/fs/open_dirs", "open_dirs", false, "Open directory handles."},
+    {"/namespace/files", "files", false, "Regular files in the store."},
+    {"/namespace/directories", "directories", false, "Directories in the store, the root included."},
+    {"/namespace/symlinks", "symlinks", false, "Symbolic links in the store."},
+    {"/namespace/logical_bytes", "logical_bytes", false,
+     "Sum of the regular files' sizes, holes included."},
+    {"/storage/segments", "segments", false, "Segment files."},
+    {"/storage/segment_file_bytes", "segment_file_bytes", false, "Bytes of the segment files."},
+    {"/storage/live_bytes", "live_bytes", false, "Logical bytes of the records files still use."},
+    {"/storage/dead_bytes", "dead_bytes", false,
+     "Logical bytes of records no file uses; compaction reclaims them."},
+    {"/storage/compression_ratio", "compression_ratio", false,
+     "Logical record bytes per segment file byte."},
+    {"/storage/index_bytes", "index_bytes", false, "Bytes of the index on disk."},
+    {"/last_compaction/bytes_reclaimed", "last_compaction_reclaimed_bytes", false,
+     "Bytes the last compaction reclaimed."},
+    {"/last_compaction/segments_rewritten", "last_compaction_segments_rewritten", false,
+     "Segments the last compaction rewrote."},
+};
+
+void AppendHeader(std::string* out, const std::string& name, bool counter, const char* help) {
+  *out += "# HELP " + name + " " + help + "\n";
+  *out += "# TYPE " + name + (counter ? " counter\n" : " gauge\n");
+}
+
+std::string Number(const nlohmann::ordered_json& v) {
+  return v.is_number_float() ? nlohmann::json(v.get<double>()).dump() : v.dump();
+}
+
+// The numbers of stats object `j` in the Prometheus text exposition format
+// (version 0.0.4): one family per kMetrics entry present in `j`, and the
+// requests by kind as ckptfs_requests_by_kind_total{kind="..."}.
+std::string PrometheusText(const nlohmann::ordered_json& j) {
+  std::string out;
+  AppendHeader(&out, "ckptfs_info", false, "The daemon's versions; the value is always 1.");
+  out += "ckptfs_info{version=\"" CKPTFS_VERSION "\",libfuse=" +
+         nlohmann::json(j["fs"]["libfuse"].get<std::string>()).dump() + "} 1\n";
+  for (const MetricSpec& m : kMetrics) {
+    const nlohmann::ordered_json::json_pointer ptr(m.pointer);
+    if (!j.contains(ptr) || !j[ptr].is_number()) continue;
+    const std::string name = std::string("ckptfs_") + m.name + (m.counter ? "_total" : "");
+    AppendHeader(&out, name, m.counter, m.help);
+    out += name + " " + Number(j[ptr]) + "\n";
+  }
+  const std::string by_kind = "ckptfs_requests_by_kind_total";
+  AppendHeader(&out, by_kind, true, "FUSE requests served, by kind (the stats file's fs.ops).");
+  for (auto it = j["fs"]["ops"].begin(); it != j["fs"]["ops"].end(); ++it) {
+    out += by_kind + "{kind=\"" + it.key() + "\"} " + Number(it.value()) + "\n";
+  }
+  return out;
+}
 }  // namespace
 
 Attr Control::MakeAttr(Ino ino) const {
@@ -174,6 +264,8 @@ Result<Control::Made> Control::Refresh(Ino kind) {
   auto s = std::make_shared<Snapshot>();
   if (kind == kStatsIno) {
     CKPTFS_ASSIGN_OR_RETURN(s->content, StatsJson());
+  } else if (kind == kMetricsIno) {
+    CKPTFS_ASSIGN_OR_RETURN(s->content, MetricsText());
   } else {
     s->content = ConfigText();
   }
@@ -186,7 +278,7 @@ Result<Control::Made> Control::Refresh(Ino kind) {
   }
   s->mtime = last_mtime_ = t;
   const Ino ino = kind | (++serial_ << 8);
-  (kind == kStatsIno ? newest_stats_ : newest_config_) = s;
+  newest_[kind] = s;
   snapshots_[ino] = s;
   while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
   return Made{ino, std::move(s)};
@@ -194,13 +286,15 @@ Result<Control::Made> Control::Refresh(Ino kind) {
 
 Result<std::shared_ptr<const Control::Snapshot>> Control::SnapshotOf(Ino ino) {
   const Ino kind = ControlKind(ino);
-  if (kind != kStatsIno && kind != kConfigIno) return Status::Errno(ESTALE, "no such control inode");
+  if (kind != kStatsIno && kind != kConfigIno && kind != kMetricsIno) {
+    return Status::Errno(ESTALE, "no such control inode");
+  }
   {
     MutexLock lock(&mu_);
     auto it = snapshots_.find(ino);
     if (it != snapshots_.end()) return it->second;
-    const std::shared_ptr<const Snapshot>& newest = kind == kStatsIno ? newest_stats_ : newest_config_;
-    if (newest != nullptr) return newest;
+    auto newest = newest_.find(kind);
+    if (newest != newest_.end()) return newest->second;
   }
   CKPTFS_ASSIGN_OR_RETURN(Made made, Refresh(kind));
   return std::move(made.snapshot);
@@ -212,6 +306,7 @@ Result<Attr> Control::Lookup(Ino parent, std::string_view name) {
     Ino kind = 0;
     if (name == kStatsName) kind = kStatsIno;
     if (name == kConfigName) kind = kConfigIno;
+    if (name == kMetricsName) kind = kMetricsIno;
     if (kind != 0) {
       CKPTFS_ASSIGN_OR_RETURN(const Made made, Refresh(kind));
       return MakeAttr(made.ino, *made.snapshot);
@@ -231,6 +326,7 @@ void Control::List(std::string_view after,
   // In name order.
   const engine::DirEntry entries[] = {
       {std::string(kConfigName), kConfigIno, S_IFREG},
+      {std::string(kMetricsName), kMetricsIno, S_IFREG},
       {std::string(kStatsName), kStatsIno, S_IFREG},
   };
   for (const engine::DirEntry& e : entries) {
@@ -249,7 +345,9 @@ Result<std::string> Control::Read(Ino ino, uint64_t offset, size_t size) {
 Status Control::Write(Ino ino, std::string_view data, uid_t uid) {
   const Ino kind = ControlKind(ino);
   if (kind == kControlDirIno) return Status::Errno(EISDIR);
-  if (kind == kStatsIno) return Status::Errno(EACCES, "stats is read-only");
+  if (kind == kStatsIno || kind == kMetricsIno) {
+    return Status::Errno(EACCES, "stats and metrics are read-only");
+  }
   if (kind != kConfigIno) return Status::Errno(ESTALE);
   if (fs_->options().read_only) return Status::Errno(EROFS);
   if (uid != fs_->owner_uid() && uid != 0) {
@@ -289,7 +387,7 @@ std::string Control::ConfigText() const {
   return text;
 }
 
-Result<std::string> Control::StatsJson() const {
+Result<nlohmann::ordered_json> Control::StatsObject() const {
   Filesystem& fs = *fs_;
   CKPTFS_ASSIGN_OR_RETURN(const engine::EngineStats engine_stats, fs.store().GetStats());
   CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json summary, SummaryJson(fs.store()));
@@ -330,7 +428,17 @@ Result<std::string> Control::StatsJson() const {
        }},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
+  return j;
+}
+
+Result<std::string> Control::StatsJson() const {
+  CKPTFS_ASSIGN_OR_RETURN(const nlohmann::ordered_json j, StatsObject());
   return j.dump(2) + "\n";
+}
+
+Result<std::string> Control::MetricsText() const {
+  CKPTFS_ASSIGN_OR_RETURN(const nlohmann::ordered_json j, StatsObject());
+  return PrometheusText(j);
 }
 
 Result<engine::CompactOptions> ParseCompactRequest(std::string_view value) {

@@ -1,6 +1,8 @@
 // The control files under MOUNT/.ckptfs/:
 //   stats   read-only JSON: engine counters, request counts, the settings in
 //           effect, the last compaction
+//   metrics read-only: the numbers of stats in the Prometheus text format
+//           (counters and gauges named ckptfs_*, with HELP and TYPE lines)
 //   config  read: the settings in effect as name=value lines, one per option
 //           of fs/option_table.h, then the last compaction's result as
 //           last_compaction.* lines; write: name=value lines, each changing
@@ -30,6 +32,8 @@
 #include <map>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "base/mutex.h"
 #include "engine/store.h"
 
@@ -41,10 +45,12 @@ inline constexpr engine::Ino kControlBit = 1ull << 63;
 inline constexpr engine::Ino kControlDirIno = kControlBit | 1;
 inline constexpr engine::Ino kStatsIno = kControlBit | 2;
 inline constexpr engine::Ino kConfigIno = kControlBit | 3;
+inline constexpr engine::Ino kMetricsIno = kControlBit | 4;
 inline constexpr std::string_view kControlDirName = ".ckptfs";
 
 inline bool IsControl(engine::Ino ino) { return (ino & kControlBit) != 0; }
-// Which control inode `ino` is: kControlDirIno, kStatsIno or kConfigIno.
+// Which control inode `ino` is: kControlDirIno, kStatsIno, kConfigIno or
+// kMetricsIno.
 // Every lookup of a control file hands the kernel a new inode number of the
 // same kind (a serial above the low byte), so that the kernel never serves
 // an earlier snapshot from its page cache, whatever it trusts about cached
@@ -83,8 +89,12 @@ class Control {
   // stats file fails rather than show zeros for what is unknown.
   std::string ConfigText() const;
   engine::Result<std::string> StatsJson() const;
+  engine::Result<std::string> MetricsText() const;
 
  private:
+  // The stats file's content before it is printed.
+  engine::Result<nlohmann::ordered_json> StatsObject() const;
+
   struct Snapshot {
     std::string content;
     engine::Timespec mtime;
@@ -113,8 +123,8 @@ class Control {
   // (the serial grows, so the first entries are the oldest).
   static constexpr size_t kMaxSnapshots = 256;
   std::map<engine::Ino, std::shared_ptr<const Snapshot>> snapshots_ GUARDED_BY(mu_);
-  std::shared_ptr<const Snapshot> newest_stats_ GUARDED_BY(mu_);
-  std::shared_ptr<const Snapshot> newest_config_ GUARDED_BY(mu_);
+  // The newest snapshot of each kind, by the kind's low byte.
+  std::map<engine::Ino, std::shared_ptr<const Snapshot>> newest_ GUARDED_BY(mu_);
   uint64_t serial_ GUARDED_BY(mu_) = 0;
   engine::Timespec last_mtime_ GUARDED_BY(mu_);  // of the newest snapshot
   // Serializes config writes: lines apply in the order they were written.

@@ -13,6 +13,7 @@ PACKAGES=(
   fuse3 librocksdb-dev libzstd-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
+  python3-prometheus-client
   rsync tar diffutils procps
 )
 
