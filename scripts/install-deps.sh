@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
   python3-prometheus-client
-  rsync tar diffutils procps
+  rsync tar diffutils procps tmux
 )
 
 missing=()

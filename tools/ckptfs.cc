@@ -3,6 +3,7 @@
 //   ckptfs mount [-f] [-d] [-o opt[,opt...]] STORE MOUNTPOINT
 //   ckptfs umount MOUNTPOINT
 //   ckptfs stat [--json] STORE|MOUNTPOINT
+//   ckptfs stat --watch [--interval S] MOUNTPOINT
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs warmup [--threads N] [--json] PATH...
 //   ckptfs --version
@@ -57,6 +58,10 @@ int Main(int argc, char** argv) {
   CLI::App* stat =
       app.add_subcommand("stat", "Show the statistics of a mount or an unmounted store");
   stat->add_flag("--json", stat_json, "Print JSON");
+  bool stat_watch = false;
+  double stat_interval = 1.0;
+  stat->add_flag("--watch", stat_watch, "Redraw the mount's live rates until interrupted");
+  stat->add_option("--interval", stat_interval, "Seconds between redraws of --watch (default 1)");
   stat->add_option("PATH", stat_point, "Mountpoint or store directory")->required();
 
   std::string fsck_store;
@@ -126,6 +131,13 @@ int Main(int argc, char** argv) {
     return ckptfs::tools::RunMount(mount_options, foreground);
   }
   if (*umount) return ckptfs::tools::RunUmount(umount_point);
+  if (*stat && stat_watch) {
+    if (stat_json) {
+      std::fprintf(stderr, "ckptfs: stat: --watch and --json do not go together\n");
+      return 1;
+    }
+    return ckptfs::tools::RunStatWatch(stat_point, stat_interval);
+  }
   if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);

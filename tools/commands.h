@@ -28,6 +28,10 @@ int RunUmount(const std::string& mountpoint);
 // `ckptfs stat` (tools/stat_command.cc): prints MOUNT/.ckptfs/stats, or the
 // contents and footprint of a store that is not mounted, for people or as JSON.
 int RunStat(const std::string& path, bool json);
+// Redraws the mount's rates (requests/s by kind, MB/s read and written,
+// backing reads, cache hit ratio, dead bytes) every `interval_s` until
+// SIGINT or SIGTERM: in place on a terminal, one line each otherwise.
+int RunStatWatch(const std::string& mountpoint, double interval_s);
 // `ckptfs fsck` (tools/fsck_command.cc): exit status as fsck(8).
 int RunFsck(const std::string& store, bool repair, bool quick, bool json);
 // `ckptfs compact` (tools/compact_command.cc): offline on a store, online

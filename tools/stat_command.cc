@@ -1,12 +1,15 @@
 // `ckptfs stat STORE|MOUNTPOINT`: statistics for people (or JSON). On a
 // mountpoint it prints MOUNT/.ckptfs/stats; on a store that is not mounted it
 // opens the store read-only and prints the same "namespace" and "storage"
-// objects (fs::StoreSummaryJson).
+// objects (fs::StoreSummaryJson). `--watch` on a mountpoint redraws the
+// rates between two reads of the stats file every interval.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -121,7 +125,115 @@ bool ReadStoreStats(const std::string& dir, std::string* text) {
   return true;
 }
 
+double Num(const nlohmann::ordered_json& j, const char* pointer) {
+  const nlohmann::ordered_json::json_pointer ptr(pointer);
+  return j.contains(ptr) && j[ptr].is_number() ? j[ptr].get<double>() : 0.0;
+}
+
+bool ParseStats(const std::string& text, nlohmann::ordered_json* j) {
+  *j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !j->is_discarded() && j->is_object();
+}
+
+std::string Rate(double bytes_per_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MB/s", bytes_per_s / 1e6);
+  return buf;
+}
+
+// The rates between two stats snapshots `dt` seconds apart, as lines.
+std::vector<std::string> WatchLines(const nlohmann::ordered_json& a,
+                                    const nlohmann::ordered_json& b, double dt) {
+  auto per_s = [&](const char* p) { return (Num(b, p) - Num(a, p)) / dt; };
+  char line[256];
+  std::vector<std::string> out;
+  std::snprintf(line, sizeof(line), "requests   %8.0f/s", per_s("/fs/requests"));
+  std::string kinds = line;
+  // The kinds that moved, busiest first.
+  std::vector<std::pair<double, std::string>> moved;
+  const nlohmann::ordered_json::json_pointer ops("/fs/ops");
+  if (b.contains(ops)) {
+    for (auto it = b[ops].begin(); it != b[ops].end(); ++it) {
+      const double r = per_s(("/fs/ops/" + it.key()).c_str());
+      if (r > 0) moved.emplace_back(r, it.key());
+    }
+  }
+  std::sort(moved.rbegin(), moved.rend());
+  for (const auto& [r, name] : moved) {
+    std::snprintf(line, sizeof(line), "  %s %.0f", name.c_str(), r);
+    kinds += line;
+  }
+  out.push_back(kinds);
+  out.push_back("read       " + Rate(per_s("/engine/read_bytes")) + "   written " +
+                Rate(per_s("/engine/write_bytes")));
+  std::snprintf(line, sizeof(line), "backing    %.0f reads/s, %s, %.0f coalesced/s",
+                per_s("/engine/backing_reads"), Rate(per_s("/engine/backing_read_bytes")).c_str(),
+                per_s("/engine/coalesced_reads"));
+  out.push_back(line);
+  const double hits = per_s("/engine/cache_hits"), misses = per_s("/engine/cache_misses");
+  if (hits + misses > 0) {
+    std::snprintf(line, sizeof(line), "cache      %.0f%% hits (%.0f hits/s, %.0f misses/s)",
+                  100.0 * hits / (hits + misses), hits, misses);
+  } else {
+    std::snprintf(line, sizeof(line), "cache      no lookups");
+  }
+  out.push_back(line);
+  const double live = Num(b, "/storage/live_bytes"), dead = Num(b, "/storage/dead_bytes");
+  std::snprintf(line, sizeof(line), "dead       %s of %s in %.0f segments (%.0f%%)",
+                HumanBytes(static_cast<uint64_t>(dead)).c_str(),
+                HumanBytes(static_cast<uint64_t>(live + dead)).c_str(),
+                Num(b, "/storage/segments"), live + dead > 0 ? 100.0 * dead / (live + dead) : 0.0);
+  out.push_back(line);
+  return out;
+}
+
+volatile sig_atomic_t g_interrupted = 0;
+
 }  // namespace
+
+int RunStatWatch(const std::string& path, double interval_s) {
+  if (!Exists(path + "/.ckptfs/stats")) {
+    std::fprintf(stderr, "ckptfs: %s is not a ckptfs mount (--watch needs a mountpoint)\n",
+                 path.c_str());
+    return 1;
+  }
+  if (!(interval_s >= 0.1)) {
+    std::fprintf(stderr, "ckptfs: --interval must be at least 0.1 seconds\n");
+    return 1;
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) { g_interrupted = 1; };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const bool tty = ::isatty(1) == 1;
+  std::string text;
+  nlohmann::ordered_json prev, cur;
+  if (!ReadMountStats(path, &text) || !ParseStats(text, &prev)) return 1;
+  auto prev_t = std::chrono::steady_clock::now();
+  while (!g_interrupted) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    if (g_interrupted) break;
+    if (!ReadMountStats(path, &text)) return 1;
+    if (!ParseStats(text, &cur)) {
+      std::fprintf(stderr, "ckptfs: the statistics of %s are not valid JSON\n", path.c_str());
+      return 1;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - prev_t).count();
+    const std::vector<std::string> lines = WatchLines(prev, cur, dt);
+    if (tty) {
+      // Home, clear, then the screen: redrawn in place.
+      std::printf("\x1b[H\x1b[2J%s every %.1f s (Ctrl-C stops)\n", path.c_str(), interval_s);
+      for (const std::string& l : lines) std::printf("%s\n", l.c_str());
+    } else {
+      for (const std::string& l : lines) std::printf("%s%s", l.c_str(), &l == &lines.back() ? "\n" : " | ");
+    }
+    std::fflush(stdout);
+    prev = std::move(cur);
+    prev_t = now;
+  }
+  return 0;
+}
 
 int RunStat(const std::string& path, bool json) {
   std::string text;
@@ -138,9 +250,8 @@ int RunStat(const std::string& path, bool json) {
     return 0;
   }
   // Keep the key order (nlohmann::ordered_json) so related counters stay together.
-  nlohmann::ordered_json j =
-      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  nlohmann::ordered_json j;
+  if (!ParseStats(text, &j)) {
     std::fprintf(stderr, "ckptfs: the statistics of %s are not valid JSON\n", path.c_str());
     return 1;
   }

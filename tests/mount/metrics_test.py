@@ -1,16 +1,23 @@
 #!/usr/bin/python3
-"""MNT/.ckptfs/metrics: the stats file's numbers in the Prometheus text format.
+"""What an operator watches: MNT/.ckptfs/metrics and `ckptfs stat --watch`.
 
-The file must parse with the Prometheus client's own parser (Debian's
-python3-prometheus-client), name every family ckptfs_*, give each a HELP and
-a TYPE, agree with the stats file, and its counters must move with the
-traffic. Needs CKPTFS_BIN.
+The metrics file must parse with the Prometheus client's own parser
+(Debian's python3-prometheus-client), name every family ckptfs_*, give each
+a HELP and a TYPE, agree with the stats file, and its counters must move
+with the traffic. `ckptfs stat --watch`, drawn in a tmux pane while a writer
+runs, must show moving, non-zero write rates, and stop cleanly on SIGINT.
+Needs CKPTFS_BIN (and tmux for the drawn test).
 """
 
 import errno
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 import unittest
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -99,6 +106,91 @@ class MetricsTest(lib.MountAndPlainTestCase):
             with open(self.m.path(".ckptfs", "metrics"), "w") as f:
                 f.write("x")
         self.assertIn(cm.exception.errno, (errno.EACCES, errno.EPERM), cm.exception)
+
+
+class Writer:
+    """Writes 1 MiB files into DIR until stopped."""
+
+    def __init__(self, d):
+        self.d = d
+        self.stop = threading.Event()
+        self.n = 0
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        blob = os.urandom(MiB)
+        while not self.stop.is_set():
+            lib.write_file(os.path.join(self.d, "w%d" % (self.n % 64)), blob)
+            self.n += 1
+
+    def __enter__(self):
+        os.makedirs(self.d, exist_ok=True)
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join()
+
+
+WRITTEN = re.compile(r"written ([0-9.]+) MB/s")
+# A bound against hanging, not a measure.
+WAIT_S = 60
+
+
+class WatchTest(lib.MountAndPlainTestCase):
+
+    def test_watch_in_a_terminal_shows_moving_rates(self):
+        if shutil.which("tmux") is None:
+            self.skipTest("no tmux")
+        session = "ckptfs-watch-%d" % os.getpid()
+        cmd = "%s stat --watch --interval 0.5 %s" % (os.environ["CKPTFS_BIN"], self.m.mnt)
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "20",
+                        cmd], check=True)
+        try:
+            screens = []
+            with Writer(self.m.path("watched")):
+                deadline = time.monotonic() + WAIT_S
+                while time.monotonic() < deadline and len(set(screens)) < 3:
+                    time.sleep(0.5)
+                    pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                          capture_output=True, text=True).stdout
+                    m = WRITTEN.search(pane)
+                    if m and float(m.group(1)) > 0:
+                        screens.append(pane)
+            self.assertGreaterEqual(len(set(screens)), 3, "no moving write rate:\n%s" %
+                                    "\n---\n".join(screens[-3:]))
+            last = screens[-1]
+            for label in ("requests", "read", "written", "backing", "cache", "dead"):
+                self.assertIn(label, last)
+            self.assertRegex(last, r"writes [0-9]+")
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+    def test_watch_without_a_terminal_prints_lines_and_stops_on_sigint(self):
+        p = subprocess.Popen([os.environ["CKPTFS_BIN"], "stat", "--watch", "--interval", "0.2",
+                              self.m.mnt], stdout=subprocess.PIPE, text=True)
+        try:
+            with Writer(self.m.path("piped")) as w:
+                deadline = time.monotonic() + WAIT_S
+                while time.monotonic() < deadline and w.n < 20:
+                    time.sleep(0.1)
+                time.sleep(0.5)
+        finally:
+            p.send_signal(signal.SIGINT)
+            out, _ = p.communicate(timeout=WAIT_S)
+        self.assertEqual(p.returncode, 0)
+        lines = out.splitlines()
+        self.assertGreaterEqual(len(lines), 2, out)
+        self.assertNotIn("\x1b", out)
+        self.assertTrue(any(float(m.group(1)) > 0 for m in map(WRITTEN.search, lines) if m), out)
+
+    def test_watch_refuses_what_is_not_a_mount(self):
+        r = subprocess.run([os.environ["CKPTFS_BIN"], "stat", "--watch", self.plain],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is not a ckptfs mount", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
 
 if __name__ == "__main__":
