@@ -6,6 +6,7 @@
 //   ckptfs stat --watch [--interval S] MOUNTPOINT
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs warmup [--threads N] [--json] PATH...
+//   ckptfs info [--json] PATH...
 //   ckptfs --version
 #include <sys/utsname.h>
 
@@ -91,6 +92,13 @@ int Main(int argc, char** argv) {
   warmup->add_flag("--json", warmup_json, "Print the summary as JSON");
   warmup->add_option("PATH", warmup_paths, "Files or directories on a ckptfs mount")->required();
 
+  std::vector<std::string> info_paths;
+  bool info_json = false;
+  CLI::App* info = app.add_subcommand(
+      "info", "Where a file's bytes lie in the store, or what a directory holds (from the index)");
+  info->add_flag("--json", info_json, "Print JSON (an array, one object per PATH)");
+  info->add_option("PATH", info_paths, "Files or directories on a ckptfs mount")->required();
+
   ckptfs::tools::GpuLoadArgs gpu_load;
   std::string gpu_load_buffer_size;
   CLI::App* gpu_load_cmd =
@@ -142,6 +150,7 @@ int Main(int argc, char** argv) {
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
   if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);
+  if (*info) return ckptfs::tools::RunInfo(info_paths, info_json);
   if (*gpu_load_cmd) {
     gpu_load.device_given = gpu_load_device->count() > 0;
     if (!gpu_load_buffer_size.empty()) {

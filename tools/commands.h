@@ -42,6 +42,11 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run);
 // record cache, with `threads` readers; 1 when a file could not be read.
 int RunWarmup(const std::vector<std::string>& paths, int threads, bool json);
 
+// `ckptfs info` (tools/info_command.cc): where each file's bytes lie, or what
+// each directory holds, from the mount's extents attribute; 1 when a path
+// could not be described.
+int RunInfo(const std::vector<std::string>& paths, bool json);
+
 // `ckptfs gpu-load` (tools/gpu_load_command.cc): loads files into CUDA device
 // memory (or host memory) with the gpu/ loader and reports the speed.
 struct GpuLoadArgs {

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""`ckptfs info`: what it says of files and directories on a real mount.
+
+For a file it must list exactly the extents of the mount's
+"user.ckptfs.extents" attribute (read here page by page) and, for a
+directory, the counts and sizes a walk of the tree finds; the store must
+then pass fsck, so that the extents info shows are the ones fsck checked.
+Needs CKPTFS_BIN.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+MiB = 1 << 20
+BIN = os.environ.get("CKPTFS_BIN")
+
+
+def xattr_extents(path):
+    """Every extent of the attribute, following its pages."""
+    name, out = "user.ckptfs.extents", []
+    while True:
+        page = json.loads(os.getxattr(path, name))
+        out += page["extents"]
+        if page["next"] is None:
+            return page, out
+        name = "user.ckptfs.extents.%d" % page["next"]
+
+
+def info(*paths):
+    r = subprocess.run([BIN, "info", "--json"] + list(paths), capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+class InfoTest(lib.MountAndPlainTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        root = cls.m.path("tree")
+        os.makedirs(os.path.join(root, "sub", "deeper"))
+        cls.files = {
+            "small": b"tiny",
+            "sub/pieces": os.urandom(3 * MiB + 123),
+            "sub/deeper/zeros": bytes(2 * MiB),
+        }
+        for rel, data in cls.files.items():
+            fd = os.open(os.path.join(root, rel), os.O_CREAT | os.O_WRONLY, 0o644)
+            # Back to front: no piece extends the one before, so each is an extent.
+            for i in reversed(range(0, len(data), 65536)):
+                os.pwrite(fd, data[i:i + 65536], i)
+            os.close(fd)
+        with open(os.path.join(root, "sparse"), "wb") as f:
+            f.seek(5 * MiB)
+            f.write(b"end")
+        os.symlink("small", os.path.join(root, "link"))
+        os.mkfifo(os.path.join(root, "fifo"))
+        cls.root = root
+
+    def test_file_extents_are_the_attribute_extents(self):
+        for rel in list(self.files) + ["sparse"]:
+            path = os.path.join(self.root, rel)
+            rc, out, err = info(path)
+            self.assertEqual(rc, 0, err)
+            [j] = json.loads(out)
+            page, extents = xattr_extents(path)
+            self.assertEqual(j["type"], "file")
+            self.assertEqual(j["ino"], os.stat(path).st_ino)
+            self.assertEqual(j["size"], os.stat(path).st_size)
+            self.assertEqual(len(j["extents"]), len(extents), rel)
+            for mine, theirs in zip(j["extents"], extents):
+                self.assertEqual(mine["file_offset"], theirs["file_offset"])
+                self.assertEqual(mine["length"], theirs["length"])
+                if "inline" in theirs:
+                    self.assertTrue(mine["inline"])
+                    continue
+                for key in ("segment_id", "record_offset", "payload_checksum", "skip"):
+                    self.assertEqual(mine[key], theirs[key], key)
+                self.assertEqual(mine["stored_len"], theirs["record_stored_len"])
+                self.assertEqual(mine["raw_len"], theirs["record_raw_len"])
+                self.assertEqual(mine["segment"], os.path.join(
+                    page["segments_dir"], "%08d.seg" % theirs["segment_id"]))
+                self.assertTrue(os.path.getsize(mine["segment"]) >=
+                                mine["record_offset"] + mine["stored_len"])
+        [small] = json.loads(info(os.path.join(self.root, "small"))[1])
+        self.assertTrue(small["inline"])
+        self.assertEqual(small["stored_bytes"], 4)
+        [pieces] = json.loads(info(os.path.join(self.root, "sub/pieces"))[1])
+        self.assertGreater(len(pieces["extents"]), 40)
+        self.assertEqual(sum(e["length"] for e in pieces["extents"]), 3 * MiB + 123)
+        [sparse] = json.loads(info(os.path.join(self.root, "sparse"))[1])
+        self.assertEqual(sparse["size"], 5 * MiB + 3)
+        self.assertEqual(sum(e["length"] for e in sparse["extents"]), 3)
+
+    def test_directory_counts_what_a_walk_finds(self):
+        rc, out, err = info(self.root, os.path.join(self.root, "sub"))
+        self.assertEqual(rc, 0, err)
+        whole, sub = json.loads(out)
+        self.assertEqual(whole["type"], "directory")
+        self.assertEqual((whole["files"], whole["directories"], whole["symlinks"], whole["other"]),
+                         (4, 3, 1, 1))
+        sizes = sum(len(d) for d in self.files.values()) + 5 * MiB + 3
+        self.assertEqual(whole["logical_bytes"], sizes)
+        per_file = [json.loads(info(os.path.join(self.root, rel))[1])[0]
+                    for rel in list(self.files) + ["sparse"]]
+        self.assertEqual(whole["stored_bytes"], sum(f["stored_bytes"] for f in per_file))
+        self.assertEqual(whole["extents"], sum(len(f["extents"]) for f in per_file))
+        self.assertEqual(whole["inline_files"], sum(1 for f in per_file if f["inline"]))
+        self.assertEqual((sub["files"], sub["directories"]), (2, 2))
+
+    def test_text_output_names_the_segment(self):
+        r = subprocess.run([BIN, "info", os.path.join(self.root, "sub/pieces")],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(".seg @", r.stdout)
+        self.assertIn("more extent(s)", r.stdout)
+
+    def test_bad_paths_get_one_line_errors(self):
+        plain_file = os.path.join(self.plain, "f")
+        lib.write_file(plain_file, b"x")
+        for path, words in ((plain_file, "is not on a ckptfs mount"),
+                            (self.m.path("missing"), "No such file or directory"),
+                            (os.path.join(self.root, "fifo"), "neither a regular file")):
+            r = subprocess.run([BIN, "info", path], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, path)
+            self.assertIn(words, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_zz_fsck_agrees(self):
+        """After unmount the store is clean: fsck checked the extents info showed."""
+        [before] = json.loads(info(os.path.join(self.root, "sub/pieces"))[1])
+        store = self.m.store
+        self.m.unmount()
+        r = subprocess.run([BIN, "fsck", store], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.m.mount()
+        [after] = json.loads(info(os.path.join(self.root, "sub/pieces"))[1])
+        self.assertEqual(before["extents"], after["extents"])
+
+
+if __name__ == "__main__":
+    unittest.main()
