@@ -7,6 +7,7 @@
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs warmup [--threads N] [--json] PATH...
 //   ckptfs info [--json] PATH...
+//   ckptfs verify [--json] PATH...
 //   ckptfs --version
 #include <sys/utsname.h>
 
@@ -99,6 +100,14 @@ int Main(int argc, char** argv) {
   info->add_flag("--json", info_json, "Print JSON (an array, one object per PATH)");
   info->add_option("PATH", info_paths, "Files or directories on a ckptfs mount")->required();
 
+  std::vector<std::string> verify_paths;
+  bool verify_json = false;
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Check every checksum of the files' data in the store's segment files");
+  verify->add_flag("--json", verify_json, "Print the result as JSON");
+  verify->add_option("PATH", verify_paths, "Files or directories on a ckptfs mount")->required();
+  verify->footer("Exit status: 0 every checksum matches, 4 damage found, 8 nothing could be checked");
+
   ckptfs::tools::GpuLoadArgs gpu_load;
   std::string gpu_load_buffer_size;
   CLI::App* gpu_load_cmd =
@@ -151,6 +160,7 @@ int Main(int argc, char** argv) {
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
   if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);
   if (*info) return ckptfs::tools::RunInfo(info_paths, info_json);
+  if (*verify) return ckptfs::tools::RunVerify(verify_paths, verify_json);
   if (*gpu_load_cmd) {
     gpu_load.device_given = gpu_load_device->count() > 0;
     if (!gpu_load_buffer_size.empty()) {

@@ -47,6 +47,11 @@ int RunWarmup(const std::vector<std::string>& paths, int threads, bool json);
 // could not be described.
 int RunInfo(const std::vector<std::string>& paths, bool json);
 
+// `ckptfs verify` (tools/verify_command.cc): checks every checksum of the
+// data of the files under `paths` (on a mount) in the segment files; exit
+// status as fsck(8): 0 clean, 4 damage found, 8 nothing could be checked.
+int RunVerify(const std::vector<std::string>& paths, bool json);
+
 // `ckptfs gpu-load` (tools/gpu_load_command.cc): loads files into CUDA device
 // memory (or host memory) with the gpu/ loader and reports the speed.
 struct GpuLoadArgs {

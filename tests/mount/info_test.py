@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""`ckptfs info`: what it says of files and directories on a real mount.
+"""`ckptfs info` and `ckptfs verify` on a real mount.
 
-For a file it must list exactly the extents of the mount's
+info: for a file it must list exactly the extents of the mount's
 "user.ckptfs.extents" attribute (read here page by page) and, for a
 directory, the counts and sizes a walk of the tree finds; the store must
 then pass fsck, so that the extents info shows are the ones fsck checked.
+verify: exit 0 on an intact tree; after one byte of one record is changed
+in its segment file, exit 4 naming that file and byte range (and fsck finds
+the same damage); exit 8 with one line where nothing can be checked.
 Needs CKPTFS_BIN.
 """
 
@@ -142,6 +145,76 @@ class InfoTest(lib.MountAndPlainTestCase):
         self.m.mount()
         [after] = json.loads(info(os.path.join(self.root, "sub/pieces"))[1])
         self.assertEqual(before["extents"], after["extents"])
+
+
+def verify(*args):
+    return subprocess.run([BIN, "verify"] + list(args), capture_output=True, text=True)
+
+
+class VerifyTest(lib.MountAndPlainTestCase):
+
+    def test_intact_then_damaged(self):
+        root = self.m.path("ckpt")
+        os.makedirs(os.path.join(root, "shards"))
+        blobs = {"shards/%d.bin" % i: os.urandom(MiB + 1000 * i) for i in range(4)}
+        blobs["meta.json"] = b'{"step": 1}'
+        for rel, data in blobs.items():
+            lib.write_file(os.path.join(root, rel), data)
+        r = verify(root)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("5 files", r.stdout)
+        self.assertIn("every checksum matches", r.stdout)
+        r = verify("--json", root)
+        j = json.loads(r.stdout)
+        self.assertEqual((j["files"], j["damage"], j["error"], j["exit_status"]), (5, [], None, 0))
+        stored = sum(e["record_stored_len"] for rel in blobs
+                     for e in xattr_extents(os.path.join(root, rel))[1] if "inline" not in e)
+        self.assertGreaterEqual(j["bytes"], stored)
+
+        # One byte of the second record of shard 2, changed on disk.
+        victim = os.path.join(root, "shards/2.bin")
+        page, extents = xattr_extents(victim)
+        e = [x for x in extents if "inline" not in x][1]
+        seg = os.path.join(page["segments_dir"], "%08d.seg" % e["segment_id"])
+        at = e["record_offset"] + 48 + 100  # past the record header
+        with open(seg, "r+b") as f:
+            f.seek(at)
+            old = f.read(1)
+            f.seek(at)
+            f.write(bytes([old[0] ^ 0xFF]))
+        r = verify(root)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        damaged = [l for l in r.stderr.splitlines() if l.startswith("ckptfs: verify: ")]
+        self.assertEqual(len(damaged), 1, r.stderr)
+        self.assertIn("%s bytes [%d, %d)" % (victim, e["file_offset"],
+                                              e["file_offset"] + e["length"]), damaged[0])
+        self.assertIn("checksum", damaged[0])
+        self.assertEqual(verify(os.path.join(root, "shards/1.bin")).returncode, 0)
+        j = json.loads(verify("--json", victim).stdout)
+        self.assertEqual((len(j["damage"]), j["exit_status"]), (1, 4))
+        # fsck finds the same record damaged.
+        store = self.m.store
+        self.m.unmount()
+        try:
+            r = subprocess.run([BIN, "fsck", store], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            self.assertIn(str(e["record_offset"]), r.stdout + r.stderr)
+        finally:
+            with open(seg, "r+b") as f:  # repaired, so that the store is clean again
+                f.seek(at)
+                f.write(old)
+            self.m.mount()
+        self.assertEqual(verify(root).returncode, 0)
+
+    def test_nothing_to_check_is_an_operational_error(self):
+        plain_file = os.path.join(self.plain, "f")
+        lib.write_file(plain_file, b"x")
+        for path, words in ((plain_file, "is not on a ckptfs mount"),
+                            (self.m.path("missing"), "No such file or directory")):
+            r = verify(path)
+            self.assertEqual(r.returncode, 8, path)
+            self.assertIn(words, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,222 @@
+// `ckptfs verify [--json] PATH...`: checks every checksum of the data of the
+// files under PATH (on a mount), reading the store's segment files directly.
+//
+// For each regular file it takes the extents from the mount's
+// "user.ckptfs.extents" attribute (gpu::FetchLayout), then reads each record
+// they use once, in store order, and runs the checks every reader of the
+// store runs: the record header's own checksum (format::DecodeRecordHeader),
+// that the record is the one the extent names (format::CheckRecordForExtent)
+// and the payload checksum (format::VerifyRecordPayload). Inline extents live
+// in the index, whose blocks RocksDB checksums on every read.
+//
+// Exit status as fsck(8): 0 every checksum matched, 4 damage found (each
+// damaged record named by file and byte range, one line each), 8 nothing
+// could be checked (not a ckptfs mount, segment files unreadable, ...).
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu/file_layout.h"
+#include "tools/commands.h"
+#include "tools/progress.h"
+
+namespace ckptfs::tools {
+namespace {
+
+constexpr int kClean = 0, kDamage = 4, kOperational = 8;
+
+// One extent that uses a record, to name the damage by file and byte range.
+struct Use {
+  size_t file;  // index into the file list
+  uint64_t ino;
+  uint64_t file_offset;
+  format::ExtentValue value;
+};
+
+struct RecordKey {
+  std::string segments_dir;
+  uint64_t segment_id;
+  uint64_t offset;
+  bool operator<(const RecordKey& o) const {
+    return std::tie(segments_dir, segment_id, offset) <
+           std::tie(o.segments_dir, o.segment_id, o.offset);
+  }
+};
+
+std::vector<std::string>* g_files = nullptr;  // nftw's callback has no context
+
+int AddFile(const char* path, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_F && S_ISREG(st->st_mode)) g_files->push_back(path);
+  return 0;
+}
+
+class Verifier {
+ public:
+  // Collects the files under `paths`; false (after saying why) when a path
+  // cannot be read.
+  bool Collect(const std::vector<std::string>& paths) {
+    for (const std::string& p : paths) {
+      struct stat st;
+      if (::lstat(p.c_str(), &st) != 0) return Fail("cannot stat " + p + ": " + strerror(errno));
+      if (S_ISREG(st.st_mode)) {
+        files_.push_back(p);
+      } else if (S_ISDIR(st.st_mode)) {
+        g_files = &files_;
+        const int rc = ::nftw(p.c_str(), AddFile, 64, FTW_PHYS | FTW_MOUNT);
+        g_files = nullptr;
+        if (rc != 0) return Fail("cannot walk " + p + ": " + strerror(errno));
+      }
+    }
+    return true;
+  }
+
+  // Fetches every file's extents; false (after saying why) when one cannot
+  // be fetched.
+  bool Plan() {
+    for (size_t i = 0; i < files_.size(); ++i) {
+      const int fd = ::open(files_[i].c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) return Fail("cannot open " + files_[i] + ": " + strerror(errno));
+      engine::Result<gpu::FileLayout> l = gpu::FetchLayout(fd);
+      ::close(fd);
+      if (!l.ok()) {
+        return Fail(l.status().code() == ENOTSUP ? files_[i] + " is not on a ckptfs mount"
+                                                  : files_[i] + ": " + l.status().ToString());
+      }
+      if (engine::Status st = gpu::ValidateLayout(*l); !st.ok()) {
+        Damage(files_[i] + ": extents: " + st.ToString());
+        continue;
+      }
+      for (const gpu::LayoutExtent& e : l->extents) {
+        if (e.value.is_inline) continue;
+        RecordKey k{l->segments_dir, e.value.segment_id, e.value.record_offset};
+        auto [it, fresh] = records_.try_emplace(k);
+        if (fresh) bytes_total_ += format::kRecordHeaderSize + e.value.stored_len;
+        it->second.push_back({i, l->ino, e.file_offset, e.value});
+      }
+    }
+    return true;
+  }
+
+  // Reads and checks each record once, in store order; false (after saying
+  // why) when a segment file cannot be read at all.
+  bool Check() {
+    ProgressBar progress("verify");
+    std::string open_path;
+    int fd = -1;
+    std::string buf;
+    for (const auto& [key, uses] : records_) {
+      const std::string seg = (std::filesystem::path(key.segments_dir).parent_path() /
+                               format::SegmentFileName(key.segment_id))
+                                  .string();
+      if (seg != open_path) {
+        if (fd >= 0) ::close(fd);
+        fd = ::open(seg.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          const int e = errno;
+          return Fail("cannot read segment file " + seg + ": " + strerror(e) +
+                      (e == EACCES ? " (run as the store's owner or root)" : ""));
+        }
+        open_path = seg;
+      }
+      const size_t len = format::kRecordHeaderSize + uses.front().value.stored_len;
+      buf.resize(len);
+      const ssize_t n = ::pread(fd, buf.data(), len, static_cast<off_t>(key.offset));
+      if (n < 0) {
+        ::close(fd);
+        return Fail("cannot read " + seg + ": " + strerror(errno));
+      }
+      CheckRecord(seg, key, std::string_view(buf.data(), static_cast<size_t>(n)), uses);
+      bytes_done_ += len;
+      progress.Update(bytes_done_, bytes_total_);
+    }
+    if (fd >= 0) ::close(fd);
+    progress.Finish();
+    return true;
+  }
+
+  int Report(bool json) const {
+    const int status = !failure_.empty() ? kOperational : damage_.empty() ? kClean : kDamage;
+    if (json) {
+      nlohmann::ordered_json j = {{"files", files_.size()},
+                                  {"records", records_.size()},
+                                  {"bytes", bytes_done_},
+                                  {"damage", damage_},
+                                  {"error", nullptr},
+                                  {"exit_status", status}};
+      if (!failure_.empty()) j["error"] = failure_;
+      std::printf("%s\n", j.dump(2).c_str());
+      return status;
+    }
+    for (const std::string& d : damage_) std::fprintf(stderr, "ckptfs: verify: %s\n", d.c_str());
+    if (!failure_.empty()) {
+      std::fprintf(stderr, "ckptfs: verify: %s\n", failure_.c_str());
+      return status;
+    }
+    std::printf("verify: %zu files, %zu records, %s checked: %s\n", files_.size(),
+                records_.size(), HumanBytes(bytes_done_).c_str(),
+                damage_.empty() ? "every checksum matches"
+                                : (std::to_string(damage_.size()) + " damaged").c_str());
+    return status;
+  }
+
+ private:
+  bool Fail(std::string why) {
+    failure_ = std::move(why);
+    return false;
+  }
+  void Damage(std::string what) { damage_.push_back(std::move(what)); }
+
+  void CheckRecord(const std::string& seg, const RecordKey& key, std::string_view bytes,
+                   const std::vector<Use>& uses) {
+    format::RecordHeader h;
+    engine::Status st = format::DecodeRecordHeader(bytes, &h);
+    if (st.ok() && bytes.size() < format::kRecordHeaderSize + h.stored_len) {
+      st = engine::Status::Corruption("record truncated");
+    }
+    if (st.ok()) {
+      st = format::VerifyRecordPayload(
+          h, bytes.substr(format::kRecordHeaderSize, h.stored_len));
+    }
+    for (const Use& u : uses) {
+      engine::Status use_st = st.ok() ? format::CheckRecordForExtent(h, u.value, u.ino,
+                                                                      u.file_offset)
+                                      : st;
+      if (use_st.ok()) continue;
+      char range[96];
+      std::snprintf(range, sizeof(range), " bytes [%" PRIu64 ", %" PRIu64 ")", u.file_offset,
+                    u.file_offset + u.value.length);
+      Damage(files_[u.file] + range + ": " + seg + " offset " + std::to_string(key.offset) +
+             ": " + use_st.ToString());
+    }
+  }
+
+  std::vector<std::string> files_;
+  std::map<RecordKey, std::vector<Use>> records_;
+  uint64_t bytes_total_ = 0, bytes_done_ = 0;
+  std::vector<std::string> damage_;
+  std::string failure_;
+};
+
+}  // namespace
+
+int RunVerify(const std::vector<std::string>& paths, bool json) {
+  Verifier v;
+  if (v.Collect(paths) && v.Plan()) v.Check();
+  return v.Report(json);
+}
+
+}  // namespace ckptfs::tools
