@@ -345,8 +345,9 @@ class Store {
   virtual Status RemoveXattr(Ino ino, std::string_view name) = 0;
 
   // ---- File data. ----
-  // Open/Release bracket every use of a file's data by a handle: an unlinked
-  // inode keeps its data until its last Release.
+  // Open/Release bracket every use of an inode by a handle: an inode that
+  // loses its last name (an unlinked file, a removed directory) keeps its
+  // attributes and data until its last Release.
   virtual Status OpenFile(Ino ino) = 0;
   virtual Status Release(Ino ino) = 0;
   // Reads up to `len` bytes at `offset` into `buf`; short only at end of file.

@@ -140,6 +140,13 @@ class StoreImpl final : public Store {
     // Drops one name of `ino`; purges or orphans it when that was the last.
     // An error (from Purge) leaves the batch unusable: do not commit it.
     Status DropLink(uint64_t ino, const Timespec& now);
+    // Removes the (empty) directory `ino` from the namespace: its link count
+    // becomes 0; purges or orphans it. Errors as DropLink.
+    Status DropDir(uint64_t ino, const Timespec& now);
+    // `ino` has no name left: while OpenFile holds it, it stays (with an
+    // orphan key, purged at its last Release or at the next open of the
+    // store); otherwise it is purged. Errors as DropLink.
+    Status Unnamed(uint64_t ino);
     // Removes `ino` and everything it owns. An error leaves the batch
     // unusable: do not commit it.
     Status Purge(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;

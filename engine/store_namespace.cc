@@ -97,6 +97,17 @@ Status StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
   if (v.nlink > 0) v.nlink--;
   SetCtime(&v, now);
   if (v.nlink > 0) return Status::OK();
+  return Unnamed(ino);
+}
+
+Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
+  format::InodeValue& v = A(ino);
+  v.nlink = 0;
+  SetCtime(&v, now);
+  return Unnamed(ino);
+}
+
+Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   if (S(ino)->open_count.load() > 0) {
     batch.Put(st->cf_meta_, format::OrphanKey(ino), "");
     return Status::OK();
@@ -407,8 +418,7 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   p.nlink--;
   SetMtime(&p, now);
   t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
-  t.A(d.ino).nlink = 0;
-  CKPTFS_RETURN_IF_ERROR(t.Purge(d.ino));
+  CKPTFS_RETURN_IF_ERROR(t.DropDir(d.ino, now));
   return t.Commit();
 }
 
@@ -495,8 +505,7 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   if (has_dst) {
     if (dst_dir) {
       t.A(new_parent).nlink--;
-      t.A(dst.ino).nlink = 0;
-      CKPTFS_RETURN_IF_ERROR(t.Purge(dst.ino));
+      CKPTFS_RETURN_IF_ERROR(t.DropDir(dst.ino, now));
     } else {
       CKPTFS_RETURN_IF_ERROR(t.DropLink(dst.ino, now));
     }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 
+#include <string>
 #include <string_view>
 
 #include "fs/control.h"
@@ -52,9 +53,35 @@ Result<Owner> OwnerFor(Request& r, Ino parent, uint32_t* mode) {
   return owner;
 }
 
+// The attributes of what "." (`dotdot` false) or ".." of `ino` names, for
+// the kernel's export operations: it asks for "." of an inode it has
+// forgotten to open a file handle (open_by_handle_at, NFS), and for ".." of a
+// directory to connect one to the tree. Inode numbers are never reused, so a
+// handle names one inode for good; once that inode is removed the answer is
+// ENOENT, which the kernel turns into ESTALE. Control files get a new inode
+// number per lookup (control.h): their handles go stale too.
+Result<Attr> LookupDot(Filesystem& fs, Ino ino, bool dotdot) {
+  if (IsControl(ino)) {
+    if (ControlKind(ino) != kControlDirIno) return Status(ENOENT, "a control file has no handle");
+    return dotdot ? fs.store().GetAttr(engine::kRootIno) : fs.control().GetAttr(ino);
+  }
+  CKPTFS_ASSIGN_OR_RETURN(Attr a, fs.store().GetAttr(ino));
+  if (a.nlink == 0) return Status(ENOENT, "inode " + std::to_string(ino) + " was removed");
+  if (!dotdot) return a;
+  if (!S_ISDIR(a.mode)) return Status(ENOTDIR, "inode " + std::to_string(ino) + " is not a directory");
+  const Ino up = ino == engine::kRootIno || a.parent == 0 ? engine::kRootIno : a.parent;
+  return fs.store().GetAttr(up);
+}
+
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Serve(req, Op::kLookup, [&](Request& r) {
     Filesystem& fs = r.fs();
+    const std::string_view n(name);
+    if (n == "." || n == "..") {
+      Result<Attr> a = LookupDot(fs, parent, n == "..");
+      if (!a.ok()) return r.Fail(a.status());
+      return fs.ReplyEntry(r, *a);
+    }
     const bool control = IsControl(parent) || IsControlName(parent, name);
     Result<Attr> a = control ? fs.control().Lookup(parent, name) : fs.store().Lookup(parent, name);
     if (a.ok()) return fs.ReplyEntry(r, *a);

@@ -90,7 +90,9 @@ fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
   e.ino = a.ino;
-  e.generation = a.generation;
+  // The kernel takes the root's generation to be 0 (a ".." lookup can
+  // answer with the root).
+  e.generation = a.ino == engine::kRootIno ? 0 : a.generation;
   e.attr = ToStat(a);
   e.attr_timeout = AttrTimeout(a.ino);
   e.entry_timeout = EntryTimeout(a.ino);
@@ -104,7 +106,7 @@ void Filesystem::ReplyEntry(Request& r, const Attr& a) {
 }
 
 engine::Status Filesystem::CountLookup(const Attr& a) {
-  return lookups_.Add(a.ino, S_ISREG(a.mode) && !IsControl(a.ino));
+  return lookups_.Add(a.ino, !IsControl(a.ino));
 }
 
 void Filesystem::Forget(Ino ino, uint64_t n) {
@@ -148,6 +150,10 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_ASYNC_DIO, true);
   want(FUSE_CAP_AUTO_INVAL_DATA, true);
   want(FUSE_CAP_CACHE_SYMLINKS, true);
+  // File handles (name_to_handle_at, NFS) that outlive the kernel's caches
+  // and remounts: inode numbers are persistent and never reused, and LOOKUP
+  // answers "." and ".." (entries.cc).
+  want(FUSE_CAP_EXPORT_SUPPORT, true);
   want(FUSE_CAP_WRITEBACK_CACHE, o.writeback_cache);
   // Splicing would only move the copy: the engine checksums (and may
   // compress) every byte it stores or returns, so it needs them in memory.

@@ -54,11 +54,11 @@ class Filesystem {
   fuse_entry_param ToEntry(const engine::Attr& a) const;
 
   // Answers a request that hands `a` to the kernel (lookup, mkdir, ...):
-  // counts the lookup (pinning a file's data, see LookupCounts), and takes it
+  // counts the lookup (pinning the inode, see LookupCounts), and takes it
   // back when the kernel does not take the reply.
   void ReplyEntry(Request& r, const engine::Attr& a);
   // Counts one lookup of `a` handed to the kernel (LookupCounts::Add); the
-  // first one of a store file pins its data.
+  // first one of a store inode pins it.
   engine::Status CountLookup(const engine::Attr& a);
   // The kernel dropped `n` references to `ino`. A failed unpin is counted as
   // an error: a forget has nobody to answer.

@@ -53,6 +53,23 @@ TEST_F(LookupCountsTest, UnlinkedFileKeepsItsDataUntilTheLastForget) {
   EXPECT_FALSE(s()->GetAttr(a.ino).ok());
 }
 
+// fstat of an open directory sends GETATTR of its inode: a directory
+// removed while the kernel knows it still answers until the last forget.
+TEST_F(LookupCountsTest, RemovedDirectoryAnswersUntilTheLastForget) {
+  Result<Attr> d = s()->Mkdir(kRootIno, "d", 0755, 0, 0);
+  ASSERT_OK(d.status());
+  LookupCounts counts(s());
+  ASSERT_OK(counts.Add(d->ino, true));
+  ASSERT_OK(s()->Rmdir(kRootIno, "d"));
+  Result<Attr> removed = s()->GetAttr(d->ino);
+  ASSERT_OK(removed.status());
+  EXPECT_EQ(removed->nlink, 0u);
+  EXPECT_TRUE(S_ISDIR(removed->mode));
+  ASSERT_OK(counts.Forget(d->ino, 1));
+  EXPECT_EQ(counts.pinned(), 0);
+  EXPECT_EQ(s()->GetAttr(d->ino).status().code(), ENOENT);
+}
+
 TEST_F(LookupCountsTest, ReleaseAllPurgesUnlinkedFiles) {
   const Attr a = MakeFile("a", "aaaa");
   const Attr b = MakeFile("b", "bbbb");

@@ -1,6 +1,6 @@
 // Small concurrent maps keyed by inode number, for the per-inode state the
-// FUSE layer keeps: the kernel's lookup counts and the pins they hold on file
-// data.
+// FUSE layer keeps: the kernel's lookup counts and the pins they hold on
+// inodes.
 #pragma once
 
 #include <array>
@@ -84,14 +84,15 @@ class ShardedMap {
 
 // How many times the kernel has been handed each inode (by lookup, create,
 // mkdir, mknod, symlink, link and readdirplus) minus what it has forgotten,
-// and the pin that count holds on a regular file's data.
+// and the pin that count holds on the inode.
 //
 // The kernel opens files without telling us (no OPEN, no RELEASE: see
-// data.cc), so a file is in use for as long as the kernel knows its inode.
-// The first lookup of a regular file pins its data (Store::OpenFile) and the
+// data.cc), and answers fstat of an open file or directory with a GETATTR
+// of its inode, so an inode is in use for as long as the kernel knows it.
+// The first lookup of a store inode pins it (Store::OpenFile) and the
 // forget that brings the count to zero unpins it (Store::Release): an
-// unlinked or renamed-over file that is still open keeps its bytes until
-// then. Pin and unpin run under the shard lock together with the count
+// unlinked or renamed-over file that is still open keeps its attributes
+// and bytes until then, and a removed directory its attributes. Pin and unpin run under the shard lock together with the count
 // change, so a forget to zero racing a new lookup of the same inode cannot
 // unpin after the new lookup counted (and purge a live inode). Inodes with a
 // zero count are not stored. Thread-safe.
@@ -102,9 +103,9 @@ class LookupCounts {
   LookupCounts(const LookupCounts&) = delete;
   LookupCounts& operator=(const LookupCounts&) = delete;
 
-  // Counts one lookup of `ino`. With `pin` (a regular file of the store) the
-  // first one pins its data; when that fails nothing is counted and the
-  // error is returned.
+  // Counts one lookup of `ino`. With `pin` (an inode of the store) the
+  // first one pins it; when that fails nothing is counted and the error is
+  // returned.
   engine::Status Add(engine::Ino ino, bool pin) {
     engine::Status st;
     counts_.Update(ino, [&](Entry& e, bool existed) {
@@ -151,7 +152,7 @@ class LookupCounts {
   }
   // Inodes the kernel currently knows.
   size_t Size() const { return counts_.Size(); }
-  // Regular files whose data the kernel's references keep.
+  // Store inodes the kernel's references keep.
   int64_t pinned() const { return pinned_.load(std::memory_order_relaxed); }
 
  private:

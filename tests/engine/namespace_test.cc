@@ -844,6 +844,53 @@ TEST_F(NamespaceTest, StatFsCountsInodes) {
   EXPECT_EQ(inodes(), 0u);
 }
 
+// A directory removed (rmdir, or renamed over) while a handle holds it
+// keeps its attributes, with no links and no entries, until the last
+// Release; then it is purged. One still held when the store closes without
+// the Release is a pending orphan, purged by the next open.
+TEST_F(NamespaceTest, RemovedDirectoryStaysUntilReleased) {
+  auto inodes = [&]() -> uint64_t {
+    auto st = s()->StatFs();
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    return st.ok() ? st->inodes : ~0ull;
+  };
+  const uint64_t base = inodes();
+  const Ino a = Dir(kRootIno, "a");
+  const Ino b = Dir(kRootIno, "b");
+  const Ino c = Dir(kRootIno, "c");
+  ASSERT_OK(s()->OpenFile(a));
+  ASSERT_OK(s()->OpenFile(b));
+  ASSERT_OK(s()->Rmdir(kRootIno, "a"));
+  ASSERT_OK(s()->Rename(kRootIno, "c", kRootIno, "b", RenameMode::kReplace));
+  for (Ino gone : {a, b}) {
+    SCOPED_TRACE("inode " + std::to_string(gone));
+    ASSERT_OK_AND_ASSIGN(Attr attr, s()->GetAttr(gone));
+    EXPECT_TRUE(S_ISDIR(attr.mode));
+    EXPECT_EQ(attr.nlink, 0u);
+    int entries = 0;
+    ASSERT_OK(s()->ReadDir(gone, "", [&](const DirEntry&) { return ++entries, true; }));
+    EXPECT_EQ(entries, 0);
+    EXPECT_ERRNO(ENOENT, s()->Mkdir(gone, "sub", 0755, 0, 0));
+    EXPECT_ERRNO(ENOENT, s()->Create(gone, "f", S_IFREG | 0644, 0, 0));
+  }
+  ASSERT_OK_AND_ASSIGN(Attr root, s()->GetAttr(kRootIno));
+  EXPECT_EQ(root.nlink, 3u);  // "." , ".." and "b" (which is c)
+  ASSERT_OK_AND_ASSIGN(Attr now_b, s()->Lookup(kRootIno, "b"));
+  EXPECT_EQ(now_b.ino, c);
+  ASSERT_OK(s()->Release(a));
+  EXPECT_ERRNO(ENOENT, s()->GetAttr(a));
+  EXPECT_EQ(inodes(), base + 2);  // b, still held, and c
+  ASSERT_NO_FATAL_FAILURE(Reopen());  // b never released
+  EXPECT_ERRNO(ENOENT, s()->GetAttr(b));
+  EXPECT_EQ(inodes(), base + 1);
+  ASSERT_OK(s()->Close());
+  store_.reset();
+  ASSERT_OK_AND_ASSIGN(FsckReport r, Store::Fsck(dir_.store(), FsckOptions{}));
+  EXPECT_TRUE(r.clean());
+  EXPECT_EQ(r.counts.count("pending_orphan"), 0u);
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+}
+
 TEST_F(NamespaceTest, Xattrs) {
   Ino f = File(kRootIno, "f");
   Ino d = Dir(kRootIno, "d");

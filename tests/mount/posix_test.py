@@ -991,6 +991,192 @@ def fcntl_and_flock_locks(r):
 
 # ------------------------------------------------------------------- the test
 
+# ------------------------------- directories removed while open; file handles
+
+SYS_getdents64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine)
+libc.syscall.restype = ctypes.c_long
+MAX_HANDLE_SZ = 128
+
+
+def getdents64(fd):
+    """getdents64(2) itself (glibc's readdir hides its ENOENT): bytes read."""
+    buf = ctypes.create_string_buffer(32768)
+    n = libc.syscall(SYS_getdents64, fd, buf, len(buf))
+    if n < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return n
+
+
+def fstat_summary(fd, before):
+    """What fstat of an open directory says, against its fstat `before`."""
+    st = os.fstat(fd)
+    return {"same inode": st.st_ino == before.st_ino and st.st_dev == before.st_dev,
+            "dir": stat.S_ISDIR(st.st_mode), "perm": oct(stat.S_IMODE(st.st_mode)),
+            "uid": st.st_uid, "gid": st.st_gid, "nlink": st.st_nlink}
+
+
+def removed_dir_steps(r, fd, before, what):
+    """What an open descriptor of a directory removed from the tree allows."""
+    r.call(what + ": fstat", fstat_summary, fd, before)
+    r.call(what + ": listdir(fd)", lambda: sorted(os.listdir(fd)))
+    r.call(what + ": scandir(fd)", lambda: sorted(e.name for e in os.scandir(fd)))
+    r.call(what + ": getdents64", getdents64, fd)
+    r.call(what + ": openat O_CREAT", lambda: os.close(
+        os.open("new", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)))
+    r.call(what + ": mkdirat", os.mkdir, "sub", dir_fd=fd)
+    r.call(what + ": fstatat missing", lambda: os.stat("new", dir_fd=fd).st_size)
+    r.call(what + ": fchmod", os.chmod, fd, 0o700)
+    r.call(what + ": fstat after fchmod", fstat_summary, fd, before)
+
+
+@op
+def dir_removed_while_open(r):
+    """rmdir of an open directory: the descriptor still answers fstat with
+    the old inode (no links), lists nothing and creates nothing."""
+    a = r.p("a")
+    os.mkdir(a)
+    fd = os.open(a, os.O_RDONLY | os.O_DIRECTORY)
+    before = os.fstat(fd)
+    r.call("listdir before", os.listdir, fd)
+    it = os.scandir(a)  # opendir before the removal, read after it
+    r.call("rmdir", os.rmdir, a)
+    r.stat("stat of the name", a)
+    removed_dir_steps(r, fd, before, "rmdir")
+    r.call("scandir opened before", lambda: sorted(e.name for e in it))
+    it.close()
+    os.close(fd)
+    r.call("names after close", os.listdir, r.root)
+    r.call("mkdir the name again", os.mkdir, a)
+    r.call("listdir new", os.listdir, a)
+
+
+@op
+def dir_replaced_while_open(r):
+    """rename of an empty directory over an open one."""
+    a, b = r.p("a"), r.p("b")
+    os.mkdir(a)
+    os.mkdir(b)
+    fd = os.open(a, os.O_RDONLY | os.O_DIRECTORY)
+    dir_fd = os.open(r.root, os.O_RDONLY | os.O_DIRECTORY)
+    before = os.fstat(fd)
+    b_ino = os.stat(b).st_ino
+    r.call("rename b over a", os.rename, b, a)
+    r.call("a is b now", lambda: os.stat(a).st_ino == b_ino)
+    removed_dir_steps(r, fd, before, "replaced")
+    r.call("fstat the parent", lambda: stat.S_ISDIR(os.fstat(dir_fd).st_mode))
+    os.close(fd)
+    os.close(dir_fd)
+    r.call("names after close", lambda: sorted(os.listdir(r.root)))
+    # The same, with the replaced directory's parent changing too.
+    os.mkdir(r.p("p"))
+    os.mkdir(r.p("p", "victim"))
+    fd = os.open(r.p("p", "victim"), os.O_RDONLY | os.O_DIRECTORY)
+    before = os.fstat(fd)
+    r.call("rename a over p/victim", os.rename, a, r.p("p", "victim"))
+    removed_dir_steps(r, fd, before, "replaced across")
+    os.close(fd)
+    r.call("p after close", os.listdir, r.p("p"))
+
+
+class FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * MAX_HANDLE_SZ)]
+
+
+libc.name_to_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(FileHandle),
+                                   ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.POINTER(FileHandle), ctypes.c_int]
+
+
+def name_to_handle(path):
+    """name_to_handle_at(2): the handle of `path` (the kernel's bytes)."""
+    fh = FileHandle()
+    fh.handle_bytes = MAX_HANDLE_SZ
+    mount_id = ctypes.c_int()
+    if libc.name_to_handle_at(AT_FDCWD, os.fsencode(path), ctypes.byref(fh),
+                              ctypes.byref(mount_id), 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+    return fh
+
+
+def open_by_handle(mount_path, fh, flags):
+    """open_by_handle_at(2) with an fd of `mount_path` (any directory of the
+    mount). Needs CAP_DAC_READ_SEARCH."""
+    mount_fd = os.open(mount_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = libc.open_by_handle_at(mount_fd, ctypes.byref(fh), flags)
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        return fd
+    finally:
+        os.close(mount_fd)
+
+
+def read_by_handle(mount_path, fh):
+    fd = open_by_handle(mount_path, fh, os.O_RDONLY)
+    try:
+        return os.pread(fd, 1 << 20, 0)
+    finally:
+        os.close(fd)
+
+
+def list_by_handle(mount_path, fh):
+    fd = open_by_handle(mount_path, fh, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return sorted(os.listdir(fd)), os.fstat(fd).st_nlink
+    finally:
+        os.close(fd)
+
+
+def drop_caches():
+    """Makes the kernel forget unused dentries and inodes (FORGET on ckptfs)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+
+
+@op
+def file_handles(r):
+    """name_to_handle_at / open_by_handle_at, also after the kernel forgot
+    the inodes; a handle of a removed inode is stale."""
+    f, d, e = r.p("f"), r.p("d"), r.p("d", "e")
+    write_all(f, rnd(70000, 91))
+    os.makedirs(e)
+    write_all(os.path.join(e, "g"), b"deep file")
+    handles = {}
+    for name, path in (("f", f), ("d", d), ("e", e), ("g", os.path.join(e, "g"))):
+        handles[name] = name_to_handle(path)
+        r.call("handle of " + name, lambda h=handles[name]: h.handle_bytes > 0)
+    r.call("open f while cached", read_by_handle, r.root, handles["f"])
+    for round_ in ("after drop_caches", "again"):
+        drop_caches()
+        r.call("read f " + round_, read_by_handle, r.root, handles["f"])
+        r.call("read g " + round_, read_by_handle, r.root, handles["g"])
+        r.call("list d " + round_, list_by_handle, r.root, handles["d"])
+        r.call("list e " + round_, list_by_handle, r.root, handles["e"])
+    fd = open_by_handle(r.root, handles["f"], os.O_WRONLY)
+    r.call("write through handle", os.pwrite, fd, b"written via handle", 0)
+    os.close(fd)
+    r.content("f after write", f)
+    r.call("directory handle as file", open_by_handle, r.root, handles["d"], os.O_WRONLY)
+    # Removed: the handles go stale, whether the kernel still caches the
+    # inode or not.
+    os.unlink(f)
+    r.call("read removed f", read_by_handle, r.root, handles["f"])
+    drop_caches()
+    r.call("read removed f after drop_caches", read_by_handle, r.root, handles["f"])
+    os.unlink(os.path.join(e, "g"))
+    os.rmdir(e)
+    drop_caches()
+    r.call("read removed g", read_by_handle, r.root, handles["g"])
+    r.call("list removed e", list_by_handle, r.root, handles["e"])
+    r.call("list d", list_by_handle, r.root, handles["d"])
+    r.call("name_to_handle_at missing", name_to_handle, r.p("missing"))
+
+
 class PosixTest(lib.MountAndPlainTestCase):
     def run_both(self, fn):
         results = {}
@@ -1040,6 +1226,26 @@ class PosixTest(lib.MountAndPlainTestCase):
         self.assertEqual(len(got), len(set(got)), "duplicate names in the listing")
         self.assertEqual(sorted(got), sorted(listings["plain"]))
         self.assertEqual(sorted(got), sorted(names))
+
+    def test_zz_remount_keeps_file_handles(self):
+        """ckptfs only (the plain directory's filesystem is not remounted
+        here): a file handle taken before an unmount opens the same file or
+        directory after the next mount; one of a file removed is stale."""
+        d = self.m.path("handles_probe")
+        os.makedirs(os.path.join(d, "sub"))
+        data = rnd(123457, 93)
+        write_all(os.path.join(d, "sub", "f"), data)
+        write_all(os.path.join(d, "gone"), b"removed before the unmount")
+        handles = {name: name_to_handle(os.path.join(d, name))
+                   for name in ("sub/f", "sub", "gone", "")}
+        os.unlink(os.path.join(d, "gone"))
+        self.m.remount()
+        self.assertEqual(read_by_handle(self.m.mnt, handles["sub/f"]), data)
+        self.assertEqual(list_by_handle(self.m.mnt, handles["sub"]), (["f"], 2))
+        self.assertEqual(list_by_handle(self.m.mnt, handles[""]), (["sub"], 3))
+        with self.assertRaises(OSError) as cm:
+            read_by_handle(self.m.mnt, handles["gone"])
+        self.assertEqual(cm.exception.errno, errno.ESTALE)
 
     def test_zz_remount_preserves_everything(self):
         """Runs last: everything the table left on the mount survives remount."""

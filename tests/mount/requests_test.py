@@ -108,6 +108,59 @@ class RequestsTest(lib.MountAndPlainTestCase):
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertNotIn("pending_orphan", out.stdout)
 
+    def test_removed_open_directory_is_freed_once_forgotten(self):
+        """A directory removed while open stays answerable until the kernel
+        forgets it, and no longer: once forgotten it is purged; one still
+        open when the daemon dies is left as a pending orphan, which the
+        next mount purges."""
+        store = os.path.join(self.tmp, "store_dirs")
+        m = harness.Mount(store, os.path.join(self.tmp, "mnt_dirs")).mount()
+        fd = None
+        try:
+            os.mkdir(m.path("closed"))
+            os.mkdir(m.path("open"))
+            pinned = m.stats()["fs"]["pinned_files"]
+            fd = os.open(m.path("closed"), os.O_RDONLY | os.O_DIRECTORY)
+            os.rmdir(m.path("closed"))
+            self.assertEqual(os.fstat(fd).st_nlink, 0)
+            os.close(fd)
+            fd = None
+            # The last close makes the kernel forget the removed directory.
+            deadline = time.monotonic() + FORGET_WAIT_S
+            while (m.stats()["fs"]["pinned_files"] >= pinned and
+                   time.monotonic() < deadline):
+                time.sleep(0.05)
+            self.assertLess(m.stats()["fs"]["pinned_files"], pinned)
+            fd = os.open(m.path("open"), os.O_RDONLY | os.O_DIRECTORY)
+            open_ino = os.fstat(fd).st_ino
+            os.rmdir(m.path("open"))
+            self.assertEqual(os.fstat(fd).st_ino, open_ino)
+            pid = m.pid
+            os.kill(pid, signal.SIGKILL)
+            self.assertTrue(harness.wait_pid_gone(pid, FORGET_WAIT_S))
+            m.pid = None
+        finally:
+            if fd is not None:
+                os.close(fd)
+            m.unmount()
+
+        def fsck():
+            out = subprocess.run([harness.ckptfs_bin(), "fsck", "--json", store],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            return json.loads(out.stdout)
+
+        orphans = [f["ino"] for f in fsck()["findings"] if f["kind"] == "pending_orphan"]
+        self.assertEqual(orphans, [open_ino])
+        m.mount()
+        try:
+            self.assertEqual(sorted(os.listdir(m.mnt)), [])
+        finally:
+            m.unmount()
+        report = fsck()
+        self.assertEqual([f for f in report["findings"] if not f.get("informational")], [])
+        self.assertNotIn("pending_orphan", json.dumps(report))
+
     def test_listing_is_cached_until_the_directory_changes(self):
         d = self.m.path("listed")
         other = self.m.path("listed_other")
