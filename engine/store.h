@@ -71,6 +71,15 @@ struct SetAttrRequest {
   bool kill_sgid = false;
 };
 
+// When Store::Accessed moves an inode's access time to now.
+enum class AtimeRule {
+  // Only when the access time is not after the modification or change time,
+  // or is at least a day old, as Linux's relatime: one update per change.
+  kRelative,
+  // On every access, as Linux's strictatime.
+  kAlways,
+};
+
 struct DirEntry {
   std::string name;
   Ino ino = 0;
@@ -350,6 +359,14 @@ class Store {
   // attributes and data until its last Release.
   virtual Status OpenFile(Ino ino) = 0;
   virtual Status Release(Ino ino) = 0;
+  // Records an access of `ino` (a read of a file's data, a listing of a
+  // directory): sets its access time to now where `rule` says so. Writes
+  // nothing when the rule keeps the access time, or on a read-only store.
+  // The change goes into the index unsynced and without its log (as Linux's
+  // lazytime): a crash may lose it, a clean close keeps it, and the next
+  // change of the inode writes it with the rest of its attributes. Holds the
+  // inode's mutex only for an in-memory index write.
+  virtual Status Accessed(Ino ino, AtimeRule rule) = 0;
   // Reads up to `len` bytes at `offset` into `buf`; short only at end of file.
   // Holes read as zeros. EIO when a checksum does not match.
   virtual Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) = 0;

@@ -36,6 +36,20 @@ bool OnlyKillsSuidSgid(const SetAttrRequest& req) {
          !req.mtime && !req.atime_now && !req.mtime_now;
 }
 
+// Whether an access at `now` moves the access time of `v` under `rule`
+// (Linux's relatime_need_update for kRelative).
+bool AtimeNeedsUpdate(const format::InodeValue& v, const Timespec& now, AtimeRule rule) {
+  constexpr int64_t kDaySeconds = 24 * 60 * 60;
+  auto not_after = [](int64_t a_sec, uint32_t a_nsec, int64_t b_sec, uint32_t b_nsec) {
+    return a_sec < b_sec || (a_sec == b_sec && a_nsec <= b_nsec);
+  };
+  if (v.atime_sec == now.sec && v.atime_nsec == now.nsec) return false;
+  if (rule == AtimeRule::kAlways) return true;
+  return not_after(v.atime_sec, v.atime_nsec, v.mtime_sec, v.mtime_nsec) ||
+         not_after(v.atime_sec, v.atime_nsec, v.ctime_sec, v.ctime_nsec) ||
+         now.sec - v.atime_sec >= kDaySeconds;
+}
+
 }  // namespace
 
 void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
@@ -408,6 +422,28 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
     }
     if (served > 1) counters_.coalesced_reads++;
   }
+  return Status::OK();
+}
+
+Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
+  if (options_.read_only) return Status::OK();
+  if (closed_) return Status(EIO, "store is closed");
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  const Timespec now = Now();
+  if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
+  format::InodeValue v = s->attr;
+  v.atime_sec = now.sec;
+  v.atime_nsec = now.nsec;
+  rocksdb::WriteBatch b;
+  PutInode(&b, ino, v);
+  // Without the log: a memtable insert, no I/O under s->mu. RocksDB flushes
+  // such writes when the index closes. An inode batch changes no extent map.
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  CKPTFS_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &b), "index write"));
+  s->attr = v;
   return Status::OK();
 }
 

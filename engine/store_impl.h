@@ -88,6 +88,7 @@ class StoreImpl final : public Store {
 
   Status OpenFile(Ino ino) override;
   Status Release(Ino ino) override;
+  Status Accessed(Ino ino, AtimeRule rule) override;
   Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) override;
   Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) override;
   Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) override;

@@ -32,7 +32,7 @@ void Open(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
   Serve(req, Op::kOpen, [&](Request& r) { r.Err(ENOSYS); });
 }
 
-void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   Serve(req, Op::kRead, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
@@ -49,6 +49,10 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddReadBytes(*n);
     if (off == 0) fs.op_stats().CountFileRead();
+    // Before the reply: the kernel drops its cached access time once the
+    // read completes, and the next stat must find the new one. The kernel
+    // passes the file's open flags along; O_NOATIME opted out.
+    if (fi == nullptr || (fi->flags & O_NOATIME) == 0) fs.Accessed(ino, /*directory=*/false);
     r.Buf(buf.data(), *n);
   });
 }
@@ -64,6 +68,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       return r.Write(size);
     }
     if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
+    // With "sync" the kernel follows every write(2) with an FSYNC itself.
     Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
@@ -95,8 +100,10 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   Serve(req, Op::kFallocate, [&](Request& r) {
     if (IsControl(ino) || mode != 0) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
-    r.Fail(r.fs().store().Fallocate(ino, 0, static_cast<uint64_t>(offset),
-                                    static_cast<uint64_t>(length)));
+    Status st = r.fs().store().Fallocate(ino, 0, static_cast<uint64_t>(offset),
+                                         static_cast<uint64_t>(length));
+    if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
+    r.Fail(st);
   });
 }
 

@@ -161,8 +161,10 @@ void DoReadDir(Request& r, off_t off, size_t size, fuse_file_info* fi, bool plus
   std::vector<char> buf(size);
   std::vector<Ino> counted;  // lookups handed to the kernel by readdirplus
   Result<size_t> used = size_t{0};
+  Ino dir = 0;
   {
     DirHandle& h = *DirHandleOf(fi);
+    dir = h.ino;
     MutexLock lock(&h.mu);
     used = FillDir(r, h, off < 0 ? 0 : static_cast<uint64_t>(off), plus, buf, &counted);
   }
@@ -173,6 +175,7 @@ void DoReadDir(Request& r, off_t off, size_t size, fuse_file_info* fi, bool plus
     for (Ino i : counted) r.fs().Forget(i, 1);
     return r.Fail(used.status());
   }
+  r.fs().Accessed(dir, /*directory=*/true);
   if (!r.Buf(buf.data(), *used)) {
     for (Ino i : counted) r.fs().Forget(i, 1);
   }

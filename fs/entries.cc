@@ -164,6 +164,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     }
     Result<Attr> a = fs.store().SetAttr(ino, q);
     if (!a.ok()) return r.Fail(a.status());
+    if (Status st = fs.SyncChange(ino, /*directory_change=*/false); !st.ok()) return r.Fail(st);
     r.Attr(fs.ToStat(*a), fs.AttrTimeout(ino));
   });
 }
@@ -176,6 +177,7 @@ void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
     if (!owner.ok()) return r.Fail(owner.status());
     Result<Attr> a = r.fs().store().Mkdir(parent, name, m, owner->uid, owner->gid);
     if (!a.ok()) return r.Fail(a.status());
+    if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     r.fs().ReplyEntry(r, *a);
   });
 }
@@ -190,6 +192,7 @@ void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
     Result<Attr> a =
         r.fs().store().Create(parent, name, m, owner->uid, owner->gid, static_cast<uint32_t>(rdev));
     if (!a.ok()) return r.Fail(a.status());
+    if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     if (S_ISREG(a->mode)) r.fs().op_stats().CountFileCreated();
     r.fs().ReplyEntry(r, *a);
   });
@@ -215,6 +218,7 @@ void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* 
     if (!owner.ok()) return r.Fail(owner.status());
     Result<Attr> a = r.fs().store().Symlink(parent, name, target, owner->uid, owner->gid);
     if (!a.ok()) return r.Fail(a.status());
+    if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     r.fs().ReplyEntry(r, *a);
   });
 }
@@ -234,6 +238,7 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new
     if (int err = ControlConflict(new_parent, new_name, true)) return r.Err(err);
     Result<Attr> a = r.fs().store().Link(ino, new_parent, new_name);
     if (!a.ok()) return r.Fail(a.status());
+    if (Status st = r.fs().SyncChange(new_parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     r.fs().ReplyEntry(r, *a);
   });
 }
@@ -241,14 +246,18 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Serve(req, Op::kUnlink, [&](Request& r) {
     if (int err = ControlConflict(parent, name, false)) return r.Err(err);
-    r.Fail(r.fs().store().Unlink(parent, name));
+    Status st = r.fs().store().Unlink(parent, name);
+    if (st.ok()) st = r.fs().SyncChange(parent, /*directory_change=*/true);
+    r.Fail(st);
   });
 }
 
 void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Serve(req, Op::kRmdir, [&](Request& r) {
     if (int err = ControlConflict(parent, name, false)) return r.Err(err);
-    r.Fail(r.fs().store().Rmdir(parent, name));
+    Status st = r.fs().store().Rmdir(parent, name);
+    if (st.ok()) st = r.fs().SyncChange(parent, /*directory_change=*/true);
+    r.Fail(st);
   });
 }
 
@@ -265,7 +274,9 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_
     }
     if (int err = ControlConflict(parent, name, false)) return r.Err(err);
     if (int err = ControlConflict(new_parent, new_name, false)) return r.Err(err);
-    r.Fail(r.fs().store().Rename(parent, name, new_parent, new_name, mode));
+    Status st = r.fs().store().Rename(parent, name, new_parent, new_name, mode);
+    if (st.ok()) st = r.fs().SyncChange(parent, /*directory_change=*/true);
+    r.Fail(st);
   });
 }
 

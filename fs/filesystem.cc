@@ -114,6 +114,20 @@ void Filesystem::Forget(Ino ino, uint64_t n) {
   if (lookups_.Get(ino) == 0) capability_free_.Forget(ino);  // a cache: a race only costs a check
 }
 
+void Filesystem::Accessed(Ino ino, bool directory) {
+  if (IsControl(ino) || (directory && options_.nodiratime)) return;
+  const std::optional<engine::AtimeRule> rule = AtimeRuleOf(options_.atime);
+  if (!rule) return;
+  engine::Status st = store_->Accessed(ino, *rule);
+  // An inode removed since the read has no access time left to move.
+  if (!st.ok() && st.code() != ENOENT) op_stats_.CountError();
+}
+
+engine::Status Filesystem::SyncChange(Ino ino, bool directory_change) {
+  if (!options_.sync && !(directory_change && options_.dirsync)) return engine::Status::OK();
+  return store_->Fsync(ino, /*datasync=*/false);
+}
+
 void Filesystem::Destroy(void* userdata) {
   auto* fs = static_cast<Filesystem*>(userdata);
   if (engine::Status st = fs->lookups_.ReleaseAll(); !st.ok()) {

@@ -64,6 +64,16 @@ class Filesystem {
   // an error: a forget has nobody to answer.
   void Forget(engine::Ino ino, uint64_t n);
 
+  // Records a read of a file's data or a listing of directory `ino`
+  // (engine::Store::Accessed) under the access-time options (relatime,
+  // strictatime, noatime, nodiratime). Control files keep their times. A
+  // failure is counted as an error and does not fail the read, as on Linux.
+  void Accessed(engine::Ino ino, bool directory);
+  // Makes a change durable before its reply where the mount asks for it:
+  // every change with "sync", changes of directories (`directory_change`)
+  // with "dirsync". OK without either.
+  engine::Status SyncChange(engine::Ino ino, bool directory_change);
+
   // Whether the kernel left clearing set-user-ID and set-group-ID bits on
   // write, truncate and chown to us (FUSE_CAP_HANDLE_KILLPRIV_V2, set by
   // Init before any other request; fs/set_id_bits.h).

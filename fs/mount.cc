@@ -1,7 +1,9 @@
 // The FUSE session: open the store, mount, serve, unmount, close.
 #include "fs/mount.h"
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -89,6 +91,35 @@ void TuneReadahead(dev_t dev, uint64_t bytes) {
   if (knob) knob << (bytes + 1023) / 1024 << "\n";
 }
 
+// The kernel mount flags of `o` as libfuse options (",suid,noatime"); libfuse
+// passes them to mount(2), or to fusermount3 for users other than root.
+// libfuse knows no "strictatime": SetStrictAtime sets that flag.
+std::string KernelFlagOptions(const MountOptions& o) {
+  std::string out;
+  if (o.suid) out += ",suid";
+  if (o.dev) out += ",dev";
+  if (!o.exec) out += ",noexec";
+  if (o.sync) out += ",sync";
+  if (o.dirsync) out += ",dirsync";
+  if (o.atime == AtimeMode::kNever) out += ",noatime";
+  if (o.nodiratime) out += ",nodiratime";
+  return out;
+}
+
+// Shows strictatime in the mount's flags, where permitted (root; for other
+// users the flags keep the kernel's default, relatime). ckptfs keeps access
+// times itself (the kernel leaves them to a FUSE filesystem), so the flag
+// only tells people what the mount does; a failure changes nothing else.
+void SetStrictAtime(const std::string& mountpoint) {
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_STRICTATIME;
+  attr.attr_clr = MOUNT_ATTR__ATIME;
+  if (geteuid() == 0 && mount_setattr(AT_FDCWD, mountpoint.c_str(), 0, &attr, sizeof(attr)) != 0) {
+    std::fprintf(stderr, "ckptfs: cannot set strictatime on %s: %s\n", mountpoint.c_str(),
+                 strerror(errno));
+  }
+}
+
 // Waits until the mount answers (the kernel has our INIT reply and the root's
 // attributes come back), then tunes it and reports it ready. Runs on its own
 // thread while the session loop serves; its stat() returns at the latest when
@@ -103,6 +134,7 @@ void ProbeReady(const MountOptions& o, const ReadyCallback& on_ready) {
     return;
   }
   TuneReadahead(st.st_dev, o.readahead);
+  if (o.atime == AtimeMode::kStrict) SetStrictAtime(o.mountpoint);
   FuseLog::StartPassingThrough();
   on_ready(Status::OK());
 }
@@ -113,6 +145,7 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
   std::string mount_opts = "default_permissions,subtype=ckptfs,fsname=" + EscapeOption(o.store_dir);
   if (o.allow_other) mount_opts += ",allow_other";
   if (o.read_only) mount_opts += ",ro";
+  mount_opts += KernelFlagOptions(o);
   std::vector<std::string> argv_strings = {"ckptfs", "-o", mount_opts};
   if (o.debug) argv_strings.push_back("-d");
   std::vector<char*> argv;

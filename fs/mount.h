@@ -3,8 +3,11 @@
 // This is the only fs/ header that tools/ include; it names no FUSE types.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +23,14 @@ inline engine::StoreOptions MountStoreDefaults() {
   o.free_empty_segments = true;
   return o;
 }
+
+// When reads move access times (mount options "relatime", "strictatime",
+// "noatime").
+enum class AtimeMode {
+  kRelative,  // once after each change, or when a day old (Linux's relatime)
+  kStrict,    // on every read that reaches ckptfs
+  kNever,
+};
 
 struct MountOptions {
   // Absolute paths (ResolvePaths() makes them so).
@@ -46,6 +57,25 @@ struct MountOptions {
   bool allow_other = false;
   // Open the store read-only and mount read-only ("ro"). Default: off.
   bool read_only = false;
+  // Reads of files and listings of directories move their access times
+  // under this rule (engine::AtimeRule); ckptfs keeps access times itself,
+  // the kernel leaves them to a FUSE filesystem. Default: kRelative.
+  AtimeMode atime = AtimeMode::kRelative;
+  // Listings leave directories' access times alone ("nodiratime"). Default: off.
+  bool nodiratime = false;
+  // Kernel mount flags. Set-user-ID and set-group-ID bits take effect
+  // ("suid") and device nodes open ("dev") only when root mounts (FUSE mounts
+  // are nosuid,nodev otherwise); "exec" (off: "noexec") lets programs run.
+  // Defaults: suid off, dev off, exec on.
+  bool suid = false;
+  bool dev = false;
+  bool exec = true;
+  // "sync": every change is durable (engine::Store::Fsync) before its reply,
+  // and the kernel follows every write(2) with an fsync. "dirsync": the same
+  // for changes of directories only (entries created, removed, renamed).
+  // Both are also kernel flags of the mount. Default: off.
+  bool sync = false;
+  bool dirsync = false;
   // The kernel's write-back cache ("writeback_cache"). Off by default so that
   // every write that returned is in the store (see ARCHITECTURE.md).
   bool writeback_cache = false;
@@ -63,6 +93,11 @@ struct MountOptions {
 // K/M/G/T suffixes (powers of 1024). EINVAL with a one-line message naming
 // the option when the key is unknown or the value malformed.
 engine::Status ParseMountOption(std::string_view option, MountOptions* options);
+// The engine's rule for `mode`; nullopt for kNever.
+std::optional<engine::AtimeRule> AtimeRuleOf(AtimeMode mode);
+// Options only root may use ("suid", "dev"): EPERM with a one-line message
+// saying why when `euid` is not 0.
+engine::Status CheckPrivileges(const MountOptions& options, uid_t euid);
 // Parses a comma-separated list of options, as given to -o.
 engine::Status ParseMountOptions(std::string_view list, MountOptions* options);
 // The mount options with their defaults and help, for `ckptfs mount --help`.

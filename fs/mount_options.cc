@@ -27,6 +27,33 @@ Status ParseMountOptions(std::string_view list, MountOptions* options) {
   return Status::OK();
 }
 
+std::optional<engine::AtimeRule> AtimeRuleOf(AtimeMode mode) {
+  switch (mode) {
+    case AtimeMode::kRelative:
+      return engine::AtimeRule::kRelative;
+    case AtimeMode::kStrict:
+      return engine::AtimeRule::kAlways;
+    case AtimeMode::kNever:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+Status CheckPrivileges(const MountOptions& o, uid_t euid) {
+  if (euid == 0) return Status::OK();
+  if (o.suid) {
+    return Status::Errno(EPERM,
+                         "option 'suid' needs root: the kernel honours set-user-ID bits only on "
+                         "FUSE mounts made by root");
+  }
+  if (o.dev) {
+    return Status::Errno(EPERM,
+                         "option 'dev' needs root: the kernel opens device nodes only on FUSE "
+                         "mounts made by root");
+  }
+  return Status::OK();
+}
+
 Status ResolvePaths(MountOptions* o) {
   if (o->store_dir.empty()) return Status::Errno(EINVAL, "no store directory given");
   if (o->mountpoint.empty()) return Status::Errno(EINVAL, "no mountpoint given");

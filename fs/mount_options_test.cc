@@ -53,6 +53,46 @@ TEST(ParseMountOptionsTest, ErrorsNameTheOption) {
   }
 }
 
+TEST(ParseMountOptionsTest, KernelFlags) {
+  MountOptions o;
+  EXPECT_FALSE(o.suid);
+  EXPECT_FALSE(o.dev);
+  EXPECT_TRUE(o.exec);
+  EXPECT_FALSE(o.sync);
+  EXPECT_FALSE(o.dirsync);
+  ASSERT_TRUE(ParseMountOptions("suid,dev,noexec,sync,dirsync,ro", &o).ok());
+  EXPECT_TRUE(o.suid);
+  EXPECT_TRUE(o.dev);
+  EXPECT_FALSE(o.exec);
+  EXPECT_TRUE(o.sync);
+  EXPECT_TRUE(o.dirsync);
+  EXPECT_TRUE(o.read_only);
+  ASSERT_TRUE(ParseMountOptions("nosuid,nodev,exec,async,dirsync=0,rw", &o).ok());
+  EXPECT_FALSE(o.suid);
+  EXPECT_FALSE(o.dev);
+  EXPECT_TRUE(o.exec);
+  EXPECT_FALSE(o.sync);
+  EXPECT_FALSE(o.dirsync);
+  EXPECT_FALSE(o.read_only);
+  EXPECT_EQ(ParseMountOption("nosuid=1", &o).code(), EINVAL);
+}
+
+TEST(CheckPrivilegesTest, SuidAndDevNeedRoot) {
+  MountOptions o;
+  EXPECT_TRUE(CheckPrivileges(o, 1000).ok());
+  o.suid = true;
+  EXPECT_TRUE(CheckPrivileges(o, 0).ok());
+  engine::Status st = CheckPrivileges(o, 1000);
+  EXPECT_EQ(st.code(), EPERM);
+  EXPECT_NE(st.message().find("'suid' needs root"), std::string::npos) << st.message();
+  o.suid = false;
+  o.dev = true;
+  EXPECT_TRUE(CheckPrivileges(o, 0).ok());
+  st = CheckPrivileges(o, 1000);
+  EXPECT_EQ(st.code(), EPERM);
+  EXPECT_NE(st.message().find("'dev' needs root"), std::string::npos) << st.message();
+}
+
 TEST(ResolvePathsTest, MakesPathsAbsolute) {
   MountOptions o;
   o.store_dir = "relative/store/";

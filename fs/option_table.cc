@@ -59,6 +59,32 @@ constexpr OptionField kMountField = {
     nullptr,
 };
 
+// One of the access-time rules as a flag: on selects `M`; off (`atime`,
+// `nostrictatime`, `relatime=0`) leaves noatime or strictatime for the
+// kernel's default, relatime, and relatime for strictatime.
+template <AtimeMode M>
+constexpr OptionField kAtimeField = {
+    [](const MountOptions& o) { return OptionValue(o.atime == M); },
+    [](MountOptions* o, const OptionValue& v) {
+      if (std::get<bool>(v)) {
+        o->atime = M;
+      } else if (o->atime == M) {
+        o->atime = M == AtimeMode::kRelative ? AtimeMode::kStrict : AtimeMode::kRelative;
+      }
+    },
+    nullptr,
+    nullptr,
+};
+
+// Options of /etc/fstab and mount(8) that concern only mount(8) itself;
+// accepted and ignored when they reach ckptfs. Names ending in '=' take any
+// value; "x-" starts names of any value that userspace tools keep for
+// themselves.
+constexpr std::string_view kFstabOptions[] = {"defaults", "auto",   "noauto", "_netdev",
+                                              "nofail",   "user",   "users",  "nouser",
+                                              "owner",    "group",  "user=",  "comment="};
+constexpr std::string_view kFstabPrefix = "x-";
+
 constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10;
 
 // The table. Keep help texts to what a user needs to choose a value; the
@@ -162,6 +188,57 @@ constexpr OptionSpec kOptions[] = {
      .aliases = {"read_only"},
      .off_name = "rw",
      .help = "read-only store and mount; `rw` turns it off"},
+    {.name = "relatime",
+     .type = OptionType::kFlag,
+     .field = kAtimeField<AtimeMode::kRelative>,
+     .help = "a read moves the access time once after each change of the file (when it is "
+             "not after the modification or change time) or when it is a day old, as on Linux; "
+             "reads the kernel serves from its page cache do not reach ckptfs and move nothing"},
+    {.name = "strictatime",
+     .type = OptionType::kFlag,
+     .field = kAtimeField<AtimeMode::kStrict>,
+     .off_name = "nostrictatime",
+     .help = "every read that reaches ckptfs moves the access time (reads the kernel serves "
+             "from its page cache do not)"},
+    {.name = "noatime",
+     .type = OptionType::kFlag,
+     .field = kAtimeField<AtimeMode::kNever>,
+     .off_name = "atime",
+     .help = "reads never move access times; `atime` turns it off (back to `relatime`, the "
+             "kernel's default)"},
+    {.name = "nodiratime",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::nodiratime>,
+     .off_name = "diratime",
+     .help = "listing a directory does not move its access time"},
+    {.name = "suid",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::suid>,
+     .off_name = "nosuid",
+     .help = "set-user-ID and set-group-ID bits take effect on exec (root only; FUSE mounts "
+             "are `nosuid` otherwise)"},
+    {.name = "dev",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::dev>,
+     .off_name = "nodev",
+     .help = "device nodes can be opened (root only; FUSE mounts are `nodev` otherwise)"},
+    {.name = "exec",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::exec>,
+     .off_name = "noexec",
+     .help = "programs on the mount can be run; `noexec` forbids it"},
+    {.name = "sync",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::sync>,
+     .off_name = "async",
+     .help = "every change is durable before it returns, as if fsync followed it: the kernel "
+             "sends an fsync after each write and ckptfs syncs after each change of names "
+             "or attributes; slow"},
+    {.name = "dirsync",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::dirsync>,
+     .help = "every change of a directory (an entry created, removed or renamed) is durable "
+             "before it returns"},
     {.name = "writeback_cache",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::writeback_cache>,
@@ -303,9 +380,31 @@ std::string AliasList(bool markdown) {
   return out;
 }
 
+// The fstab options as a list for people: "`defaults`, ..., `x-*`".
+std::string FstabOptionList(bool markdown) {
+  const std::string_view q = markdown ? "`" : "";
+  std::string out;
+  for (std::string_view name : kFstabOptions) {
+    out.append(q).append(name).append(name.ends_with('=') ? "*" : "").append(q).append(", ");
+  }
+  out.append(q).append(kFstabPrefix).append("*").append(q);
+  return out;
+}
+
 }  // namespace
 
 std::span<const OptionSpec> OptionTable() { return kOptions; }
+
+bool IsFstabOption(std::string_view key, bool has_value) {
+  if (key.starts_with(kFstabPrefix)) return true;
+  for (std::string_view name : kFstabOptions) {
+    if (name.ends_with('=') ? has_value && key == name.substr(0, name.size() - 1)
+                            : !has_value && key == name) {
+      return true;
+    }
+  }
+  return false;
+}
 
 const OptionSpec* FindOption(std::string_view name) {
   if (name.empty()) return nullptr;
@@ -400,6 +499,7 @@ Status ParseMountOption(std::string_view option, MountOptions* options) {
   std::optional<std::string_view> value;
   if (eq != std::string_view::npos) value = option.substr(eq + 1);
   if (key.empty()) return Status::Errno(EINVAL, "empty mount option");
+  if (IsFstabOption(key, value.has_value())) return Status::OK();
   const OptionSpec* spec = FindOption(key);
   if (spec == nullptr) {
     return Status::Errno(EINVAL, "unknown mount option '" + std::string(key) + "'");
@@ -451,6 +551,10 @@ std::string MountOptionsHelp() {
   std::string aliases = "Older names still work: " + AliasList(/*markdown=*/false) + ".";
   AppendWrapped(&out, aliases, 0, 2, kWidth);
   out += "\n";
+  std::string fstab = "Accepted and ignored, for /etc/fstab and mount(8): " +
+                      FstabOptionList(/*markdown=*/false) + ".";
+  AppendWrapped(&out, fstab, 0, 2, kWidth);
+  out += "\n";
   return out;
 }
 
@@ -468,6 +572,8 @@ std::string OptionsMarkdown() {
   }
   out += "\nOlder names still work, as mount options and in `.ckptfs/config`: " +
          AliasList(/*markdown=*/true) + ".\n";
+  out += "\nAccepted and ignored, for `/etc/fstab` and mount(8): " +
+         FstabOptionList(/*markdown=*/true) + ".\n";
   return out;
 }
 

@@ -70,6 +70,11 @@ std::span<const OptionSpec> OptionTable();
 // when there is none.
 const OptionSpec* FindOption(std::string_view name);
 
+// Whether `key` (given with a value or not) is an option of /etc/fstab or
+// mount(8) that ckptfs accepts and ignores: defaults, auto, noauto, _netdev,
+// nofail, user, users, nouser, owner, group, user=NAME, comment=TEXT, x-*.
+bool IsFstabOption(std::string_view key, bool has_value);
+
 // Parses the value text of `spec`, given under the name `key`; `value` is
 // nullopt when the option came without "=". EINVAL with a one-line message
 // naming `key` and what was expected.

@@ -188,6 +188,56 @@ TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   EXPECT_EQ(human("negative_timeout"), "3600");
 }
 
+TEST(OptionTableTest, AccessTimeOptionsFollowTheKernelsOrder) {
+  struct Case {
+    const char* options;
+    AtimeMode want;
+  };
+  for (const Case& c : {Case{"", AtimeMode::kRelative}, Case{"relatime", AtimeMode::kRelative},
+                        Case{"noatime", AtimeMode::kNever},
+                        Case{"strictatime", AtimeMode::kStrict},
+                        Case{"noatime,atime", AtimeMode::kRelative},
+                        Case{"strictatime,atime", AtimeMode::kStrict},
+                        Case{"strictatime,nostrictatime", AtimeMode::kRelative},
+                        Case{"noatime,strictatime", AtimeMode::kStrict},
+                        Case{"strictatime,relatime", AtimeMode::kRelative},
+                        Case{"relatime=0", AtimeMode::kStrict}}) {
+    MountOptions o;
+    ASSERT_TRUE(ParseMountOptions(c.options, &o).ok()) << c.options;
+    EXPECT_EQ(o.atime, c.want) << c.options;
+    // The config lines read back as the same rule.
+    MountOptions back;
+    std::istringstream in(OptionLines(o));
+    for (std::string line; std::getline(in, line);) ASSERT_TRUE(ParseMountOption(line, &back).ok());
+    EXPECT_EQ(back.atime, c.want) << c.options;
+  }
+  EXPECT_EQ(AtimeRuleOf(AtimeMode::kRelative), engine::AtimeRule::kRelative);
+  EXPECT_EQ(AtimeRuleOf(AtimeMode::kStrict), engine::AtimeRule::kAlways);
+  EXPECT_EQ(AtimeRuleOf(AtimeMode::kNever), std::nullopt);
+  MountOptions o;
+  ASSERT_TRUE(ParseMountOptions("nodiratime", &o).ok());
+  EXPECT_TRUE(o.nodiratime);
+  ASSERT_TRUE(ParseMountOptions("diratime", &o).ok());
+  EXPECT_FALSE(o.nodiratime);
+}
+
+TEST(OptionTableTest, FstabOptionsAreAcceptedAndIgnored) {
+  MountOptions o;
+  ASSERT_TRUE(ParseMountOptions("defaults,auto,noauto,_netdev,nofail,user,users,nouser,owner,"
+                                "group,user=alice,comment=systemd.automount,x-systemd.device-"
+                                "timeout=10s,x-gvfs-show",
+                                &o)
+                  .ok());
+  EXPECT_EQ(OptionLines(o), OptionLines(MountOptions()));
+  for (const char* bad : {"defaults=1", "nofail=yes", "comment", "_netdev=0", "xfoo", "x"}) {
+    engine::Status st = ParseMountOption(bad, &o);
+    EXPECT_EQ(st.code(), EINVAL) << bad;
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+  EXPECT_NE(OptionsMarkdown().find("`_netdev`"), std::string::npos);
+  EXPECT_NE(MountOptionsHelp().find("x-*"), std::string::npos);
+}
+
 TEST(OptionTableTest, HelpNamesEveryOption) {
   const std::string help = MountOptionsHelp();
   for (const OptionSpec& spec : OptionTable()) {

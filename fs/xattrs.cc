@@ -48,6 +48,7 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
     if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     engine::Status st = r.fs().store().SetXattr(ino, name, {value, size}, flags);
     if (st.ok() && name == kCapabilityXattr) r.fs().capability_free().CapabilitySet(ino);
+    if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
     r.Fail(st);
   });
 }
@@ -82,7 +83,9 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
     if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
-    r.Fail(r.fs().store().RemoveXattr(ino, name));
+    engine::Status st = r.fs().store().RemoveXattr(ino, name);
+    if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
+    r.Fail(st);
   });
 }
 

@@ -115,7 +115,8 @@ int RunDaemon(const fs::MountOptions& options) {
 }  // namespace
 
 int RunMount(fs::MountOptions options, bool foreground) {
-  Status st = fs::ResolvePaths(&options);
+  Status st = fs::CheckPrivileges(options, geteuid());
+  if (st.ok()) st = fs::ResolvePaths(&options);
   if (st.ok()) st = fs::CheckFuseDevice();
   if (st.ok()) st = fs::CheckMountpoint(options.mountpoint);
   if (st.ok()) st = fs::CheckStoreDir(options.store_dir);

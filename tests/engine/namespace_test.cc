@@ -361,6 +361,54 @@ TEST_F(NamespaceTest, SetAttrModeOwnerTimes) {
   EXPECT_GE(g.ctime.sec, before.tv_sec - 1);
 }
 
+TEST_F(NamespaceTest, AccessedMovesAtimeUnderTheRule) {
+  Ino f = File(kRootIno, "f");
+  Ino d = Dir(kRootIno, "d");
+  const int64_t now = time(nullptr);
+  for (Ino ino : {f, d}) {
+    SCOPED_TRACE("inode " + std::to_string(ino));
+    // Not after the modification time: relatime moves it.
+    SetAttrRequest t;
+    t.atime = Timespec{now - 1000, 0};
+    t.mtime = Timespec{now - 500, 0};
+    ASSERT_OK(s()->SetAttr(ino, t).status());
+    ASSERT_OK(s()->Accessed(ino, AtimeRule::kRelative));
+    const Attr moved = AttrOf(ino);
+    EXPECT_GE(moved.atime.sec, now - 1);
+    EXPECT_EQ(moved.mtime, (Timespec{now - 500, 0})) << "only the access time moves";
+    // After the modification and change times, and fresh: it stays.
+    ASSERT_OK(s()->Accessed(ino, AtimeRule::kRelative));
+    EXPECT_EQ(AttrOf(ino).atime, moved.atime);
+    // Later than both (a time in the future): relatime keeps it, strictatime
+    // moves it.
+    t = SetAttrRequest{};
+    t.atime = Timespec{now + 100000, 0};
+    ASSERT_OK(s()->SetAttr(ino, t).status());
+    ASSERT_OK(s()->Accessed(ino, AtimeRule::kRelative));
+    EXPECT_EQ(AttrOf(ino).atime, (Timespec{now + 100000, 0}));
+    ASSERT_OK(s()->Accessed(ino, AtimeRule::kAlways));
+    const Attr strict = AttrOf(ino);
+    EXPECT_LT(strict.atime.sec, now + 100);
+    EXPECT_EQ(strict.ctime, AttrOf(ino).ctime);
+  }
+  // Written without the index's log, kept by a clean close.
+  const Timespec atime = AttrOf(f).atime;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_EQ(AttrOf(f).atime, atime);
+  EXPECT_EQ(s()->Accessed(999999, AtimeRule::kAlways).code(), ENOENT);
+}
+
+TEST_F(NamespaceTest, AccessedChangesNothingOnAReadOnlyStore) {
+  Ino f = File(kRootIno, "f");
+  SetAttrRequest t;
+  t.atime = Timespec{1000, 0};
+  ASSERT_OK(s()->SetAttr(f, t).status());
+  options_.read_only = true;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_OK(s()->Accessed(f, AtimeRule::kAlways));
+  EXPECT_EQ(AttrOf(f).atime, (Timespec{1000, 0}));
+}
+
 TEST_F(NamespaceTest, SetAttrSizeDownAndUp) {
   for (size_t len : {size_t{3000}, size_t{300000}}) {
     SCOPED_TRACE("file of " + std::to_string(len) + " bytes");

@@ -1177,6 +1177,58 @@ def file_handles(r):
     r.call("name_to_handle_at missing", name_to_handle, r.p("missing"))
 
 
+# ------------------------------------------------------------- access times
+# Both sides are relatime (ckptfs's default; /tmp's filesystem is mounted so
+# on the test machines). Each step sets the times first, so that none depends
+# on the clock's granularity. Each read drops the file's cached pages first
+# and each listing follows a new entry, so that it reaches ckptfs: reads
+# served from the kernel's caches do not (mount_options_test.py shows that
+# difference).
+
+def atime_moved(path, set_times, action):
+    set_times()
+    before = os.stat(path).st_atime_ns
+    action()
+    return os.stat(path).st_atime_ns != before
+
+
+@op
+def atime_relatime(r):
+    import time
+    f, d = r.p("f"), r.p("d")
+    write_all(f, b"a" * 10000)
+    os.mkdir(d)
+    now = time.time()
+
+    def read():
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            while os.read(fd, 1 << 16):
+                pass
+        finally:
+            os.close(fd)
+
+    def dir_times(times):
+        write_all(os.path.join(d, "e%d" % len(os.listdir(d))), b"")
+        os.utime(d, times)
+
+    r("read, atime before mtime", atime_moved(f, lambda: os.utime(f, (now - 1000, now - 500)),
+                                              read))
+    r("read, atime after mtime and ctime",
+      atime_moved(f, lambda: os.utime(f, (now + 10000, now - 1000)), read))
+
+    def write_after_old_atime():
+        os.utime(f, (now - 1000, now - 1000))
+        with open(f, "ab") as fh:
+            fh.write(b"b")
+    r("read after a write", atime_moved(f, write_after_old_atime, read))
+    r("listing, atime before mtime",
+      atime_moved(d, lambda: dir_times((now - 1000, now - 500)), lambda: os.listdir(d)))
+    r("listing, atime after mtime and ctime",
+      atime_moved(d, lambda: dir_times((now + 10000, now - 1000)), lambda: os.listdir(d)))
+
+
 class PosixTest(lib.MountAndPlainTestCase):
     def run_both(self, fn):
         results = {}
