@@ -3,6 +3,7 @@
 // punches, persisted, checked by fsck, and counted once for inodes of stores
 // written before it existed.
 #include <linux/falloc.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 
 #include <string>
@@ -252,7 +253,14 @@ TEST_F(FallocateTest, ReservationsFailUpFrontAndHoldSpaceForTheirWrites) {
 
   // Writes outside the reservation may not eat into it ...
   const Ino other = NewFile("other");
-  EXPECT_ERRNO(ENOSPC, s()->Write(other, 0, std::string(150u << 20, 'x')));
+  {
+    // 300 MiB that cost no memory: the write is refused before it reads them.
+    const size_t big = 300u << 20;
+    void* p = ::mmap(nullptr, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    EXPECT_ERRNO(ENOSPC, s()->Write(other, 0, std::string_view(static_cast<char*>(p), big)));
+    ::munmap(p, big);
+  }
   ASSERT_OK(WriteAll(s(), other, 0, Pattern(1 << 20, 13)));
   // ... and writes into it draw on it.
   const std::string chunk = Pattern(4 << 20, 14);
