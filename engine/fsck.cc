@@ -122,6 +122,7 @@ Status Checker::Check() {
   CKPTFS_RETURN_IF_ERROR(LoadSegments());
   CKPTFS_RETURN_IF_ERROR(ScanSegments());
   CKPTFS_RETURN_IF_ERROR(CheckExtents());
+  CheckDataBytes();
   CheckSegments();
   CKPTFS_RETURN_IF_ERROR(CheckXattrs());
   CheckCounters();

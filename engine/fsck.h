@@ -65,6 +65,7 @@ inline constexpr char kMissingSegmentFile[] = "missing_segment_file";
 inline constexpr char kTruncatedSegment[] = "truncated_segment";
 inline constexpr char kBadSegmentHeader[] = "bad_segment_header";
 inline constexpr char kSegmentLiveMismatch[] = "segment_live_mismatch";
+inline constexpr char kBadDataBytes[] = "bad_data_bytes";        // inode's counter != extents
 inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
 // Informational:
 inline constexpr char kUnreferencedRecords[] = "unreferenced_records";
@@ -91,6 +92,8 @@ class Checker {
     bool created = false;      // made by this run (a missing root, lost+found)
     bool lost_data = false;
     bool attr_dirty = false;   // v changed by repair
+    uint64_t data_all = 0;     // regular files: bytes of all their decodable extents
+    uint64_t data_kept = 0;    // ... of those that survive repair
     uint32_t links = 0;        // valid entries naming it
     uint32_t subdirs = 0;      // directories: valid subdirectory entries
     uint64_t tree_parent = 0;  // directories: the directory whose entry was kept
@@ -143,6 +146,8 @@ class Checker {
   Status LoadSegments();
   Status ScanSegments();
   Status CheckExtents();
+  // Each regular file's data-bytes counter against its extents.
+  void CheckDataBytes();
   void CheckSegments();
   // The scanned record of `seg` at `offset`, or nullptr.
   const ScannedRecord* FindRecord(SegmentState* seg, uint64_t offset, size_t* index);

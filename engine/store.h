@@ -44,6 +44,10 @@ struct Attr {
   uint32_t gid = 0;
   uint32_t nlink = 0;
   uint64_t size = 0;  // bytes; for a symlink the target length
+  // Regular files: the bytes of data the file stores, holes excluded (what
+  // st_blocks reports, in 512-byte units). Other types, and files of stores
+  // written before the counter existed that have not changed since: `size`.
+  uint64_t data_bytes = 0;
   uint32_t rdev = 0;
   Timespec atime, mtime, ctime;
   uint64_t generation = 1;  // inode numbers are never reused, so always 1
@@ -92,7 +96,7 @@ struct FsStats {
   uint64_t block_size = 4096;
   uint64_t total_bytes = 0;  // of the filesystem that holds the store
   uint64_t free_bytes = 0;
-  uint64_t avail_bytes = 0;
+  uint64_t avail_bytes = 0;  // free and available bytes less those fallocate reserved
   uint64_t inodes = 0;  // live inodes in the store
 };
 
@@ -374,7 +378,21 @@ class Store {
   // bytes are in a segment file and the extent in the index log (durable
   // against a process crash, not yet against power loss).
   virtual Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) = 0;
-  // Reserves space: mode 0 extends the size to offset+len when larger.
+  // fallocate(2) with `mode` one of:
+  //  - 0 or FALLOC_FL_KEEP_SIZE: reserves space for the first write of every
+  //    byte of [offset, offset+len) (engine/reservations.h), or fails with
+  //    ENOSPC and changes nothing when the filesystem under the store has not
+  //    that much free beyond min_free_bytes and the other reservations; mode 0
+  //    extends the size to offset+len when larger. Nothing is stored, so the
+  //    range's holes stay holes (SEEK_HOLE, data_bytes).
+  //  - FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the bytes of the range
+  //    become a hole (read as zeros; their stored bytes become dead space),
+  //    exactly to the byte; the size stays.
+  //  - FALLOC_FL_ZERO_RANGE, optionally | FALLOC_FL_KEEP_SIZE: a hole punch
+  //    plus the reservation and size extension of mode 0.
+  // Other modes: EOPNOTSUPP. `len` 0: EINVAL. Reservations last while the
+  // store is open; a write, punch or truncation of the range and the file's
+  // deletion give them back.
   virtual Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) = 0;
   // SEEK_DATA / SEEK_HOLE semantics; ENXIO past the end.
   virtual Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) = 0;

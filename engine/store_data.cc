@@ -1,4 +1,5 @@
 // File data operations of StoreImpl: writes, reads, truncation, holes.
+#include <linux/falloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -136,14 +137,26 @@ Result<bool> StoreImpl::ExtentCovering(Ino ino, uint64_t start, uint64_t end,
   return true;
 }
 
+Status StoreImpl::CountDataBytesLocked(InodeState* s) {
+  if (s->attr.data_bytes_known) return Status::OK();
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, 0, kMaxFileSize, &ex));
+  uint64_t n = 0;
+  for (const Extent& e : ex) n += e.value.length;
+  s->attr.data_bytes = n;
+  s->attr.data_bytes_known = true;
+  return Status::OK();
+}
+
 Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
-                              StatDeltas* deltas) {
+                              StatDeltas* deltas, uint64_t* removed) {
   std::vector<Extent> ex;
   CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, start, end, &ex));
   for (const Extent& e : ex) {
     const uint64_t e_end = e.offset + e.value.length;
     const uint64_t ov_start = std::max(start, e.offset);
     const uint64_t ov_end = std::min(end, e_end);
+    *removed += ov_end - ov_start;
     b->Delete(cf_extents_, format::ExtentKey(s->ino, e.offset));
     if (!e.value.is_inline) {
       auto& d = (*deltas)[e.value.segment_id];
@@ -207,13 +220,15 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
   if (offset >= kMaxFileSize || data.size() > kMaxFileSize - offset) {
     return Status(EFBIG, "write past the largest file size");
   }
-  CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size()));
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
   if (!S_ISREG(s->attr.mode)) return Status(EINVAL, "not a regular file");
-  return WriteLocked(s.get(), offset, data);
+  CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size(), ino, offset));
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, WriteLocked(s.get(), offset, data));
+  Unreserve(ino, offset, offset + data.size());  // drawn on
+  return n;
 }
 
 Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data) {
@@ -221,6 +236,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   CommitGate::Write commit(&commit_gate_);  // a flush waits for the commit below
   const uint64_t ino = s->ino;
   const uint64_t end = offset + data.size();
+  CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s));
   format::InodeValue v = s->attr;
   const uint64_t new_size = std::max(v.size, end);
   rocksdb::WriteBatch b;
@@ -245,6 +261,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
       iv.length = static_cast<uint32_t>(content.size());
       iv.inline_data = std::move(content);
       b.Put(cf_extents_, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
+      v.data_bytes = new_size;  // one extent holds all of the file
       counters_.inline_writes++;
       stored = true;
     }
@@ -273,8 +290,10 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     } else if (!rs.ok() && !rs.IsNotFound()) {
       return FromRocks(rs, "read extent");
     }
-    CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_off + w_data.size(), &b, &deltas));
+    uint64_t removed = 0;
+    CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_off + w_data.size(), &b, &deltas, &removed));
     CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, w_off, w_data, &b, &deltas));
+    v.data_bytes = v.data_bytes - removed + w_data.size();
   }
   Timespec now = Now();
   v.size = new_size;
@@ -514,6 +533,8 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  const bool shrinks = req.size && *req.size < s->attr.size && S_ISREG(s->attr.mode);
+  if (shrinks) CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s.get()));
   format::InodeValue v = s->attr;
   rocksdb::WriteBatch b;
   StatDeltas deltas;
@@ -529,7 +550,9 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
     if (!S_ISREG(v.mode)) return Status(EINVAL, "not a regular file");
     if (*req.size > kMaxFileSize) return Status(EFBIG, "size past the largest file size");
     if (*req.size < v.size) {
-      CKPTFS_RETURN_IF_ERROR(PunchLocked(s.get(), *req.size, kMaxFileSize, &b, &deltas));
+      uint64_t removed = 0;
+      CKPTFS_RETURN_IF_ERROR(PunchLocked(s.get(), *req.size, kMaxFileSize, &b, &deltas, &removed));
+      v.data_bytes -= removed;
     }
     if (*req.size != v.size) {
       v.mtime_sec = now.sec;
@@ -557,27 +580,65 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   EmitDeltas(deltas, &b, cf_segments_);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
+  if (shrinks) Unreserve(ino, *req.size, kMaxFileSize);  // as truncate frees preallocated blocks
   return ToAttr(ino, v);
 }
 
 Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
-  if (mode != 0) return Status(EOPNOTSUPP, "only fallocate mode 0 is supported");
+  const bool keep_size = (mode & FALLOC_FL_KEEP_SIZE) != 0;
+  const int op = mode & ~FALLOC_FL_KEEP_SIZE;
+  const bool punch = op == FALLOC_FL_PUNCH_HOLE;
+  const bool zero = op == FALLOC_FL_ZERO_RANGE;
+  if ((op != 0 && !punch && !zero) || (punch && !keep_size)) {
+    return Status(EOPNOTSUPP, "fallocate mode " + std::to_string(mode) +
+                                  " is not supported (supported: 0, KEEP_SIZE, "
+                                  "PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE[|KEEP_SIZE])");
+  }
+  if (len == 0) return Status(EINVAL, "fallocate of 0 bytes");
   if (offset >= kMaxFileSize || len > kMaxFileSize - offset) return Status(EFBIG, "too large");
+  const uint64_t end = offset + len;
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (!S_ISREG(s->attr.mode)) return Status(S_ISDIR(s->attr.mode) ? EISDIR : ENODEV, "not a file");
-  if (offset + len <= s->attr.size) return Status::OK();
+  const bool extend = !keep_size && !punch && end > s->attr.size;
+  const bool clear = (punch || zero) && offset < s->attr.size;  // bytes to drop
+  if (punch && !clear) {  // nothing stored there: only the reservation goes
+    Unreserve(ino, offset, end);
+    return Status::OK();
+  }
+  if (!punch) CKPTFS_RETURN_IF_ERROR(Reserve(ino, offset, end));
+  if (!punch && !zero && !extend) return Status::OK();  // reserved: nothing to store
+
+  Status st = CountDataBytesLocked(s.get());
   format::InodeValue v = s->attr;
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  if (st.ok() && clear) {
+    uint64_t removed = 0;
+    st = PunchLocked(s.get(), offset, std::min(end, v.size), &b, &deltas, &removed);
+    v.data_bytes -= removed;
+  }
   Timespec now = Now();
-  v.size = offset + len;
+  if (extend) v.size = end;
+  if (punch || zero) {
+    v.mtime_sec = now.sec;
+    v.mtime_nsec = now.nsec;
+  }
   v.ctime_sec = now.sec;
   v.ctime_nsec = now.nsec;
-  rocksdb::WriteBatch b;
-  PutInode(&b, ino, v);
-  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  if (st.ok()) {
+    PutInode(&b, ino, v);
+    EmitDeltas(deltas, &b, cf_segments_);
+    st = Commit(&b);
+  }
+  if (!st.ok()) {
+    if (!punch) Unreserve(ino, offset, end);  // nothing changed
+    return st;
+  }
   s->attr = v;
+  if (punch) Unreserve(ino, offset, end);  // a punch frees preallocated space too
   return Status::OK();
 }
 

@@ -351,12 +351,15 @@ Status StoreImpl::CheckWritable() const {
   return Status::OK();
 }
 
-Status StoreImpl::CheckSpace(uint64_t incoming) {
+Status StoreImpl::CheckSpace(uint64_t incoming, Ino ino, uint64_t offset) {
   MutexLock l(&space_mu_);
   uint64_t now = NowMs();
   space_since_check_ += incoming;
+  const uint64_t drawn = ino != 0 ? reservations_.Overlap(ino, offset, offset + incoming) : 0;
+  if (incoming > 0 && drawn == incoming) return Status::OK();  // all of it reserved
+  const uint64_t needed = options_.min_free_bytes + reservations_.charge() + (incoming - drawn);
   if (space_since_check_ >= kSpaceCheckBytes || now - space_checked_ms_ >= kSpaceCheckMs ||
-      space_avail_ < options_.min_free_bytes + incoming) {
+      space_avail_ < needed) {
     struct statvfs vfs;
     if (::statvfs(dir_.c_str(), &vfs) == 0) {
       space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
@@ -364,10 +367,36 @@ Status StoreImpl::CheckSpace(uint64_t incoming) {
     space_checked_ms_ = now;
     space_since_check_ = 0;
   }
-  if (space_avail_ < options_.min_free_bytes + incoming) {
+  if (space_avail_ < needed) {
     return Status(ENOSPC, "no space left on the filesystem under " + dir_);
   }
   return Status::OK();
+}
+
+Status StoreImpl::Reserve(Ino ino, uint64_t start, uint64_t end) {
+  MutexLock l(&space_mu_);
+  const uint64_t add = reservations_.ChargeOfAdd(ino, start, end);
+  if (add == 0) {
+    reservations_.Add(ino, start, end);
+    return Status::OK();
+  }
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
+  space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  space_checked_ms_ = NowMs();
+  space_since_check_ = 0;
+  const uint64_t needed = options_.min_free_bytes + reservations_.charge();
+  if (space_avail_ < needed || space_avail_ - needed < add) {
+    return Status(ENOSPC, "cannot reserve " + std::to_string(end - start) +
+                              " bytes: not enough free space on the filesystem under " + dir_);
+  }
+  reservations_.Add(ino, start, end);
+  return Status::OK();
+}
+
+void StoreImpl::Unreserve(Ino ino, uint64_t start, uint64_t end) {
+  MutexLock l(&space_mu_);
+  reservations_.Remove(ino, start, end);
 }
 
 Status StoreImpl::FlushDurable() {
@@ -499,6 +528,13 @@ Result<FsStats> StoreImpl::StatFs() {
   st.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   st.free_bytes = static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize;
   st.avail_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  {
+    // Reserved space counts as used, as preallocated blocks do.
+    MutexLock l(&space_mu_);
+    const uint64_t reserved = reservations_.charge();
+    st.free_bytes -= std::min(st.free_bytes, reserved);
+    st.avail_bytes -= std::min(st.avail_bytes, reserved);
+  }
   std::string v;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);
   CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read inode_count"));

@@ -42,6 +42,7 @@
 #include "engine/inflight_reads.h"
 #include "format/read_plan.h"
 #include "engine/record_cache.h"
+#include "engine/reservations.h"
 #include "engine/segment_set.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
@@ -121,8 +122,16 @@ class StoreImpl final : public Store {
   Status Commit(rocksdb::WriteBatch* batch, bool sync = false);
   Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
   Status CheckWritable() const;
-  // ENOSPC when the filesystem under the store runs short of min_free_bytes.
-  Status CheckSpace(uint64_t incoming);
+  // ENOSPC when `incoming` more bytes would leave the filesystem under the
+  // store short of min_free_bytes plus what fallocate reserved. The bytes of
+  // [offset, offset+incoming) of `ino` (0: none) that are reserved draw on
+  // their reservation instead: a write of reserved bytes only is never refused.
+  Status CheckSpace(uint64_t incoming, Ino ino = 0, uint64_t offset = 0);
+  // Reserves [start, end) of `ino` (see Store::Fallocate): ENOSPC, and
+  // nothing reserved, when the free space does not cover it.
+  Status Reserve(Ino ino, uint64_t start, uint64_t end);
+  // Gives back the reservation of [start, end) of `ino`.
+  void Unreserve(Ino ino, uint64_t start, uint64_t end);
   Status FlushDurable();
 
   // ---- store_namespace.cc ----
@@ -193,9 +202,13 @@ class StoreImpl final : public Store {
   // only one in [start, end) (extents never overlap); then it is appended and
   // the result is true. Otherwise false and `out` is unchanged.
   Result<bool> ExtentCovering(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
-  // Removes [start, end) from the file's extents.
+  // Removes [start, end) from the file's extents; adds the bytes they held
+  // to `*removed`.
   Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
-                     StatDeltas* deltas) REQUIRES(s->mu);
+                     StatDeltas* deltas, uint64_t* removed) REQUIRES(s->mu);
+  // Makes s->attr.data_bytes known: an inode of a store written before the
+  // counter existed gets its extents counted once.
+  Status CountDataBytesLocked(InodeState* s) REQUIRES(s->mu);
   Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data)
       REQUIRES(s->mu);
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
@@ -277,6 +290,8 @@ class StoreImpl final : public Store {
   uint64_t space_avail_ GUARDED_BY(space_mu_) = UINT64_MAX;
   uint64_t space_checked_ms_ GUARDED_BY(space_mu_) = 0;
   uint64_t space_since_check_ GUARDED_BY(space_mu_) = 0;
+  // What fallocate reserved (engine/reservations.h).
+  Reservations reservations_ GUARDED_BY(space_mu_);
 
   struct Counters {
     std::atomic<uint64_t> reads{0}, read_bytes{0}, writes{0}, write_bytes{0};

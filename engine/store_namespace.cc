@@ -51,6 +51,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
   a.gid = v.gid;
   a.nlink = v.nlink;
   a.size = v.size;
+  a.data_bytes = S_ISREG(v.mode) && v.data_bytes_known ? v.data_bytes : v.size;
   a.rdev = v.rdev;
   a.atime = {v.atime_sec, v.atime_nsec};
   a.mtime = {v.mtime_sec, v.mtime_nsec};
@@ -178,6 +179,10 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
 
 Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {
   const uint64_t ino = s->ino;
+  {
+    MutexLock l(&space_mu_);
+    reservations_.RemoveInode(ino);
+  }
   b->Delete(cf_inodes_, format::InodeKey(ino));
   b->Delete(cf_meta_, format::OrphanKey(ino));
   b->Merge(cf_meta_, format::kMetaInodeCount, CounterDelta(-1));

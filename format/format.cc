@@ -142,13 +142,14 @@ std::string OrphanKey(uint64_t ino) {
 
 // ---- Inodes. ----
 namespace {
-constexpr size_t kInodeFixedSize = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85
+constexpr size_t kInodeFixedSize1 = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85
+constexpr size_t kInodeFixedSize = kInodeFixedSize1 + 8;                    // 93
 }
 
 std::string EncodeInode(const InodeValue& v) {
   std::string s;
   s.reserve(kInodeFixedSize + v.symlink_target.size());
-  s.push_back(static_cast<char>(kInodeValueVersion));
+  s.push_back(static_cast<char>(v.data_bytes_known ? kInodeValueVersion : kInodeValueVersion1));
   PutLE32(&s, v.mode);
   PutLE32(&s, v.uid);
   PutLE32(&s, v.gid);
@@ -163,17 +164,22 @@ std::string EncodeInode(const InodeValue& v) {
   PutLE32(&s, v.ctime_nsec);
   PutLE64(&s, v.generation);
   PutLE64(&s, v.parent);
+  if (v.data_bytes_known) PutLE64(&s, v.data_bytes);
   PutLE32(&s, static_cast<uint32_t>(v.symlink_target.size()));
   s.append(v.symlink_target);
   return s;
 }
 
 Status DecodeInode(std::string_view in, InodeValue* v) {
-  if (in.size() < kInodeFixedSize) return Short("inode value", in.size(), kInodeFixedSize);
-  if (static_cast<uint8_t>(in[0]) != kInodeValueVersion) {
-    return Status::Corruption("inode value version " + std::to_string(uint8_t(in[0])) +
-                              ", expected " + std::to_string(kInodeValueVersion));
+  if (in.empty()) return Short("inode value", 0, kInodeFixedSize1);
+  const uint8_t version = static_cast<uint8_t>(in[0]);
+  if (version != kInodeValueVersion && version != kInodeValueVersion1) {
+    return Status::Corruption("inode value version " + std::to_string(version) + ", expected " +
+                              std::to_string(kInodeValueVersion1) + " or " +
+                              std::to_string(kInodeValueVersion));
   }
+  const size_t fixed = version == kInodeValueVersion ? kInodeFixedSize : kInodeFixedSize1;
+  if (in.size() < fixed) return Short("inode value", in.size(), fixed);
   const char* p = in.data() + 1;
   auto u32 = [&p] { uint32_t x = GetLE32(p); p += 4; return x; };
   auto u64 = [&p] { uint64_t x = GetLE64(p); p += 8; return x; };
@@ -191,10 +197,10 @@ Status DecodeInode(std::string_view in, InodeValue* v) {
   v->ctime_nsec = u32();
   v->generation = u64();
   v->parent = u64();
+  v->data_bytes_known = version == kInodeValueVersion;
+  v->data_bytes = v->data_bytes_known ? u64() : 0;
   uint32_t tlen = u32();
-  if (in.size() != kInodeFixedSize + tlen) {
-    return Short("inode value", in.size(), kInodeFixedSize + tlen);
-  }
+  if (in.size() != fixed + tlen) return Short("inode value", in.size(), fixed + tlen);
   v->symlink_target.assign(p, tlen);
   return Status::OK();
 }

@@ -79,9 +79,17 @@ struct InodeValue {
   uint64_t generation = 1;
   uint64_t parent = 0;
   std::string symlink_target;
+  // Bytes of file data the inode's extents hold, holes excluded: the sum of
+  // their lengths, kept in the batch that changes them. Version 2 values
+  // carry it. Version 1 values (stores written before it existed) decode
+  // with data_bytes_known false, and encode as version 1 again until the
+  // engine has counted the extents once.
+  uint64_t data_bytes = 0;
+  bool data_bytes_known = true;
   bool operator==(const InodeValue&) const = default;
 };
-inline constexpr uint8_t kInodeValueVersion = 1;
+inline constexpr uint8_t kInodeValueVersion = 2;
+inline constexpr uint8_t kInodeValueVersion1 = 1;  // without data_bytes
 std::string EncodeInode(const InodeValue& v);
 Status DecodeInode(std::string_view in, InodeValue* v);
 

@@ -210,6 +210,7 @@ std::string Hex(std::string_view s) {
 // Every example block the tests below check. The document must have exactly these.
 const std::set<std::string> kHexBlocks = {
     "format-file",    "orphan-key",   "inode-key",    "inode-file",         "inode-symlink",
+    "inode-file-v2",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record"};
@@ -266,6 +267,15 @@ InodeValue ExampleFileInode() {
   v.ctime_sec = 1700000001;
   v.ctime_nsec = 250000000;
   v.generation = 1;
+  v.data_bytes_known = false;  // the version 1 example
+  return v;
+}
+
+// The same file as a version 2 value: its 12 bytes are all data.
+InodeValue ExampleFileInodeV2() {
+  InodeValue v = ExampleFileInode();
+  v.data_bytes_known = true;
+  v.data_bytes = 12;
   return v;
 }
 
@@ -276,6 +286,7 @@ InodeValue ExampleSymlinkInode() {
   v.size = 8;
   v.atime_sec = v.mtime_sec = v.ctime_sec = 1700000002;
   v.symlink_target = "model.pt";
+  v.data_bytes_known = false;  // the version 1 example
   return v;
 }
 
@@ -387,6 +398,9 @@ TEST(Golden, Inodes) {
   EXPECT_EQ(v, ExampleFileInode());
   ASSERT_TRUE(DecodeInode(DocHex("inode-symlink"), &v).ok());
   EXPECT_EQ(v, ExampleSymlinkInode());
+  EXPECT_EQ(Hex(EncodeInode(ExampleFileInodeV2())), Hex(DocHex("inode-file-v2")));
+  ASSERT_TRUE(DecodeInode(DocHex("inode-file-v2"), &v).ok());
+  EXPECT_EQ(v, ExampleFileInodeV2());
 }
 
 TEST(Golden, Dentry) {
@@ -661,7 +675,8 @@ TEST(SegmentFileNames, RejectsOtherNames) {
 // ===========================================================================
 
 TEST(InodeCodec, RoundTrip) {
-  std::vector<InodeValue> values = {InodeValue(), ExampleFileInode(), ExampleSymlinkInode()};
+  std::vector<InodeValue> values = {InodeValue(), ExampleFileInode(), ExampleSymlinkInode(),
+                                    ExampleFileInodeV2()};
   InodeValue max;
   max.mode = max.uid = max.gid = max.nlink = max.rdev = 0xffffffffu;
   max.size = max.generation = max.parent = std::numeric_limits<uint64_t>::max();
@@ -696,10 +711,16 @@ TEST(InodeCodec, RoundTrip) {
   distinct.generation = 5;
   distinct.parent = 6;
   distinct.symlink_target = "t";
+  distinct.data_bytes = 0x1112131415161718ull;
   values.push_back(distinct);
+  InodeValue old = distinct;  // version 1: no data_bytes
+  old.data_bytes = 0;
+  old.data_bytes_known = false;
+  values.push_back(old);
   for (const InodeValue& in : values) {
     std::string enc = EncodeInode(in);
-    EXPECT_EQ(enc.size(), 85 + in.symlink_target.size());
+    EXPECT_EQ(enc.size(), (in.data_bytes_known ? 93 : 85) + in.symlink_target.size());
+    EXPECT_EQ(enc[0], in.data_bytes_known ? 2 : 1);
     InodeValue out;
     out.symlink_target = "stale";
     ASSERT_TRUE(DecodeInode(enc, &out).ok());
@@ -708,17 +729,20 @@ TEST(InodeCodec, RoundTrip) {
 }
 
 TEST(InodeCodec, RejectsTruncation) {
-  std::string enc = EncodeInode(ExampleSymlinkInode());
-  for (size_t n = 0; n < enc.size(); ++n) {
-    InodeValue v;
-    Status st = DecodeInode(enc.substr(0, n), &v);
-    ExpectCorruption(st, "inode value");
-    ExpectCorruption(st, "expected");
+  InodeValue v2 = ExampleSymlinkInode();
+  v2.data_bytes_known = true;
+  for (const std::string& enc : {EncodeInode(ExampleSymlinkInode()), EncodeInode(v2)}) {
+    for (size_t n = 0; n < enc.size(); ++n) {
+      InodeValue v;
+      Status st = DecodeInode(enc.substr(0, n), &v);
+      ExpectCorruption(st, "inode value");
+      ExpectCorruption(st, "expected");
+    }
   }
 }
 
 TEST(InodeCodec, RejectsBadVersion) {
-  for (uint8_t version : {0, 2, 255}) {
+  for (uint8_t version : {0, 3, 255}) {
     std::string enc = EncodeInode(ExampleFileInode());
     enc[0] = static_cast<char>(version);
     InodeValue v;
@@ -738,6 +762,11 @@ TEST(InodeCodec, RejectsTargetLengthMismatch) {
   std::string shorter = link;
   shorter.replace(81, 4, LE32Bytes(7));
   ExpectCorruption(DecodeInode(shorter, &v), "inode value");
+  // Version 2: the target length moves to offset 89.
+  ExpectCorruption(DecodeInode(EncodeInode(ExampleFileInodeV2()) + "x", &v), "expected 93");
+  std::string link2 = EncodeInode(ExampleFileInodeV2());
+  link2.replace(89, 4, LE32Bytes(1));
+  ExpectCorruption(DecodeInode(link2, &v), "expected 94");
 }
 
 // ===========================================================================

@@ -98,9 +98,10 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
 void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                fuse_file_info*) {
   Serve(req, Op::kFallocate, [&](Request& r) {
-    if (IsControl(ino) || mode != 0) return r.Err(EOPNOTSUPP);
+    if (IsControl(ino)) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
-    Status st = r.fs().store().Fallocate(ino, 0, static_cast<uint64_t>(offset),
+    // The store answers EOPNOTSUPP for the modes it does not support.
+    Status st = r.fs().store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
                                          static_cast<uint64_t>(length));
     if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
     r.Fail(st);

@@ -989,6 +989,276 @@ def fcntl_and_flock_locks(r):
     os.close(fd)
 
 
+# ----------------------------------------------- fallocate modes, holes, st_blocks
+
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_NO_HIDE_STALE = 0x04
+FALLOC_FL_COLLAPSE_RANGE = 0x08
+FALLOC_FL_ZERO_RANGE = 0x10
+FALLOC_FL_INSERT_RANGE = 0x20
+FALLOC_FL_UNSHARE_RANGE = 0x40
+KiB = 1 << 10
+
+
+def blocks(fd):
+    return os.fstat(fd).st_blocks
+
+
+def seek(fd, off, whence):
+    return os.lseek(fd, off, whence)
+
+
+@op
+def fallocate_keep_size(r):
+    f = r.p("f")
+    write_all(f, rnd(8 * KiB, 30))
+    fd = os.open(f, os.O_RDWR)
+    r.call("KEEP_SIZE past EOF", raw_fallocate, fd, FALLOC_FL_KEEP_SIZE, 0, MiB)
+    r.call("size unchanged", lambda: os.fstat(fd).st_size)
+    r.call("bytes unchanged", os.pread, fd, 8 * KiB, 0)
+    r.call("read past EOF", os.pread, fd, 10, 8 * KiB)
+    r.call("write into the reserved range", os.pwrite, fd, rnd(64 * KiB, 31), 512 * KiB)
+    r.call("size after write", lambda: os.fstat(fd).st_size)
+    r.call("hole before the write", lambda: os.pread(fd, 64 * KiB, 256 * KiB) == bytes(64 * KiB))
+    r.call("KEEP_SIZE inside the file", raw_fallocate, fd, FALLOC_FL_KEEP_SIZE, 4 * KiB, 4 * KiB)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    os.close(fd)
+    r.content("content", f)
+
+
+@op
+def fallocate_punch_hole(r):
+    f = r.p("f")
+    data = rnd(64 * KiB, 32)
+    write_all(f, data)
+    fd = os.open(f, os.O_RDWR)
+    os.fsync(fd)
+    r.call("blocks before", blocks, fd)
+    r.call("punch 16..32 KiB", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           16 * KiB, 16 * KiB)
+    r.call("size unchanged", lambda: os.fstat(fd).st_size)
+    r.call("hole reads zeros", lambda: os.pread(fd, 16 * KiB, 16 * KiB) == bytes(16 * KiB))
+    r.call("bytes before kept", lambda: os.pread(fd, 16 * KiB, 0) == data[:16 * KiB])
+    r.call("bytes after kept", lambda: os.pread(fd, 32 * KiB, 32 * KiB) == data[32 * KiB:])
+    r.call("SEEK_HOLE from 0", seek, fd, 0, os.SEEK_HOLE)
+    r.call("SEEK_DATA from 16 KiB", seek, fd, 16 * KiB, os.SEEK_DATA)
+    r.call("SEEK_HOLE from 20 KiB", seek, fd, 20 * KiB, os.SEEK_HOLE)
+    r.call("SEEK_DATA from 0", seek, fd, 0, os.SEEK_DATA)
+    r.call("blocks after punch", blocks, fd)
+    r.call("punch the tail", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           48 * KiB, 16 * KiB)
+    r.call("SEEK_HOLE from 32 KiB", seek, fd, 32 * KiB, os.SEEK_HOLE)
+    r.call("SEEK_DATA from 48 KiB", seek, fd, 48 * KiB, os.SEEK_DATA)
+    r.call("blocks after the tail", blocks, fd)
+    r.call("punch past EOF", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           MiB, MiB)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    r.call("write into the hole", os.pwrite, fd, b"x" * 4096, 20 * KiB)
+    r.call("SEEK_DATA from 16 KiB after the write", seek, fd, 16 * KiB, os.SEEK_DATA)
+    r.call("blocks after refilling", blocks, fd)
+    os.close(fd)
+    r.content("content", f)
+
+
+@op
+def fallocate_punch_partial_blocks(r):
+    """Unaligned edges: the other bytes of the edge blocks stay (st_blocks and
+    SEEK_* differ here: ext4 frees whole blocks only, ckptfs exactly the range)."""
+    f = r.p("f")
+    data = rnd(40 * KiB, 33)
+    write_all(f, data)
+    fd = os.open(f, os.O_RDWR)
+    r.call("punch 1000..10000", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           1000, 9000)
+    r.call("punch 20000..20001", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           20000, 1)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    os.close(fd)
+    expect = bytearray(data)
+    expect[1000:10000] = bytes(9000)
+    expect[20000] = 0
+    r("matches the expected bytes", read_all(f) == bytes(expect))
+    r.content("content", f)
+    g = r.p("small")
+    write_all(g, rnd(3000, 34))
+    fd = os.open(g, os.O_RDWR)
+    r.call("punch in a small file", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+           100, 200)
+    r.call("write after the punch", os.pwrite, fd, b"abc", 2000)
+    os.close(fd)
+    r.content("small content", g)
+
+
+@op
+def fallocate_zero_range(r):
+    f = r.p("f")
+    data = rnd(64 * KiB, 35)
+    write_all(f, data)
+    fd = os.open(f, os.O_RDWR)
+    r.call("ZERO_RANGE inside", raw_fallocate, fd, FALLOC_FL_ZERO_RANGE, 5000, 20000)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    r.call("ZERO_RANGE|KEEP_SIZE past EOF", raw_fallocate, fd,
+           FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 60 * KiB, 64 * KiB)
+    r.call("size kept", lambda: os.fstat(fd).st_size)
+    r.call("ZERO_RANGE extends", raw_fallocate, fd, FALLOC_FL_ZERO_RANGE, 100 * KiB, 8 * KiB)
+    r.call("size extended", lambda: os.fstat(fd).st_size)
+    os.close(fd)
+    expect = bytearray(data)
+    expect[5000:25000] = bytes(20000)
+    expect[60 * KiB:] = bytes(4 * KiB)
+    expect += bytes(44 * KiB)
+    r("matches the expected bytes", read_all(f) == bytes(expect))
+    r.content("content", f)
+
+
+@op
+def fallocate_unsupported_modes(r):
+    f = r.p("f")
+    write_all(f, rnd(64 * KiB, 36))
+    fd = os.open(f, os.O_RDWR)
+    r.call("PUNCH_HOLE without KEEP_SIZE", raw_fallocate, fd, FALLOC_FL_PUNCH_HOLE, 0, 4096)
+    r.call("UNSHARE_RANGE", raw_fallocate, fd, FALLOC_FL_UNSHARE_RANGE, 0, 4096)
+    r.call("PUNCH_HOLE|ZERO_RANGE", raw_fallocate, fd,
+           FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, 4096)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    os.close(fd)
+
+
+@op
+def sparse_file_st_blocks(r):
+    f = r.p("sparse")
+    fd = os.open(f, os.O_CREAT | os.O_RDWR)
+    r.call("4 KiB after a 1 MiB hole", os.pwrite, fd, rnd(4 * KiB, 37), MiB)
+    os.fsync(fd)
+    r.call("blocks", blocks, fd)
+    r.call("SEEK_DATA", seek, fd, 0, os.SEEK_DATA)
+    os.ftruncate(fd, 4 * MiB)
+    r.call("blocks after extending with a hole", blocks, fd)
+    r.call("truncate into the data", os.ftruncate, fd, MiB + 2048)
+    os.fsync(fd)
+    r.call("size", lambda: os.fstat(fd).st_size)
+    os.close(fd)
+    g = r.p("full")
+    write_all(g, rnd(MiB, 38))
+    fd = os.open(g, os.O_RDONLY)
+    os.fsync(fd)
+    r.call("fully written 1 MiB", blocks, fd)
+    os.close(fd)
+
+
+def make_sparse(path):
+    """1 MiB hole, 4 KiB data, 1 MiB hole, 8 KiB data, 1 MiB hole: 4 MiB + 12 KiB."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.pwrite(fd, rnd(4 * KiB, 39), MiB)
+    os.pwrite(fd, rnd(8 * KiB, 40), 3 * MiB)
+    os.ftruncate(fd, 4 * MiB + 12 * KiB)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def sparse_summary(path):
+    st = os.stat(path)
+    return (st.st_size, st.st_blocks, lib.file_sha256(path))
+
+
+@op
+def cp_sparse_always(r):
+    src, dst = r.p("src"), r.p("dst")
+    make_sparse(src)
+    r("source", sparse_summary(src))
+    out = subprocess.run(["cp", "--sparse=always", src, dst], capture_output=True, text=True)
+    r("cp", (out.returncode, out.stderr))
+    r("copy", sparse_summary(dst))
+    # Zeros written out become holes in the copy. cp looks for zeros in
+    # pieces of st_blksize (1 MiB on ckptfs, 4 KiB on ext4): 2 MiB of them.
+    z, zc = r.p("zeros"), r.p("zeros.copy")
+    write_all(z, bytes(2 * MiB) + rnd(4 * KiB, 41))
+    out = subprocess.run(["cp", "--sparse=always", z, zc], capture_output=True, text=True)
+    r("cp zeros", (out.returncode, out.stderr))
+    r("zeros copy", sparse_summary(zc))
+
+
+@op
+def tar_sparse(r):
+    src = r.p("src")
+    make_sparse(src)
+    os.mkdir(r.p("out"))
+    out = subprocess.run(["tar", "-S", "-cf", r.p("a.tar"), "-C", r.root, "src"],
+                         capture_output=True, text=True)
+    r("tar -S -c", (out.returncode, out.stderr))
+    r("archive size", os.stat(r.p("a.tar")).st_size)
+    out = subprocess.run(["tar", "-xf", r.p("a.tar"), "-C", r.p("out")],
+                         capture_output=True, text=True)
+    r("tar -x", (out.returncode, out.stderr))
+    r("extracted", sparse_summary(r.p("out", "src")))
+    r("same bytes", lib.file_sha256(src) == lib.file_sha256(r.p("out", "src")))
+
+
+class FallocateOnCkptfsTest(lib.MountAndPlainTestCase):
+    """What ckptfs does where the plain directory cannot be the reference."""
+
+    def test_beyond_free_space_is_enospc_with_nothing_changed(self):
+        # Not run against the plain directory: ext4 allocates until the disk
+        # is full and keeps the size it reached before failing with ENOSPC.
+        f = self.m.path("big")
+        write_all(f, rnd(8 * KiB, 42))
+        fd = os.open(f, os.O_RDWR)
+        try:
+            v = os.statvfs(self.m.mnt)
+            before = os.fstat(fd)
+            for mode in (0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE):
+                with self.assertRaises(OSError) as cm:
+                    raw_fallocate(fd, mode, 0, v.f_bavail * v.f_frsize * 2)
+                self.assertEqual(cm.exception.errno, errno.ENOSPC, mode)
+                after = os.fstat(fd)
+                self.assertEqual(after.st_size, before.st_size)
+                self.assertEqual(after.st_blocks, before.st_blocks)
+            self.assertEqual(read_all(f), rnd(8 * KiB, 42))
+            # Within the free space: reserved, and the writes into it succeed.
+            raw_fallocate(fd, 0, 0, 16 * MiB)
+            self.assertEqual(os.fstat(fd).st_size, 16 * MiB)
+            data = rnd(16 * MiB, 43)
+            self.assertEqual(os.pwrite(fd, data, 0), len(data))
+            os.fsync(fd)
+            self.assertEqual(os.fstat(fd).st_blocks, 16 * MiB // 512)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(f), data)
+
+    def test_collapse_and_insert_range_are_unsupported(self):
+        # ext4 supports both; ckptfs (and the kernel's FUSE) does not.
+        f = self.m.path("shift")
+        write_all(f, rnd(64 * KiB, 44))
+        fd = os.open(f, os.O_RDWR)
+        try:
+            for mode in (FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE,
+                         FALLOC_FL_PUNCH_HOLE | FALLOC_FL_NO_HIDE_STALE | FALLOC_FL_KEEP_SIZE):
+                with self.assertRaises(OSError) as cm:
+                    raw_fallocate(fd, mode, 0, 4 * KiB)
+                self.assertEqual(cm.exception.errno, errno.EOPNOTSUPP, mode)
+            self.assertEqual(os.fstat(fd).st_size, 64 * KiB)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(f), rnd(64 * KiB, 44))
+
+    def test_preallocation_is_not_counted_in_st_blocks(self):
+        # ext4 counts preallocated (unwritten) blocks in st_blocks; ckptfs
+        # stores nothing for a reservation, so st_blocks counts written data
+        # only and the range stays a hole for SEEK_DATA, as on ext4.
+        f = self.m.path("prealloc")
+        fd = os.open(f, os.O_CREAT | os.O_RDWR)
+        try:
+            raw_fallocate(fd, 0, 0, MiB)
+            self.assertEqual(os.fstat(fd).st_blocks, 0)
+            os.pwrite(fd, rnd(4 * KiB, 45), 64 * KiB)
+            os.fsync(fd)
+            self.assertEqual(os.fstat(fd).st_blocks, 8)
+            self.assertEqual(os.lseek(fd, 0, os.SEEK_DATA), 64 * KiB)
+        finally:
+            os.close(fd)
+
+
 # ------------------------------------------------------------------- the test
 
 # ------------------------------- directories removed while open; file handles
