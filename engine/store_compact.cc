@@ -148,8 +148,12 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   if (!(options.dead_ratio >= 0 && options.dead_ratio <= 1)) {
     return Status(EINVAL, "dead_ratio must be between 0 and 1");
   }
+  MutexLock one_at_a_time(&compaction_->mu);
+  return CompactLocked(options);
+}
+
+Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   CompactionState& cs = *compaction_;
-  MutexLock one_at_a_time(&cs.mu);
   if (cs.cancel || closed_) return Status(ECANCELED, "store is closing");
   CompactRun run;
   run.options = options;
@@ -472,39 +476,48 @@ void StoreImpl::StartBackgroundCompaction() {
         }
         if (cs.thread_stop) return;
       }
-      const uint64_t active = segments_->active_id();
-      const uint64_t newest = segments_->max_id();
-      Result<std::vector<SegmentInfo>> segments = ListSegments();
-      if (!segments.ok()) {
-        log(segments.status());  // nothing is compacted on counts that could not be read
-        continue;
-      }
-      uint64_t dead = 0;  // of every segment, the active one included
-      for (const SegmentInfo& seg : *segments) dead += static_cast<uint64_t>(seg.dead_bytes);
-      CompactOptions o;
-      o.bytes_per_sec = options_.background_compact_bytes_per_sec;
-      // Only when a pass would take something: dead bytes spread thinly
-      // over many segments (each below the ratio) do not start one.
-      auto worth = [&](double ratio) {
-        return !ChooseVictims(*segments, active, newest, ratio).victims.empty();
-      };
-      if (options_.background_compact_dead_bytes != 0 &&
-          dead >= options_.background_compact_dead_bytes && worth(o.dead_ratio)) {
-        // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
-      } else if (options_.free_empty_segments && worth(1.0)) {
-        o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
-      } else {
+      Result<std::optional<CompactReport>> r = BackgroundPass();
+      if (r.ok() && !r->has_value()) {
         logged.clear();
         continue;
       }
-      Result<CompactReport> r = Compact(o);
-      if (r.ok() && r->errors.empty()) logged.clear();
+      if (r.ok() && (*r)->errors.empty()) logged.clear();
       log(r.status());
       if (r.ok()) {
-        for (const std::string& e : r->errors) log(Status(EIO, e));
+        for (const std::string& e : (*r)->errors) log(Status(EIO, e));
       }
     }
   });
+}
+
+Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
+  // Decided under the compaction lock: counts read while another compaction
+  // runs would show its victims half moved (nothing live, not yet deleted).
+  MutexLock one_at_a_time(&compaction_->mu);
+  if (compaction_->cancel || closed_) return Status(ECANCELED, "store is closing");
+  const uint64_t active = segments_->active_id();
+  const uint64_t newest = segments_->max_id();
+  // Nothing is compacted on counts that could not be read.
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, ListSegments());
+  uint64_t dead = 0;  // of every segment, the active one included
+  for (const SegmentInfo& seg : segments) dead += static_cast<uint64_t>(seg.dead_bytes);
+  CompactOptions o;
+  o.bytes_per_sec = options_.background_compact_bytes_per_sec;
+  // Only when a pass would take something: dead bytes spread thinly over
+  // many segments (each below the ratio) do not start one.
+  auto worth = [&](double ratio) {
+    return !ChooseVictims(segments, active, newest, ratio).victims.empty();
+  };
+  if (options_.background_compact_dead_bytes != 0 &&
+      dead >= options_.background_compact_dead_bytes && worth(o.dead_ratio)) {
+    // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
+  } else if (options_.free_empty_segments && worth(1.0)) {
+    o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
+  } else {
+    return std::optional<CompactReport>();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(CompactReport r, CompactLocked(o));
+  return std::optional<CompactReport>(std::move(r));
 }
 
 void StoreImpl::StopBackgroundCompaction() {

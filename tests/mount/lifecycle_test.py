@@ -137,7 +137,7 @@ class LifecycleTest(unittest.TestCase):
         # The dry run predicted it: the same segments, the same bytes up to
         # the record headers (64 bytes per record of at most 1 MiB).
         headers = 64 * (2 * LIVE // MiB)
-        self.assertEqual(real["segments"], dry["segments"])
+        self.assertEqual(real["segments"], dry["segments"], (out, real, dry))
         self.assertEqual(real["segments_rewritten"], dry["segments_rewritten"])
         self.assertLessEqual(abs(real["bytes_copied"] - dry["bytes_copied"]), headers)
         self.assertLessEqual(abs(real["bytes_reclaimed"] - dry["bytes_reclaimed"]), headers)
