@@ -745,7 +745,7 @@ TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
 TEST_F(CompactDetailTest, WritersDuringTheSealOfTheActiveSegment) {
   ASSERT_NO_FATAL_FAILURE(Open(Options(1ull << 30, 64 * kKiB)));
   constexpr int kWriters = 4;
-  constexpr uint64_t kSize = 1 * kMiB;
+  constexpr uint64_t kSize = 256 * kKiB;
   std::vector<FileSpec> specs(kWriters);
   for (int w = 0; w < kWriters; ++w) {
     ASSERT_OK_AND_ASSIGN(Attr a, store_->Create(kRootIno, "w" + std::to_string(w), S_IFREG | 0644, 0, 0));
@@ -771,7 +771,7 @@ TEST_F(CompactDetailTest, WritersDuringTheSealOfTheActiveSegment) {
     });
   }
   uint64_t rewritten = 0;
-  for (int i = 0; i < 2000 && (i < 10 || rewritten < 3); ++i) {
+  for (int i = 0; i < 2000 && (i < 5 || rewritten < 3); ++i) {
     CompactOptions co;
     co.dead_ratio = 0.1;
     Result<CompactReport> r = store_->Compact(co);
