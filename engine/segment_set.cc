@@ -89,6 +89,23 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
   return r;
 }
 
+Result<uint64_t> SegmentSet::SealForCompaction(uint64_t id) {
+  if (read_only_) return Status(EROFS, "store is read-only");
+  MutexLock l(&mu_);
+  const bool active = active_ != nullptr && active_->id == id;
+  const bool newest = !segments_.empty() && segments_.rbegin()->first == id;
+  if (!active && !newest) return uint64_t{0};
+  const uint64_t size = active ? active_->end.load() : 0;
+  std::shared_ptr<Segment> old = active_;
+  active_ = nullptr;
+  Status s = StartSegmentLocked(next_id_);
+  if (!s.ok()) {
+    active_ = old;  // appends go on where they were
+    return s;
+  }
+  return size;
+}
+
 std::shared_ptr<SegmentSet::Segment> SegmentSet::Find(uint64_t id) const {
   MutexLock l(&mu_);
   auto it = segments_.find(id);

@@ -66,6 +66,15 @@ class SegmentSet {
   uint64_t active_id() const;
   // Highest segment id in the set (0 when empty).
   uint64_t max_id() const;
+  // Makes segment `id` one that compaction may take when it is the active
+  // segment or the newest file: seals it (no append reserves space in it
+  // after this returns) and starts the next segment, whose file exists on
+  // disk before this returns, so that segment ids stay above every id ever
+  // used once `id` is deleted. Returns the size at which `id` was sealed
+  // (reserved bytes, header included) when it was the active segment, else
+  // 0 (already sealed; nothing done unless it was the newest file). Writers that reserved space
+  // in it before still write and commit: the caller waits them out.
+  Result<uint64_t> SealForCompaction(uint64_t id);
   // Drops a sealed segment from the set and deletes its file (compaction).
   // Reads that already hold it finish normally; later reads of it fail as
   // for a missing segment. EBUSY for the active segment; OK when absent.

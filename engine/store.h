@@ -256,8 +256,9 @@ struct FsckReport {
 
 // ---- compaction (engine/store_compact.cc) ----
 struct CompactOptions {
-  // Rewrite sealed segments whose dead fraction dead / (live + dead) is at
-  // least this, and segments with nothing live. Default: 0.3.
+  // Rewrite segments whose dead fraction dead / (live + dead) is at least
+  // this, and segments with nothing live. The active segment too, once it
+  // has dead bytes: it is sealed and a new one started first. Default: 0.3.
   double dead_ratio = 0.3;
   // Only report what would be done. Default: false.
   bool dry_run = false;
@@ -267,12 +268,37 @@ struct CompactOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
+// A segment that a compaction left in place, and why.
+struct KeptSegment {
+  enum class Reason {
+    kBelowRatio,        // its dead fraction is below CompactOptions::dead_ratio
+    kNothingDead,       // the active (or newest) segment, with no dead bytes:
+                        // rewriting it would reclaim nothing
+    kUnreadable,        // a record it holds could not be read or verified
+    kStillReferenced,   // an extent still pointed into it after the copy
+  };
+  uint64_t id = 0;
+  Reason reason = Reason::kBelowRatio;
+  uint64_t live_bytes = 0;
+  uint64_t dead_bytes = 0;
+  double dead_fraction = 0;  // dead / (live + dead); 0 when both are 0
+};
+// A stable snake_case name of `r` ("below_ratio", "nothing_dead",
+// "unreadable", "still_referenced").
+const char* KeptReasonName(KeptSegment::Reason r);
+// One line that says why `k` was kept, e.g. "segment 3: dead 12% below the
+// ratio 30%"; `dead_ratio` is the compaction's CompactOptions::dead_ratio.
+std::string DescribeKept(const KeptSegment& k, double dead_ratio);
+
 struct CompactReport {
   uint64_t segments_rewritten = 0;  // segments retired (file deleted)
   uint64_t bytes_reclaimed = 0;     // segment file bytes freed minus bytes written
   uint64_t bytes_copied = 0;        // record bytes (headers included) written anew
   double seconds = 0;
   std::vector<uint64_t> segments;   // ids of the retired (dry run: chosen) segments
+  // Every other segment and why it stayed, in id order (a dry run: those it
+  // would keep; a segment the run itself starts is not listed).
+  std::vector<KeptSegment> kept;
   // Segments kept because of unreadable data. Unreadable accounting or
   // extents fail the whole compaction instead (Compact returns the error).
   std::vector<std::string> errors;

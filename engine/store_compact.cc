@@ -1,12 +1,19 @@
-// Compaction: rewrites the live data of sealed segments with much dead space
+// Compaction: rewrites the live data of segments with much dead space
 // into new records and deletes the old segment files, on an open store.
 //
 // Protocol (each step is crash-safe on its own):
-//   1. Pick victims: sealed segments, never the active one nor the newest
-//      file, whose dead fraction reaches dead_ratio or that hold nothing live.
-//      Accounting that cannot be read (ListSegments fails) stops here.
+//   1. Pick victims: segments whose dead fraction reaches dead_ratio or that
+//      hold nothing live; the active segment and the newest file only when
+//      they have dead bytes. Accounting that cannot be read (ListSegments
+//      fails) stops here. A victim that is the active segment or the newest
+//      file is sealed and the next segment started (its file is on disk
+//      first, so segment ids stay above every id ever used once the victim
+//      is deleted); appends go to the new segment from then on.
 //   2. io_gate_.Drain(): every write that reserved space in a victim before
-//      it was sealed has now committed its extent.
+//      it was sealed has now committed its extent. Then the sealed state of
+//      a segment sealed in step 1 is committed; a crash before that leaves
+//      it unsealed but no longer the newest file, which Open treats as
+//      sealed too.
 //   3. Scan the extents family for the inodes with extents in the victims.
 //      Per inode, under its mutex, re-read its extents, copy each record they
 //      use (read, verify, append through SegmentSet) and repoint the extents
@@ -43,13 +50,6 @@ constexpr size_t kRoundSegments = 8;              // victims deleted per round
 constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
 constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
 
-// Whether compaction may take segment `id`: sealed, so neither the active
-// segment nor one after it, and not the newest file (segment ids must stay
-// above every id ever used, and SegmentSet takes the next id after it).
-bool MayCompact(uint64_t id, uint64_t active, uint64_t newest) {
-  return id < newest && (active == 0 || id < active);
-}
-
 struct Victim {
   uint64_t id;
   uint64_t live;
@@ -57,26 +57,47 @@ struct Victim {
   uint64_t file_bytes;
 };
 
-// The segments Compact takes, empty ones first (free to delete), then the
-// emptiest: those MayCompact allows whose dead fraction reaches `dead_ratio`
-// or that hold nothing live. `segments` comes from ListSegments, which has
-// checked every counter.
-std::vector<Victim> ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active,
-                                  uint64_t newest, double dead_ratio) {
+struct Choice {
   std::vector<Victim> victims;
+  std::vector<KeptSegment> kept;
+};
+
+// The segments Compact takes, empty ones first (free to delete), then the
+// emptiest: those whose dead fraction reaches `dead_ratio` or that hold
+// nothing live. The active segment and the newest file qualify only with
+// dead bytes (otherwise taking them would reclaim nothing but start another
+// segment); Compact seals them first. `segments` comes from ListSegments,
+// which has checked every counter.
+Choice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active, uint64_t newest,
+                     double dead_ratio) {
+  Choice c;
   for (const SegmentInfo& seg : segments) {
-    if (!MayCompact(seg.id, active, newest)) continue;
     const uint64_t live = static_cast<uint64_t>(seg.live_bytes);
     const uint64_t dead = static_cast<uint64_t>(seg.dead_bytes);
-    const double frac = live + dead == 0 ? 1.0 : static_cast<double>(dead) / double(live + dead);
-    if (live == 0 || frac >= dead_ratio) victims.push_back({seg.id, live, frac, seg.file_bytes});
+    const double frac = live + dead == 0 ? 0.0 : static_cast<double>(dead) / double(live + dead);
+    const bool open_end = seg.id == active || seg.id == newest;
+    KeptSegment k{seg.id, KeptSegment::Reason::kBelowRatio, live, dead, frac};
+    if (open_end && dead == 0) {
+      k.reason = KeptSegment::Reason::kNothingDead;
+      c.kept.push_back(k);
+    } else if (live == 0 || frac >= dead_ratio) {
+      c.victims.push_back({seg.id, live, live == 0 ? 1.0 : frac, seg.file_bytes});
+    } else {
+      c.kept.push_back(k);
+    }
   }
-  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+  std::sort(c.victims.begin(), c.victims.end(), [](const Victim& a, const Victim& b) {
     if ((a.live == 0) != (b.live == 0)) return a.live == 0;
     if (a.dead_fraction != b.dead_fraction) return a.dead_fraction > b.dead_fraction;
     return a.id < b.id;
   });
-  return victims;
+  return c;
+}
+
+std::string Percent(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f%%", f * 100);
+  return buf;
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -84,6 +105,31 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 }  // namespace
+
+const char* KeptReasonName(KeptSegment::Reason r) {
+  switch (r) {
+    case KeptSegment::Reason::kBelowRatio: return "below_ratio";
+    case KeptSegment::Reason::kNothingDead: return "nothing_dead";
+    case KeptSegment::Reason::kUnreadable: return "unreadable";
+    case KeptSegment::Reason::kStillReferenced: return "still_referenced";
+  }
+  return "unknown";
+}
+
+std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
+  const std::string seg = "segment " + std::to_string(k.id) + ": ";
+  switch (k.reason) {
+    case KeptSegment::Reason::kBelowRatio:
+      return seg + "dead " + Percent(k.dead_fraction) + " below the ratio " + Percent(dead_ratio);
+    case KeptSegment::Reason::kNothingDead:
+      return seg + "the newest segment, nothing in it is dead";
+    case KeptSegment::Reason::kUnreadable:
+      return seg + "holds a record that could not be read (run ckptfs fsck)";
+    case KeptSegment::Reason::kStillReferenced:
+      return seg + "still referenced after its data was copied";
+  }
+  return seg + "kept";
+}
 
 Result<CompactReport> Store::CompactOffline(const std::string& dir, const CompactOptions& options) {
   StoreOptions so;
@@ -102,8 +148,12 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   if (!(options.dead_ratio >= 0 && options.dead_ratio <= 1)) {
     return Status(EINVAL, "dead_ratio must be between 0 and 1");
   }
+  MutexLock one_at_a_time(&compaction_->mu);
+  return CompactLocked(options);
+}
+
+Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   CompactionState& cs = *compaction_;
-  MutexLock one_at_a_time(&cs.mu);
   if (cs.cancel || closed_) return Status(ECANCELED, "store is closing");
   CompactRun run;
   run.options = options;
@@ -113,12 +163,16 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   // 1. Victims. Accounting that cannot be read fails the whole compaction:
   // a segment whose live bytes are unknown is never taken for empty.
   CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
-  const std::vector<Victim> victims = ChooseVictims(segments, segments_->active_id(),
-                                                    segments_->max_id(), options.dead_ratio);
+  Choice choice = ChooseVictims(segments, segments_->active_id(), segments_->max_id(),
+                                options.dead_ratio);
+  const std::vector<Victim>& victims = choice.victims;
   for (const Victim& v : victims) run.total += v.live;
+  rep.kept = std::move(choice.kept);
 
   auto finish = [&](CompactReport r) {
     r.seconds = Seconds(run.start);
+    std::sort(r.kept.begin(), r.kept.end(),
+              [](const KeptSegment& x, const KeptSegment& y) { return x.id < y.id; });
     MutexLock l(&cs.last_mu);
     cs.last = CompactionRecord{options.dead_ratio, options.dry_run, Now(), r};
     return r;
@@ -137,8 +191,25 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   if (victims.empty()) return finish(rep);
   if (options.progress) options.progress(0, run.total);
 
-  // 2. Writes into the victims have all committed after this.
+  // 1b. A victim that is the active segment (or the newest file) is sealed
+  // and the next segment started, so appends go elsewhere from now on.
+  rocksdb::WriteBatch seal;
+  for (const Victim& v : victims) {
+    CKPTFS_ASSIGN_OR_RETURN(const uint64_t sealed_size, segments_->SealForCompaction(v.id));
+    if (sealed_size == 0) continue;
+    format::SegmentStat st;
+    st.sealed = 1;
+    st.size = static_cast<int64_t>(sealed_size);
+    EmitDeltas(StatDeltas{{v.id, st}}, &seal, cf_segments_);
+  }
+
+  // 2. Writes into the victims have all committed after this, those into a
+  // segment just sealed included.
   io_gate_.Drain();
+  // Its sealed state, once every byte reserved in it is written. A crash
+  // before this commit leaves it unsealed but no longer the newest file:
+  // the next open does not append to it, and compaction takes it as sealed.
+  if (seal.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&seal));
 
   uint64_t freed = 0;
   for (size_t first = 0; first < victims.size(); first += kRoundSegments) {
@@ -164,9 +235,14 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
     CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &still_used));
     for (uint64_t id : round) {
       if (still_used.count(id)) {
+        const auto v = std::find_if(victims.begin(), victims.end(),
+                                    [id](const Victim& x) { return x.id == id; });
+        KeptSegment k{id, KeptSegment::Reason::kUnreadable, v->live, 0, v->dead_fraction};
         if (!run.failed.count(id)) {
+          k.reason = KeptSegment::Reason::kStillReferenced;
           run.errors.push_back("segment " + std::to_string(id) + " is still referenced; kept");
         }
+        rep.kept.push_back(k);
         continue;
       }
       const uint64_t bytes = segments_->Size(id);
@@ -400,39 +476,48 @@ void StoreImpl::StartBackgroundCompaction() {
         }
         if (cs.thread_stop) return;
       }
-      const uint64_t active = segments_->active_id();
-      const uint64_t newest = segments_->max_id();
-      Result<std::vector<SegmentInfo>> segments = ListSegments();
-      if (!segments.ok()) {
-        log(segments.status());  // nothing is compacted on counts that could not be read
-        continue;
-      }
-      uint64_t dead = 0;
-      bool empty = false;  // a sealed segment Compact may delete without copying
-      for (const SegmentInfo& seg : *segments) {
-        if (seg.id == active) continue;
-        dead += static_cast<uint64_t>(seg.dead_bytes);
-        if (seg.live_bytes == 0 && MayCompact(seg.id, active, newest)) empty = true;
-      }
-      CompactOptions o;
-      o.bytes_per_sec = options_.background_compact_bytes_per_sec;
-      if (options_.background_compact_dead_bytes != 0 &&
-          dead >= options_.background_compact_dead_bytes) {
-        // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
-      } else if (options_.free_empty_segments && empty) {
-        o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
-      } else {
+      Result<std::optional<CompactReport>> r = BackgroundPass();
+      if (r.ok() && !r->has_value()) {
         logged.clear();
         continue;
       }
-      Result<CompactReport> r = Compact(o);
-      if (r.ok() && r->errors.empty()) logged.clear();
+      if (r.ok() && (*r)->errors.empty()) logged.clear();
       log(r.status());
       if (r.ok()) {
-        for (const std::string& e : r->errors) log(Status(EIO, e));
+        for (const std::string& e : (*r)->errors) log(Status(EIO, e));
       }
     }
   });
+}
+
+Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
+  // Decided under the compaction lock: counts read while another compaction
+  // runs would show its victims half moved (nothing live, not yet deleted).
+  MutexLock one_at_a_time(&compaction_->mu);
+  if (compaction_->cancel || closed_) return Status(ECANCELED, "store is closing");
+  const uint64_t active = segments_->active_id();
+  const uint64_t newest = segments_->max_id();
+  // Nothing is compacted on counts that could not be read.
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, ListSegments());
+  uint64_t dead = 0;  // of every segment, the active one included
+  for (const SegmentInfo& seg : segments) dead += static_cast<uint64_t>(seg.dead_bytes);
+  CompactOptions o;
+  o.bytes_per_sec = options_.background_compact_bytes_per_sec;
+  // Only when a pass would take something: dead bytes spread thinly over
+  // many segments (each below the ratio) do not start one.
+  auto worth = [&](double ratio) {
+    return !ChooseVictims(segments, active, newest, ratio).victims.empty();
+  };
+  if (options_.background_compact_dead_bytes != 0 &&
+      dead >= options_.background_compact_dead_bytes && worth(o.dead_ratio)) {
+    // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
+  } else if (options_.free_empty_segments && worth(1.0)) {
+    o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
+  } else {
+    return std::optional<CompactReport>();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(CompactReport r, CompactLocked(o));
+  return std::optional<CompactReport>(std::move(r));
 }
 
 void StoreImpl::StopBackgroundCompaction() {

@@ -233,6 +233,11 @@ class StoreImpl final : public Store {
   // `*bad_source` tells a damaged or unreadable old record from other errors.
   Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, rocksdb::WriteBatch* b,
                     StatDeltas* deltas, CompactRun* run, bool* bad_source);
+  // Compact() once the caller holds the compaction lock.
+  Result<CompactReport> CompactLocked(const CompactOptions& options) REQUIRES(compaction_->mu);
+  // One look of background compaction: compacts when the dead bytes or an
+  // empty segment call for it (then the report), else nothing (nullopt).
+  Result<std::optional<CompactReport>> BackgroundPass();
   void StartBackgroundCompaction();
   void StopBackgroundCompaction();  // also stops a running Compact()
 

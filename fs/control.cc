@@ -90,6 +90,20 @@ nlohmann::ordered_json OptionsJson(const MountOptions& o) {
   return j;
 }
 
+// The segments a compaction left, each with its reason (a stable name) and
+// the line that explains it.
+nlohmann::ordered_json KeptJson(const std::vector<engine::KeptSegment>& kept, double ratio) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const engine::KeptSegment& k : kept) {
+    a.push_back({{"segment", k.id},
+                 {"reason", engine::KeptReasonName(k.reason)},
+                 {"live_bytes", k.live_bytes},
+                 {"dead_bytes", k.dead_bytes},
+                 {"why", engine::DescribeKept(k, ratio)}});
+  }
+  return a;
+}
+
 nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
   const engine::CompactReport& r = c.report;
   return {
@@ -100,6 +114,7 @@ nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
       {"seconds", r.seconds},
       {"segments", r.segments},
       {"errors", r.errors.size()},
+      {"kept", KeptJson(r.kept, c.dead_ratio)},
   };
 }
 
@@ -473,12 +488,19 @@ std::string LastCompactionLines(const engine::CompactionRecord& c) {
   for (size_t i = 0; i < r.segments.size(); ++i) {
     ids += (i ? "," : "") + std::to_string(r.segments[i]);
   }
+  // Why segments stayed: the first few (the stats file lists them all).
+  constexpr size_t kKeptLines = 20;
+  std::string kept;
+  for (size_t i = 0; i < r.kept.size() && i < kKeptLines; ++i) {
+    kept += "last_compaction.kept." + std::to_string(r.kept[i].id) + "=" +
+            engine::DescribeKept(r.kept[i], c.dead_ratio) + "\n";
+  }
   return "last_compaction.dry_run=" + std::string(c.dry_run ? "1" : "0") + "\n" +
          "last_compaction.segments_rewritten=" + std::to_string(r.segments_rewritten) + "\n" +
          "last_compaction.bytes_reclaimed=" + std::to_string(r.bytes_reclaimed) + "\n" +
          "last_compaction.bytes_copied=" + std::to_string(r.bytes_copied) + "\n" +
          "last_compaction.seconds=" + secs + "\n" + "last_compaction.segments=" + ids + "\n" +
-         "last_compaction.errors=" + std::to_string(r.errors.size()) + "\n";
+         "last_compaction.errors=" + std::to_string(r.errors.size()) + "\n" + kept;
 }
 
 Result<std::string> StoreSummaryJson(engine::Store& store) {

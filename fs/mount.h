@@ -16,11 +16,19 @@
 
 namespace ckptfs::fs {
 
+// Dead bytes at which a mount starts background compaction by default
+// ("compact_dead"). Bounds the dead space a mount keeps to about this much
+// plus what sits in segments below the dead ratio; the copying is limited by
+// compact_rate, so that it takes at most that much disk bandwidth from a save.
+inline constexpr uint64_t kMountCompactDeadBytes = 1ull << 30;
+
 // StoreOptions' defaults, except that a mount frees segment files whose data
-// was all deleted (free_empty_segments; mount option "free_empty").
+// was all deleted (free_empty_segments; mount option "free_empty") and
+// compacts in the background once kMountCompactDeadBytes are dead.
 inline engine::StoreOptions MountStoreDefaults() {
   engine::StoreOptions o;
   o.free_empty_segments = true;
+  o.background_compact_dead_bytes = kMountCompactDeadBytes;
   return o;
 }
 
@@ -39,7 +47,8 @@ struct MountOptions {
 
   // Engine settings. The option table (fs/option_table.cc) names each field
   // that a mount option sets. Defaults: StoreOptions' defaults, except
-  // free_empty_segments (see MountStoreDefaults). read_only and holder are
+  // free_empty_segments and background_compact_dead_bytes (see
+  // MountStoreDefaults). read_only and holder are
   // filled in by ServeMount().
   engine::StoreOptions store = MountStoreDefaults();
 

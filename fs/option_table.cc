@@ -139,8 +139,9 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::background_compact_dead_bytes>,
      .aliases = {"background_compact_dead_bytes"},
-     .help = "background compaction: rewrite segments once this many dead bytes pile up; "
-             "0 = off"},
+     .help = "background compaction: rewrite segments with at least 30% dead bytes (the "
+             "segment being written included) once this many dead bytes pile up over all "
+             "segments; 0 = off"},
     {.name = "compact_rate",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::background_compact_bytes_per_sec>,

@@ -180,7 +180,7 @@ TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   EXPECT_EQ(human("coalesce_gap"), "256K");
   EXPECT_EQ(human("cache_size"), "128M");
   EXPECT_EQ(human("segment_size"), "1G");
-  EXPECT_EQ(human("compact_dead"), "0");
+  EXPECT_EQ(human("compact_dead"), "1G");  // background compaction on for mounts
   EXPECT_EQ(human("free_empty"), "on");
   EXPECT_EQ(human("ro"), "off");
   EXPECT_EQ(human("threads"), "16");

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "engine/store.h"
 #include "tools/commands.h"
@@ -26,7 +27,16 @@ namespace ckptfs::tools {
 
 namespace {
 
-void PrintSummary(const engine::CompactReport& r, bool dry_run) {
+// Prints what the compaction did and, one line each, why it left the
+// segments it left (`kept`: at most kKeptShown of them).
+constexpr size_t kKeptShown = 20;
+void PrintSummary(const engine::CompactReport& r, bool dry_run, const std::vector<std::string>& kept) {
+  auto print_kept = [&] {
+    for (size_t i = 0; i < kept.size() && i < kKeptShown; ++i) {
+      std::printf("%s: %s\n", dry_run ? "would keep" : "kept", kept[i].c_str());
+    }
+    if (kept.size() > kKeptShown) std::printf("... and %zu more kept\n", kept.size() - kKeptShown);
+  };
   std::string ids;
   for (size_t i = 0; i < r.segments.size() && i < 20; ++i) ids += (i ? "," : "") + std::to_string(r.segments[i]);
   if (r.segments.size() > 20) ids += ",...";
@@ -34,6 +44,7 @@ void PrintSummary(const engine::CompactReport& r, bool dry_run) {
     std::printf("would rewrite %" PRIu64 " segments%s%s%s: copy about %s, reclaim about %s\n",
                 r.segments_rewritten, ids.empty() ? "" : " (", ids.c_str(), ids.empty() ? "" : ")",
                 HumanBytes(r.bytes_copied).c_str(), HumanBytes(r.bytes_reclaimed).c_str());
+    print_kept();
     return;
   }
   const double mbps = r.seconds > 0 ? double(r.bytes_copied) / r.seconds / 1e6 : 0;
@@ -42,6 +53,7 @@ void PrintSummary(const engine::CompactReport& r, bool dry_run) {
               HumanBytes(r.bytes_reclaimed).c_str(), HumanBytes(r.bytes_copied).c_str(), r.seconds,
               mbps);
   for (const std::string& e : r.errors) std::printf("kept: %s\n", e.c_str());
+  print_kept();
 }
 
 // Says that `errors` segments were kept; the exit status of a compaction.
@@ -54,7 +66,8 @@ int ExitStatus(uint64_t errors) {
 
 // The "last_compaction" object of the mount's stats file; false when there
 // is none. `*errors` is the number of segments kept for unreadable data.
-bool ReadLastCompaction(const std::string& mount, engine::CompactReport* r, uint64_t* errors) {
+bool ReadLastCompaction(const std::string& mount, engine::CompactReport* r, uint64_t* errors,
+                        std::vector<std::string>* kept) {
   std::ifstream in(mount + "/.ckptfs/stats");
   std::stringstream text;
   text << in.rdbuf();
@@ -73,6 +86,11 @@ bool ReadLastCompaction(const std::string& mount, engine::CompactReport* r, uint
     }
   }
   *errors = c.value("errors", uint64_t{0});
+  if (c.contains("kept") && c["kept"].is_array()) {
+    for (const nlohmann::json& k : c["kept"]) {
+      if (k.is_object()) kept->push_back(k.value("why", std::string()));
+    }
+  }
   return true;
 }
 
@@ -97,11 +115,12 @@ int Online(const std::string& mount, double ratio, bool dry_run) {
   }
   engine::CompactReport r;
   uint64_t errors = 0;
-  if (!ReadLastCompaction(mount, &r, &errors)) {
+  std::vector<std::string> kept;
+  if (!ReadLastCompaction(mount, &r, &errors, &kept)) {
     std::fprintf(stderr, "ckptfs: %s did not report a compaction result\n", mount.c_str());
     return 1;
   }
-  PrintSummary(r, dry_run);
+  PrintSummary(r, dry_run, kept);
   return ExitStatus(errors);
 }
 
@@ -134,7 +153,9 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
     std::fprintf(stderr, "ckptfs: compact %s: %s\n", path.c_str(), r.status().ToString().c_str());
     return 1;
   }
-  PrintSummary(*r, dry_run);
+  std::vector<std::string> kept;
+  for (const engine::KeptSegment& k : r->kept) kept.push_back(engine::DescribeKept(k, dead_ratio));
+  PrintSummary(*r, dry_run, kept);
   return ExitStatus(r->errors.size());
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "format/format.h"
+#include "io/fault_injection.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -638,6 +639,207 @@ TEST_F(CompactDetailTest, OfflineCompactionAndAStoreInUse) {
   ASSERT_NO_FATAL_FAILURE(Open(Options(1 * kMiB, 128 * kKiB)));
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
   EXPECT_ERRNO(ENOENT, Store::CompactOffline(dir_.path() + "/nothing", CompactOptions{}));
+}
+
+// ---- the active segment ----
+
+// Checkpoint steps smaller than a segment all sit in the active one: deleting
+// old steps must still give their space back.
+TEST_F(CompactDetailTest, ActiveSegmentIsSealedAndCompacted) {
+  const StoreOptions o = Options(1ull << 30, 1 * kMiB);
+  ASSERT_NO_FATAL_FAILURE(Open(o));
+  Files files;
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), step, 8, 2 * kMiB, &files));
+  }
+  for (int step : {0, 1, 2}) ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), step, &files));
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> before, store_->ListSegments());
+  ASSERT_EQ(before.size(), 1u) << "every step in the active segment";
+  const uint64_t old_id = before[0].id;
+  const uint64_t live = 16 * kMiB;
+
+  // Above the ratio: the dry run says why it keeps it.
+  CompactOptions high;
+  high.dead_ratio = 0.9;
+  high.dry_run = true;
+  ASSERT_OK_AND_ASSIGN(CompactReport none, store_->Compact(high));
+  EXPECT_EQ(none.segments_rewritten, 0u);
+  ASSERT_EQ(none.kept.size(), 1u);
+  EXPECT_EQ(none.kept[0].reason, KeptSegment::Reason::kBelowRatio);
+  EXPECT_EQ(DescribeKept(none.kept[0], 0.9),
+            "segment " + std::to_string(old_id) + ": dead 75% below the ratio 90%");
+
+  CompactOptions dry;
+  dry.dry_run = true;
+  ASSERT_OK_AND_ASSIGN(CompactReport d, store_->Compact(dry));
+  EXPECT_EQ(d.segments, std::vector<uint64_t>{old_id});
+  EXPECT_TRUE(d.kept.empty());
+
+  ASSERT_OK_AND_ASSIGN(CompactReport r, store_->Compact(CompactOptions{}));
+  EXPECT_EQ(r.segments, std::vector<uint64_t>{old_id});
+  EXPECT_EQ(r.segments_rewritten, d.segments_rewritten);
+  // The dry run's estimates leave out the record headers only.
+  const uint64_t headers = 2 * (live / kMiB) * format::kRecordHeaderSize;
+  EXPECT_GE(r.bytes_copied, d.bytes_copied);
+  EXPECT_LE(r.bytes_copied, d.bytes_copied + headers);
+  EXPECT_LE(r.bytes_reclaimed, d.bytes_reclaimed);
+  EXPECT_GE(r.bytes_reclaimed + headers, d.bytes_reclaimed);
+  EXPECT_FALSE(std::filesystem::exists(store_->SegmentPath(old_id)));
+  EXPECT_LE(SegmentFileBytes(dir_.store()), live * 13 / 10);
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> after, store_->ListSegments());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_GT(after[0].id, old_id);
+  EXPECT_EQ(after[0].live_bytes, static_cast<int64_t>(live));
+  EXPECT_EQ(after[0].dead_bytes, 0);
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
+  // The new active segment has nothing dead: a second pass leaves it, and
+  // says so, without starting another segment.
+  ASSERT_OK_AND_ASSIGN(CompactReport again, store_->Compact(CompactOptions{}));
+  EXPECT_EQ(again.segments_rewritten, 0u);
+  ASSERT_EQ(again.kept.size(), 1u);
+  EXPECT_EQ(again.kept[0].reason, KeptSegment::Reason::kNothingDead);
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> same, store_->ListSegments());
+  EXPECT_EQ(same.size(), 1u);
+
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
+  ASSERT_NO_FATAL_FAILURE(Open(o));
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
+  // Writes after the reopen go on in the new segment; ids are not reused.
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 4, 2, 1 * kMiB, &files));
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> later, store_->ListSegments());
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].id, after[0].id);
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
+}
+
+// free_empty frees an active segment whose files were all deleted.
+TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
+  StoreOptions o = Options(1ull << 30, 1 * kMiB);
+  o.free_empty_segments = true;
+  o.background_interval_ms = 50;
+  ASSERT_NO_FATAL_FAILURE(Open(o));
+  Files files;
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 2 * kMiB, &files));
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> before, store_->ListSegments());
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
+  bool freed = false;
+  for (int i = 0; i < 200 && !freed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    freed = !std::filesystem::exists(store_->SegmentPath(before[0].id));
+  }
+  EXPECT_TRUE(freed) << "the emptied active segment is still there after 10 s";
+  EXPECT_LT(SegmentFileBytes(dir_.store()), 1 * kMiB);
+  std::optional<CompactionRecord> last = store_->LastCompaction();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->report.bytes_copied, 0u);
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
+}
+
+// Writers append to the active segment while compaction seals and rewrites
+// it, again and again: every byte reads back, and fsck finds it clean.
+TEST_F(CompactDetailTest, WritersDuringTheSealOfTheActiveSegment) {
+  ASSERT_NO_FATAL_FAILURE(Open(Options(1ull << 30, 64 * kKiB)));
+  constexpr int kWriters = 4;
+  constexpr uint64_t kSize = 256 * kKiB;
+  std::vector<FileSpec> specs(kWriters);
+  for (int w = 0; w < kWriters; ++w) {
+    ASSERT_OK_AND_ASSIGN(Attr a, store_->Create(kRootIno, "w" + std::to_string(w), S_IFREG | 0644, 0, 0));
+    specs[w] = FileSpec{a.ino, 0, kSize};
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  // Each writer overwrites its file with generation g, piece by piece; a
+  // generation is complete when every piece of it is written.
+  std::vector<std::atomic<uint64_t>> done(kWriters);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      for (uint64_t g = 1; !stop; ++g) {
+        for (uint64_t off = 0; off < kSize; off += 64 * kKiB) {
+          if (!WriteAll(store_.get(), specs[w].ino, off, Fill(g * 100 + w, off, 64 * kKiB)).ok()) {
+            failures++;
+            return;
+          }
+        }
+        done[w] = g;
+      }
+    });
+  }
+  uint64_t rewritten = 0;
+  for (int i = 0; i < 2000 && (i < 5 || rewritten < 3); ++i) {
+    CompactOptions co;
+    co.dead_ratio = 0.1;
+    Result<CompactReport> r = store_->Compact(co);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->errors.empty());
+    rewritten += r->segments_rewritten;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(rewritten, 0u) << "the active segment was never taken";
+  for (int w = 0; w < kWriters; ++w) {
+    ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(store_.get(), specs[w].ino));
+    ASSERT_TRUE(got == Fill(done[w] * 100 + w, 0, kSize)) << "writer " << w;
+  }
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t, SumSegments(store_.get()));
+  EXPECT_EQ(t.live, static_cast<int64_t>(kWriters * kSize));
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
+}
+
+// The power fails after the active segment was sealed and the next one
+// started, before any record was copied: the reopened store reads every
+// fsynced byte, fsck finds it clean, and the next compaction takes the
+// sealed segment.
+TEST(CompactCrashTest, PowerCutBetweenSealAndCopy) {
+  TempDir dir;
+  std::shared_ptr<io::FaultInjectionEnv> env = io::FaultInjectionEnv::Make();
+  StoreOptions o = Options(1ull << 30, 1 * kMiB);
+  o.env = env;
+  Files files;
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir.store(), o));
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_NO_FATAL_FAILURE(WriteStep(store.get(), step, 2, 2 * kMiB, &files));
+  }
+  ASSERT_NO_FATAL_FAILURE(DeleteStep(store.get(), 0, &files));
+  ASSERT_OK(store->SyncAll());
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> before, store->ListSegments());
+  ASSERT_EQ(before.size(), 1u);
+  env->FailWrite(1);  // the first copied record
+  EXPECT_ERRNO(EIO, store->Compact(CompactOptions{}));
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> sealed, store->ListSegments());
+  ASSERT_EQ(sealed.size(), 2u) << "the active segment was sealed and the next one started";
+  env->PowerCut();
+  ASSERT_OK(store->Close());
+  store.reset();
+  ASSERT_OK(env->Restore().status());
+
+  FsckOptions fo;
+  fo.env = env;
+  ASSERT_OK_AND_ASSIGN(FsckReport report, Store::Fsck(dir.store(), fo));
+  EXPECT_TRUE(report.clean()) << Errors(report);
+  ASSERT_OK_AND_ASSIGN(store, Store::Open(dir.store(), o));
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
+  ASSERT_OK_AND_ASSIGN(CompactReport r, store->Compact(CompactOptions{}));
+  EXPECT_EQ(r.segments, std::vector<uint64_t>{before[0].id});
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
+  // New writes go after every id ever used.
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store.get(), 2, 1, 1 * kMiB, &files));
+  ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> later, store->ListSegments());
+  for (const SegmentInfo& seg : later) EXPECT_GT(seg.id, before[0].id);
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
+  ASSERT_OK(store->Close());
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(report, Store::Fsck(dir.store(), fo));
+  EXPECT_TRUE(report.clean()) << Errors(report);
 }
 
 }  // namespace
