@@ -12,6 +12,7 @@
 #include <sys/utsname.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -126,8 +127,22 @@ int Main(int argc, char** argv) {
                            "Size of each staging buffer (default 16M)");
   gpu_load_cmd->add_option("--threads", gpu_load.threads, "Reader threads (default 2)");
 
+  // mount(8) mounts a filesystem of type fuse.ckptfs (an fstab line, `mount
+  // -t fuse.ckptfs`, a systemd .mount unit) through libfuse's mount.fuse3,
+  // which runs `ckptfs STORE MOUNTPOINT -o OPTIONS`: a first argument that
+  // is no subcommand makes the command line a mount's.
+  std::vector<char*> args(argv, argv + argc);
+  auto is_subcommand = [&](const std::string& name) {
+    const std::vector<CLI::App*> subs = app.get_subcommands([](CLI::App*) { return true; });
+    return std::any_of(subs.begin(), subs.end(),
+                       [&](const CLI::App* sub) { return sub->get_name() == name; });
+  };
+  if (argc >= 3 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
+    static char kMount[] = "mount";
+    args.insert(args.begin() + 1, kMount);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : (*fsck ? 8 : 1);  // fsck(8): 8 = usage error
@@ -135,6 +150,12 @@ int Main(int argc, char** argv) {
 
   if (*mount) {
     for (const std::string& list : option_lists) {
+      if (("," + list + ",").find(",remount,") != std::string::npos) {
+        std::fprintf(stderr,
+                     "ckptfs: remount is not supported: a mount's options are fixed until it is "
+                     "unmounted (run-time settings change in MOUNTPOINT/.ckptfs/config)\n");
+        return 1;
+      }
       ckptfs::engine::Status st = ckptfs::fs::ParseMountOptions(list, &mount_options);
       if (!st.ok()) {
         std::fprintf(stderr, "ckptfs: %s\n", st.ToString().c_str());
