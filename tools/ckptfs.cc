@@ -82,6 +82,8 @@ int Main(int argc, char** argv) {
   CLI::App* compact = app.add_subcommand("compact", "Reclaim dead space of a store or a mount");
   compact->add_option("--dead-ratio", compact_ratio, "Rewrite segments at least this dead (default 0.3)");
   compact->add_flag("--dry-run", compact_dry_run, "Only say what would be done");
+  bool compact_json = false;
+  compact->add_flag("--json", compact_json, "Print the result as JSON");
   compact->add_option("PATH", compact_path, "Store directory or mountpoint")->required();
 
   std::vector<std::string> warmup_paths;
@@ -178,7 +180,7 @@ int Main(int argc, char** argv) {
   }
   if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
-  if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run);
+  if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run, compact_json);
   if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);
   if (*info) return ckptfs::tools::RunInfo(info_paths, info_json);
   if (*verify) return ckptfs::tools::RunVerify(verify_paths, verify_json);

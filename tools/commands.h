@@ -36,7 +36,7 @@ int RunStatWatch(const std::string& mountpoint, double interval_s);
 int RunFsck(const std::string& store, bool repair, bool quick, bool json);
 // `ckptfs compact` (tools/compact_command.cc): offline on a store, online
 // through MOUNT/.ckptfs/config on a mountpoint.
-int RunCompact(const std::string& path, double dead_ratio, bool dry_run);
+int RunCompact(const std::string& path, double dead_ratio, bool dry_run, bool json);
 // `ckptfs warmup` (tools/warmup_command.cc): reads the files under `paths`
 // (on a mount) in store order into the kernel's page cache and the mount's
 // record cache, with `threads` readers; 1 when a file could not be read.

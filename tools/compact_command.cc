@@ -30,7 +30,20 @@ namespace {
 // Prints what the compaction did and, one line each, why it left the
 // segments it left (`kept`: at most kKeptShown of them).
 constexpr size_t kKeptShown = 20;
-void PrintSummary(const engine::CompactReport& r, bool dry_run, const std::vector<std::string>& kept) {
+void PrintSummary(const engine::CompactReport& r, bool dry_run, const std::vector<std::string>& kept,
+                  uint64_t errors, bool json) {
+  if (json) {
+    nlohmann::ordered_json j = {{"dry_run", dry_run},
+                                {"segments_rewritten", r.segments_rewritten},
+                                {"bytes_reclaimed", r.bytes_reclaimed},
+                                {"bytes_copied", r.bytes_copied},
+                                {"seconds", r.seconds},
+                                {"segments", r.segments},
+                                {"kept", kept},
+                                {"errors", errors}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
   auto print_kept = [&] {
     for (size_t i = 0; i < kept.size() && i < kKeptShown; ++i) {
       std::printf("%s: %s\n", dry_run ? "would keep" : "kept", kept[i].c_str());
@@ -94,7 +107,7 @@ bool ReadLastCompaction(const std::string& mount, engine::CompactReport* r, uint
   return true;
 }
 
-int Online(const std::string& mount, double ratio, bool dry_run) {
+int Online(const std::string& mount, double ratio, bool dry_run, bool json) {
   const std::string config = mount + "/.ckptfs/config";
   int fd = ::open(config.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -103,7 +116,7 @@ int Online(const std::string& mount, double ratio, bool dry_run) {
   }
   char line[96];
   std::snprintf(line, sizeof(line), "compact=%.6g%s\n", ratio, dry_run ? " dry_run" : "");
-  std::fprintf(stderr, "compacting through the mount at %s ...\n", mount.c_str());
+  if (::isatty(2) == 1) std::fprintf(stderr, "compacting through the mount at %s ...\n", mount.c_str());
   const size_t len = std::strlen(line);
   const bool wrote = ::write(fd, line, len) == static_cast<ssize_t>(len);
   const int werr = errno;
@@ -120,19 +133,19 @@ int Online(const std::string& mount, double ratio, bool dry_run) {
     std::fprintf(stderr, "ckptfs: %s did not report a compaction result\n", mount.c_str());
     return 1;
   }
-  PrintSummary(r, dry_run, kept);
+  PrintSummary(r, dry_run, kept, errors, json);
   return ExitStatus(errors);
 }
 
 }  // namespace
 
-int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
+int RunCompact(const std::string& path, double dead_ratio, bool dry_run, bool json) {
   if (!(dead_ratio >= 0 && dead_ratio <= 1)) {
     std::fprintf(stderr, "ckptfs: --dead-ratio must be between 0 and 1\n");
     return 1;
   }
   struct stat st;
-  if (::stat((path + "/.ckptfs/config").c_str(), &st) == 0) return Online(path, dead_ratio, dry_run);
+  if (::stat((path + "/.ckptfs/config").c_str(), &st) == 0) return Online(path, dead_ratio, dry_run, json);
   if (!engine::Store::IsStore(path)) {
     std::fprintf(stderr, "ckptfs: %s is neither a ckptfs store nor a ckptfs mount\n", path.c_str());
     return 1;
@@ -155,7 +168,7 @@ int RunCompact(const std::string& path, double dead_ratio, bool dry_run) {
   }
   std::vector<std::string> kept;
   for (const engine::KeptSegment& k : r->kept) kept.push_back(engine::DescribeKept(k, dead_ratio));
-  PrintSummary(*r, dry_run, kept);
+  PrintSummary(*r, dry_run, kept, r->errors.size(), json);
   return ExitStatus(r->errors.size());
 }
 
