@@ -375,9 +375,9 @@ Result<std::vector<std::string>> FaultInjectionEnv::List(const std::string& dir)
 }
 
 std::shared_ptr<rocksdb::FileSystem> FaultInjectionEnv::IndexFileSystem() {
-  MutexLock l(&mu_);
-  if (index_fs_ == nullptr) index_fs_ = std::make_shared<FaultIndexFileSystem>(shared_from_this());
-  return index_fs_;
+  // A new wrapper each time (its state is this env's): the env keeping one
+  // would be a reference cycle, as the wrapper keeps the env.
+  return std::make_shared<FaultIndexFileSystem>(shared_from_this());
 }
 
 }  // namespace ckptfs::io

@@ -98,7 +98,6 @@ class FaultInjectionEnv final : public Env,
   Mutex mu_;  // a leaf lock
   std::map<std::string, Unsynced> files_ GUARDED_BY(mu_);
   std::vector<std::string> created_after_cut_ GUARDED_BY(mu_);
-  std::shared_ptr<rocksdb::FileSystem> index_fs_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs::io

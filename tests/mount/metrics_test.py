@@ -170,20 +170,29 @@ class WatchTest(lib.MountAndPlainTestCase):
     def test_watch_without_a_terminal_prints_lines_and_stops_on_sigint(self):
         p = subprocess.Popen([os.environ["CKPTFS_BIN"], "stat", "--watch", "--interval", "0.2",
                               self.m.mnt], stdout=subprocess.PIPE, text=True)
+        lines = []
         try:
-            with Writer(self.m.path("piped")) as w:
+            with Writer(self.m.path("piped")):
+                # A line per interval: read until two have come and one shows
+                # the writer (the watch prints and flushes each interval).
                 deadline = time.monotonic() + WAIT_S
-                while time.monotonic() < deadline and w.n < 20:
-                    time.sleep(0.1)
-                time.sleep(0.5)
+                while time.monotonic() < deadline:
+                    line = p.stdout.readline()
+                    if not line:
+                        break
+                    lines.append(line.rstrip("\n"))
+                    m = WRITTEN.search(line)
+                    if len(lines) >= 2 and m and float(m.group(1)) > 0:
+                        break
         finally:
             p.send_signal(signal.SIGINT)
             out, _ = p.communicate(timeout=WAIT_S)
         self.assertEqual(p.returncode, 0)
-        lines = out.splitlines()
-        self.assertGreaterEqual(len(lines), 2, out)
-        self.assertNotIn("\x1b", out)
-        self.assertTrue(any(float(m.group(1)) > 0 for m in map(WRITTEN.search, lines) if m), out)
+        lines += out.splitlines()
+        self.assertGreaterEqual(len(lines), 2, lines)
+        self.assertFalse(any("\x1b" in l for l in lines), lines)
+        self.assertTrue(any(float(m.group(1)) > 0 for m in map(WRITTEN.search, lines) if m),
+                        lines)
 
     def test_watch_refuses_what_is_not_a_mount(self):
         r = subprocess.run([os.environ["CKPTFS_BIN"], "stat", "--watch", self.plain],
