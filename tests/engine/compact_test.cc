@@ -725,15 +725,17 @@ TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
   ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> before, store_->ListSegments());
   ASSERT_EQ(before.size(), 1u);
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
+  // The pass deletes the file before it records itself: wait for both.
   bool freed = false;
-  for (int i = 0; i < 200 && !freed; ++i) {
+  std::optional<CompactionRecord> last;
+  for (int i = 0; i < 200 && !(freed && last.has_value()); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     freed = !std::filesystem::exists(store_->SegmentPath(before[0].id));
+    last = store_->LastCompaction();
   }
   EXPECT_TRUE(freed) << "the emptied active segment is still there after 10 s";
   EXPECT_LT(SegmentFileBytes(dir_.store()), 1 * kMiB);
-  std::optional<CompactionRecord> last = store_->LastCompaction();
-  ASSERT_TRUE(last.has_value());
+  ASSERT_TRUE(last.has_value()) << "no compaction pass recorded after 10 s";
   EXPECT_EQ(last->report.bytes_copied, 0u);
   ASSERT_OK(store_->Close());
   store_.reset();
