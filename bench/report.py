@@ -6,7 +6,7 @@ import json
 import os
 
 from measure import GIB, MB, MIB, human_size, log, summarize
-from workloads import CHUNK_BYTES, CHUNK_NAMES, RESTORE_THREADS
+from workloads import CHUNK_BYTES, CHUNK_NAMES, RESTORE_THREADS, STEPS_VARIANTS
 
 
 def fmt_spread(s, fmt="%.0f"):
@@ -133,6 +133,15 @@ def compute_summary(results):
             S["pieces"]["ckptfs_%d_requests_per_MiB" % piece] = summarize(
                 [x["requests"]["all"] / (x["bytes"] / MIB) for r in pc["ckptfs"]
                  for x in r["runs"] if x["piece"] == piece and "requests" in x])
+    if "steps" in R:
+        st = R["steps"]
+        S["steps"] = {}
+        for v in STEPS_VARIANTS:
+            S["steps"]["%s_MBps" % v] = summarize(
+                [st["bytes"] / MB / x["seconds"] for r in st[v] for x in r["saves"]])
+        for v in STEPS_VARIANTS[1:]:
+            S["steps"]["%s_space_ratio" % v] = summarize(
+                [r["segment_file_bytes"] / r["live_bytes"] for r in st[v] if r.get("live_bytes")])
     if "cloud" in R:
         cl = R["cloud"]
         S["cloud"] = {}
@@ -266,6 +275,7 @@ def render_markdown(results):
                      env.get("default_coalesce_max", "?")))
     L += render_frameworks(results)
     L += render_pieces_and_cloud(results)
+    L += render_steps(results)
     if "sweep" in S:
         s = S["sweep"]
         plain = s["plain"]["restore_s"]
@@ -389,6 +399,27 @@ def render_pieces_and_cloud(results):
               "io.max) that limits reads from the work dir's disk; caches are dropped "
               "first."]
     return L
+
+
+def render_steps(results):
+    R, S = results, results["summary"]
+    if "steps" not in S:
+        return []
+    s, st = S["steps"], R["steps"]
+    p, c, n = (s["%s_MBps" % v] for v in STEPS_VARIANTS)
+    return ["", "## 10. Keep the last step: saves of %d x %s while the step before is "
+            "deleted (MB/s)" % (st["shards"], human_size(st["bytes"] // st["shards"])), "",
+            "| plain | ckptfs, compaction off | ckptfs (defaults) | defaults/off | "
+            "defaults/plain | segment bytes / live after the last step: off, defaults |",
+            "|---:|---:|---:|---:|---:|---|",
+            "| %s | %s | %s | %s | %s | %s, %s |" % (
+                fmt_spread(p), fmt_spread(n), fmt_spread(c), fmt_ratio(ratio(c, n)),
+                fmt_ratio(ratio(c, p)), fmt_spread(s["ckptfs-nocompact_space_ratio"], "%.2f"),
+                fmt_spread(s["ckptfs_space_ratio"], "%.2f")), "",
+            "%d steps, each written (1 MiB writes, fsync per shard) before the one before it "
+            "is deleted; the saves of steps 3 to %d are timed, while background "
+            "compaction (on by default, `compact_rate` 64M) rewrites what the deletes "
+            "left." % (st["steps"], st["steps"])]
 
 
 def render_scaling(results):

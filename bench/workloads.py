@@ -33,7 +33,8 @@ CHUNK_NAMES = ["0.0", "0.1", "1.0", "1.1"]
 VERIFY_EVERY = 101  # compare the full contents of every 101st chunk
 
 DEFAULT_SWEEP = "off,64K/256K,256K/1M,1M/4M"
-WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk", "pieces", "cloud")
+WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk", "pieces", "cloud",
+             "steps")
 
 
 # Workload 1: one big file
@@ -564,6 +565,66 @@ def run_cloud(b, rep, who):
 
 
 # ---------------------------------------------------------------------------
+# Workload 10: "keep the last step" saves with background compaction
+
+STEPS = 5
+STEP_SHARDS = 8
+# The variants of a rep: the plain directory, ckptfs with its defaults
+# (background compaction on), and ckptfs with background compaction off.
+STEPS_VARIANTS = ("plain", "ckptfs", "ckptfs-nocompact")
+
+
+def step_bytes(d):
+    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def run_steps(b, rep, variant):
+    """STEPS checkpoint steps of STEP_SHARDS shards, each written (1 MiB
+    writes, fsync) and then the step before it deleted, as "keep the last
+    step" does. Every delete leaves as many dead bytes as are live, which
+    starts background compaction (when on) while the next step is saved:
+    the saves of steps 2.. are timed."""
+    who = "plain" if variant == "plain" else "ckptfs"
+    out = {"rep": rep, "variant": variant, "saves": []}
+    if who == "ckptfs":
+        store = b.path("store-steps")
+        wipe(store)
+        b.fs.mount(store, b.path("mnt"), ["compact_dead=0"] if variant == "ckptfs-nocompact" else [])
+        root = b.path("mnt")
+    else:
+        root = fresh_target(b, who, "steps")
+    shard = b.steps_bytes // STEP_SHARDS
+    try:
+        for step in range(STEPS):
+            d = os.path.join(root, "step%d" % step)
+            os.mkdir(d)
+            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+                for i in range(STEP_SHARDS):
+                    big_write(os.path.join(d, "shard%d.bin" % i), shard, b.big_base)
+            if step >= 2:
+                r = m.as_dict()
+                r["step"] = step
+                out["saves"].append(r)
+            if step_bytes(d) != b.steps_bytes:
+                raise BenchError("%s holds %d bytes, not %d" % (d, step_bytes(d), b.steps_bytes))
+            if step > 0:
+                wipe(os.path.join(root, "step%d" % (step - 1)))
+        if who == "ckptfs":
+            st = b.fs.stats()
+            out["segment_file_bytes"] = st["storage"]["segment_file_bytes"]
+            out["live_bytes"] = st["storage"]["live_bytes"]
+            out["last_compaction"] = st.get("last_compaction")
+        big_read(os.path.join(root, "step%d" % (STEPS - 1), "shard0.bin"), shard, b.big_base)
+    finally:
+        if who == "ckptfs":
+            b.fs.umount()
+            wipe(b.path("store-steps"))
+        else:
+            remove_target(b, who, "steps")
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Driver
 
 
@@ -578,6 +639,7 @@ class Bench:
         self.zarr_arrays = 500 if args.quick else 5000
         self.scaling_bytes = (256 * MIB if args.quick else 2 * GIB)
         self.pieces_bytes = (64 * MIB if args.quick else GIB)
+        self.steps_bytes = (128 * MIB if args.quick else 512 * MIB)
         base_opts = [o for o in (args.mount_opts or "").split(",") if o]
         self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
         rng = random.Random(42)
@@ -650,6 +712,14 @@ def run_all(b):
                 log("pieces %s: rep %d/%d, %s" % (human_size(b.pieces_bytes), rep + 1,
                                                   args.reps, who))
                 R["pieces"][who].append(run_pieces(b, rep, who))
+    if "steps" in wl:
+        R["steps"] = {"bytes": b.steps_bytes, "steps": STEPS, "shards": STEP_SHARDS}
+        for v in STEPS_VARIANTS:
+            R["steps"][v] = []
+        for rep in range(args.reps):
+            for v in order_for(rep, list(STEPS_VARIANTS)):
+                log("steps %s: rep %d/%d, %s" % (human_size(b.steps_bytes), rep + 1, args.reps, v))
+                R["steps"][v].append(run_steps(b, rep, v))
     if "frameworks" in wl:
         R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
                            "threads": 16, "ckptfs": [], "plain": []}

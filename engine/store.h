@@ -164,8 +164,9 @@ struct StoreOptions {
   // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.
   uint64_t coalesce_gap = 256u << 10;
   // A merged read never exceeds this many bytes; a small read is extended up to
-  // this size to pull neighbouring records into the cache. 0 turns coalescing
-  // off. Default: 1 MiB. Changes at run time.
+  // this size to pull neighbouring records into the cache (by at most this
+  // many bytes per read request in all). 0 turns coalescing off. Default:
+  // 1 MiB. Changes at run time.
   uint64_t coalesce_max = 1u << 20;
   // Bytes of verified, decoded records kept in memory. Default: 128 MiB.
   // Changes at run time.
@@ -181,8 +182,16 @@ struct StoreOptions {
   std::string holder;
   // Background compaction: a thread checks every few seconds and compacts
   // (CompactOptions defaults) once the dead bytes of all segments together
-  // reach this many. 0 turns it off. Default: 0. Fixed while open.
+  // reach this many, or sooner, see below. 0 turns it off. Default: 0. Fixed
+  // while open.
   uint64_t background_compact_dead_bytes = 0;
+  // With background compaction on, it also starts once the dead bytes exceed
+  // both the live bytes and this many: a store then takes at most about
+  // twice its live data (plus this floor), however small the live data is
+  // next to background_compact_dead_bytes. Each pass copies no more than the
+  // live bytes, so the copying stays within one byte per dead byte. Default:
+  // 64 MiB. Fixed while open.
+  uint64_t background_compact_min_dead_bytes = 64ull << 20;
   // Bandwidth limit of background compaction, in bytes copied per second;
   // 0 = unlimited. Default: 64 MiB/s. Fixed while open.
   uint64_t background_compact_bytes_per_sec = 64ull << 20;
@@ -191,8 +200,8 @@ struct StoreOptions {
   // a few seconds; no data is copied. Default: false. Fixed while open.
   bool free_empty_segments = false;
   // How often the background thread of the two settings above looks at the
-  // segments. Default: 2000 ms. Fixed while open.
-  uint32_t background_interval_ms = 2000;
+  // segments. Default: 1000 ms. Fixed while open.
+  uint32_t background_interval_ms = 1000;
   // Where segment files are read and written (and, where it provides one, the
   // filesystem of the index). Default: nullptr, the local filesystem
   // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.

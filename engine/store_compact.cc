@@ -500,7 +500,16 @@ Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
   // Nothing is compacted on counts that could not be read.
   CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, ListSegments());
   uint64_t dead = 0;  // of every segment, the active one included
-  for (const SegmentInfo& seg : segments) dead += static_cast<uint64_t>(seg.dead_bytes);
+  uint64_t live = 0;
+  for (const SegmentInfo& seg : segments) {
+    dead += static_cast<uint64_t>(seg.dead_bytes);
+    live += static_cast<uint64_t>(seg.live_bytes);
+  }
+  // The absolute threshold, or dead space larger than the live data (and the
+  // floor): whichever comes first.
+  const uint64_t threshold =
+      std::min(options_.background_compact_dead_bytes,
+               std::max(live, options_.background_compact_min_dead_bytes));
   CompactOptions o;
   o.bytes_per_sec = options_.background_compact_bytes_per_sec;
   // Only when a pass would take something: dead bytes spread thinly over
@@ -509,7 +518,7 @@ Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
     return !ChooseVictims(segments, active, newest, ratio).victims.empty();
   };
   if (options_.background_compact_dead_bytes != 0 &&
-      dead >= options_.background_compact_dead_bytes && worth(o.dead_ratio)) {
+      dead >= threshold && worth(o.dead_ratio)) {
     // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
   } else if (options_.free_empty_segments && worth(1.0)) {
     o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy

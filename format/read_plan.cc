@@ -26,8 +26,15 @@ std::vector<BackingRead> PlanReads(std::vector<RecordRef> needed, const Coalesce
     }
     plan.push_back(BackingRead{r.segment_id, r.offset, r.length, r.length, {r}});
   }
+  // The extension is a prefetch: at most `max` bytes of it per plan, given to
+  // the first reads in store order. A read whose records lie scattered (a
+  // file overwritten in small pieces) thus never reads `max` bytes per
+  // record, and the buffers one plan holds stay near what it needs.
+  uint64_t budget = c.enabled() ? c.max : 0;
   for (BackingRead& b : plan) {
-    b.length = c.enabled() ? std::max(b.required, c.max) : b.required;
+    const uint64_t extra = b.required < c.max ? std::min(c.max - b.required, budget) : 0;
+    b.length = b.required + extra;
+    budget -= extra;
   }
   return plan;
 }

@@ -4,7 +4,9 @@
 // them are at most `gap` and the merged read stays within `max`. With both
 // settings nonzero, a read shorter than `max` is extended to `max` bytes so
 // that the records after it (the neighbouring small files written next to
-// it) arrive in the same read. gap == 0 or max == 0 turns all of this off:
+// it) arrive in the same read; one plan extends its reads by at most `max`
+// bytes in all (the first reads first), so that scattered records do not
+// each bring `max` bytes. gap == 0 or max == 0 turns all of this off:
 // one backing read per record.
 //
 // Pure logic: no I/O, no locks.

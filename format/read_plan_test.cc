@@ -42,6 +42,27 @@ TEST(ReadPlanTest, NeverMergesAcrossSegmentsOrPastMax) {
   EXPECT_EQ(plan[2].segment_id, 2u);
 }
 
+TEST(ReadPlanTest, ExtendsByAtMostMaxInAll) {
+  // Four scattered small records: the first read takes 900 of the 1000, the
+  // second the 100 left, the others none.
+  std::vector<RecordRef> recs = {{1, 0, 100}, {1, 10000, 300}, {1, 20000, 100}, {2, 0, 100}};
+  auto plan = PlanReads(recs, {64, 1000});
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(plan[0].length, 1000u);
+  EXPECT_EQ(plan[1].length, 400u);
+  EXPECT_EQ(plan[2].length, 100u);
+  EXPECT_EQ(plan[3].length, 100u);
+  uint64_t extra = 0;
+  for (const BackingRead& b : plan) extra += b.length - b.required;
+  EXPECT_EQ(extra, 1000u);
+  // A read that needs 400 leaves 400 of the 1000 for the next one.
+  plan = PlanReads({{1, 0, 400}, {1, 5000, 100}, {1, 9000, 100}}, {64, 1000});
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].length, 1000u);
+  EXPECT_EQ(plan[1].length, 500u);
+  EXPECT_EQ(plan[2].length, 100u);
+}
+
 TEST(ReadPlanTest, LargeRecordIsNotExtended) {
   auto plan = PlanReads({{3, 48, 2000}}, {64, 1000});
   ASSERT_EQ(plan.size(), 1u);

@@ -110,8 +110,9 @@ engine::Status Filesystem::CountLookup(const Attr& a) {
 }
 
 void Filesystem::Forget(Ino ino, uint64_t n) {
-  if (!lookups_.Forget(ino, n).ok()) op_stats_.CountError();
-  if (lookups_.Get(ino) == 0) capability_free_.Forget(ino);  // a cache: a race only costs a check
+  bool gone = false;
+  if (!lookups_.Forget(ino, n, &gone).ok()) op_stats_.CountError();
+  if (gone) capability_free_.Forget(ino);  // a cache: a race only costs a check
 }
 
 void Filesystem::Accessed(Ino ino, bool directory) {

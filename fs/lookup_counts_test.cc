@@ -43,10 +43,13 @@ TEST_F(LookupCountsTest, UnlinkedFileKeepsItsDataUntilTheLastForget) {
   EXPECT_EQ(counts.pinned(), 1);
   ASSERT_OK(s()->Unlink(kRootIno, "f"));
   EXPECT_EQ(ReadAll(a.ino, data.size() + 1), data);
-  ASSERT_OK(counts.Forget(a.ino, 1));
+  bool gone = true;
+  ASSERT_OK(counts.Forget(a.ino, 1, &gone));
+  EXPECT_FALSE(gone);
   EXPECT_EQ(ReadAll(a.ino, data.size() + 1), data);
   EXPECT_EQ(counts.Get(a.ino), 1u);
-  ASSERT_OK(counts.Forget(a.ino, 1));
+  ASSERT_OK(counts.Forget(a.ino, 1, &gone));
+  EXPECT_TRUE(gone);
   EXPECT_EQ(counts.Get(a.ino), 0u);
   EXPECT_EQ(counts.pinned(), 0);
   // Purged: the inode is gone.

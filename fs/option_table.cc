@@ -141,7 +141,12 @@ constexpr OptionSpec kOptions[] = {
      .aliases = {"background_compact_dead_bytes"},
      .help = "background compaction: rewrite segments with at least 30% dead bytes (the "
              "segment being written included) once this many dead bytes pile up over all "
-             "segments; 0 = off"},
+             "segments (sooner on small stores, see compact_min); 0 = off"},
+    {.name = "compact_min",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::background_compact_min_dead_bytes>,
+     .help = "background compaction also starts once the dead bytes exceed the live bytes "
+             "and this many, so that a store stays within about twice its live data"},
     {.name = "compact_rate",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::background_compact_bytes_per_sec>,

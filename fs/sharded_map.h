@@ -121,16 +121,18 @@ class LookupCounts {
     return st;
   }
 
-  // The kernel forgot `n` lookups of `ino`. At zero the entry goes and the
-  // pin is released; returns what that Release returned (OK otherwise).
-  engine::Status Forget(engine::Ino ino, uint64_t n) {
+  // The kernel forgot `n` lookups of `ino`. At zero the entry goes, the pin
+  // is released and `*gone` (when given) is set; returns what that Release
+  // returned (OK otherwise).
+  engine::Status Forget(engine::Ino ino, uint64_t n, bool* gone = nullptr) {
     engine::Status st;
-    counts_.Update(ino, [&](Entry& e, bool) {
+    const bool kept = counts_.Update(ino, [&](Entry& e, bool) {
       e.count = e.count > n ? e.count - n : 0;
       if (e.count > 0) return true;
       if (e.pinned) st = Unpin(ino);
       return false;
     });
+    if (gone != nullptr) *gone = !kept;
     return st;
   }
 

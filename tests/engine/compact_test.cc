@@ -583,6 +583,47 @@ TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
 }
 
+// Far below the absolute threshold, background compaction starts once the
+// dead bytes exceed the live bytes (and the floor), not before.
+TEST_F(CompactDetailTest, BackgroundCompactionKeepsAStoreNearItsLiveSize) {
+  StoreOptions o = Options(1ull << 30, 128 * kKiB);
+  o.background_compact_dead_bytes = 1ull << 30;
+  o.background_compact_min_dead_bytes = 4 * kMiB;
+  o.background_compact_bytes_per_sec = 0;
+  o.background_interval_ms = 50;
+  ASSERT_NO_FATAL_FAILURE(Open(o));
+  Files files;
+  ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 1, 16 * kMiB, &files));
+  const FileSpec f = files.begin()->second;
+  auto overwrite_half = [&] {
+    for (uint64_t off = 0; off < 8 * kMiB; off += 1 * kMiB) {
+      ASSERT_OK(WriteAll(store_.get(), f.ino, off, Fill(f.seed, off, 1 * kMiB)));
+    }
+  };
+  // 8 MiB dead against 16 MiB live: left alone.
+  ASSERT_NO_FATAL_FAILURE(overwrite_half());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20 * o.background_interval_ms));
+  EXPECT_FALSE(store_->LastCompaction().has_value()) << "compacted with less dead than live";
+  EXPECT_GE(SegmentFileBytes(dir_.store()), 24 * kMiB);
+  // 16 MiB dead: as much as is live, so the segment being written is
+  // sealed and its live half copied.
+  ASSERT_NO_FATAL_FAILURE(overwrite_half());
+  bool reclaimed = false;
+  std::optional<CompactionRecord> last;
+  for (int i = 0; i < 200 && !(reclaimed && last.has_value()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    reclaimed = SegmentFileBytes(dir_.store()) < 20 * kMiB;
+    last = store_->LastCompaction();
+  }
+  EXPECT_TRUE(reclaimed) << "dead space not reclaimed within 10 s";
+  ASSERT_TRUE(last.has_value()) << "no compaction pass recorded within 10 s";
+  EXPECT_LE(last->report.bytes_copied, 17 * kMiB) << "copies no more than the live bytes";
+  ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
+}
+
 TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   StoreOptions o = Options(1 * kMiB, 128 * kKiB);
   o.free_empty_segments = true;  // and no dead-bytes trigger: nothing is copied

@@ -51,6 +51,10 @@ for key in ("create_requests_per_file", "restore_requests_per_file", "restore_wa
             "warmup_s"):
     positive(S["layout"], "ckptfs_" + key)
 positive(S["big"], "dd_write_MBps")
+for v in ("plain", "ckptfs", "ckptfs-nocompact"):
+    positive(S["steps"], v + "_MBps")
+for v in ("ckptfs", "ckptfs-nocompact"):
+    positive(S["steps"], v + "_space_ratio")
 positive(S["big"], "write_peak_rss_MiB")
 assert S["layout"]["plain_backing_files"]["median"] == r["layout"]["dirs"] * 5
 assert 0 < S["layout"]["ckptfs_backing_files"]["median"] <= 32, S["layout"]["ckptfs_backing_files"]
@@ -60,7 +64,8 @@ for label in [s["label"] for s in r["sweep"]["settings"]] + ["plain"]:
 md = open(os.path.join(out, "results.md")).read()
 for n, title in ((1, "Big file"), (2, "Per-parameter layout"), (3, "Real frameworks"),
                  (4, "Coalescing sweep"), (5, "Scaling"), (6, "Disk limit"),
-                 (7, "Daemon resources"), (8, "Small writes"), (9, "Cloud-disk profile")):
+                 (7, "Daemon resources"), (8, "Small writes"), (9, "Cloud-disk profile"),
+                 (10, "Keep the last step")):
     assert ("## %d. %s" % (n, title)) in md, "results.md lacks section %d" % n
 assert "n/a" not in md.split("## 1.")[1].split("## 2.")[0], "big-file table has gaps"
 

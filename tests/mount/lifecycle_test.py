@@ -192,7 +192,7 @@ class LifecycleTest(unittest.TestCase):
     def test_background_compaction_gives_the_space_back_by_itself(self):
         self.mount(["compact_dead=64M"])
         kept = self.fill_and_delete()
-        # Bounded wait: background compaction looks every 2 s and copies at
+        # Bounded wait: background compaction looks every second and copies at
         # compact_rate (64M/s by default).
         # The files go before the compaction reports itself: wait for both.
         deadline = time.monotonic() + 30

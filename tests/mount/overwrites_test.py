@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Random small overwrites with the default mount options: the store stays
+within a few times the file's size, and the daemon's memory within the bound
+the README states.
+
+A 64 MiB file is overwritten 100,000 times at random offsets with pieces of
+512 B to 8 KiB (about 400 MiB in all), as h5py does when it rewrites slices.
+Every overwrite leaves dead bytes in the segment being written; background
+compaction (on by default) must give them back while the writes go on. The
+segment files are measured every 5,000 writes and at the end (after at most
+30 s of idle), the file is compared byte for byte with a copy kept in memory,
+the daemon's peak RSS (VmHWM) is read from /proc, and fsck finds the store
+clean after the unmount. Needs CKPTFS_BIN.
+"""
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+MiB = 1 << 20
+FILE_BYTES = 64 * MiB
+WRITES = 100_000
+PIECE_MIN, PIECE_MAX = 512, 8 << 10
+# "Within a few times its size": the live file, as many dead bytes again
+# (compact_min=64M is the file's size here), what is overwritten while a
+# check waits (1 s) and a pass runs, and the copy the pass is making. About
+# 4.3 times here.
+STORE_BOUND = 5 * FILE_BYTES
+# The README's "Daemon memory" paragraph: about 370 MiB with the defaults.
+RSS_BOUND = 370 * MiB
+BIN = os.environ.get("CKPTFS_BIN")
+
+
+def segment_bytes(store):
+    d = os.path.join(store, "segments")
+    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def peak_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+class OverwritesTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = harness.make_tmpdir()
+        self.store = os.path.join(self.tmp, "store")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        self.m = harness.Mount(self.store, self.mnt, [])
+        self.m.mount()
+
+    def tearDown(self):
+        if self.m.pid is not None:
+            self.m.unmount()
+
+    def test_random_small_overwrites_keep_the_store_small(self):
+        rng = random.Random(20261123)
+        data = bytearray(rng.randbytes(FILE_BYTES))
+        path = os.path.join(self.mnt, "model.h5")
+        lib.write_file(path, bytes(data))
+        pid = harness.daemon_pid(self.mnt)
+        self.assertIsNotNone(pid)
+
+        largest = 0
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for i in range(WRITES):
+                n = rng.randint(PIECE_MIN, PIECE_MAX)
+                off = rng.randrange(0, FILE_BYTES - n)
+                piece = rng.randbytes(n)
+                self.assertEqual(os.pwrite(fd, piece, off), n)
+                data[off:off + n] = piece
+                if i % 5000 == 0:
+                    largest = max(largest, segment_bytes(self.store))
+        finally:
+            os.close(fd)
+        largest = max(largest, segment_bytes(self.store))
+        harness.log("overwrites: segment files peaked at %.1f MiB for a %d MiB file"
+                    % (largest / MiB, FILE_BYTES // MiB))
+        self.assertLessEqual(largest, STORE_BOUND,
+                             "segment files reached %d bytes for a %d-byte file"
+                             % (largest, FILE_BYTES))
+
+        # Once the writes stop, the next pass brings it down to the live
+        # bytes plus less than compact_min.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and segment_bytes(self.store) > 2 * FILE_BYTES:
+            time.sleep(0.5)
+        self.assertLessEqual(segment_bytes(self.store), 2 * FILE_BYTES)
+        stats = self.m.stats()
+        self.assertIsNotNone(stats.get("last_compaction"), "no background compaction ran")
+        self.assertFalse(stats["last_compaction"]["dry_run"])
+
+        self.assertEqual(lib.file_sha256(path), hashlib.sha256(data).hexdigest(),
+                         "the file differs from its copy in memory")
+        rss = peak_rss(pid)
+        harness.log("overwrites: daemon peak RSS %.1f MiB" % (rss / MiB))
+        self.assertLessEqual(rss, RSS_BOUND, "daemon peak RSS %d bytes" % rss)
+
+        self.m.unmount()
+        r = subprocess.run([BIN, "fsck", self.store], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    harness.require_fuse(root=False)
+    harness.set_deadline(280)
+    unittest.main()
