@@ -421,7 +421,7 @@ def render_steps(results):
             "%d steps, each written (1 MiB writes, fsync per shard) before the one before it "
             "is deleted; the saves of steps 3 to %d are timed, while background "
             "compaction (on by default, `compact_rate` 64M) rewrites what the deletes "
-            "left." % (st["steps"], st["steps"])]
+            "left. The space is measured once the store is idle." % (st["steps"], st["steps"])]
 
 
 def render_scaling(results):
