@@ -17,9 +17,11 @@
 namespace ckptfs::fs {
 
 // Dead bytes at which a mount starts background compaction by default
-// ("compact_dead"). Bounds the dead space a mount keeps to about this much
-// plus what sits in segments below the dead ratio; the copying is limited by
-// compact_rate, so that it takes at most that much disk bandwidth from a save.
+// ("compact_dead"); it starts sooner once the dead bytes exceed the live
+// bytes and compact_min. Bounds the dead space a mount keeps to about the
+// smaller of this and the live bytes, plus what sits in segments below the
+// dead ratio; the copying is limited by compact_rate, so that it takes at
+// most that much disk bandwidth from a save.
 inline constexpr uint64_t kMountCompactDeadBytes = 1ull << 30;
 
 // StoreOptions' defaults, except that a mount frees segment files whose data
