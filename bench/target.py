@@ -116,13 +116,14 @@ class Ckptfs:
         return not harness.is_mounted(mnt)
 
 
-def fresh_target(b, who, name):
+def fresh_target(b, who, name, extra_opts=()):
     """An empty place to write to: a fresh store mounted at WORK/mnt for "ckptfs"
-    (the store is WORK/store-NAME), else the plain directory WORK/plain-NAME."""
+    (the store is WORK/store-NAME, mounted with `extra_opts` besides the
+    bench's own), else the plain directory WORK/plain-NAME."""
     if who == "ckptfs":
         store = b.path("store-" + name)
         wipe(store)
-        b.fs.mount(store, b.path("mnt"))
+        b.fs.mount(store, b.path("mnt"), extra_opts)
         return b.path("mnt")
     d = b.path("plain-" + name)
     wipe(d)

@@ -587,13 +587,8 @@ def run_steps(b, rep, variant):
     is idle."""
     who = "plain" if variant == "plain" else "ckptfs"
     out = {"rep": rep, "variant": variant, "saves": []}
-    if who == "ckptfs":
-        store = b.path("store-steps")
-        wipe(store)
-        b.fs.mount(store, b.path("mnt"), ["compact_dead=0"] if variant == "ckptfs-nocompact" else [])
-        root = b.path("mnt")
-    else:
-        root = fresh_target(b, who, "steps")
+    root = fresh_target(b, who, "steps",
+                        ["compact_dead=0"] if variant == "ckptfs-nocompact" else [])
     shard = b.steps_bytes // STEP_SHARDS
     try:
         for step in range(STEPS):
@@ -606,30 +601,28 @@ def run_steps(b, rep, variant):
                 r = m.as_dict()
                 r["step"] = step
                 out["saves"].append(r)
-            if step_bytes(d) != b.steps_bytes:
-                raise BenchError("%s holds %d bytes, not %d" % (d, step_bytes(d), b.steps_bytes))
+            written = step_bytes(d)
+            if written != b.steps_bytes:
+                raise BenchError("%s holds %d bytes, not %d" % (d, written, b.steps_bytes))
             if step > 0:
                 wipe(os.path.join(root, "step%d" % (step - 1)))
         if who == "ckptfs":
             # The space once background work settles: unchanged for 3 s (at
             # most 30 s).
-            last, since, deadline = None, time.monotonic(), time.monotonic() + 30
+            st, since, deadline = None, time.monotonic(), time.monotonic() + 30
             while time.monotonic() < deadline and time.monotonic() - since < 3:
-                now = b.fs.stats()["storage"]["segment_file_bytes"]
-                if now != last:
-                    last, since = now, time.monotonic()
+                now = b.fs.stats()
+                if st is None or (now["storage"]["segment_file_bytes"] !=
+                                  st["storage"]["segment_file_bytes"]):
+                    since = time.monotonic()
+                st = now
                 time.sleep(0.5)
-            st = b.fs.stats()
             out["segment_file_bytes"] = st["storage"]["segment_file_bytes"]
             out["live_bytes"] = st["storage"]["live_bytes"]
             out["last_compaction"] = st.get("last_compaction")
         big_read(os.path.join(root, "step%d" % (STEPS - 1), "shard0.bin"), shard, b.big_base)
     finally:
-        if who == "ckptfs":
-            b.fs.umount()
-            wipe(b.path("store-steps"))
-        else:
-            remove_target(b, who, "steps")
+        remove_target(b, who, "steps")
     return out
 
 

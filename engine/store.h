@@ -188,8 +188,8 @@ struct StoreOptions {
   // With background compaction on, it also starts once the dead bytes exceed
   // both the live bytes and this many: a store then takes at most about
   // twice its live data (plus this floor), however small the live data is
-  // next to background_compact_dead_bytes. Each pass copies no more than the
-  // live bytes, so the copying stays within one byte per dead byte. Default:
+  // next to background_compact_dead_bytes. A pass started this way copies no
+  // more than the live bytes, which are fewer than the dead ones. Default:
   // 64 MiB. Fixed while open.
   uint64_t background_compact_min_dead_bytes = 64ull << 20;
   // Bandwidth limit of background compaction, in bytes copied per second;

@@ -114,6 +114,21 @@ void ExpectFsckClean(const std::string& dir) {
   EXPECT_TRUE(r->clean()) << Errors(*r);
 }
 
+// Waits up to 10 s until `done()` holds and a background pass has recorded
+// itself (a pass deletes files before it records itself: both are needed).
+// `*met` = what done() last returned; returns the last record, if any.
+template <typename Done>
+std::optional<CompactionRecord> AwaitBackgroundPass(Store* s, Done done, bool* met) {
+  std::optional<CompactionRecord> last;
+  *met = false;
+  for (int i = 0; i < 200 && !(*met && last.has_value()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    *met = done();
+    last = s->LastCompaction();
+  }
+  return last;
+}
+
 StoreOptions Options(uint64_t segment, uint32_t record) {
   StoreOptions o = TestOptions();
   o.segment_target_bytes = segment;
@@ -567,13 +582,12 @@ TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
   const uint64_t before = SegmentFileBytes(dir_.store());
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
-  // The files go before the compaction reports itself: wait for both.
-  bool reclaimed = false, reported = false;
-  for (int i = 0; i < 100 && !(reclaimed && reported); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    reclaimed = SegmentFileBytes(dir_.store()) < before - 3 * kMiB;
-    reported = store_->LastCompaction().has_value();
-  }
+  bool reclaimed = false;
+  const bool reported =
+      AwaitBackgroundPass(
+          store_.get(), [&] { return SegmentFileBytes(dir_.store()) < before - 3 * kMiB; },
+          &reclaimed)
+          .has_value();
   EXPECT_TRUE(reclaimed) << "no background compaction within 10 s";
   EXPECT_TRUE(reported) << "no last_compaction lines within 10 s";
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store_.get(), files));
@@ -609,12 +623,8 @@ TEST_F(CompactDetailTest, BackgroundCompactionKeepsAStoreNearItsLiveSize) {
   // sealed and its live half copied.
   ASSERT_NO_FATAL_FAILURE(overwrite_half());
   bool reclaimed = false;
-  std::optional<CompactionRecord> last;
-  for (int i = 0; i < 200 && !(reclaimed && last.has_value()); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    reclaimed = SegmentFileBytes(dir_.store()) < 20 * kMiB;
-    last = store_->LastCompaction();
-  }
+  const std::optional<CompactionRecord> last = AwaitBackgroundPass(
+      store_.get(), [&] { return SegmentFileBytes(dir_.store()) < 20 * kMiB; }, &reclaimed);
   EXPECT_TRUE(reclaimed) << "dead space not reclaimed within 10 s";
   ASSERT_TRUE(last.has_value()) << "no compaction pass recorded within 10 s";
   EXPECT_LE(last->report.bytes_copied, 17 * kMiB) << "copies no more than the live bytes";
@@ -635,14 +645,9 @@ TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> segments_before, store_->ListSegments());
   const uint64_t before = SegmentFileBytes(dir_.store());
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
-  // The files go before the compaction reports itself: wait for both.
   bool freed = false;
-  std::optional<CompactionRecord> last;
-  for (int i = 0; i < 100 && !(freed && last); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    freed = SegmentFileBytes(dir_.store()) < before - 3 * kMiB;
-    last = store_->LastCompaction();
-  }
+  const std::optional<CompactionRecord> last = AwaitBackgroundPass(
+      store_.get(), [&] { return SegmentFileBytes(dir_.store()) < before - 3 * kMiB; }, &freed);
   EXPECT_TRUE(freed) << "segments of the deleted step still there after 10 s";
   ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segments, store_->ListSegments());
   EXPECT_LT(segments.size(), segments_before.size());
@@ -766,14 +771,10 @@ TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
   ASSERT_OK_AND_ASSIGN(const std::vector<SegmentInfo> before, store_->ListSegments());
   ASSERT_EQ(before.size(), 1u);
   ASSERT_NO_FATAL_FAILURE(DeleteStep(store_.get(), 0, &files));
-  // The pass deletes the file before it records itself: wait for both.
   bool freed = false;
-  std::optional<CompactionRecord> last;
-  for (int i = 0; i < 200 && !(freed && last.has_value()); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    freed = !std::filesystem::exists(store_->SegmentPath(before[0].id));
-    last = store_->LastCompaction();
-  }
+  const std::optional<CompactionRecord> last = AwaitBackgroundPass(
+      store_.get(), [&] { return !std::filesystem::exists(store_->SegmentPath(before[0].id)); },
+      &freed);
   EXPECT_TRUE(freed) << "the emptied active segment is still there after 10 s";
   EXPECT_LT(SegmentFileBytes(dir_.store()), 1 * kMiB);
   ASSERT_TRUE(last.has_value()) << "no compaction pass recorded after 10 s";

@@ -56,6 +56,12 @@ def file_sha256(path):
     return h.hexdigest()
 
 
+def segment_bytes(store):
+    """Bytes of a store's segment files (what its data takes on disk)."""
+    d = os.path.join(store, "segments")
+    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+
+
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()

@@ -32,11 +32,6 @@ LIVE = SHARDS * SHARD_BYTES  # the one step that is kept
 BIN = os.environ.get("CKPTFS_BIN")
 
 
-def segment_bytes(store):
-    d = os.path.join(store, "segments")
-    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
-
-
 def write_steps(mnt):
     """Writes the steps; returns {path relative to mnt: sha256} of the last."""
     kept = {}
@@ -100,7 +95,7 @@ class LifecycleTest(unittest.TestCase):
         """Writes the steps, deletes all but the last; returns its checksums."""
         kept = write_steps(self.mnt)
         delete_old_steps(self.mnt)
-        self.assertGreater(segment_bytes(self.store), 3.5 * LIVE,
+        self.assertGreater(lib.segment_bytes(self.store), 3.5 * LIVE,
                            "the deleted steps' bytes are still in the segments")
         return kept
 
@@ -110,7 +105,7 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(lib.file_sha256(os.path.join(root, rel)), digest, rel)
 
     def check_space(self):
-        got = segment_bytes(self.store)
+        got = lib.segment_bytes(self.store)
         self.assertLessEqual(got, 1.3 * LIVE, "segments hold %d bytes for %d live" % (got, LIVE))
 
     def unmount_and_fsck(self):
@@ -122,7 +117,7 @@ class LifecycleTest(unittest.TestCase):
         # No background compaction: the dry run and the run see the same store.
         self.mount(["compact_dead=0"])
         kept = self.fill_and_delete()
-        before = segment_bytes(self.store)
+        before = lib.segment_bytes(self.store)
 
         rc, out, err = compact(self.mnt, "--dry-run", "--json")
         self.assertEqual(rc, 0, out + err)
@@ -147,7 +142,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(real["segments_rewritten"], dry["segments_rewritten"])
         self.assertLessEqual(abs(real["bytes_copied"] - dry["bytes_copied"]), headers)
         self.assertLessEqual(abs(real["bytes_reclaimed"] - dry["bytes_reclaimed"]), headers)
-        self.assertLessEqual(abs(before - segment_bytes(self.store) - real["bytes_reclaimed"]),
+        self.assertLessEqual(abs(before - lib.segment_bytes(self.store) - real["bytes_reclaimed"]),
                              headers)
         self.assertIn("rewrote %d segments" % real["segments_rewritten"], out)
         self.check_space()
@@ -167,15 +162,15 @@ class LifecycleTest(unittest.TestCase):
         self.mount(["compact_dead=0"])
         kept = self.fill_and_delete()
         self.m.unmount()
-        before = segment_bytes(self.store)
+        before = lib.segment_bytes(self.store)
 
         rc, dry_out, err = compact(self.store, "--dry-run")
         self.assertEqual(rc, 0, dry_out + err)
-        self.assertEqual(segment_bytes(self.store), before)
+        self.assertEqual(lib.segment_bytes(self.store), before)
         rc, out, err = compact(self.store)
         self.assertEqual(rc, 0, out + err)
         self.assertEqual(printed_segments(out), printed_segments(dry_out))
-        reclaimed = before - segment_bytes(self.store)
+        reclaimed = before - lib.segment_bytes(self.store)
         # Printed to 0.1 of a unit; the dry run leaves out the record headers.
         slack = 0.06 * MiB + 64 * (2 * LIVE // MiB)
         self.assertLessEqual(abs(printed_bytes(out, "reclaimed") - reclaimed), slack, out)
@@ -198,7 +193,7 @@ class LifecycleTest(unittest.TestCase):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             last = self.m.stats().get("last_compaction")
-            if segment_bytes(self.store) <= 1.3 * LIVE and last and last["segments_rewritten"]:
+            if lib.segment_bytes(self.store) <= 1.3 * LIVE and last and last["segments_rewritten"]:
                 break
             time.sleep(0.5)
         self.check_space()

@@ -39,11 +39,6 @@ RSS_BOUND = 370 * MiB
 BIN = os.environ.get("CKPTFS_BIN")
 
 
-def segment_bytes(store):
-    d = os.path.join(store, "segments")
-    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
-
-
 def peak_rss(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -83,10 +78,10 @@ class OverwritesTest(unittest.TestCase):
                 self.assertEqual(os.pwrite(fd, piece, off), n)
                 data[off:off + n] = piece
                 if i % 5000 == 0:
-                    largest = max(largest, segment_bytes(self.store))
+                    largest = max(largest, lib.segment_bytes(self.store))
         finally:
             os.close(fd)
-        largest = max(largest, segment_bytes(self.store))
+        largest = max(largest, lib.segment_bytes(self.store))
         harness.log("overwrites: segment files peaked at %.1f MiB for a %d MiB file"
                     % (largest / MiB, FILE_BYTES // MiB))
         self.assertLessEqual(largest, STORE_BOUND,
@@ -96,9 +91,9 @@ class OverwritesTest(unittest.TestCase):
         # Once the writes stop, the next pass brings it down to the live
         # bytes plus less than compact_min.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and segment_bytes(self.store) > 2 * FILE_BYTES:
+        while time.monotonic() < deadline and lib.segment_bytes(self.store) > 2 * FILE_BYTES:
             time.sleep(0.5)
-        self.assertLessEqual(segment_bytes(self.store), 2 * FILE_BYTES)
+        self.assertLessEqual(lib.segment_bytes(self.store), 2 * FILE_BYTES)
         stats = self.m.stats()
         self.assertIsNotNone(stats.get("last_compaction"), "no background compaction ran")
         self.assertFalse(stats["last_compaction"]["dry_run"])
