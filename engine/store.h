@@ -62,6 +62,10 @@ struct SetAttrRequest {
   std::optional<uint64_t> size;  // truncate down or extend with a hole
   std::optional<Timespec> atime;
   std::optional<Timespec> mtime;
+  // The change time to record instead of now: the kernel's write-back cache
+  // owns a file's mtime and ctime while it holds its pages and hands both
+  // back with a SETATTR when it writes them.
+  std::optional<Timespec> ctime;
   bool atime_now = false;
   bool mtime_now = false;
   // Clears S_ISUID, and S_ISGID when S_IXGRP is set (after `mode` applies),

@@ -34,7 +34,7 @@ uint32_t WithoutSuidSgid(uint32_t mode) {
 // Whether `req` asks for nothing but kill_suidgid or kill_sgid.
 bool OnlyKillsSuidSgid(const SetAttrRequest& req) {
   return (req.kill_suidgid || req.kill_sgid) && !req.mode && !req.uid && !req.gid && !req.size && !req.atime &&
-         !req.mtime && !req.atime_now && !req.mtime_now;
+         !req.mtime && !req.ctime && !req.atime_now && !req.mtime_now;
 }
 
 // Whether an access at `now` moves the access time of `v` under `rule`
@@ -574,8 +574,9 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
     v.mtime_sec = req.mtime->sec;
     v.mtime_nsec = req.mtime->nsec;
   }
-  v.ctime_sec = now.sec;
-  v.ctime_nsec = now.nsec;
+  const Timespec ctime = req.ctime.value_or(now);
+  v.ctime_sec = ctime.sec;
+  v.ctime_nsec = ctime.nsec;
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b, cf_segments_);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));

@@ -357,7 +357,28 @@ Result<std::string> Control::Read(Ino ino, uint64_t offset, size_t size) {
   return s->content.substr(offset, size);
 }
 
-Status Control::Write(Ino ino, std::string_view data, uid_t uid) {
+namespace {
+
+// The whole lines of `data`, written at `offset` over `held`, that hold a
+// byte it changes; all of `data` when it lies past `held`.
+std::string_view ChangedLines(std::string_view held, uint64_t offset, std::string_view data) {
+  if (offset >= held.size()) return data;
+  held.remove_prefix(offset);
+  size_t first = 0;
+  while (first < data.size() && first < held.size() && data[first] == held[first]) ++first;
+  if (first == data.size()) return {};
+  size_t end = data.size();
+  while (end > first && end <= held.size() && data[end - 1] == held[end - 1]) --end;
+  const size_t nl_before = first == 0 ? std::string_view::npos : data.rfind('\n', first - 1);
+  const size_t start = nl_before == std::string_view::npos ? 0 : nl_before + 1;
+  const size_t nl_after = data.find('\n', end - 1);
+  const size_t stop = nl_after == std::string_view::npos ? data.size() : nl_after + 1;
+  return data.substr(start, stop - start);
+}
+
+}  // namespace
+
+Status Control::Write(Ino ino, uint64_t offset, std::string_view data, uid_t uid) {
   const Ino kind = ControlKind(ino);
   if (kind == kControlDirIno) return Status::Errno(EISDIR);
   if (kind == kStatsIno || kind == kMetricsIno) {
@@ -369,13 +390,43 @@ Status Control::Write(Ino ino, std::string_view data, uid_t uid) {
     return Status::Errno(EACCES, "only the mount's owner may change the config");
   }
   MutexLock lock(&write_mu_);
-  while (!data.empty()) {
-    const size_t nl = data.find('\n');
-    const std::string_view line = data.substr(0, nl);
-    CKPTFS_RETURN_IF_ERROR(Apply(line));
-    data.remove_prefix(nl == std::string_view::npos ? data.size() : nl + 1);
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
+  const std::string_view fresh = ChangedLines(s->content, offset, data);
+  // Lines apply up to the first that fails; what was written becomes part
+  // of the snapshot either way, as it is part of the kernel's pages.
+  Status st = Status::OK();
+  for (std::string_view rest = fresh; !rest.empty() && st.ok();) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    st = Apply(line);
+    if (!st.ok()) {
+      MutexLock l(&mu_);
+      last_refusal_ = "'" + std::string(Trim(line)) + "': " + st.ToString();
+    }
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
   }
-  return Status::OK();
+  auto next = std::make_shared<Snapshot>(*s);
+  if (next->content.size() < offset) next->content.resize(offset, '\n');
+  next->content.replace(offset, data.size(), data);
+  Keep(ino, std::move(next));
+  return st;
+}
+
+Result<Attr> Control::Truncate(Ino ino, uint64_t size) {
+  MutexLock lock(&write_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const Snapshot> s, SnapshotOf(ino));
+  if (size >= s->content.size()) return MakeAttr(ino, *s);
+  auto next = std::make_shared<Snapshot>(*s);
+  next->content.resize(size);
+  const Attr a = MakeAttr(ino, *next);
+  Keep(ino, std::move(next));
+  return a;
+}
+
+void Control::Keep(Ino ino, std::shared_ptr<const Snapshot> s) {
+  MutexLock lock(&mu_);
+  snapshots_[ino] = std::move(s);
+  while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
 }
 
 Status Control::Apply(std::string_view line) {
@@ -399,6 +450,8 @@ std::string Control::ConfigText() const {
   if (std::optional<engine::CompactionRecord> last = fs_->store().LastCompaction()) {
     text += LastCompactionLines(*last);
   }
+  MutexLock l(&mu_);
+  if (!last_refusal_.empty()) text += "# last refused: " + last_refusal_ + "\n";
   return text;
 }
 

@@ -78,11 +78,19 @@ class Control {
 
   // Bytes of the current snapshot at [offset, offset+size).
   engine::Result<std::string> Read(engine::Ino ino, uint64_t offset, size_t size);
-  // Applies the lines of `data`, written by a caller with uid `uid`, to the
-  // config: for the mount's owner and root (EACCES otherwise); stats is
-  // read-only. EINVAL on an unknown key, a setting fixed while mounted or a
-  // bad value; the lines after it are not applied.
-  engine::Status Write(engine::Ino ino, std::string_view data, uid_t uid);
+  // Applies the lines of `data`, written at `offset` by a caller with uid
+  // `uid`, to the config: for the mount's owner and root (EACCES otherwise);
+  // stats is read-only. EINVAL on an unknown key, a setting fixed while
+  // mounted or a bad value; the lines after it are not applied. Bytes that
+  // repeat what the snapshot already holds at their offset are not applied
+  // again: the kernel's write-back cache writes whole pages, so a page's
+  // earlier lines (or the text read before an append) come back with the
+  // new ones. The written bytes then become part of the snapshot.
+  engine::Status Write(engine::Ino ino, uint64_t offset, std::string_view data, uid_t uid);
+  // Truncation of the config (open with O_TRUNC): the snapshot of `ino` is
+  // cut to `size` bytes (never extended), so that what follows is written
+  // to an empty file and not merged with the settings it showed.
+  engine::Result<engine::Attr> Truncate(engine::Ino ino, uint64_t size);
 
   // The files' contents. The stats file's fails (EIO naming what) when the
   // store's accounting or namespace cannot be read, so that reading the
@@ -115,6 +123,8 @@ class Control {
   // made when there is none.
   engine::Result<std::shared_ptr<const Snapshot>> SnapshotOf(engine::Ino ino);
   engine::Status Apply(std::string_view line);
+  // Serves `s` as the snapshot of `ino` from now on.
+  void Keep(engine::Ino ino, std::shared_ptr<const Snapshot> s) EXCLUDES(mu_);
 
   Filesystem* const fs_;
   // A leaf lock, held only to swap or copy the pointers.
@@ -127,6 +137,10 @@ class Control {
   std::map<engine::Ino, std::shared_ptr<const Snapshot>> newest_ GUARDED_BY(mu_);
   uint64_t serial_ GUARDED_BY(mu_) = 0;
   engine::Timespec last_mtime_ GUARDED_BY(mu_);  // of the newest snapshot
+  // The last config line refused and why; the config shows it as a comment,
+  // since with the write-back cache a refusal reaches the writer only as
+  // EIO from close(2) or fsync(2).
+  std::string last_refusal_ GUARDED_BY(mu_);
   // Serializes config writes: lines apply in the order they were written.
   // Lock order: before every engine lock.
   Mutex write_mu_;

@@ -63,7 +63,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
     if (IsControl(ino)) {
-      Status st = fs.control().Write(ino, std::string_view(data, size), r.ctx().uid);
+      Status st = fs.control().Write(ino, static_cast<uint64_t>(off), std::string_view(data, size), r.ctx().uid);
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
@@ -73,6 +73,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
     r.Write(*n);
+    if (fs.options().UsesWritebackCache()) fs.attr_invalidator().Queue(ino);
   });
 }
 
@@ -91,7 +92,13 @@ void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {
   Serve(req, Op::kFsync, [&](Request& r) {
     if (IsControl(ino)) return r.Ok();
-    r.Fail(r.fs().store().Fsync(ino, datasync != 0));
+    Status st = r.fs().store().Fsync(ino, datasync != 0);
+    // Writes from the kernel's cache came before this FSYNC: st_blocks as
+    // the caller sees it when fsync returns counts them.
+    if (st.ok() && r.fs().options().UsesWritebackCache()) {
+      r.fs().attr_invalidator().Now(ino);
+    }
+    r.Fail(st);
   });
 }
 

@@ -125,11 +125,14 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   Serve(req, Op::kSetattr, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (IsControl(ino)) {
-      // Truncating the config file (echo x > config) is accepted and ignored.
+      // Truncating the config file (echo x > config) empties what this
+      // lookup's snapshot shows; the settings stay.
       const int allowed =
           FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
       if (ControlKind(ino) != kConfigIno || (to_set & ~allowed) != 0) return r.Err(EPERM);
-      Result<Attr> a = fs.GetAttr(ino);
+      Result<Attr> a = (to_set & FUSE_SET_ATTR_SIZE)
+                           ? fs.control().Truncate(ino, static_cast<uint64_t>(attr->st_size))
+                           : fs.GetAttr(ino);
       if (!a.ok()) return r.Fail(a.status());
       return r.Attr(fs.ToStat(*a), 0.0);
     }
@@ -148,6 +151,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     } else if (to_set & FUSE_SET_ATTR_MTIME) {
       q.mtime = ToTimespec(attr->st_mtim);
     }
+    if (to_set & FUSE_SET_ATTR_CTIME) q.ctime = ToTimespec(attr->st_ctim);
     // With FUSE_CAP_HANDLE_KILLPRIV_V2 a truncate by a caller without
     // CAP_FSETID carries FATTR_KILL_SUIDGID (libfuse's FUSE_SET_ATTR_KILL_SUID
     // bit), and a change of owner clears set-user-ID, and set-group-ID with

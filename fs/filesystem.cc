@@ -169,7 +169,7 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   // and remounts: inode numbers are persistent and never reused, and LOOKUP
   // answers "." and ".." (entries.cc).
   want(FUSE_CAP_EXPORT_SUPPORT, true);
-  want(FUSE_CAP_WRITEBACK_CACHE, o.writeback_cache);
+  want(FUSE_CAP_WRITEBACK_CACHE, o.UsesWritebackCache());
   // Splicing would only move the copy: the engine checksums (and may
   // compress) every byte it stores or returns, so it needs them in memory.
   want(FUSE_CAP_SPLICE_READ, false);

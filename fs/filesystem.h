@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/store.h"
+#include "fs/attr_invalidator.h"
 #include "fs/mount.h"
 #include "fs/op_stats.h"
 #include "fs/request.h"
@@ -38,6 +39,9 @@ class Filesystem {
   LookupCounts& lookups() { return lookups_; }
   OpStats& op_stats() { return op_stats_; }
   CapabilityFreeInodes& capability_free() { return capability_free_; }
+  // Stale st_blocks after writes from the kernel's write-back cache (see
+  // attr_invalidator.h); started by the session when the cache is on.
+  AttrInvalidator& attr_invalidator() { return attr_invalidator_; }
   // The user who mounted; with root the only one who may write the config.
   uid_t owner_uid() const { return owner_uid_; }
   gid_t owner_gid() const { return owner_gid_; }
@@ -98,6 +102,7 @@ class Filesystem {
   std::unique_ptr<Control> control_;
   OpStats op_stats_;
   CapabilityFreeInodes capability_free_;
+  AttrInvalidator attr_invalidator_;
   std::atomic<bool> kills_suidgid_{false};
   std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
   LookupCounts lookups_;  // destroyed first: releases its pins into the store

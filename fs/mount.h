@@ -87,9 +87,14 @@ struct MountOptions {
   // Both are also kernel flags of the mount. Default: off.
   bool sync = false;
   bool dirsync = false;
-  // The kernel's write-back cache ("writeback_cache"). Off by default so that
-  // every write that returned is in the store (see ARCHITECTURE.md).
-  bool writeback_cache = false;
+  // The kernel's write-back cache ("writeback_cache"; "no_writeback_cache"
+  // turns it off). Writes gather in the kernel's pages and reach the store
+  // at close, fsync or writeback: a file closed or fsynced is in the store,
+  // a write(2) alone is not (see ARCHITECTURE.md). Default: on.
+  bool writeback_cache = true;
+  // Whether the kernel's write-back cache is asked for: "sync" syncs every
+  // write(2) anyway, so it turns the cache off.
+  bool UsesWritebackCache() const { return writeback_cache && !sync; }
   // The kernel's readahead window for this mount ("readahead"), written to
   // /sys/class/bdi/<dev>/read_ahead_kb after mounting when permitted (root);
   // reads then arrive as requests of up to 1 MiB instead of 128 KiB. 0 keeps

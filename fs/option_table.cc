@@ -248,8 +248,10 @@ constexpr OptionSpec kOptions[] = {
     {.name = "writeback_cache",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::writeback_cache>,
-     .help = "the kernel's write-back cache; faster small writes, but weakens the durability "
-             "contract (writes survive a daemon kill only once the file is closed or fsynced)"},
+     .off_name = "no_writeback_cache",
+     .help = "the kernel's write-back cache: writes gather in the page cache and reach the "
+             "store at close, fsync or writeback, so small writes cost no request each; "
+             "`no_writeback_cache` sends every write(2) to the store before it returns"},
     {.name = "debug",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::debug>,

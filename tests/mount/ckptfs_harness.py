@@ -657,12 +657,17 @@ class Mount:
     def stats(self):
         return read_stats(self.mnt)
 
+    def config_text(self):
+        """MNT/.ckptfs/config as it reads."""
+        with open(self.path(".ckptfs", "config")) as f:
+            return f.read()
+
     def config(self):
-        """MNT/.ckptfs/config as a dict."""
+        """MNT/.ckptfs/config's settings as a dict (comment lines left out)."""
         out = {}
         with open(self.path(".ckptfs", "config")) as f:
             for line in f:
-                if "=" in line:
+                if "=" in line and not line.startswith("#"):
                     k, v = line.strip().split("=", 1)
                     out[k.strip()] = v.strip()
         return out

@@ -23,15 +23,18 @@ import ckptfs_harness as harness
 
 class MountAndPlainTestCase(unittest.TestCase):
     """A test class with a fresh store mounted at cls.m (a harness.Mount) and a
-    plain directory cls.plain beside it, under one temporary directory cls.tmp."""
+    plain directory cls.plain beside it, under one temporary directory cls.tmp.
+    The mount gets the options in cls.mount_options."""
     maxDiff = None
+    mount_options = ()
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = harness.make_tmpdir()
         cls.plain = os.path.join(cls.tmp, "plain")
         os.mkdir(cls.plain)
-        cls.m = harness.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"))
+        cls.m = harness.Mount(os.path.join(cls.tmp, "store"), os.path.join(cls.tmp, "mnt"),
+                              list(cls.mount_options))
         cls.m.mount()
 
     @classmethod

@@ -1055,6 +1055,8 @@ def fallocate_punch_hole(r):
            MiB, MiB)
     r.call("size", lambda: os.fstat(fd).st_size)
     r.call("write into the hole", os.pwrite, fd, b"x" * 4096, 20 * KiB)
+    # ckptfs sees the write once the kernel's write-back cache hands it over.
+    os.fsync(fd)
     r.call("SEEK_DATA from 16 KiB after the write", seek, fd, 16 * KiB, os.SEEK_DATA)
     r.call("blocks after refilling", blocks, fd)
     os.close(fd)

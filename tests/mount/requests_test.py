@@ -244,6 +244,19 @@ class RequestsTest(lib.MountAndPlainTestCase):
         with self.assertRaises(OSError):
             with open(config, "w") as f:
                 f.write("no_such_option=1\n")
+        self.assertIn("# last refused: 'no_such_option=1': ", self.m.config_text())
+        # Appended lines apply; the settings the file showed, which the
+        # kernel's write-back cache hands back with them, are not applied
+        # again (segment_size is fixed while mounted: that would fail).
+        with open(config, "a") as f:
+            f.write("coalesce_gap=12288\n")
+            f.write("coalesce_gap=16384\n")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 16384)
+        # Written over the start of the file without truncating it: only the
+        # lines the write changes apply.
+        with open(config, "r+") as f:
+            f.write("coalesce_gap=0\n")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 0)
 
     def test_unlinked_open_file_keeps_bytes_until_forgotten(self):
         p = self.m.path("victim")

@@ -1,0 +1,59 @@
+#include "fs/attr_invalidator.h"
+
+#include <vector>
+
+namespace ckptfs::fs {
+
+void AttrInvalidator::Start(fuse_session* se) {
+  {
+    MutexLock lock(&mu_);
+    se_ = se;
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void AttrInvalidator::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  MutexLock lock(&mu_);
+  se_ = nullptr;
+}
+
+void AttrInvalidator::Queue(engine::Ino ino) {
+  MutexLock lock(&mu_);
+  if (se_ == nullptr || stopping_) return;
+  if (queued_.insert(ino).second && queued_.size() == 1) cv_.Signal();
+}
+
+void AttrInvalidator::Now(engine::Ino ino) {
+  fuse_session* se;
+  {
+    MutexLock lock(&mu_);
+    se = se_;
+  }
+  // ENOENT: the kernel no longer holds the inode; nothing is cached.
+  if (se != nullptr) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+}
+
+void AttrInvalidator::Run() {
+  std::vector<engine::Ino> batch;
+  fuse_session* se;
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      while (queued_.empty() && !stopping_) cv_.Wait(&mu_);
+      if (queued_.empty()) return;  // stopping, and everything sent
+      batch.assign(queued_.begin(), queued_.end());
+      queued_.clear();
+      se = se_;
+    }
+    for (engine::Ino ino : batch) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  }
+}
+
+}  // namespace ckptfs::fs

@@ -1,0 +1,56 @@
+// Tells the kernel that the attributes it caches for an inode are stale
+// (fuse_lowlevel_notify_inval_inode with a negative offset: the pages stay).
+//
+// With the kernel's write-back cache the kernel keeps a file's size and times
+// itself but takes st_blocks from ckptfs, and a WRITE from its cache does not
+// make it ask again: without a notification `du` would show what a file
+// stored before its pages were written, for the whole attribute timeout.
+//
+// A WRITE handler must not wait for the notification: the kernel looks the
+// inode up to invalidate it, and an inode that is being evicted is waited
+// for; its eviction waits for the very writes in flight. So writes only
+// queue the inode, and one thread of this class sends the notifications.
+// An fsync, which holds the file open, notifies at once (Now).
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <thread>
+#include <unordered_set>
+
+#include "base/mutex.h"
+#include "engine/store.h"
+
+namespace ckptfs::fs {
+
+class AttrInvalidator {
+ public:
+  AttrInvalidator() = default;
+  ~AttrInvalidator() { Stop(); }
+  AttrInvalidator(const AttrInvalidator&) = delete;
+  AttrInvalidator& operator=(const AttrInvalidator&) = delete;
+
+  // Starts the notifying thread for session `se`. Until then (and after
+  // Stop) Queue and Now do nothing.
+  void Start(fuse_session* se) EXCLUDES(mu_);
+  // Sends what is queued and joins the thread; before the session is
+  // destroyed.
+  void Stop() EXCLUDES(mu_);
+  // Invalidates the attributes of `ino` soon, from the notifying thread.
+  void Queue(engine::Ino ino) EXCLUDES(mu_);
+  // Invalidates them before returning. Only where the kernel holds the
+  // inode in use (an open file's fsync), never from a WRITE.
+  void Now(engine::Ino ino) EXCLUDES(mu_);
+
+ private:
+  void Run() EXCLUDES(mu_);
+
+  Mutex mu_;
+  CondVar cv_;
+  fuse_session* se_ GUARDED_BY(mu_) = nullptr;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::unordered_set<engine::Ino> queued_ GUARDED_BY(mu_);
+  std::thread thread_;  // started and joined by Start and Stop only
+};
+
+}  // namespace ckptfs::fs
