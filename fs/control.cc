@@ -122,6 +122,12 @@ double PerFile(uint64_t requests, uint64_t files) {
   return files == 0 ? 0.0 : static_cast<double>(requests) / static_cast<double>(files);
 }
 
+nlohmann::ordered_json RunJson(const FileRun::Summary& run) {
+  return {{"files", run.files},
+          {"requests_per_file", run.requests_per_file},
+          {"seconds", run.seconds}};
+}
+
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
   CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
@@ -196,6 +202,10 @@ constexpr MetricSpec kMetrics[] = {
     {"/fs/write_bytes", "fuse_write_bytes", true, "Bytes received by WRITE requests."},
     {"/fs/files_created", "files_created", true, "Regular files created."},
     {"/fs/files_read", "files_read", true, "Regular files read from their start."},
+    {"/fs/last_create/requests_per_file", "last_create_requests_per_file", false,
+     "FUSE requests per file of the latest run of files created (a save)."},
+    {"/fs/last_restore/requests_per_file", "last_restore_requests_per_file", false,
+     "FUSE requests per file of the latest run of files read from their start (a restore)."},
     {"/fs/kernel_inodes", "kernel_inodes", false, "Inodes the kernel holds references to."},
     {"/fs/pinned_files", "pinned_files", false, "Files whose data the kernel's references keep."},
     {"/fs/open_dirs", "open_dirs", false, "Open directory handles."},
@@ -484,6 +494,10 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
            // or a restore from one, cost per file.
            {"requests_per_file_created", PerFile(ops.requests(), ops.files_created())},
            {"requests_per_file_read", PerFile(ops.requests(), ops.files_read())},
+           // The same for the latest save and restore alone (fs/op_stats.h
+           // FileRun): runs of files created, or read, less than 1 s apart.
+           {"last_create", RunJson(ops.LastCreate())},
+           {"last_restore", RunJson(ops.LastRestore())},
            {"errors", ops.errors()},
            {"read_bytes", ops.read_bytes()},
            {"write_bytes", ops.write_bytes()},

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Random small overwrites with the default mount options: the store stays
-within a few times the file's size, and the daemon's memory within the bound
+"""Random small overwrites with the default mount options, and with the
+kernel's write-back cache: the store stays within a few times the file's
+size, and the daemon's memory within the bound
 the README states.
 
 A 64 MiB file is overwritten 100,000 times at random offsets with pieces of
@@ -34,7 +35,7 @@ PIECE_MIN, PIECE_MAX = 512, 8 << 10
 # check waits (1 s) and a pass runs, and the copy the pass is making. About
 # 4.3 times here when each write(2) reaches the store as it is made.
 STORE_BOUND = 5 * FILE_BYTES
-# With the kernel's write-back cache (the default) the kernel writes whole
+# With the kernel's write-back cache (writeback_cache) the kernel writes whole
 # pages, several times each as they are dirtied again, and much faster than
 # the writes above (seconds instead of a minute): more is overwritten while
 # a check waits. About 8.4 times here.
@@ -53,9 +54,10 @@ def peak_rss(pid):
 
 
 class OverwritesTest(unittest.TestCase):
-    """The default options (the kernel's write-back cache on)."""
+    """The default options: every write(2) a WRITE request, a record and an
+    extent of its own."""
     options = []
-    store_bound = STORE_BOUND_WRITEBACK
+    store_bound = STORE_BOUND
 
     def setUp(self):
         self.tmp = harness.make_tmpdir()
@@ -117,10 +119,10 @@ class OverwritesTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
-class DirectWritesOverwritesTest(OverwritesTest):
-    """Every write(2) a WRITE request, a record and an extent of its own."""
-    options = ["no_writeback_cache"]
-    store_bound = STORE_BOUND
+class WritebackOverwritesTest(OverwritesTest):
+    """The kernel's write-back cache on: whole pages, gathered."""
+    options = ["writeback_cache"]
+    store_bound = STORE_BOUND_WRITEBACK
 
 
 if __name__ == "__main__":

@@ -11,11 +11,14 @@ Opens send no request (no OPEN, RELEASE or FLUSH; see fs/data.cc), so:
 Needs CKPTFS_BIN.
 """
 
+import errno
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -84,6 +87,98 @@ class RequestsTest(lib.MountAndPlainTestCase):
         self.assertGreaterEqual(work["mknods"], 5, work)
         for i in range(5):
             self.assertEqual(lib.read_file(os.path.join(d, "f%d" % i)), b"x" * 1000)
+
+    def test_stats_show_requests_per_file_of_the_last_save_and_restore(self):
+        d = self.m.path("runs")
+        os.mkdir(d)
+        n = 40
+        names = [os.path.join(d, "f%d" % i) for i in range(n)]
+        time.sleep(1.2)  # longer than the gap between runs: a save of its own
+        s0 = self.fs_stats()
+        for p in names:
+            lib.write_file(p, b"x" * 1000)
+        s1 = self.fs_stats()
+        save = s1["last_create"]
+        self.assertEqual(save["files"], n)
+        # The requests between the first create and the last lie within what
+        # the whole save (and one read of the stats file) sent.
+        self.assertGreaterEqual(save["requests_per_file"], 2)  # MKNOD, WRITE at least
+        self.assertLessEqual(save["requests_per_file"], (s1["requests"] - s0["requests"]) / (n - 1))
+        # Restore: drop each file's pages, then read them back.
+        for p in names:
+            fd = os.open(p, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        s2 = self.fs_stats()
+        for p in names:
+            self.assertEqual(lib.read_file(p), b"x" * 1000)
+        s3 = self.fs_stats()
+        restore = s3["last_restore"]
+        self.assertEqual(restore["files"], n)
+        self.assertGreaterEqual(restore["requests_per_file"], 1)  # READ
+        self.assertLessEqual(restore["requests_per_file"], (s3["requests"] - s2["requests"]) / (n - 1))
+        # The save's figures stay those of the save.
+        self.assertEqual(s3["last_create"], save)
+
+    def test_rewrites_race_reads_of_their_neighbours(self):
+        """One thread rewrites small files that lie side by side in a segment
+        while three read their neighbours (whose coalesced backing reads
+        bring in the rewritten files' older records) and the files
+        themselves, after dropping their pages: every read returns the bytes
+        of the latest close, never an older version."""
+        d = self.m.path("race")
+        os.mkdir(d)
+        n, size = 24, 8192
+        names = [os.path.join(d, "f%02d" % i) for i in range(n)]
+        latest = {}
+        locks = [threading.Lock() for _ in range(n)]
+        for i, p in enumerate(names):
+            latest[i] = bytes([i]) * size
+            lib.write_file(p, latest[i])
+        deadline = time.monotonic() + 5
+        errors = []
+        counts = {"rewrites": 0, "reads": 0}
+
+        def rewrite():
+            rng = random.Random(1)
+            gen = 0
+            while time.monotonic() < deadline and not errors:
+                i = rng.randrange(n)
+                gen += 1
+                data = (b"%02d:%08d:" % (i, gen)) * (size // 12) + bytes(size % 12)
+                with locks[i]:
+                    lib.write_file(names[i], data)
+                    latest[i] = data
+                counts["rewrites"] += 1
+
+        def read(seed):
+            rng = random.Random(seed)
+            while time.monotonic() < deadline and not errors:
+                j = rng.randrange(n)
+                with locks[j]:
+                    fd = os.open(names[j], os.O_RDONLY)
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        got = os.pread(fd, size + 1, 0)
+                    finally:
+                        os.close(fd)
+                    if got != latest[j]:
+                        errors.append("f%02d: read %r..., latest %r..." % (j, got[:12], latest[j][:12]))
+                counts["reads"] += 1
+
+        threads = [threading.Thread(target=rewrite)]
+        threads += [threading.Thread(target=read, args=(s,)) for s in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(counts["rewrites"], 50, counts)
+        self.assertGreater(counts["reads"], 50, counts)
+        # The reads reached the store (the pages were dropped), and some of
+        # them brought in neighbours.
+        engine = self.m.stats()["engine"]
+        self.assertGreater(engine["coalesced_reads"], 0)
 
     def test_session_end_releases_unlinked_open_files(self):
         """The daemon stops while a file unlinked on its mount is still open:
@@ -291,6 +386,77 @@ class RequestsTest(lib.MountAndPlainTestCase):
             time.sleep(0.05)
         self.assertGreaterEqual(freed, len(data), after["storage"])
         self.assertEqual(after["fs"]["pinned_files"], during["fs"]["pinned_files"] - 1)
+
+
+class WritebackTest(lib.MountAndPlainTestCase):
+    """-o writeback_cache: the kernel gathers writes in its pages and hands
+    them over at close, fsync or writeback."""
+    mount_options = ("writeback_cache",)
+
+    def test_small_writes_gather_and_the_bytes_arrive_at_close(self):
+        p = self.m.path("gathered")
+        before = self.m.stats()["fs"]["ops"]["writes"]
+        with open(p, "wb", buffering=0) as f:
+            for i in range(256):
+                f.write(bytes([i]) * 4096)
+        writes = self.m.stats()["fs"]["ops"]["writes"] - before
+        self.assertGreaterEqual(writes, 1)
+        self.assertLess(writes, 16)
+        # Read around the kernel's pages: the store has every byte.
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            self.assertEqual(os.pread(fd, MiB + 1, 0), b"".join(bytes([i]) * 4096 for i in range(256)))
+        finally:
+            os.close(fd)
+
+    def test_st_blocks_and_holes_after_fsync_as_in_a_plain_directory(self):
+        def steps(root):
+            fd = os.open(os.path.join(root, "sparse"), os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                os.pwrite(fd, b"d" * 4096, MiB)
+                os.fsync(fd)
+                return (os.fstat(fd).st_blocks, os.lseek(fd, 0, os.SEEK_DATA),
+                        os.lseek(fd, MiB, os.SEEK_HOLE))
+            finally:
+                os.close(fd)
+        self.assertEqual(steps(self.m.mnt), steps(self.plain))
+
+    def test_times_the_kernel_kept_are_those_after_a_remount(self):
+        p = self.m.path("timed")
+        with open(p, "wb") as f:
+            f.write(b"x" * 10000)
+        time.sleep(0.05)
+        with open(p, "r+b") as f:
+            f.seek(5000)
+            f.write(b"y" * 100)
+        seen = os.stat(p)
+        self.m.remount()
+        after = os.stat(p)
+        self.assertEqual((after.st_mtime_ns, after.st_ctime_ns, after.st_size),
+                         (seen.st_mtime_ns, seen.st_ctime_ns, seen.st_size))
+
+    def test_config_lines_apply_at_close_and_a_refusal_fails_it(self):
+        config = self.m.path(".ckptfs", "config")
+        with open(config, "w") as f:
+            f.write("coalesce_gap=4096\n")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 4096)
+        # The kernel hands the page back with the text it read before the
+        # append: only the new lines apply (segment_size would be refused).
+        with open(config, "a") as f:
+            f.write("coalesce_gap=8192\n")
+            f.write("coalesce_gap=12288\n")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 12288)
+        with open(config, "r+") as f:
+            f.write("coalesce_gap=0\n")
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 0)
+        f = open(config, "w")
+        f.write("no_such_option=1\n")
+        with self.assertRaises(OSError) as cm:
+            f.close()
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        self.assertIn("# last refused: 'no_such_option=1': ", self.m.config_text())
+        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 0)
 
 
 if __name__ == "__main__":

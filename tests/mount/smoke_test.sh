@@ -64,8 +64,12 @@ if ls -a "$mnt" | grep -qx '.ckptfs'; then ckptfs_fail "ls -a lists .ckptfs"; fi
 [[ -d $mnt/.ckptfs ]] || ckptfs_fail ".ckptfs cannot be looked up"
 grep -q '"engine"' "$mnt/.ckptfs/stats" || ckptfs_fail "stats has no engine section"
 grep -q '"lookups"' "$mnt/.ckptfs/stats" || ckptfs_fail "stats has no request counts"
-"$CKPTFS_BIN" stat "$mnt" | grep -q '^fs.ops.writes:' || ckptfs_fail "ckptfs stat output"
-"$CKPTFS_BIN" stat --json "$mnt" | grep -q '"mountpoint"' || ckptfs_fail "ckptfs stat --json"
+# Whole outputs first: grep -q stops reading at its match, which would end
+# the writer with SIGPIPE under pipefail.
+stat_text=$("$CKPTFS_BIN" stat "$mnt") || ckptfs_fail "ckptfs stat failed"
+grep -q '^fs.ops.writes:' <<<"$stat_text" || ckptfs_fail "ckptfs stat output"
+stat_json=$("$CKPTFS_BIN" stat --json "$mnt") || ckptfs_fail "ckptfs stat --json failed"
+grep -q '"mountpoint"' <<<"$stat_json" || ckptfs_fail "ckptfs stat --json"
 echo "coalesce_gap=0" >"$mnt/.ckptfs/config"
 grep -qx 'coalesce_gap=0' "$mnt/.ckptfs/config" || ckptfs_fail "config did not change: $(cat "$mnt/.ckptfs/config")"
 # A refused line fails the write, or (under the kernel's write-back cache)
