@@ -350,7 +350,24 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       // kernel fetch what follows while this one is served.
       segments_->Prefetch(br.segment_id, br.offset + br.length, kPrefetchBytes);
     }
-    std::shared_ptr<char[]> buf(new char[br.length]);
+    // A large read of exactly the records it needs is the kernel reading a
+    // big file ahead: the kernel's page cache keeps those bytes, so the
+    // record cache does not keep them again, and the read goes into a
+    // buffer of this thread's that the next such read reuses (no fresh
+    // pages to fault in). Stretched reads bring neighbours: those stay.
+    const bool pass_through = br.length == br.required && br.length >= kSequentialReadBytes;
+    std::shared_ptr<char[]> buf;
+    if (pass_through) {
+      thread_local std::shared_ptr<char[]> scratch;
+      thread_local uint64_t scratch_len = 0;
+      if (scratch == nullptr || scratch.use_count() != 1 || scratch_len < br.length) {
+        scratch.reset(new char[br.length]);
+        scratch_len = br.length;
+      }
+      buf = scratch;
+    } else {
+      buf.reset(new char[br.length]);
+    }
     CKPTFS_ASSIGN_OR_RETURN(size_t n, segments_->ReadUpTo(br.segment_id, br.offset, br.length, buf.get()));
     counters_.backing_reads++;
     counters_.backing_read_bytes += n;
@@ -382,7 +399,7 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
         data->owner = std::move(decoded);
       }
       if (!err->ok()) return nullptr;
-      cache_->Insert(br.segment_id, base + pos, data);
+      if (!pass_through) cache_->Insert(br.segment_id, base + pos, data);
       served++;
       return data;
     };

@@ -405,6 +405,30 @@ TEST_F(DataTest, StoreOrderReadsFetchEachSegmentByteOnce) {
   EXPECT_EQ(after.checksum_errors, before.checksum_errors);
 }
 
+TEST_F(DataTest, LargeExactReadsLeaveTheRecordCacheAlone) {
+  // 1 MiB records read one by one, as the kernel reads a big file ahead:
+  // each backing read is exactly its record, the kernel keeps the bytes, and
+  // the record cache is not filled with them (a repeat reads the segment).
+  Ino f = File("big");
+  const std::string data = PatternData(12, 0, 4 << 20);
+  for (size_t off = 0; off < data.size(); off += 1 << 20) {
+    ASSERT_OK(WriteAll(s(), f, off, data.substr(off, 1 << 20)));
+  }
+  s()->DropCache();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_OK_AND_ASSIGN(EngineStats before, s()->GetStats());
+    for (size_t off = 0; off < data.size(); off += 1 << 20) {
+      auto got = ReadRange(s(), f, off, 1 << 20);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_TRUE(*got == data.substr(off, 1 << 20)) << "pass " << pass << " offset " << off;
+    }
+    ASSERT_OK_AND_ASSIGN(EngineStats after, s()->GetStats());
+    EXPECT_EQ(after.backing_reads - before.backing_reads, 4u) << "pass " << pass;
+    EXPECT_EQ(after.cache_hits, before.cache_hits) << "pass " << pass;
+  }
+  // Small records still fill the cache (CacheServesRepeatedReads).
+}
+
 TEST_F(DataTest, CacheServesRepeatedReads) {
   Ino f = File("f");
   const std::string data = PatternData(11, 0, 200 * kKiB);
