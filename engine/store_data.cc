@@ -187,8 +187,16 @@ Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocks
 Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
                                 rocksdb::WriteBatch* b, StatDeltas* deltas) {
   const int level = compression_level_.load();
-  for (size_t pos = 0; pos < data.size(); pos += options_.max_record_bytes) {
-    std::string_view chunk = data.substr(pos, options_.max_record_bytes);
+  // Records end at file offsets that are multiples of max_record_bytes:
+  // the kernel reads a big file in aligned requests of that size, and each
+  // then needs one record, whatever offsets the writes came at (the kernel's
+  // write-back cache, for one, writes back from wherever its dirty range
+  // begins).
+  const uint64_t max = options_.max_record_bytes;
+  for (size_t pos = 0, len = 0; pos < data.size(); pos += len) {
+    const uint64_t at = offset + pos;
+    len = std::min<uint64_t>(data.size() - pos, max - at % max);
+    std::string_view chunk = data.substr(pos, len);
     format::PreparedRecord rec = format::PrepareRecord(ino, offset + pos, chunk, level);
     std::string_view payload =
         rec.header.codec == format::Codec::kZstd ? std::string_view(rec.compressed) : chunk;
@@ -350,12 +358,15 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       // kernel fetch what follows while this one is served.
       segments_->Prefetch(br.segment_id, br.offset + br.length, kPrefetchBytes);
     }
-    // A large read of exactly the records it needs is the kernel reading a
-    // big file ahead: the kernel's page cache keeps those bytes, so the
-    // record cache does not keep them again, and the read goes into a
-    // buffer of this thread's that the next such read reuses (no fresh
-    // pages to fault in). Stretched reads bring neighbours: those stay.
-    const bool pass_through = br.length == br.required && br.length >= kSequentialReadBytes;
+    // A large read of exactly one record is the kernel reading a big file
+    // ahead (records end at aligned file offsets: AppendRecords): the
+    // kernel's page cache keeps those bytes, so the record cache does not
+    // keep them again, and the read goes into a buffer of this thread's
+    // that the next such read reuses (no fresh pages to fault in). Reads of
+    // several records (one may be cut by the request: its rest is wanted
+    // next) and stretched reads that bring neighbours are cached.
+    const bool pass_through =
+        br.records.size() == 1 && br.length == br.required && br.length >= kSequentialReadBytes;
     std::shared_ptr<char[]> buf;
     if (pass_through) {
       thread_local std::shared_ptr<char[]> scratch;

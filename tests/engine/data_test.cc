@@ -405,6 +405,22 @@ TEST_F(DataTest, StoreOrderReadsFetchEachSegmentByteOnce) {
   EXPECT_EQ(after.checksum_errors, before.checksum_errors);
 }
 
+TEST_F(DataTest, RecordsEndAtAlignedFileOffsets) {
+  // One 3 MiB write at 100 KiB: records end at 1, 2 and 3 MiB and where the
+  // write ends, so each aligned 1 MiB window of the file is one record.
+  Ino f = File("unaligned");
+  const std::string data = PatternData(13, 0, 3 << 20);
+  ASSERT_OK(WriteAll(s(), f, 100 * kKiB, data));
+  ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(f));
+  std::vector<std::pair<uint64_t, uint64_t>> got;
+  for (const ExtentInfo& e : ex) got.emplace_back(e.file_offset, e.value.length);
+  const uint64_t mib = 1 << 20;
+  const std::vector<std::pair<uint64_t, uint64_t>> want = {
+      {100 * kKiB, mib - 100 * kKiB}, {mib, mib}, {2 * mib, mib}, {3 * mib, 100 * kKiB}};
+  EXPECT_EQ(got, want);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, std::string(100 * kKiB, '\0') + data));
+}
+
 TEST_F(DataTest, LargeExactReadsLeaveTheRecordCacheAlone) {
   // 1 MiB records read one by one, as the kernel reads a big file ahead:
   // each backing read is exactly its record, the kernel keeps the bytes, and
