@@ -117,6 +117,11 @@ void SegmentSet::Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) co
   if (seg != nullptr) seg->file->Prefetch(offset, len);
 }
 
+void SegmentSet::Evict(uint64_t segment_id, uint64_t offset, uint64_t len) const {
+  std::shared_ptr<Segment> seg = Find(segment_id);
+  if (seg != nullptr) seg->file->Evict(offset, len);
+}
+
 Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len,
                                     char* buf) const {
   std::shared_ptr<Segment> seg = Find(segment_id);

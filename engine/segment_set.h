@@ -54,6 +54,8 @@ class SegmentSet {
   Result<size_t> ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
   // Asks the kernel to start reading [offset, offset+len) in the background.
   void Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const;
+  // Lets the OS drop its cached pages of that range (io::File::Evict).
+  void Evict(uint64_t segment_id, uint64_t offset, uint64_t len) const;
   // Syncs every segment appended to since the previous call. Once a sync has
   // failed, its segment's unsynced bytes may be lost whatever a later sync
   // says, so every later call fails too (EIO) until the store is reopened.

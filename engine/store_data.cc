@@ -380,6 +380,9 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       buf.reset(new char[br.length]);
     }
     CKPTFS_ASSIGN_OR_RETURN(size_t n, segments_->ReadUpTo(br.segment_id, br.offset, br.length, buf.get()));
+    // The kernel caches what this read returns: the segment file's pages
+    // of it need not stay cached too.
+    if (pass_through) segments_->Evict(br.segment_id, br.offset, n);
     counters_.backing_reads++;
     counters_.backing_read_bytes += n;
     size_t served = 0;

@@ -44,6 +44,9 @@ class File {
   // Asks for [offset, offset+len) to be read ahead in the background. A hint:
   // nothing happens where a backend cannot.
   virtual void Prefetch(uint64_t offset, uint64_t len) const {}
+  // Says that [offset, offset+len) will not be read again soon: a cache of
+  // the backend may drop it. A hint, as Prefetch.
+  virtual void Evict(uint64_t offset, uint64_t len) const {}
   // Reads exactly `len` bytes; a file that ends first is corruption.
   Status ReadExactly(uint64_t offset, size_t len, char* buf) const;
 

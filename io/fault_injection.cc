@@ -47,6 +47,7 @@ class FaultFile final : public File {
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
   void Prefetch(uint64_t offset, uint64_t len) const override { base_->Prefetch(offset, len); }
+  void Evict(uint64_t offset, uint64_t len) const override { base_->Evict(offset, len); }
 
  private:
   const std::shared_ptr<FaultInjectionEnv> env_;

@@ -88,6 +88,12 @@ class PosixFile final : public File {
                           POSIX_FADV_WILLNEED);
   }
 
+  void Evict(uint64_t offset, uint64_t len) const override {
+    // Clean pages go at once; dirty ones stay until written back.
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len),
+                          POSIX_FADV_DONTNEED);
+  }
+
  private:
   const int fd_;
 };
