@@ -63,7 +63,8 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
     if (IsControl(ino)) {
-      Status st = fs.control().Write(ino, static_cast<uint64_t>(off), std::string_view(data, size), r.ctx().uid);
+      Status st = fs.control().Write(ino, static_cast<uint64_t>(off), std::string_view(data, size),
+                                     r.ctx().uid);
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }

@@ -32,6 +32,22 @@ MiB = 1 << 20
 FORGET_WAIT_S = 60
 
 
+def check_config_append_and_overwrite(test, m):
+    """Lines appended to the config apply, and so do the lines a write over
+    its start changes; the settings the file showed are not applied again
+    (segment_size among them is fixed while mounted: that would fail). The
+    kernel's write-back cache hands each page back whole, with the text it
+    read before the write."""
+    config = m.path(".ckptfs", "config")
+    with open(config, "a") as f:
+        f.write("coalesce_gap=12288\n")
+        f.write("coalesce_gap=16384\n")
+    test.assertEqual(m.stats()["options"]["coalesce_gap"], 16384)
+    with open(config, "r+") as f:
+        f.write("coalesce_gap=0\n")
+    test.assertEqual(m.stats()["options"]["coalesce_gap"], 0)
+
+
 class RequestsTest(lib.MountAndPlainTestCase):
 
     def ops(self):
@@ -340,18 +356,7 @@ class RequestsTest(lib.MountAndPlainTestCase):
             with open(config, "w") as f:
                 f.write("no_such_option=1\n")
         self.assertIn("# last refused: 'no_such_option=1': ", self.m.config_text())
-        # Appended lines apply; the settings the file showed, which the
-        # kernel's write-back cache hands back with them, are not applied
-        # again (segment_size is fixed while mounted: that would fail).
-        with open(config, "a") as f:
-            f.write("coalesce_gap=12288\n")
-            f.write("coalesce_gap=16384\n")
-        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 16384)
-        # Written over the start of the file without truncating it: only the
-        # lines the write changes apply.
-        with open(config, "r+") as f:
-            f.write("coalesce_gap=0\n")
-        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 0)
+        check_config_append_and_overwrite(self, self.m)
 
     def test_unlinked_open_file_keeps_bytes_until_forgotten(self):
         p = self.m.path("victim")
@@ -441,15 +446,7 @@ class WritebackTest(lib.MountAndPlainTestCase):
         with open(config, "w") as f:
             f.write("coalesce_gap=4096\n")
         self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 4096)
-        # The kernel hands the page back with the text it read before the
-        # append: only the new lines apply (segment_size would be refused).
-        with open(config, "a") as f:
-            f.write("coalesce_gap=8192\n")
-            f.write("coalesce_gap=12288\n")
-        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 12288)
-        with open(config, "r+") as f:
-            f.write("coalesce_gap=0\n")
-        self.assertEqual(self.m.stats()["options"]["coalesce_gap"], 0)
+        check_config_append_and_overwrite(self, self.m)
         f = open(config, "w")
         f.write("no_such_option=1\n")
         with self.assertRaises(OSError) as cm:
