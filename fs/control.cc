@@ -304,8 +304,7 @@ Result<Control::Made> Control::Refresh(Ino kind) {
   s->mtime = last_mtime_ = t;
   const Ino ino = kind | (++serial_ << 8);
   newest_[kind] = s;
-  snapshots_[ino] = s;
-  while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+  KeepLocked(ino, s);
   return Made{ino, std::move(s)};
 }
 
@@ -435,6 +434,10 @@ Result<Attr> Control::Truncate(Ino ino, uint64_t size) {
 
 void Control::Keep(Ino ino, std::shared_ptr<const Snapshot> s) {
   MutexLock lock(&mu_);
+  KeepLocked(ino, std::move(s));
+}
+
+void Control::KeepLocked(Ino ino, std::shared_ptr<const Snapshot> s) {
   snapshots_[ino] = std::move(s);
   while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
 }

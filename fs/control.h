@@ -125,6 +125,7 @@ class Control {
   engine::Status Apply(std::string_view line);
   // Serves `s` as the snapshot of `ino` from now on.
   void Keep(engine::Ino ino, std::shared_ptr<const Snapshot> s) EXCLUDES(mu_);
+  void KeepLocked(engine::Ino ino, std::shared_ptr<const Snapshot> s) REQUIRES(mu_);
 
   Filesystem* const fs_;
   // A leaf lock, held only to swap or copy the pointers.
