@@ -5,8 +5,9 @@
 // valid while it stays in the table, because every change of them goes
 // through the entry under its mutex.
 //
-// Lock order: StoreImpl::ns_mu_, then InodeState::mu of several inodes in
-// ascending inode number, then a table shard's mutex (held only briefly).
+// Lock order: StoreImpl::ns_mu_, then a write's turn (InodeState::write_order),
+// then InodeState::mu of several inodes in ascending inode number, then a
+// table shard's mutex (held only briefly).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "base/mutex.h"
+#include "engine/write_order.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {
@@ -28,6 +30,7 @@ struct InodeState {
   bool purged GUARDED_BY(mu) = false;  // gone from the index
   format::InodeValue attr GUARDED_BY(mu);  // valid when loaded
   std::atomic<int> open_count{0};  // handles open on it
+  WriteOrder write_order;  // writers take a turn before `mu`
   // Guarded by the mutex of the InodeTable shard that holds this entry
   // (which the analysis cannot name from here).
   int pins = 0;

@@ -229,6 +229,8 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
     return Status(EFBIG, "write past the largest file size");
   }
   InodeRef s(&inodes_, ino);
+  // Concurrent writes of the file append in offset order (write_order.h).
+  WriteOrder::Turn turn(&s->write_order, offset);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
@@ -316,8 +318,44 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   return data.size();
 }
 
-Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
+namespace {
+
+// Buffers of one thread that its pass-through reads reuse: a buffer is free
+// again once no record of the last request refers to it.
+class ScratchBuffers {
+ public:
+  std::shared_ptr<char[]> Take(uint64_t len) {
+    // Sizes round up, so that records of varied sizes settle on few buffers.
+    len = (len + kGrain - 1) / kGrain * kGrain;
+    for (Buffer& b : buffers_) {
+      if (b.bytes.use_count() == 1 && b.len >= len) return b.bytes;
+    }
+    for (Buffer& b : buffers_) {
+      if (b.bytes.use_count() == 1) {
+        b = Buffer{std::shared_ptr<char[]>(new char[len]), len};
+        return b.bytes;
+      }
+    }
+    if (buffers_.size() >= kMaxBuffers) return std::shared_ptr<char[]>(new char[len]);
+    buffers_.push_back(Buffer{std::shared_ptr<char[]>(new char[len]), len});
+    return buffers_.back().bytes;
+  }
+
+ private:
+  static constexpr size_t kMaxBuffers = 8;
+  static constexpr uint64_t kGrain = 256 << 10;
+  struct Buffer {
+    std::shared_ptr<char[]> bytes;
+    uint64_t len = 0;
+  };
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace
+
+Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use,
                                std::map<std::pair<uint64_t, uint64_t>, RecordData>* out) {
+  thread_local ScratchBuffers scratch;
   std::vector<RecordRef> needed;
   std::set<std::pair<uint64_t, uint64_t>> missing;
   for (const RecordRef& ref : want) {
@@ -333,7 +371,11 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
   }
   if (needed.empty()) return Status::OK();
 
-  CoalesceSettings cs{coalesce_gap_.load(), coalesce_max_.load()};
+  // Records used whole once are read exactly: neighbours that a stretched
+  // read would bring are the rest of the same big file, which the kernel
+  // asks for next, in requests of their own.
+  CoalesceSettings cs;
+  if (use == RecordUse::kMayRepeat) cs = {coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
     // A read that coalescing stretched past the records it needs may overlap
     // another thread's stretched read: wait for that one, whose records are
@@ -358,24 +400,18 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want,
       // kernel fetch what follows while this one is served.
       segments_->Prefetch(br.segment_id, br.offset + br.length, kPrefetchBytes);
     }
-    // A large read of exactly one record is the kernel reading a big file
-    // ahead (records end at aligned file offsets: AppendRecords): the
+    // A large request that uses each of its records whole is the kernel
+    // reading a big file ahead (records end at aligned file offsets:
+    // AppendRecords; the write-back cache may cut them shorter): the
     // kernel's page cache keeps those bytes, so the record cache does not
-    // keep them again, and the read goes into a buffer of this thread's
-    // that the next such read reuses (no fresh pages to fault in). Reads of
-    // several records (one may be cut by the request: its rest is wanted
+    // keep them again, and each read of exactly its records goes into a
+    // buffer of this thread's that the next such request reuses (no fresh
+    // pages to fault in). Records that a request cuts (their rest is wanted
     // next) and stretched reads that bring neighbours are cached.
-    const bool pass_through =
-        br.records.size() == 1 && br.length == br.required && br.length >= kSequentialReadBytes;
+    const bool pass_through = use == RecordUse::kWholeOnce && br.length == br.required;
     std::shared_ptr<char[]> buf;
     if (pass_through) {
-      thread_local std::shared_ptr<char[]> scratch;
-      thread_local uint64_t scratch_len = 0;
-      if (scratch == nullptr || scratch.use_count() != 1 || scratch_len < br.length) {
-        scratch.reset(new char[br.length]);
-        scratch_len = br.length;
-      }
-      buf = scratch;
+      buf = scratch.Take(br.length);
     } else {
       buf.reset(new char[br.length]);
     }
@@ -524,8 +560,17 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     want.push_back(RecordRef{e.value.segment_id, e.value.record_offset,
                              format::kRecordHeaderSize + e.value.stored_len});
   }
+  // A large request that takes every record whole will not want them again.
+  RecordUse use = len >= kSequentialReadBytes ? RecordUse::kWholeOnce : RecordUse::kMayRepeat;
+  for (const Extent& e : ex) {
+    if (e.value.is_inline) continue;
+    if (e.value.skip != 0 || e.value.length != e.value.raw_len || e.offset < offset ||
+        e.offset + e.value.length > end) {
+      use = RecordUse::kMayRepeat;
+    }
+  }
   std::map<std::pair<uint64_t, uint64_t>, RecordData> records;
-  CKPTFS_RETURN_IF_ERROR(FetchRecords(want, &records));
+  CKPTFS_RETURN_IF_ERROR(FetchRecords(want, use, &records));
   // Every extent against the record it points at (cached ones too): a record
   // with a valid checksum is still the wrong data if it is not that record.
   for (const Extent& e : ex) {

@@ -17,6 +17,7 @@
 // Lock order, outermost first (clang's -Wthread-safety checks who holds
 // what; the order itself is kept by hand):
 //   CompactionState::mu or ns_mu_ (no caller holds both)
+//   a write's turn on its inode (InodeState::write_order), held by Write only
 //   InodeState::mu, of several inodes in ascending inode number
 //   one at a time: space_mu_, the SegmentSet's (then the Env's, io/), the
 //   record cache's shards, InflightReads', GroupCommit's, the InodeTable
@@ -216,7 +217,10 @@ class StoreImpl final : public Store {
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
                          rocksdb::ColumnFamilyHandle* cf);
   // Fetches verified, decoded records, from the cache or with planned reads.
-  Status FetchRecords(const std::vector<RecordRef>& want,
+  // kWholeOnce: the caller uses each record whole and will not ask for it
+  // again soon, so records read for it are not cached.
+  enum class RecordUse { kMayRepeat, kWholeOnce };
+  Status FetchRecords(const std::vector<RecordRef>& want, RecordUse use,
                       std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
 
   // ---- store_compact.cc ----

@@ -80,15 +80,27 @@ std::string Explain(const std::string& what, const std::string& detail) {
   return detail.empty() ? what : what + ": " + detail;
 }
 
-// Sets the readahead window of the mount with device `dev` through sysfs,
-// when permitted (root). Best effort: a failure leaves the kernel's default.
-// Must run after the kernel processed our INIT reply, which sets the window to
-// at most the kernel's 128 KiB.
-void TuneReadahead(dev_t dev, uint64_t bytes) {
-  if (bytes == 0) return;
-  std::ofstream knob("/sys/class/bdi/" + std::to_string(major(dev)) + ":" +
-                     std::to_string(minor(dev)) + "/read_ahead_kb");
-  if (knob) knob << (bytes + 1023) / 1024 << "\n";
+// Tunes the kernel's writeback of the mount with device `dev` through sysfs,
+// when permitted (root). Best effort: a failure leaves the kernel's defaults.
+// Must run after the kernel processed our INIT reply, which sets the
+// readahead window to at most the kernel's 128 KiB.
+// - The readahead window: `readahead` bytes.
+// - With the write-back cache, the mount's dirty pages are limited like a
+//   disk's (by the system's dirty limits) rather than strictly per mount: the
+//   strict limit (a few tens of MiB) starts writeback while a writer is still
+//   filling a 1 MiB range, so that a file written sequentially reaches the
+//   store in cut and reordered pieces, and reads back slower.
+void TuneBdi(dev_t dev, const MountOptions& o) {
+  const std::string bdi =
+      "/sys/class/bdi/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev)) + "/";
+  if (o.readahead != 0) {
+    std::ofstream knob(bdi + "read_ahead_kb");
+    if (knob) knob << (o.readahead + 1023) / 1024 << "\n";
+  }
+  if (o.UsesWritebackCache()) {
+    std::ofstream knob(bdi + "strict_limit");
+    if (knob) knob << "0\n";
+  }
 }
 
 // The kernel mount flags of `o` as libfuse options (",suid,noatime"); libfuse
@@ -133,7 +145,7 @@ void ProbeReady(const MountOptions& o, const ReadyCallback& on_ready) {
                      FuseLog::Text())));
     return;
   }
-  TuneReadahead(st.st_dev, o.readahead);
+  TuneBdi(st.st_dev, o);
   if (o.atime == AtimeMode::kStrict) SetStrictAtime(o.mountpoint);
   FuseLog::StartPassingThrough();
   on_ready(Status::OK());

@@ -9,7 +9,7 @@
 // each segment byte in once, and the bytes stay in the kernel's page cache
 // (and the daemon's record cache) for the restore that follows. The sorted
 // list is cut into one contiguous run per thread, so every thread reads its
-// own part of the store sequentially. Each file is fstat'ed after it is read,
+// own part of the store sequentially. Each file is stat'ed after it is read,
 // so that its attributes are fresh in the kernel's cache too.
 //
 // Exit status: 0 when every file was read; 1 when a file could not be read
@@ -137,12 +137,14 @@ int64_t ReadAll(const WarmFile& f, std::vector<char>* buf) {
     if (n == 0) break;
     total += n;
   }
-  // The kernel marks the access time it cached stale after a read, so the
-  // restore's first fstat(2) of the file would ask the daemon again: ask now.
-  struct stat st;
-  const int err = ::fstat(fd, &st) == 0 ? 0 : errno;
   ::close(fd);
-  return err == 0 ? total : -err;
+  // The kernel marks the access time it cached stale after a read (and,
+  // with the write-back cache, the block count at every close), so the
+  // restore's first fstat(2) of the file would ask the daemon again: ask
+  // now, after the close.
+  struct stat st;
+  if (::lstat(f.path.c_str(), &st) != 0) return -errno;
+  return total;
 }
 
 }  // namespace
