@@ -90,10 +90,10 @@ struct MountOptions {
   // The kernel's write-back cache ("writeback_cache"; "no_writeback_cache"
   // turns it off). Writes gather in the kernel's pages and reach the store
   // at close, fsync or writeback: a file closed or fsynced is in the store,
-  // a write(2) alone is not (see ARCHITECTURE.md). Off by default: with it
-  // the kernel reads big files through ckptfs at about half the speed, and
-  // each file created costs one more request (the SETATTR of its times).
-  bool writeback_cache = false;
+  // a write(2) alone is not (see ARCHITECTURE.md). On by default: small
+  // writes then cost no request each; each file created costs one more
+  // request (the SETATTR of its times that the kernel sends at close).
+  bool writeback_cache = true;
   // Whether the kernel's write-back cache is asked for: "sync" syncs every
   // write(2) anyway, so it turns the cache off.
   bool UsesWritebackCache() const { return writeback_cache && !sync; }

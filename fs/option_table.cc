@@ -250,9 +250,9 @@ constexpr OptionSpec kOptions[] = {
      .field = kMountField<&MountOptions::writeback_cache>,
      .off_name = "no_writeback_cache",
      .help = "the kernel's write-back cache: writes gather in the page cache and reach the "
-             "store at close, fsync or writeback, so small writes cost no request each, but "
-             "big-file reads and creates get slower (see \"Small writes\" below); off: every "
-             "write(2) is in the store before it returns"},
+             "store at close, fsync or writeback, so small writes cost no request each (see "
+             "\"Small writes\" below); off (`no_writeback_cache`): every write(2) is in the "
+             "store before it returns, one request each"},
     {.name = "debug",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::debug>,

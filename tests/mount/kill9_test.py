@@ -115,7 +115,9 @@ def some_pages_of(got, new):
 
 
 class Kill9Test(unittest.TestCase):
-    options = []
+    """Without the kernel's write-back cache: every write(2) that returned
+    survives."""
+    options = ["no_writeback_cache"]
     # Whether the step in flight may have written any of its pages, not
     # only a prefix: the kernel's write-back cache writes pages back in no
     # promised order, so a file being written may hold holes (zeros) where
@@ -288,7 +290,8 @@ class Kill9Test(unittest.TestCase):
 
 
 class Kill9WritebackTest(Kill9Test):
-    """The same under the kernel's write-back cache: closed files survive."""
+    """The same under the kernel's write-back cache (the default): closed
+    files survive."""
     options = ["writeback_cache"]
     pages_in_any_order = True
 

@@ -211,10 +211,15 @@ class KillPrivTest(unittest.TestCase):
 
     def test_no_getxattr_per_write(self):
         n = 64
-        # Without the write-back cache (the default) every write(2) is a
-        # WRITE request.
-        writes, getxattrs = self.count_write_requests(self.m, n)
-        print("defaults: %d WRITEs, %d GETXATTRs for %d writes" % (writes, getxattrs, n))
+        # Without the write-back cache every write(2) is a WRITE request.
+        uncached = harness.Mount(os.path.join(self.tmp, "store3"), os.path.join(self.tmp, "mnt3"),
+                                 ["no_writeback_cache"])
+        uncached.mount()
+        try:
+            writes, getxattrs = self.count_write_requests(uncached, n)
+        finally:
+            uncached.unmount()
+        print("no_writeback_cache: %d WRITEs, %d GETXATTRs for %d writes" % (writes, getxattrs, n))
         self.assertGreaterEqual(writes, n)
         self.assertEqual(getxattrs, 0)
         # With it they gather into fewer WRITEs. Once the kernel has written

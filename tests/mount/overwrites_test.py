@@ -54,9 +54,9 @@ def peak_rss(pid):
 
 
 class OverwritesTest(unittest.TestCase):
-    """The default options: every write(2) a WRITE request, a record and an
-    extent of its own."""
-    options = []
+    """Without the write-back cache: every write(2) a WRITE request, a record
+    and an extent of its own."""
+    options = ["no_writeback_cache"]
     store_bound = STORE_BOUND
 
     def setUp(self):
@@ -120,7 +120,7 @@ class OverwritesTest(unittest.TestCase):
 
 
 class WritebackOverwritesTest(OverwritesTest):
-    """The kernel's write-back cache on: whole pages, gathered."""
+    """The kernel's write-back cache on (the default): whole pages, gathered."""
     options = ["writeback_cache"]
     store_bound = STORE_BOUND_WRITEBACK
 

@@ -394,8 +394,8 @@ class RequestsTest(lib.MountAndPlainTestCase):
 
 
 class WritebackTest(lib.MountAndPlainTestCase):
-    """-o writeback_cache: the kernel gathers writes in its pages and hands
-    them over at close, fsync or writeback."""
+    """-o writeback_cache (the default): the kernel gathers writes in its
+    pages and hands them over at close, fsync or writeback."""
     mount_options = ("writeback_cache",)
 
     def test_small_writes_gather_and_the_bytes_arrive_at_close(self):
