@@ -2,7 +2,8 @@
 """Benchmark a ckptfs mount against a plain directory on the same disk.
 
 Workloads (see bench/README.md for how to read the figures):
-  big         one large file written in 1 MiB writes + fsync, read cold and warm
+  big         one large file written in 1 MiB writes + fsync, read cold and warm,
+              then cold through mmap
               (and the daemon's CPU and memory meanwhile)
   layout      per-parameter (orbax/zarr style) tree: N dirs of .zarray + 4 chunks;
               create, then cold restore

@@ -31,6 +31,10 @@ def fmt_pct(r):
     return "n/a" if r is None else "%.0f%%" % (100 * r)
 
 
+# Phases of workload 1, in the order they run.
+BIG_PHASES = ("write", "cold_read", "warm_read", "mmap_read")
+
+
 def compute_summary(results):
     R = results
     S = {}
@@ -39,19 +43,19 @@ def compute_summary(results):
         size = big["size_bytes"]
         S["big"] = {}
         for who in ("ckptfs", "plain"):
-            for phase in ("write", "cold_read", "warm_read"):
+            for phase in BIG_PHASES:
                 S["big"]["%s_%s_MBps" % (who, phase)] = summarize(
-                    [size / MB / r[phase]["seconds"] for r in big[who]])
-        for phase in ("write", "cold_read", "warm_read"):
+                    [size / MB / r[phase]["seconds"] for r in big[who] if phase in r])
+        for phase in BIG_PHASES:
             S["big"]["%s_cpu_s_per_GiB" % phase] = summarize(
                 [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big["ckptfs"]
-                 if r[phase]["daemon_cpu_s"] is not None])
+                 if phase in r and r[phase]["daemon_cpu_s"] is not None])
             S["big"]["%s_peak_rss_MiB" % phase] = summarize(
                 [r[phase]["daemon_peak_rss_kb"] / 1024 for r in big["ckptfs"]
-                 if r[phase].get("daemon_peak_rss_kb") is not None])
+                 if phase in r and r[phase].get("daemon_peak_rss_kb") is not None])
             for who in ("ckptfs", "plain"):
                 S["big"]["%s_%s_app_cpu_s_per_GiB" % (who, phase)] = summarize(
-                    [r[phase]["client_cpu_s"] / (size / GIB) for r in big[who]])
+                    [r[phase]["client_cpu_s"] / (size / GIB) for r in big[who] if phase in r])
         for phase in ("write", "read"):
             S["big"]["dd_%s_MBps" % phase] = summarize(
                 [size / MB / r[phase]["seconds"] for r in big["dd"]])
@@ -220,8 +224,11 @@ def render_markdown(results):
         L.append("|---|---:|---:|---:|---:|---:|")
         for phase, label, dd in (("write", "write + fsync", "dd_write_MBps"),
                                  ("cold_read", "cold read", "dd_read_MBps"),
-                                 ("warm_read", "warm read", "dd_read_MBps")):
+                                 ("warm_read", "warm read", "dd_read_MBps"),
+                                 ("mmap_read", "cold read through mmap", "dd_read_MBps")):
             p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
+            if p is None and c is None:
+                continue  # results from before the phase existed
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
                 fmt_pct(ratio(p, s.get(dd))), fmt_pct(ratio(c, s.get(dd)))))
@@ -326,7 +333,9 @@ def render_markdown(results):
                  "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |")
         L.append("|---|---:|---:|---:|---:|")
         for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
-                             ("warm_read", "warm read")):
+                             ("warm_read", "warm read"), ("mmap_read", "cold read through mmap")):
+            if s["%s_cpu_s_per_GiB" % phase] is None:
+                continue  # results from before the phase existed
             L.append("| %s | %s | %s | %s | %s |" % (
                 label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"),
                 fmt_spread(s["%s_peak_rss_MiB" % phase]),
@@ -334,7 +343,8 @@ def render_markdown(results):
                 fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
         L.append("")
         L.append("Peak RSS is the daemon's VmHWM since its mount: the write daemon is "
-                 "mounted fresh for the write; the read daemon for the cold+warm reads. "
+                 "mounted fresh for the write; the read daemon for the cold+warm reads; "
+                 "another for the read through mmap. "
                  "App CPU is the benchmark process itself (user+system: the kernel's "
                  "copies and FUSE round trips are charged here).")
     return "\n".join(L) + "\n"
