@@ -209,31 +209,29 @@ class KillPrivTest(unittest.TestCase):
         self.assertEqual(os.path.getsize(p), (n + 1) * 4096)
         return after["writes"] - before["writes"], after["getxattrs"] - before["getxattrs"]
 
+    def count_on_fresh_mount(self, option, n):
+        """count_write_requests on a mount of its own with -o `option`."""
+        m = harness.Mount(os.path.join(self.tmp, "store-" + option),
+                          os.path.join(self.tmp, "mnt-" + option), [option])
+        m.mount()
+        try:
+            writes, getxattrs = self.count_write_requests(m, n)
+        finally:
+            m.unmount()
+        print("%s: %d WRITEs, %d GETXATTRs for %d writes" % (option, writes, getxattrs, n))
+        return writes, getxattrs
+
     def test_no_getxattr_per_write(self):
         n = 64
         # Without the write-back cache every write(2) is a WRITE request.
-        uncached = harness.Mount(os.path.join(self.tmp, "store3"), os.path.join(self.tmp, "mnt3"),
-                                 ["no_writeback_cache"])
-        uncached.mount()
-        try:
-            writes, getxattrs = self.count_write_requests(uncached, n)
-        finally:
-            uncached.unmount()
-        print("no_writeback_cache: %d WRITEs, %d GETXATTRs for %d writes" % (writes, getxattrs, n))
+        writes, getxattrs = self.count_on_fresh_mount("no_writeback_cache", n)
         self.assertGreaterEqual(writes, n)
         self.assertEqual(getxattrs, 0)
         # With it they gather into fewer WRITEs. Once the kernel has written
         # them it refreshes the file's attributes, and the first write(2)
         # after that may ask again: at most one probe per WRITE, never one
         # per write(2).
-        cached = harness.Mount(os.path.join(self.tmp, "store2"), os.path.join(self.tmp, "mnt2"),
-                               ["writeback_cache"])
-        cached.mount()
-        try:
-            writes, getxattrs = self.count_write_requests(cached, n)
-        finally:
-            cached.unmount()
-        print("writeback_cache: %d WRITEs, %d GETXATTRs for %d writes" % (writes, getxattrs, n))
+        writes, getxattrs = self.count_on_fresh_mount("writeback_cache", n)
         self.assertGreaterEqual(writes, 1)
         self.assertLess(writes, n)
         self.assertLessEqual(getxattrs, writes)
