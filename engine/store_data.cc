@@ -555,15 +555,12 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     if (!covered) CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
   }
   std::vector<RecordRef> want;
-  for (const Extent& e : ex) {
-    if (e.value.is_inline) continue;
-    want.push_back(RecordRef{e.value.segment_id, e.value.record_offset,
-                             format::kRecordHeaderSize + e.value.stored_len});
-  }
   // A large request that takes every record whole will not want them again.
   RecordUse use = len >= kSequentialReadBytes ? RecordUse::kWholeOnce : RecordUse::kMayRepeat;
   for (const Extent& e : ex) {
     if (e.value.is_inline) continue;
+    want.push_back(RecordRef{e.value.segment_id, e.value.record_offset,
+                             format::kRecordHeaderSize + e.value.stored_len});
     if (e.value.skip != 0 || e.value.length != e.value.raw_len || e.offset < offset ||
         e.offset + e.value.length > end) {
       use = RecordUse::kMayRepeat;
