@@ -124,6 +124,7 @@ Status Checker::Check() {
   CKPTFS_RETURN_IF_ERROR(CheckExtents());
   CheckDataBytes();
   CheckSegments();
+  CKPTFS_RETURN_IF_ERROR(CheckDataFiles());
   CKPTFS_RETURN_IF_ERROR(CheckXattrs());
   CheckCounters();
   if (opt_.repair) {

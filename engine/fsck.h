@@ -67,11 +67,15 @@ inline constexpr char kBadSegmentHeader[] = "bad_segment_header";
 inline constexpr char kSegmentLiveMismatch[] = "segment_live_mismatch";
 inline constexpr char kBadDataBytes[] = "bad_data_bytes";        // inode's counter != extents
 inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
+inline constexpr char kMissingDataFile[] = "missing_data_file";  // extent -> no data file
+inline constexpr char kBlockOutsideDataFile[] = "block_outside_data_file";  // truncated
+inline constexpr char kBadDataFileExtent[] = "bad_data_file_extent";  // breaks byte N = byte N
 // Informational:
 inline constexpr char kUnreferencedRecords[] = "unreferenced_records";
 inline constexpr char kUnparsableBytes[] = "unparsable_bytes";    // crash gaps, damage in dead space
 inline constexpr char kPendingOrphan[] = "pending_orphan";        // unlinked while open; purged at open
 inline constexpr char kStaleSegmentEntry[] = "stale_segment_entry";
+inline constexpr char kUnusedDataFile[] = "unused_data_file";  // no inode uses it (repair deletes)
 
 class Checker {
  public:
@@ -149,6 +153,12 @@ class Checker {
   // Each regular file's data-bytes counter against its extents.
   void CheckDataBytes();
   void CheckSegments();
+  // Data files on disk that no inode uses.
+  Status CheckDataFiles();
+  // What is wrong with data-file extent `e` of (ino, off) of `node`; sets
+  // `kind` and returns the detail, or "" when the block is intact.
+  std::string CheckDataFileExtent(const Node& node, uint64_t ino, uint64_t off,
+                                  const format::ExtentValue& e, const char** kind);
   // The scanned record of `seg` at `offset`, or nullptr.
   const ScannedRecord* FindRecord(SegmentState* seg, uint64_t offset, size_t* index);
 
@@ -169,6 +179,9 @@ class Checker {
   std::string lost_found_name_ = "lost+found";
   std::set<uint64_t> orphan_keys_;  // inodes with orphan/ keys
   std::map<uint64_t, SegmentState> segments_;
+  // The data file CheckExtents reads now (extents come in inode order).
+  uint64_t data_file_ino_ = 0;
+  Result<std::unique_ptr<io::File>> data_file_ = Status(ENOENT, "none");
   std::set<uint64_t> lost_inos_;     // existing inodes that lose data
   std::set<std::string> lost_paths_; // names of inodes that are gone entirely
   struct RawEntry {

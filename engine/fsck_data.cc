@@ -188,7 +188,7 @@ Status Checker::CheckExtents() {
     }
     const uint64_t len = e.length;
     SegmentState* seg = nullptr;
-    if (!e.is_inline) {
+    if (!e.is_inline && !e.in_data_file) {
       seg = &segments_[e.segment_id];
       seg->id = e.segment_id;
       seg->live_all += len;
@@ -230,7 +230,11 @@ Status Checker::CheckExtents() {
     prev_end = off + len;
 
     std::string problem_kind, detail;
-    if (!e.is_inline) {
+    if (e.in_data_file) {
+      const char* kind = nullptr;
+      detail = CheckDataFileExtent(node, ino, off, e, &kind);
+      if (!detail.empty()) problem_kind = kind;
+    } else if (!e.is_inline) {
       const uint64_t rec_end = e.record_offset + format::kRecordHeaderSize + e.stored_len;
       const std::string where = "segment " + std::to_string(e.segment_id) + " bytes " +
                                 Range(e.record_offset, format::kRecordHeaderSize + e.stored_len);
@@ -289,7 +293,7 @@ Status Checker::CheckExtents() {
     uint64_t kept = len;
     if (off + len > node.v.size) {
       kept = off >= node.v.size ? 0 : node.v.size - off;
-      AddData(kExtentPastSize, ino, e.is_inline ? 0 : e.segment_id, off, len,
+      AddData(kExtentPastSize, ino, e.segment_id, off, len,
               "data past the end of the file (size " + std::to_string(node.v.size) + ")", true);
       if (opt_.repair) {
         if (kept == 0) {
@@ -307,6 +311,75 @@ Status Checker::CheckExtents() {
     node.data_kept += kept;
   }
   return FromRocksStatus(it->status(), "scan extents");
+}
+
+std::string Checker::CheckDataFileExtent(const Node& node, uint64_t ino, uint64_t off,
+                                         const format::ExtentValue& e, const char** kind) {
+  const std::string name = format::DataFileName(ino);
+  const std::string where = name + " bytes " + Range(e.record_offset, e.stored_len);
+  *kind = kBadDataFileExtent;
+  if (e.record_offset + e.skip != off) {
+    return where + " do not hold file offset " + std::to_string(off) + " at their byte " +
+           std::to_string(e.skip);
+  }
+  if (node.v.data_file_end == 0) return where + ": the inode has no data file";
+  if (e.record_offset + e.stored_len > node.v.data_file_end) {
+    return where + " end past the data file end the inode records, " +
+           std::to_string(node.v.data_file_end);
+  }
+  if (data_file_ino_ != ino) {
+    data_file_ino_ = ino;
+    data_file_ = env_->Open(dir_ + "/" + name, io::OpenMode::kRead);
+  }
+  if (!data_file_.ok()) {
+    *kind = kMissingDataFile;
+    return data_file_.status().code() == ENOENT ? "data file " + name + " is missing"
+                                                : data_file_.status().message();
+  }
+  std::string block(opt_.quick ? 0 : e.stored_len, '\0');
+  if (opt_.quick) {
+    Result<uint64_t> size = (*data_file_)->Size();
+    if (!size.ok()) return size.status().message();
+    if (*size < e.record_offset + e.stored_len) {
+      *kind = kBlockOutsideDataFile;
+      return where + " lie outside the file, which has " + std::to_string(*size) + " bytes";
+    }
+    return "";
+  }
+  Result<size_t> got = (*data_file_)->ReadAt(e.record_offset, block.size(), block.data());
+  if (!got.ok()) return got.status().message();
+  report_.bytes_checked += *got;
+  if (*got < block.size()) {
+    *kind = kBlockOutsideDataFile;
+    return where + " lie outside the file, which ends at " + std::to_string(e.record_offset + *got);
+  }
+  if (!format::CheckDataFileBlock(e, block).ok()) {
+    *kind = kBadPayloadChecksum;
+    return where + ": checksum mismatch";
+  }
+  return "";
+}
+
+Status Checker::CheckDataFiles() {
+  Result<std::vector<std::string>> names = env_->List(dir_ + "/" + format::kDataDirName);
+  if (!names.ok() && names.status().code() == ENOENT) return Status::OK();
+  CKPTFS_RETURN_IF_ERROR(names.status());
+  for (const std::string& n : *names) {
+    uint64_t ino;
+    if (!format::ParseDataFileName(n, &ino)) continue;
+    auto it = nodes_.find(ino);
+    if (it != nodes_.end() && it->second.v.data_file_end != 0) continue;
+    FsckFinding f;
+    f.kind = kUnusedDataFile;
+    f.ino = ino;
+    f.informational = true;
+    f.detail = format::DataFileName(ino) + " belongs to no file" +
+               (opt_.repair ? "; deleted" : "; repair deletes it");
+    f.repaired = opt_.repair;
+    if (opt_.repair) CKPTFS_RETURN_IF_ERROR(env_->Remove(dir_ + "/" + format::DataFileName(ino)));
+    Add(std::move(f));
+  }
+  return Status::OK();
 }
 
 void Checker::CheckDataBytes() {

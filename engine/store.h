@@ -118,6 +118,8 @@ struct EngineStats {
   uint64_t checksum_errors = 0;
   uint64_t segments = 0;
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
+  uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files
+  uint64_t data_file_reads = 0, data_file_read_bytes = 0;    // preads of data files
 };
 
 // Where one piece of a file's data lies: the index's extent value, as
@@ -164,6 +166,12 @@ struct StoreOptions {
   // Largest payload of one record. Bounds the read amplification of a random
   // small read. Default: 1 MiB. Fixed while open.
   uint32_t max_record_bytes = 1u << 20;
+  // A file that grows past this many bytes by writes at its end moves to a
+  // data file of its own (docs/FORMAT.md), in which byte N is its byte N, so
+  // that the kernel can read it directly; its first bytes are copied there
+  // from segments once. 0 keeps every file in segments. Default: 64 MiB.
+  // Fixed while open.
+  uint64_t data_file_bytes = 64ull << 20;
   // Two reads in one segment merge when the bytes between them are at most
   // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.
   uint64_t coalesce_gap = 256u << 10;

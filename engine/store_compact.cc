@@ -277,7 +277,7 @@ Status StoreImpl::FindExtentsIn(const std::set<uint64_t>& segments, std::set<uin
                                    std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
                                    ds.message() + "; it may point into any segment");
     }
-    if (e.is_inline || !segments.count(e.segment_id)) continue;
+    if (e.is_inline || e.in_data_file || !segments.count(e.segment_id)) continue;
     inos->insert(ino);
     used->insert(e.segment_id);
   }
@@ -296,7 +296,7 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
       // The windows of each victim record, in file order.
       std::map<std::pair<uint64_t, uint64_t>, std::vector<const Extent*>> groups;
       for (const Extent& e : ex) {
-        if (e.value.is_inline || !victims.count(e.value.segment_id) ||
+        if (e.value.is_inline || e.value.in_data_file || !victims.count(e.value.segment_id) ||
             run->failed.count(e.value.segment_id)) {
           continue;
         }

@@ -158,7 +158,7 @@ Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocks
     const uint64_t ov_end = std::min(end, e_end);
     *removed += ov_end - ov_start;
     b->Delete(cf_extents_, format::ExtentKey(s->ino, e.offset));
-    if (!e.value.is_inline) {
+    if (!e.value.is_inline && !e.value.in_data_file) {
       auto& d = (*deltas)[e.value.segment_id];
       d.live -= static_cast<int64_t>(ov_end - ov_start);
       d.dead += static_cast<int64_t>(ov_end - ov_start);
@@ -219,6 +219,51 @@ Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view 
     counters_.records_written++;
     counters_.stored_bytes += rec.header.stored_len;
   }
+  return Status::OK();
+}
+
+Status StoreImpl::AppendDataFile(uint64_t ino, uint64_t offset, std::string_view data,
+                                 rocksdb::WriteBatch* b) {
+  CKPTFS_RETURN_IF_ERROR(data_files_->Write(ino, offset, data));
+  counters_.data_file_writes++;
+  counters_.data_file_write_bytes += data.size();
+  // Blocks end where records would (see AppendRecords).
+  const uint64_t max = options_.max_record_bytes;
+  for (size_t pos = 0, len = 0; pos < data.size(); pos += len) {
+    const uint64_t at = offset + pos;
+    len = std::min<uint64_t>(data.size() - pos, max - at % max);
+    format::ExtentValue e;
+    e.in_data_file = true;
+    e.length = e.stored_len = e.raw_len = static_cast<uint32_t>(len);
+    e.record_offset = at;
+    e.checksum = format::Checksum(data.substr(pos, len));
+    b->Put(cf_extents_, format::ExtentKey(ino, at), format::EncodeExtent(e));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
+                                       rocksdb::WriteBatch* b, StatDeltas* deltas) {
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, 0, upto, &ex));
+  CKPTFS_RETURN_IF_ERROR(data_files_->Create(s->ino));
+  std::string bytes;
+  for (const Extent& e : ex) {
+    const uint64_t end = std::min(upto, e.offset + e.value.length);
+    if (e.value.in_data_file) return Status::Corruption("inode " + std::to_string(s->ino) +
+                                                        " has data file extents but no data file");
+    bytes.resize(end - e.offset);
+    CKPTFS_RETURN_IF_ERROR(ReadExtentsInto(s->ino, {e}, e.offset, end, bytes.data()));
+    if (!e.value.is_inline) {
+      auto& d = (*deltas)[e.value.segment_id];
+      d.live -= static_cast<int64_t>(end - e.offset);
+      d.dead += static_cast<int64_t>(end - e.offset);
+    }
+    // Replaces the extent (or, for one that reaches `upto`, the left piece
+    // the caller's punch put under its key).
+    CKPTFS_RETURN_IF_ERROR(AppendDataFile(s->ino, e.offset, bytes, b));
+  }
+  v->data_file_end = upto;
   return Status::OK();
 }
 
@@ -301,8 +346,27 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
       return FromRocks(rs, "read extent");
     }
     uint64_t removed = 0;
-    CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_off + w_data.size(), &b, &deltas, &removed));
-    CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, w_off, w_data, &b, &deltas));
+    const uint64_t w_end = w_off + w_data.size();
+    CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_end, &b, &deltas, &removed));
+    // A file that this write at its end takes past data_file_bytes moves to
+    // a data file of its own (its bytes so far are copied once). After the
+    // punch, which puts the left piece of an extent cut at w_off.
+    const uint64_t threshold = options_.data_file_bytes;
+    const bool move = v.data_file_end == 0 && threshold != 0 && w_end >= threshold &&
+                      w_off <= v.size && w_end > v.size && v.size <= threshold;
+    if (move) CKPTFS_RETURN_IF_ERROR(MoveToDataFileLocked(s, w_off, &v, &b, &deltas));
+    // Bytes at or past the data file's end go there; the data file is never
+    // written in place, so bytes below it go to segments.
+    const uint64_t split = v.data_file_end == 0 && !move
+                               ? w_end
+                               : std::clamp(v.data_file_end, w_off, w_end);
+    if (split > w_off) {
+      CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, w_off, w_data.substr(0, split - w_off), &b, &deltas));
+    }
+    if (split < w_end) {
+      CKPTFS_RETURN_IF_ERROR(AppendDataFile(ino, split, w_data.substr(split - w_off), &b));
+      v.data_file_end = w_end;
+    }
     v.data_bytes = v.data_bytes - removed + w_data.size();
   }
   Timespec now = Now();
@@ -351,11 +415,16 @@ class ScratchBuffers {
   std::vector<Buffer> buffers_;
 };
 
+ScratchBuffers& ThreadScratch() {
+  thread_local ScratchBuffers scratch;
+  return scratch;
+}
+
 }  // namespace
 
 Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use,
                                std::map<std::pair<uint64_t, uint64_t>, RecordData>* out) {
-  thread_local ScratchBuffers scratch;
+  ScratchBuffers& scratch = ThreadScratch();
   std::vector<RecordRef> needed;
   std::set<std::pair<uint64_t, uint64_t>> missing;
   for (const RecordRef& ref : want) {
@@ -554,11 +623,20 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
     if (!covered) CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
   }
+  CKPTFS_RETURN_IF_ERROR(ReadExtentsInto(ino, ex, offset, end, buf));
+  counters_.read_bytes += len;
+  return len;
+}
+
+Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset,
+                                  uint64_t end, char* buf) {
+  ScratchBuffers& scratch = ThreadScratch();
+  const uint64_t len = end - offset;
   std::vector<RecordRef> want;
   // A large request that takes every record whole will not want them again.
   RecordUse use = len >= kSequentialReadBytes ? RecordUse::kWholeOnce : RecordUse::kMayRepeat;
   for (const Extent& e : ex) {
-    if (e.value.is_inline) continue;
+    if (e.value.is_inline || e.value.in_data_file) continue;
     want.push_back(RecordRef{e.value.segment_id, e.value.record_offset,
                              format::kRecordHeaderSize + e.value.stored_len});
     if (e.value.skip != 0 || e.value.length != e.value.raw_len || e.offset < offset ||
@@ -571,7 +649,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   // Every extent against the record it points at (cached ones too): a record
   // with a valid checksum is still the wrong data if it is not that record.
   for (const Extent& e : ex) {
-    if (e.value.is_inline) continue;
+    if (e.value.is_inline || e.value.in_data_file) continue;
     const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
     Status s = format::CheckRecordForExtent(d->header, e.value, ino, e.offset);
     if (!s.ok()) {
@@ -586,19 +664,42 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     const uint64_t to = std::min(end, e.offset + e.value.length);
     if (from >= to) continue;
     if (from > pos) std::memset(buf + (pos - offset), 0, from - pos);  // hole
-    const char* src;
-    if (e.value.is_inline) {
-      src = e.value.inline_data.data() + (from - e.offset);
+    if (e.value.in_data_file) {
+      // A block read whole lands in place; a window of one goes through a
+      // buffer of this thread. Either way its checksum is checked first.
+      const format::ExtentValue& v = e.value;
+      const bool whole = v.skip == 0 && v.length == v.stored_len && from == e.offset &&
+                         to == e.offset + v.length;
+      std::shared_ptr<char[]> block;
+      char* dst = buf + (from - offset);
+      if (!whole) {
+        block = scratch.Take(v.stored_len);
+        dst = block.get();
+      }
+      CKPTFS_ASSIGN_OR_RETURN(size_t n, data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
+      counters_.data_file_reads++;
+      counters_.data_file_read_bytes += n;
+      Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
+      if (!cs.ok()) {
+        counters_.checksum_errors++;
+        return Status(EIO, "inode " + std::to_string(ino) + " " + cs.message());
+      }
+      if (!whole) std::memcpy(buf + (from - offset), dst + v.skip + (from - e.offset), to - from);
+      if (len >= kSequentialReadBytes) data_files_->Evict(ino, v.record_offset, n);
     } else {
-      const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
-      src = d->bytes.data() + e.value.skip + (from - e.offset);
+      const char* src;
+      if (e.value.is_inline) {
+        src = e.value.inline_data.data() + (from - e.offset);
+      } else {
+        const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
+        src = d->bytes.data() + e.value.skip + (from - e.offset);
+      }
+      std::memcpy(buf + (from - offset), src, to - from);
     }
-    std::memcpy(buf + (from - offset), src, to - from);
     pos = std::max(pos, to);
   }
   if (pos < end) std::memset(buf + (pos - offset), 0, end - pos);
-  counters_.read_bytes += len;
-  return len;
+  return Status::OK();
 }
 
 Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
@@ -627,6 +728,18 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
       CKPTFS_RETURN_IF_ERROR(PunchLocked(s.get(), *req.size, kMaxFileSize, &b, &deltas, &removed));
       v.data_bytes -= removed;
     }
+    if (*req.size < v.data_file_end) {
+      // The blocks of the extents that stay keep all their bytes (a
+      // checksum covers a whole block, and a window of one may end before
+      // it): writes go into the data file only past the last of them.
+      uint64_t keep = *req.size;
+      std::vector<Extent> cut;
+      if (keep > 0) CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s.get(), 0, keep, &cut));
+      for (const Extent& e : cut) {
+        if (e.value.in_data_file) keep = std::max(keep, e.value.record_offset + e.value.stored_len);
+      }
+      v.data_file_end = std::min(v.data_file_end, keep);
+    }
     if (*req.size != v.size) {
       v.mtime_sec = now.sec;
       v.mtime_nsec = now.nsec;
@@ -652,8 +765,16 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
   v.ctime_nsec = ctime.nsec;
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b, cf_segments_);
-  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  // Writes go into the data file from its (new) end on: the index that
+  // lowers the end must be durable before a write lands there, or a power
+  // loss could bring back extents whose bytes that write replaced.
+  const bool cuts_data_file = v.data_file_end < s->attr.data_file_end;
+  CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/cuts_data_file));
   s->attr = v;
+  if (cuts_data_file) {
+    CKPTFS_RETURN_IF_ERROR(v.data_file_end == 0 ? data_files_->Remove(ino)
+                                                : data_files_->Truncate(ino, v.data_file_end));
+  }
   if (shrinks) Unreserve(ino, *req.size, kMaxFileSize);  // as truncate frees preallocated blocks
   return ToAttr(ino, v);
 }
@@ -765,7 +886,10 @@ Status StoreImpl::Release(Ino ino) {
       EmitDeltas(deltas, &b, cf_segments_);
       result = Commit(&b);
     }
-    if (result.ok()) s->purged = true;
+    if (result.ok()) {
+      if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
+      s->purged = true;
+    }
   }
   inodes_.Unpin(s);  // the pin taken by OpenFile
   return result;

@@ -134,6 +134,8 @@ Status StoreImpl::Init() {
     Status s = format::ParseFormatFile(ss.str());
     if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
   }
+  data_files_ = std::make_unique<DataFiles>(env_, dir_, options_.read_only);
+  if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(data_files_->EnsureDir());
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
 
@@ -160,15 +162,18 @@ Status StoreImpl::Init() {
   flush_segments_ = segments_.get();
   cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
-  if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
+  if (!options_.read_only) {
+    CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
+    CKPTFS_RETURN_IF_ERROR(RemoveUnusedDataFiles());
+  }
   StartBackgroundCompaction();
   return Status::OK();
 }
 
 Status StoreImpl::CreateLayout() {
-  std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
-  if (::mkdir(seg_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Status::IOError(errno, "create " + seg_dir);
+  for (const char* sub : {format::kSegmentsDirName, format::kDataDirName}) {
+    std::string d = dir_ + "/" + sub;
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return Status::IOError(errno, "create " + d);
   }
   std::string tmp = dir_ + "/" + format::kFormatFileName + ".tmp";
   std::string content = format::FormatFileContents();
@@ -193,6 +198,7 @@ Status StoreImpl::OpenIndex(bool create) {
   auto before_flush = [this] {
     // A failed sync is sticky in the set: the next fsync reports it.
     if (SegmentSet* set = flush_segments_.load()) (void)set->SyncDirty();
+    if (data_files_ != nullptr) (void)data_files_->SyncDirty();
   };
   CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
                                      /*read_only=*/false, env_.get(), &index, before_flush));
@@ -282,7 +288,25 @@ Status StoreImpl::PurgeOrphans() {
     }
     EmitDeltas(deltas, &b, cf_segments_);
     CKPTFS_RETURN_IF_ERROR(Commit(&b));
+    if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
     s->purged = true;
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::RemoveUnusedDataFiles() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> inos, data_files_->List());
+  for (uint64_t ino : inos) {
+    std::string v;
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(ino), &v);
+    format::InodeValue iv;
+    if (rs.ok()) {
+      // An inode that cannot be decoded keeps its data file (fsck reports it).
+      if (!format::DecodeInode(v, &iv).ok() || iv.data_file_end != 0) continue;
+    } else if (!rs.IsNotFound()) {
+      return FromRocks(rs, "read inode " + std::to_string(ino));
+    }
+    CKPTFS_RETURN_IF_ERROR(data_files_->Remove(ino));
   }
   return Status::OK();
 }
@@ -407,9 +431,22 @@ Status StoreImpl::FlushDurable() {
   // between its append and its commit, what was appended meanwhile and the
   // index log: no batch becomes durable before the records it points at.
   CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
-  CommitGate::Closed closed(&commit_gate_);
-  CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
-  return FromRocks(db_->SyncWAL(), "sync index log");
+  CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
+  // Data files of removed inodes go once the removal is durable.
+  const std::set<uint64_t> unused = data_files_->TakeQueued();
+  {
+    CommitGate::Closed closed(&commit_gate_);
+    CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+    CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
+    // On failure the files stay; the next open deletes what no inode uses.
+    CKPTFS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), "sync index log"));
+  }
+  Status result;
+  for (uint64_t ino : unused) {
+    Status s = data_files_->Remove(ino);
+    if (result.ok()) result = s;
+  }
+  return result;
 }
 
 Status StoreImpl::Fsync(Ino ino, bool datasync) {
@@ -473,6 +510,10 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.fsyncs = counters_.fsyncs;
   s.device_syncs = syncer_->flushes();
   s.checksum_errors = counters_.checksum_errors;
+  s.data_file_writes = counters_.data_file_writes;
+  s.data_file_write_bytes = counters_.data_file_write_bytes;
+  s.data_file_reads = counters_.data_file_reads;
+  s.data_file_read_bytes = counters_.data_file_read_bytes;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
     s.live_bytes += static_cast<uint64_t>(seg.live_bytes);

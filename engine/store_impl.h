@@ -35,6 +35,7 @@
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
 #include "engine/commit_gate.h"
+#include "engine/data_files.h"
 #include "engine/epoch_gate.h"
 #include "engine/extent_map_cache.h"
 #include "format/format.h"
@@ -119,6 +120,9 @@ class StoreImpl final : public Store {
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
   Status PurgeOrphans();
+  // Deletes data files that no inode uses (left by a crash between an
+  // inode's removal and its data file's).
+  Status RemoveUnusedDataFiles();
   // Applies one batch; maps RocksDB errors to errno.
   Status Commit(rocksdb::WriteBatch* batch, bool sync = false);
   Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
@@ -214,6 +218,19 @@ class StoreImpl final : public Store {
       REQUIRES(s->mu);
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
                        rocksdb::WriteBatch* b, StatDeltas* deltas);
+  // Writes `data` at `offset` of the data file of `ino` and puts its
+  // extents (blocks cut as records are) into `b`.
+  Status AppendDataFile(uint64_t ino, uint64_t offset, std::string_view data,
+                        rocksdb::WriteBatch* b);
+  // Gives `s` a data file holding the bytes of its extents below `upto`
+  // (copied from segments and inline extents, repointed in `b`); sets
+  // v->data_file_end to `upto`.
+  Status MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
+                              rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
+  // Copies the bytes of `ex` that lie in [offset, end) into buf (which
+  // holds [offset, end); holes are left alone), verifying every checksum.
+  Status ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset, uint64_t end,
+                         char* buf);
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
                          rocksdb::ColumnFamilyHandle* cf);
   // Fetches verified, decoded records, from the cache or with planned reads.
@@ -250,6 +267,9 @@ class StoreImpl final : public Store {
   std::unique_ptr<StoreLock> lock_;
   // The segments' Env (options_.env or io::Env::Posix()).
   std::shared_ptr<io::Env> env_;
+  // The data files of large files; declared before db_ so that it outlives
+  // the index, whose before-flush hook syncs it.
+  std::unique_ptr<DataFiles> data_files_;
   // The index's filesystem when env_ provides one; declared before db_ so
   // that it outlives it.
   std::unique_ptr<rocksdb::Env> index_env_;
@@ -307,6 +327,8 @@ class StoreImpl final : public Store {
     std::atomic<uint64_t> backing_reads{0}, backing_read_bytes{0}, coalesced_reads{0};
     std::atomic<uint64_t> cache_hits{0}, cache_misses{0}, inline_writes{0};
     std::atomic<uint64_t> records_written{0}, stored_bytes{0}, fsyncs{0}, checksum_errors{0};
+    std::atomic<uint64_t> data_file_writes{0}, data_file_write_bytes{0};
+    std::atomic<uint64_t> data_file_reads{0}, data_file_read_bytes{0};
   } counters_;
 };
 

@@ -124,6 +124,9 @@ Status StoreImpl::Txn::Commit() {
   }
   EmitDeltas(deltas, &batch, st->cf_segments_);
   CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
+  for (uint64_t ino : purged) {
+    if (S(ino)->attr.data_file_end != 0) st->data_files_->RemoveAfterSync(ino);
+  }
   for (auto& [ino, v] : attrs) S(ino)->attr = v;
   for (uint64_t ino : purged) S(ino)->purged = true;
   return Status::OK();
@@ -204,7 +207,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas*
                                    std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
                                    ds.message());
     }
-    if (!e.is_inline) {
+    if (!e.is_inline && !e.in_data_file) {
       auto& d = (*deltas)[e.segment_id];
       d.live -= e.length;
       d.dead += e.length;

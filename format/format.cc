@@ -89,19 +89,21 @@ Status ParseFormatFile(std::string_view contents) {
   return Status::OK();
 }
 
-std::string SegmentFileName(uint64_t segment_id) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%08llu.seg", static_cast<unsigned long long>(segment_id));
-  return std::string(kSegmentsDirName) + "/" + buf;
+namespace {
+// DIR + "/" + the number padded to 8 decimal digits + ext.
+std::string NumberedFileName(const char* dir, uint64_t id, const char* ext) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08llu%s", static_cast<unsigned long long>(id), ext);
+  return std::string(dir) + "/" + buf;
 }
 
-bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
-  constexpr std::string_view kExt = ".seg";
-  if (name.size() <= kExt.size() || name.substr(name.size() - kExt.size()) != kExt) return false;
-  std::string_view digits = name.substr(0, name.size() - kExt.size());
+// Inverse of NumberedFileName's base name.
+bool ParseNumberedFileName(std::string_view name, std::string_view ext, uint64_t* id) {
+  if (name.size() <= ext.size() || name.substr(name.size() - ext.size()) != ext) return false;
+  std::string_view digits = name.substr(0, name.size() - ext.size());
   if (digits.size() < 8 || digits.size() > 20) return false;
-  // SegmentFileName pads to exactly 8 digits: a longer name with a leading
-  // zero is not one of its names (and would alias another segment's id).
+  // Names are padded to exactly 8 digits: a longer name with a leading zero
+  // is not one of them (and would alias another file's number).
   if (digits.size() > 8 && digits[0] == '0') return false;
   uint64_t v = 0;
   for (char c : digits) {
@@ -110,8 +112,23 @@ bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
     if (v > (UINT64_MAX - d) / 10) return false;  // does not fit in 64 bits
     v = v * 10 + d;
   }
-  *segment_id = v;
+  *id = v;
   return true;
+}
+}  // namespace
+
+std::string SegmentFileName(uint64_t segment_id) {
+  return NumberedFileName(kSegmentsDirName, segment_id, ".seg");
+}
+
+bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
+  return ParseNumberedFileName(name, ".seg", segment_id);
+}
+
+std::string DataFileName(uint64_t ino) { return NumberedFileName(kDataDirName, ino, ".dat"); }
+
+bool ParseDataFileName(std::string_view name, uint64_t* ino) {
+  return ParseNumberedFileName(name, ".dat", ino);
 }
 
 // ---- Keys. ----
@@ -144,12 +161,15 @@ std::string OrphanKey(uint64_t ino) {
 namespace {
 constexpr size_t kInodeFixedSize1 = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85
 constexpr size_t kInodeFixedSize = kInodeFixedSize1 + 8;                    // 93
+constexpr size_t kInodeFixedSize3 = kInodeFixedSize + 8;                     // 101
 }
 
 std::string EncodeInode(const InodeValue& v) {
   std::string s;
-  s.reserve(kInodeFixedSize + v.symlink_target.size());
-  s.push_back(static_cast<char>(v.data_bytes_known ? kInodeValueVersion : kInodeValueVersion1));
+  s.reserve(kInodeFixedSize3 + v.symlink_target.size());
+  const bool v3 = v.data_file_end != 0;
+  s.push_back(static_cast<char>(v3 ? kInodeValueVersion3
+                                   : v.data_bytes_known ? kInodeValueVersion : kInodeValueVersion1));
   PutLE32(&s, v.mode);
   PutLE32(&s, v.uid);
   PutLE32(&s, v.gid);
@@ -164,7 +184,8 @@ std::string EncodeInode(const InodeValue& v) {
   PutLE32(&s, v.ctime_nsec);
   PutLE64(&s, v.generation);
   PutLE64(&s, v.parent);
-  if (v.data_bytes_known) PutLE64(&s, v.data_bytes);
+  if (v.data_bytes_known || v3) PutLE64(&s, v.data_bytes);
+  if (v3) PutLE64(&s, v.data_file_end);
   PutLE32(&s, static_cast<uint32_t>(v.symlink_target.size()));
   s.append(v.symlink_target);
   return s;
@@ -173,12 +194,15 @@ std::string EncodeInode(const InodeValue& v) {
 Status DecodeInode(std::string_view in, InodeValue* v) {
   if (in.empty()) return Short("inode value", 0, kInodeFixedSize1);
   const uint8_t version = static_cast<uint8_t>(in[0]);
-  if (version != kInodeValueVersion && version != kInodeValueVersion1) {
+  if (version != kInodeValueVersion && version != kInodeValueVersion1 &&
+      version != kInodeValueVersion3) {
     return Status::Corruption("inode value version " + std::to_string(version) + ", expected " +
-                              std::to_string(kInodeValueVersion1) + " or " +
-                              std::to_string(kInodeValueVersion));
+                              std::to_string(kInodeValueVersion1) + " to " +
+                              std::to_string(kInodeValueVersion3));
   }
-  const size_t fixed = version == kInodeValueVersion ? kInodeFixedSize : kInodeFixedSize1;
+  const size_t fixed = version == kInodeValueVersion3 ? kInodeFixedSize3
+                       : version == kInodeValueVersion ? kInodeFixedSize
+                                                       : kInodeFixedSize1;
   if (in.size() < fixed) return Short("inode value", in.size(), fixed);
   const char* p = in.data() + 1;
   auto u32 = [&p] { uint32_t x = GetLE32(p); p += 4; return x; };
@@ -197,8 +221,12 @@ Status DecodeInode(std::string_view in, InodeValue* v) {
   v->ctime_nsec = u32();
   v->generation = u64();
   v->parent = u64();
-  v->data_bytes_known = version == kInodeValueVersion;
+  v->data_bytes_known = version != kInodeValueVersion1;
   v->data_bytes = v->data_bytes_known ? u64() : 0;
+  v->data_file_end = version == kInodeValueVersion3 ? u64() : 0;
+  if (version == kInodeValueVersion3 && v->data_file_end == 0) {
+    return Status::Corruption("inode value version 3 with data file end 0");
+  }
   uint32_t tlen = u32();
   if (in.size() != fixed + tlen) return Short("inode value", in.size(), fixed + tlen);
   v->symlink_target.assign(p, tlen);
@@ -230,6 +258,16 @@ std::string EncodeExtent(const ExtentValue& v) {
     s.append(v.inline_data);
     return s;
   }
+  if (v.in_data_file) {
+    s.reserve(kExtentDataFileValueSize);
+    s.push_back(static_cast<char>(kExtentDataFile));
+    PutLE32(&s, v.length);
+    PutLE64(&s, v.record_offset);
+    PutLE32(&s, v.stored_len);
+    PutLE32(&s, v.skip);
+    PutLE64(&s, v.checksum);
+    return s;
+  }
   s.reserve(kExtentRecordValueSize);
   s.push_back(static_cast<char>(kExtentRecord));
   PutLE32(&s, v.length);
@@ -249,18 +287,43 @@ Status DecodeExtent(std::string_view in, ExtentValue* v) {
   if (kind == kExtentInline) {
     *v = ExtentValue();
     v->is_inline = true;
+    v->in_data_file = false;
     v->inline_data.assign(in.substr(1));
     v->length = static_cast<uint32_t>(v->inline_data.size());
     return Status::OK();
   }
+  if (kind == kExtentDataFile) {
+    if (in.size() != kExtentDataFileValueSize) {
+      return Short("extent value", in.size(), kExtentDataFileValueSize);
+    }
+    const char* p = in.data() + 1;
+    *v = ExtentValue();
+    v->in_data_file = true;
+    v->length = GetLE32(p);
+    v->record_offset = GetLE64(p + 4);
+    v->stored_len = v->raw_len = GetLE32(p + 12);
+    v->skip = GetLE32(p + 16);
+    v->checksum = GetLE64(p + 20);
+    if (uint64_t{v->skip} + v->length > v->raw_len || v->length == 0) {
+      return Status::Corruption("extent window [" + std::to_string(v->skip) + ", +" +
+                                std::to_string(v->length) + ") outside block of " +
+                                std::to_string(v->raw_len) + " bytes");
+    }
+    if (v->record_offset > UINT64_MAX - v->raw_len) {
+      return Status::Corruption("data file block at " + std::to_string(v->record_offset) +
+                                " runs past the largest offset");
+    }
+    return Status::OK();
+  }
   if (kind != kExtentRecord) {
-    return Status::Corruption("extent value kind " + std::to_string(kind) + ", expected 0 or 1");
+    return Status::Corruption("extent value kind " + std::to_string(kind) + ", expected 0, 1 or 2");
   }
   if (in.size() != kExtentRecordValueSize) {
     return Short("extent value", in.size(), kExtentRecordValueSize);
   }
   const char* p = in.data() + 1;
   v->is_inline = false;
+  v->in_data_file = false;
   v->inline_data.clear();
   v->length = GetLE32(p);
   v->segment_id = GetLE64(p + 4);
@@ -279,6 +342,17 @@ Status DecodeExtent(std::string_view in, ExtentValue* v) {
                               std::to_string(v->length) + ") outside record of " +
                               std::to_string(v->raw_len) + " bytes");
   }
+  return Status::OK();
+}
+
+Status CheckDataFileBlock(const ExtentValue& e, std::string_view block) {
+  const std::string range = "data file bytes [" + std::to_string(e.record_offset) + ", " +
+                            std::to_string(e.record_offset + e.stored_len) + ")";
+  if (block.size() != e.stored_len) {
+    return Status::Corruption(range + ": " + std::to_string(block.size()) + " bytes, expected " +
+                              std::to_string(e.stored_len));
+  }
+  if (Checksum(block) != e.checksum) return Status::Corruption(range + ": checksum mismatch");
   return Status::OK();
 }
 

@@ -33,6 +33,7 @@ inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr char kFormatFileName[] = "FORMAT";
 inline constexpr char kIndexDirName[] = "index";
 inline constexpr char kSegmentsDirName[] = "segments";
+inline constexpr char kDataDirName[] = "data";
 inline constexpr char kLockFileName[] = "LOCK";
 // Content of the FORMAT file.
 std::string FormatFileContents();
@@ -42,6 +43,12 @@ Status ParseFormatFile(std::string_view contents);
 std::string SegmentFileName(uint64_t segment_id);
 // Inverse of SegmentFileName's base name; false when `name` is not one.
 bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id);
+
+// "data/00000042.dat" relative to the store: the data file of inode 42, in
+// which byte N is the file's byte N (8+ decimal digits, as segment names).
+std::string DataFileName(uint64_t ino);
+// Inverse of DataFileName's base name; false when `name` is not one.
+bool ParseDataFileName(std::string_view name, uint64_t* ino);
 
 // ---- RocksDB column families. ----
 inline constexpr char kCfInodes[] = "inodes";
@@ -86,8 +93,13 @@ struct InodeValue {
   // engine has counted the extents once.
   uint64_t data_bytes = 0;
   bool data_bytes_known = true;
+  // Nonzero: the file has a data file (DataFileName), and bytes below this
+  // offset of it may be in use by extents, so that writes there go to
+  // segments. Version 3 values carry it; values with 0 encode as version 2.
+  uint64_t data_file_end = 0;
   bool operator==(const InodeValue&) const = default;
 };
+inline constexpr uint8_t kInodeValueVersion3 = 3;  // with data_file_end
 inline constexpr uint8_t kInodeValueVersion = 2;
 inline constexpr uint8_t kInodeValueVersion1 = 1;  // without data_bytes
 std::string EncodeInode(const InodeValue& v);
@@ -103,9 +115,14 @@ Status DecodeDentry(std::string_view in, DentryValue* v);
 
 enum class Codec : uint8_t { kNone = 0, kZstd = 1 };
 
-// A window [skip, skip+length) of one record's decoded data, or inline bytes.
+// A window [skip, skip+length) of one record's decoded data, or inline bytes,
+// or a window of one checksummed block of the inode's data file.
 struct ExtentValue {
   bool is_inline = false;
+  // A block of the data file: the block starts at file (and data file)
+  // offset record_offset and is stored_len == raw_len bytes long; codec is
+  // kNone, segment_id 0, and checksum is Checksum() of the block's bytes.
+  bool in_data_file = false;
   uint32_t length = 0;  // logical bytes covered (inline: the data size)
   std::string inline_data;
   uint64_t segment_id = 0;
@@ -119,7 +136,9 @@ struct ExtentValue {
 };
 inline constexpr uint8_t kExtentRecord = 0;
 inline constexpr uint8_t kExtentInline = 1;
+inline constexpr uint8_t kExtentDataFile = 2;
 inline constexpr size_t kExtentRecordValueSize = 42;
+inline constexpr size_t kExtentDataFileValueSize = 29;
 std::string EncodeExtent(const ExtentValue& v);
 Status DecodeExtent(std::string_view in, ExtentValue* v);
 
@@ -185,6 +204,12 @@ Status VerifyRecordPayload(const RecordHeader& h, std::string_view payload);
 // Verifies the payload checksum and decodes it into `out` (raw_len bytes).
 // `payload` is exactly stored_len bytes.
 Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std::string* out);
+
+// The one check of a data-file block against the extent `e` that points at
+// it: `block` (the bytes read at e.record_offset of the data file) is
+// e.stored_len bytes long and its checksum is e.checksum. Corruption
+// naming the byte range of the block otherwise.
+Status CheckDataFileBlock(const ExtentValue& e, std::string_view block);
 
 // ---- The one record-versus-extent check. ----
 // Whether the record `h` is the one that extent `e` of inode `ino`, starting

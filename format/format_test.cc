@@ -210,11 +210,12 @@ std::string Hex(std::string_view s) {
 // Every example block the tests below check. The document must have exactly these.
 const std::set<std::string> kHexBlocks = {
     "format-file",    "orphan-key",   "inode-key",    "inode-file",         "inode-symlink",
-    "inode-file-v2",
+    "inode-file-v2",  "inode-file-v3", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record"};
-const std::set<std::string> kTextBlocks = {"segment-file-names", "column-families", "meta-keys"};
+const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
+                                           "column-families", "meta-keys"};
 
 // Asserts that `st` is a corruption whose message contains `what`.
 void ExpectCorruption(const Status& st, std::string_view what) {
@@ -276,6 +277,12 @@ InodeValue ExampleFileInodeV2() {
   InodeValue v = ExampleFileInode();
   v.data_bytes_known = true;
   v.data_bytes = 12;
+  return v;
+}
+
+InodeValue ExampleFileInodeV3() {
+  InodeValue v = ExampleFileInodeV2();
+  v.size = v.data_bytes = v.data_file_end = (64 << 20) + 12;
   return v;
 }
 
@@ -401,6 +408,18 @@ TEST(Golden, Inodes) {
   EXPECT_EQ(Hex(EncodeInode(ExampleFileInodeV2())), Hex(DocHex("inode-file-v2")));
   ASSERT_TRUE(DecodeInode(DocHex("inode-file-v2"), &v).ok());
   EXPECT_EQ(v, ExampleFileInodeV2());
+  EXPECT_EQ(Hex(EncodeInode(ExampleFileInodeV3())), Hex(DocHex("inode-file-v3")));
+  ASSERT_TRUE(DecodeInode(DocHex("inode-file-v3"), &v).ok());
+  EXPECT_EQ(v, ExampleFileInodeV3());
+  // Without a data file the value is version 2 again.
+  InodeValue none = ExampleFileInodeV3();
+  none.data_file_end = 0;
+  EXPECT_EQ(EncodeInode(none)[0], 2);
+  // Version 3 always names a data file.
+  std::string zero = DocHex("inode-file-v3");
+  std::memset(zero.data() + 89, 0, 8);
+  ExpectCorruption(DecodeInode(zero, &v), "data file end 0");
+  ExpectCorruption(DecodeInode(DocHex("inode-file-v3").substr(0, 100), &v), "inode value");
 }
 
 TEST(Golden, Dentry) {
@@ -431,6 +450,42 @@ TEST(Golden, Extents) {
   ASSERT_TRUE(DecodeExtent(DocHex("extent-inline"), &v).ok());
   EXPECT_EQ(v, inl);
   EXPECT_EQ(DocHex("extent-record").size(), kExtentRecordValueSize);
+
+  ExtentValue df;
+  df.in_data_file = true;
+  df.length = 12;
+  df.record_offset = 64 << 20;
+  df.stored_len = df.raw_len = 12;
+  df.checksum = Checksum("hello world\n");
+  EXPECT_EQ(df.checksum, kHelloChecksum);
+  EXPECT_EQ(Hex(EncodeExtent(df)), Hex(DocHex("extent-data-file")));
+  ASSERT_TRUE(DecodeExtent(DocHex("extent-data-file"), &v).ok());
+  EXPECT_EQ(v, df);
+  EXPECT_EQ(DocHex("extent-data-file").size(), kExtentDataFileValueSize);
+  EXPECT_TRUE(CheckDataFileBlock(df, "hello world\n").ok());
+  ExpectCorruption(CheckDataFileBlock(df, "hello world!"), "[67108864, 67108876): checksum mismatch");
+  ExpectCorruption(CheckDataFileBlock(df, "hello"), "5 bytes, expected 12");
+  // A window that leaves the block, an empty one, a short value.
+  ExtentValue bad = df;
+  bad.skip = 1;
+  ExpectCorruption(DecodeExtent(EncodeExtent(bad), &v), "outside block");
+  bad = df;
+  bad.length = 0;
+  ExpectCorruption(DecodeExtent(EncodeExtent(bad), &v), "outside block");
+  ExpectCorruption(DecodeExtent(DocHex("extent-data-file").substr(0, 28), &v), "extent value");
+  bad = df;
+  bad.record_offset = UINT64_MAX - 4;
+  ExpectCorruption(DecodeExtent(EncodeExtent(bad), &v), "past the largest offset");
+}
+
+TEST(Golden, DataFileNames) {
+  EXPECT_EQ(DataFileName(2) + "\n" + DataFileName(123456789), DocText("data-file-names"));
+  uint64_t ino = 0;
+  EXPECT_TRUE(ParseDataFileName("00000002.dat", &ino));
+  EXPECT_EQ(ino, 2u);
+  EXPECT_FALSE(ParseDataFileName("00000002.seg", &ino));
+  EXPECT_FALSE(ParseDataFileName("000000002.dat", &ino));
+  EXPECT_FALSE(ParseSegmentFileName("00000002.dat", &ino));
 }
 
 TEST(Golden, SegmentStats) {
@@ -742,7 +797,7 @@ TEST(InodeCodec, RejectsTruncation) {
 }
 
 TEST(InodeCodec, RejectsBadVersion) {
-  for (uint8_t version : {0, 3, 255}) {
+  for (uint8_t version : {0, 4, 255}) {
     std::string enc = EncodeInode(ExampleFileInode());
     enc[0] = static_cast<char>(version);
     InodeValue v;
@@ -861,7 +916,7 @@ TEST(ExtentCodec, RejectsBadLength) {
 }
 
 TEST(ExtentCodec, RejectsUnknownKind) {
-  for (uint8_t kind : {2, 3, 128, 255}) {
+  for (uint8_t kind : {3, 128, 255}) {
     std::string enc = EncodeExtent(ExampleRecordExtent());
     enc[0] = static_cast<char>(kind);
     ExtentValue v;

@@ -43,6 +43,12 @@ std::string EncodeExtent(const ExtentInfo& x, bool with_data) {
     s += with_data ? ",\"inline\":\"" + Base64Encode(e.inline_data) + "\"}" : ",\"inline\":null}";
     return s;
   }
+  if (e.in_data_file) {
+    s += ",\"data_file\":true,\"block_offset\":" + U64(e.record_offset) +
+         ",\"block_len\":" + U64(e.stored_len) + ",\"checksum\":\"" + Hex64(e.checksum) +
+         "\",\"skip\":" + U64(e.skip) + "}";
+    return s;
+  }
   s += ",\"segment_id\":" + U64(e.segment_id) + ",\"record_offset\":" + U64(e.record_offset) +
        ",\"record_stored_len\":" + U64(e.stored_len) + ",\"record_raw_len\":" + U64(e.raw_len) +
        ",\"codec\":" + U64(static_cast<uint8_t>(e.codec)) + ",\"payload_checksum\":\"" +
@@ -97,6 +103,7 @@ std::string EncodeExtentsPage(const ExtentsPageHeader& h, const std::vector<Exte
                      ",\"size\":" + U64(h.size) + ",\"mtime_ns\":" + std::to_string(h.mtime_ns) +
                      ",\"ctime_ns\":" + std::to_string(h.ctime_ns) +
                      ",\"segments_dir\":" + nlohmann::json(h.segments_dir).dump() +
+                     ",\"data_dir\":" + nlohmann::json(h.data_dir).dump() +
                      ",\"coalesce_gap\":" + U64(h.coalesce_gap) +
                      ",\"coalesce_max\":" + U64(h.coalesce_max) + ",\"from\":" + U64(from) +
                      ",\"extents\":[";
@@ -134,7 +141,12 @@ Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino, uin
   h.ctime_ns = Nanos(a.ctime);
   // SegmentPath(id) is STORE/segments/NNNNNNNN.seg, and the store's path is
   // absolute (MountOptions); its directory is the same for every id.
-  h.segments_dir = std::filesystem::path(store.SegmentPath(1)).parent_path().string();
+  const std::filesystem::path segments_dir =
+      std::filesystem::path(store.SegmentPath(1)).parent_path();
+  h.segments_dir = segments_dir.string();
+  // DataFileName(ino) is "data/NNNNNNNN.dat" relative to the store, as
+  // SegmentFileName(id) is "segments/NNNNNNNN.seg".
+  h.data_dir = (segments_dir.parent_path() / format::DataFileName(a.ino)).parent_path().string();
   const engine::StoreOptions options = store.GetOptions();
   h.coalesce_gap = options.coalesce_gap;
   h.coalesce_max = options.coalesce_max;

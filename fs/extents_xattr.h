@@ -1,7 +1,8 @@
 // The virtual extended attribute "user.ckptfs.extents": where the bytes of a
 // regular file of the mount lie in the store, so that a reader that may open
-// the segment files (the GPU loader, gpu/) can read them directly and verify
-// them itself. docs/GPU_LOAD.md documents the value.
+// the segment files and data files (the GPU loader, gpu/; ckptfs verify) can
+// read them directly and verify them itself. docs/GPU_LOAD.md documents the
+// value.
 //
 // The value is JSON and may be larger than one getxattr(2) can return
 // (XATTR_SIZE_MAX, 64 KiB), so it is paged: "user.ckptfs.extents" is the page
@@ -48,7 +49,8 @@ struct ExtentsPageHeader {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   int64_t ctime_ns = 0;
-  std::string segments_dir;  // absolute
+  std::string segments_dir;  // absolute: STORE/segments
+  std::string data_dir;      // absolute: STORE/data, where format::DataFileName(ino) lies
   uint64_t coalesce_gap = 0;
   uint64_t coalesce_max = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -87,6 +88,18 @@ Status ParseExtent(const json& j, LayoutExtent* e) {
     }
     return Status::OK();
   }
+  if (auto it = j.find("data_file"); it != j.end()) {
+    if (!it->is_boolean() || !it->get<bool>()) return Malformed("data_file is not true");
+    e->kind = LayoutExtent::Kind::kDataFile;
+    v.in_data_file = true;
+    v.codec = format::Codec::kNone;
+    if (!GetU64(j, "block_offset", &v.record_offset) || !GetU32(j, "block_len", &v.stored_len) ||
+        !ParseHex64(j, "checksum", &v.checksum) || !GetU32(j, "skip", &v.skip)) {
+      return Malformed("a data-file extent lacks a field");
+    }
+    v.raw_len = v.stored_len;
+    return Status::OK();
+  }
   e->kind = LayoutExtent::Kind::kRecord;
   uint32_t codec = 0;
   if (!GetU64(j, "segment_id", &v.segment_id) || !GetU64(j, "record_offset", &v.record_offset) ||
@@ -157,6 +170,11 @@ Status ParseExtentsPage(std::string_view text, uint64_t from, bool first, FileLa
     return Malformed("a header field is missing");
   }
   h.segments_dir = dir->get<std::string>();
+  // Absent from mounts that predate data files, which list no such extents.
+  if (auto data = j.find("data_dir"); data != j.end()) {
+    if (!data->is_string()) return Malformed("data_dir is not a string");
+    h.data_dir = data->get<std::string>();
+  }
   uint64_t page_from = 0;
   if (!GetU64(j, "from", &page_from) || page_from != from) {
     return Malformed("page does not start at offset " + std::to_string(from));
@@ -167,6 +185,7 @@ Status ParseExtentsPage(std::string_view text, uint64_t from, bool first, FileLa
     layout->mtime_ns = h.mtime_ns;
     layout->ctime_ns = h.ctime_ns;
     layout->segments_dir = h.segments_dir;
+    layout->data_dir = h.data_dir;
     layout->coalesce_gap = h.coalesce_gap;
     layout->coalesce_max = h.coalesce_max;
   } else if (h.ino != layout->ino || h.size != layout->size || h.mtime_ns != layout->mtime_ns ||
@@ -225,9 +244,31 @@ Status ValidateLayout(const FileLayout& l) {
           return Malformed(at + "window leaves its record");
         }
         break;
+      case LayoutExtent::Kind::kDataFile:
+        if (l.data_dir.empty() || l.data_dir.front() != '/') {
+          return Malformed(at + "data-file extent without an absolute data_dir");
+        }
+        if (e.stored_len != e.raw_len || e.codec != format::Codec::kNone) {
+          return Malformed(at + "data-file block with a codec or stored_len != raw_len");
+        }
+        if (e.skip > e.stored_len || e.length > e.stored_len - e.skip) {
+          return Malformed(at + "window leaves its data-file block");
+        }
+        // Byte N of the data file is byte N of the file (docs/FORMAT.md).
+        if (e.record_offset > x.file_offset || x.file_offset - e.record_offset != e.skip) {
+          return Malformed(at + "data-file block at " + std::to_string(e.record_offset) +
+                           " with skip " + std::to_string(e.skip) +
+                           " does not hold this file offset");
+        }
+        break;
     }
   }
   return Status::OK();
+}
+
+std::string DataFilePath(const FileLayout& layout) {
+  return layout.data_dir + "/" +
+         std::filesystem::path(format::DataFileName(layout.ino)).filename().string();
 }
 
 Result<FileLayout> FetchLayout(int fd) {

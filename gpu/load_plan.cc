@@ -29,7 +29,8 @@ struct RecordNeed {
   uint64_t window_bytes = 0;
 };
 
-using RecordKey = std::pair<uint64_t, uint64_t>;  // segment id, record offset
+// Segment id, record offset; data-file blocks: 0, block offset.
+using RecordKey = std::pair<uint64_t, uint64_t>;
 
 // Bytes that come from somewhere without planning reads: inline data (a
 // view), or file bytes read through the file (data empty).
@@ -95,8 +96,12 @@ void PlanPieces(const std::vector<Piece>& pieces, ChunkBuilder* b, LoadPlan* pla
   }
 }
 
-// Plans one backing read of records (all uncompressed when `in_place`),
-// splitting it at record boundaries where a chunk fills up.
+// Bytes before a record's payload in its backing read: a data-file block
+// has no header.
+uint64_t HeaderBytes(const format::ExtentValue& e) { return e.in_data_file ? 0 : kHeaderBytes; }
+
+// Plans one backing read of records or data-file blocks (all uncompressed
+// when `in_place`), splitting it at record boundaries where a chunk fills up.
 void PlanBackingRead(const BackingRead& br, bool in_place, int source,
                      const std::map<RecordKey, RecordNeed>& needs, ChunkBuilder* b,
                      LoadPlan* plan) {
@@ -144,14 +149,18 @@ void PlanBackingRead(const BackingRead& br, bool in_place, int source,
     for (const WindowNeed& w : need.windows) {
       uint64_t at;
       if (in_place) {
-        at = sub.staging_offset + rt.read_offset + kHeaderBytes + w.decoded_offset;
+        at = sub.staging_offset + rt.read_offset + HeaderBytes(e.value) + w.decoded_offset;
       } else {
         at = b->Take(w.length);
         rt.windows.push_back(Window{w.decoded_offset, w.length, at});
       }
       c.copies.push_back(CopyOp{at, w.dest_offset, w.length});
     }
-    plan->records++;
+    if (e.value.in_data_file) {
+      plan->data_file_blocks++;
+    } else {
+      plan->records++;
+    }
     if (e.value.codec != format::Codec::kNone) plan->compressed_records++;
     sub.records.push_back(std::move(rt));
   }
@@ -182,6 +191,7 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
   plan.ino = layout.ino;
   const std::vector<LayoutExtent>& ex = layout.extents;
   std::map<RecordKey, RecordNeed> needs;
+  std::map<RecordKey, RecordNeed> block_needs;  // of the data file
   std::vector<Piece> pieces;
   std::vector<FillOp> zeros;
 
@@ -203,6 +213,13 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
         switch (e.kind) {
           case LayoutExtent::Kind::kRecord: {
             RecordNeed& need = needs[{e.value.segment_id, e.value.record_offset}];
+            need.extent = &e;
+            need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
+            need.window_bytes += n;
+            break;
+          }
+          case LayoutExtent::Kind::kDataFile: {
+            RecordNeed& need = block_needs[{0, e.value.record_offset}];
             need.extent = &e;
             need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
             need.window_bytes += n;
@@ -243,9 +260,16 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
       plan.segment_ids.push_back(e.segment_id);
     }
   }
+  std::vector<RecordRef> blocks;
+  for (const auto& [key, need] : block_needs) {
+    const format::ExtentValue& e = need.extent->value;
+    blocks.push_back(RecordRef{0, e.record_offset, e.stored_len});
+    plan.buffer_bytes = std::max<uint64_t>(plan.buffer_bytes, e.stored_len);
+  }
   CoalesceSettings c{settings.coalesce_gap, std::min(settings.coalesce_max, plan.buffer_bytes)};
   std::vector<BackingRead> raw_reads = format::PlanReads(std::move(raw), c);
   std::vector<BackingRead> zstd_reads = format::PlanReads(std::move(zstd), c);
+  std::vector<BackingRead> block_reads = format::PlanReads(std::move(blocks), c);
 
   // Both lists are in (segment, offset) order; visit them merged so that each
   // segment is read front to back.
@@ -259,6 +283,11 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     const BackingRead& br = take_raw ? raw_reads[i++] : zstd_reads[k++];
     PlanBackingRead(br, take_raw, source_of.at(br.segment_id), needs, &b, &plan);
   }
+  // The data file front to back, in place: its blocks are uncompressed.
+  for (const BackingRead& br : block_reads) {
+    PlanBackingRead(br, /*in_place=*/true, kDataFile, block_needs, &b, &plan);
+  }
+  plan.reads_data_file = !block_reads.empty();
   PlanPieces(pieces, &b, &plan);
   if (!zeros.empty()) {
     Chunk& first = plan.chunks.empty() ? b.current() : plan.chunks.front();

@@ -8,7 +8,10 @@
 // records lands in the staging buffer as it is ("in place"): the sink copies
 // each record's window straight out of it. A read holding zstd records lands
 // in a reader's scratch buffer, and the decoded windows are written into the
-// staging buffer. Holes become zero fills, inline extents copies out of the
+// staging buffer. Blocks of the file's data file are planned as uncompressed
+// records without a header: merged by the same rules, read in place, and
+// each checked whole (format::CheckDataFileBlock) before its windows are
+// copied out. Holes become zero fills, inline extents copies out of the
 // layout, and inline extents too large for the xattr reads through the file.
 //
 // Plans through the file (PlanThroughFile) pread the file itself.
@@ -39,25 +42,29 @@ struct Window {
   uint64_t staging_offset = 0;
 };
 
-// A record inside a backing read, and what the index says it must be.
+// A record (or data-file block) inside a backing read, and what the index
+// says it must be.
 struct RecordTask {
-  uint64_t read_offset = 0;  // of the record header, from the start of the read
+  uint64_t read_offset = 0;  // of the record header (block), from the start of the read
   // One extent that points at the record, as the index has it, and where it
-  // starts in the file: the record must pass format::CheckRecordForExtent.
+  // starts in the file: the record must pass format::CheckRecordForExtent;
+  // a block (extent.in_data_file) format::CheckDataFileBlock.
   format::ExtentValue extent;
   uint64_t file_offset = 0;
   std::vector<Window> windows;  // scratch reads only
 };
 
 inline constexpr int kThroughFile = -1;
+inline constexpr int kDataFile = -2;  // the file's data file (FileLayout::data_dir)
 
 struct ReadTask {
-  int source = kThroughFile;  // index into LoadPlan::segment_ids, or kThroughFile
-  uint64_t offset = 0;        // in the segment or the file
+  // Index into LoadPlan::segment_ids, kThroughFile or kDataFile.
+  int source = kThroughFile;
+  uint64_t offset = 0;  // in the segment, the data file or the file
   uint64_t length = 0;
   bool in_place = true;  // lands at staging_offset; otherwise in scratch
   uint64_t staging_offset = 0;
-  std::vector<RecordTask> records;  // segment reads: every record to verify
+  std::vector<RecordTask> records;  // segment and data-file reads: every one to verify
 };
 
 // Bytes of an inline extent to put into staging.
@@ -77,12 +84,14 @@ struct Chunk {
 struct LoadPlan {
   uint64_t ino = 0;                   // the file's inode, which every record names
   std::vector<uint64_t> segment_ids;  // sources of the segment reads
+  bool reads_data_file = false;       // some read has source kDataFile
   std::vector<Chunk> chunks;
   uint64_t buffer_bytes = 0;   // staging buffer size the chunks need
   uint64_t scratch_bytes = 0;  // longest scratch read
   // What the plan does, for LoadStats.
   uint64_t records = 0;
   uint64_t compressed_records = 0;
+  uint64_t data_file_blocks = 0;
   uint64_t backing_reads = 0;
   uint64_t backing_bytes = 0;
   uint64_t hole_bytes = 0;

@@ -37,6 +37,7 @@ void LoadStats::Add(const LoadStats& o) {
   backing_bytes += o.backing_bytes;
   records += o.records;
   compressed_records += o.compressed_records;
+  data_file_blocks += o.data_file_blocks;
   hole_bytes += o.hole_bytes;
   inline_bytes += o.inline_bytes;
   xattr_pages += o.xattr_pages;
@@ -51,16 +52,29 @@ SourceFile::~SourceFile() {
 void SourceFile::CloseSegments() {
   segments_.clear();
   segment_ids_.clear();
+  data_file_.reset();
 }
 
-// Opens every segment the layout names and checks its header. A segment
-// that cannot be opened (ENOENT, EACCES, ...) is a reason to fall back; one
-// whose header is wrong is corruption (*corrupt).
+// Opens every segment the layout names and checks its header, and the
+// file's data file when an extent lies there. A file that cannot be opened
+// (ENOENT, EACCES, ...) is a reason to fall back; a segment whose header is
+// wrong is corruption (*corrupt).
 Status SourceFile::OpenSegments(bool* corrupt) {
   *corrupt = false;
   CloseSegments();
+  bool uses_data_file = false;
   for (const LayoutExtent& e : layout_.extents) {
     if (e.kind == LayoutExtent::Kind::kRecord) segment_ids_.push_back(e.value.segment_id);
+    if (e.kind == LayoutExtent::Kind::kDataFile) uses_data_file = true;
+  }
+  if (uses_data_file) {
+    const std::string path = DataFilePath(layout_);
+    Result<std::unique_ptr<io::File>> data = io::Env::Posix()->Open(path, io::OpenMode::kRead);
+    if (!data.ok()) {
+      return Status(data.status().code(),
+                    "cannot open data file " + path + ": " + data.status().message());
+    }
+    data_file_ = std::move(data).value();
   }
   std::sort(segment_ids_.begin(), segment_ids_.end());
   segment_ids_.erase(std::unique(segment_ids_.begin(), segment_ids_.end()), segment_ids_.end());
@@ -154,6 +168,7 @@ Result<LoadStats> SourceFile::Load(const std::vector<Range>& ranges, Sink* sink)
     LoadPlan plan;
     PlanSources src;
     src.file = file_.get();
+    src.data_file = data_file_.get();
     if (direct_) {
       PlanSettings ps;
       ps.buffer_bytes = options_.buffer_bytes;
@@ -183,6 +198,7 @@ Result<LoadStats> SourceFile::Load(const std::vector<Range>& ranges, Sink* sink)
     s.backing_bytes = plan.backing_bytes;
     s.records = plan.records;
     s.compressed_records = plan.compressed_records;
+    s.data_file_blocks = plan.data_file_blocks;
     s.hole_bytes = plan.hole_bytes;
     s.inline_bytes = plan.inline_bytes;
     s.xattr_pages = layout_.pages;

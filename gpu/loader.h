@@ -1,14 +1,16 @@
 // The ckptfs loader: reads files (or byte ranges of them) into host or
 // device memory, fast.
 //
-// For a file on a ckptfs mount whose segment files the caller may open, it
-// asks the mount where the bytes lie (the xattr "user.ckptfs.extents") and
-// reads the segment files itself ("direct"): large preads merged by the
-// mount's coalescing rules, every record's header and payload checksum
-// verified against the index's copy (format.h's decoders), zstd records
-// decompressed on the CPU. Otherwise ("fallback") it preads the file through
-// its path. Either way the bytes pass through a few staging buffers and a
-// Sink (gpu/sink.h, gpu/device.h), so that reads overlap copies.
+// For a file on a ckptfs mount whose segment files (and data file) the
+// caller may open, it asks the mount where the bytes lie (the xattr
+// "user.ckptfs.extents") and reads the store's files itself ("direct"):
+// large preads merged by the mount's coalescing rules, every record's header
+// and payload checksum verified against the index's copy (format.h's
+// decoders), every data-file block against its extent
+// (format::CheckDataFileBlock), zstd records decompressed on the CPU.
+// Otherwise ("fallback") it preads the file through its path. Either way the
+// bytes pass through a few staging buffers and a Sink (gpu/sink.h,
+// gpu/device.h), so that reads overlap copies.
 //
 // A direct load reads the extents as they were when the file was opened
 // (SourceFile::Open), like a snapshot: sealed records never change, and a
@@ -53,10 +55,11 @@ struct LoadStats {
   bool direct = false;          // segments read directly
   std::string fallback_reason;  // why not, when !direct
   uint64_t bytes = 0;           // destination bytes written, zeros of holes included
-  uint64_t backing_reads = 0;   // preads of segment files or of the file
+  uint64_t backing_reads = 0;   // preads of segment files, the data file or the file
   uint64_t backing_bytes = 0;   // bytes those read
   uint64_t records = 0;         // records verified
   uint64_t compressed_records = 0;
+  uint64_t data_file_blocks = 0;  // blocks of the data file verified
   uint64_t hole_bytes = 0;
   uint64_t inline_bytes = 0;
   int xattr_pages = 0;  // getxattr pages read at open
@@ -86,7 +89,7 @@ class SourceFile {
 
   // Fills `sink`'s destination: file bytes of each range at its
   // dest_offset. EINVAL when a range leaves the file or the destination;
-  // EIO ("corruption: ...") when a record does not verify.
+  // EIO ("corruption: ...") when a record or data-file block does not verify.
   // Thread safety: one Load at a time per SourceFile.
   Result<LoadStats> Load(const std::vector<Range>& ranges, Sink* sink);
   // The whole file to destination offset 0.
@@ -107,6 +110,7 @@ class SourceFile {
   std::unique_ptr<io::File> file_;      // path_, read through for fallbacks
   std::vector<uint64_t> segment_ids_;  // sorted; segments_ in the same order
   std::vector<std::unique_ptr<io::File>> segments_;
+  std::unique_ptr<io::File> data_file_;  // when an extent lies in the data file
 };
 
 // Opens `path` and loads all of it into `sink`'s destination.

@@ -2,8 +2,9 @@
 // loaded with the host sink directly from the segment files (asserted), and
 // through the path (a plain directory, and direct reads turned off), and
 // compared byte for byte. Also: compression, holes, overwritten windows,
-// files whose extents take several xattr pages, the xattr's interface,
-// corruption, safetensors and the `ckptfs gpu-load` command.
+// files whose extents take several xattr pages, files in data files, the
+// xattr's interface, corruption, safetensors and the `ckptfs gpu-load`
+// command.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/xattr.h>
@@ -269,6 +270,7 @@ TEST_F(MountTest, ExtentsXattrInterface) {
   EXPECT_EQ(j["version"], 1);
   EXPECT_EQ(j["size"], 3u << 20);
   EXPECT_EQ(j["segments_dir"], std::filesystem::canonical(store_).string() + "/segments");
+  EXPECT_EQ(j["data_dir"], std::filesystem::canonical(store_).string() + "/data");
   EXPECT_EQ(j["coalesce_gap"], 256u << 10);
   EXPECT_EQ(j["coalesce_max"], 1u << 20);
   EXPECT_EQ(j["extents"].size(), 3u);
@@ -349,6 +351,95 @@ TEST_F(MountTest, CorruptRecordFailsTheDirectLoad) {
   s = LoadWhole(mnt("bystander"), Direct(), &got);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE(got == files_["bystander"]);
+}
+
+// A file written past data_file_bytes (64 MiB by default) lies in its data
+// file; a part overwritten below its end lies in a segment.
+TEST_F(MountTest, DataFileBlocksLoadDirectlyAndAreVerified) {
+  constexpr uint64_t kMiB = 1 << 20;
+  std::string big = RandomBytes(70 * kMiB + 12345, 31);
+  Put("big", big);
+  const std::string patch = RandomBytes(5000, 32);
+  {
+    int fd = open(mnt("big").c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, patch.data(), patch.size(), 10 * kMiB + 77),
+              static_cast<ssize_t>(patch.size()));
+    close(fd);
+  }
+  big.replace(10 * kMiB + 77, patch.size(), patch);
+  ASSERT_TRUE(testing::WriteFile(plain_ + "/big", big));
+  files_["big"] = big;
+  CheckAllFiles();
+
+  std::string data_path;
+  LayoutExtent victim;
+  {
+    auto f = SourceFile::Open(mnt("big"));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->direct()) << (*f)->fallback_reason();
+    const FileLayout& l = (*f)->layout();
+    EXPECT_EQ(l.data_dir, std::filesystem::canonical(store_).string() + "/data");
+    data_path = DataFilePath(l);
+    uint64_t in_data_file = 0;
+    bool found = false;
+    for (const LayoutExtent& e : l.extents) {
+      if (e.kind != LayoutExtent::Kind::kDataFile) continue;
+      in_data_file += e.value.length;
+      if (e.file_offset <= 66 * kMiB && 66 * kMiB < e.file_offset + e.value.length) {
+        victim = e;
+        found = true;
+      }
+    }
+    EXPECT_GT(in_data_file, 64 * kMiB);
+    ASSERT_TRUE(found);
+    std::string got(big.size(), '?');
+    HostSink sink(got.data(), got.size());
+    Result<LoadStats> s = (*f)->LoadAll(&sink);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_GT(s->data_file_blocks, 60u);
+    EXPECT_GE(s->records, 1u);  // the patch
+    ASSERT_TRUE(got == big);
+  }
+  // Ranges across the patch, the data file's blocks and its end.
+  std::string got;
+  const std::vector<Range> ranges = {Range{10 * kMiB, 10000, 0}, Range{66 * kMiB - 3, kMiB, 10000},
+                                     Range{big.size() - 20, 20, 10000 + kMiB}};
+  Result<LoadStats> s = LoadInto(mnt("big"), Direct(), ranges, 10000 + kMiB + 20, &got);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->direct);
+  for (const Range& r : ranges) {
+    EXPECT_TRUE(got.substr(r.dest_offset, r.length) == big.substr(r.file_offset, r.length));
+  }
+
+  // One byte of the block that holds byte 66 MiB, changed on disk.
+  Unmount();
+  {
+    const uint64_t at = victim.value.record_offset + 4321;
+    int fd = open(data_path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char c;
+    ASSERT_EQ(pread(fd, &c, 1, at), 1);
+    c = static_cast<char>(c ^ 0x01);
+    ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+  }
+  Remount("");
+  s = LoadWhole(mnt("big"), Direct(), &got);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), EIO);
+  const std::string range =
+      "data file bytes [" + std::to_string(victim.value.record_offset) + ", " +
+      std::to_string(victim.value.record_offset + victim.value.stored_len) + "): checksum mismatch";
+  EXPECT_NE(s.status().message().find(range), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find(data_path), std::string::npos) << s.status().ToString();
+  // Through the mount the daemon finds it too: EIO, never wrong bytes.
+  s = LoadWhole(mnt("big"), NoDirect(), &got);
+  EXPECT_EQ(s.status().code(), EIO);
+  // Other blocks still load.
+  s = LoadInto(mnt("big"), Direct(), {Range{0, 1000, 0}}, 1000, &got);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(got, big.substr(0, 1000));
 }
 
 TEST_F(MountTest, SafetensorsIntoOneAllocation) {

@@ -69,6 +69,21 @@ engine::ExtentInfo RecordExtent(uint64_t off, uint32_t len, uint64_t seg, uint64
   return x;
 }
 
+// A window at `off` of the data-file block that holds it: the block starts
+// `skip` bytes earlier (byte N of the data file is byte N of the file).
+engine::ExtentInfo DataFileExtent(uint64_t off, uint32_t len, uint32_t skip) {
+  engine::ExtentInfo x;
+  x.file_offset = off;
+  format::ExtentValue& e = x.value;
+  e.in_data_file = true;
+  e.length = len;
+  e.record_offset = off - skip;
+  e.stored_len = e.raw_len = len + skip + 3;
+  e.checksum = 0x8877665544332211ull ^ off;
+  e.skip = skip;
+  return x;
+}
+
 fs::ExtentsPageHeader Header(uint64_t size) {
   fs::ExtentsPageHeader h;
   h.ino = 42;
@@ -76,6 +91,7 @@ fs::ExtentsPageHeader Header(uint64_t size) {
   h.mtime_ns = 1700000000123456789;
   h.ctime_ns = 1700000000223456789;
   h.segments_dir = "/store/with \"quotes\"/segments";
+  h.data_dir = "/store/with \"quotes\"/data";
   h.coalesce_gap = 256 << 10;
   h.coalesce_max = 1 << 20;
   return h;
@@ -108,6 +124,10 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
     ex.push_back(RecordExtent(off, 1000 + i, 1 + i / 700, 32 + 2000ull * i));
     off += 1000 + i + (i % 3 == 0 ? 17 : 0);
   }
+  for (int i = 0; i < 300; ++i) {  // the tail in the data file, some blocks windowed
+    ex.push_back(DataFileExtent(off, 4096 - (i % 5), i % 3 == 1 ? 7 : 0));
+    off += 4096 - (i % 5);
+  }
   const fs::ExtentsPageHeader h = Header(off + 10);
   FileLayout layout;
   std::vector<size_t> sizes;
@@ -119,6 +139,7 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   EXPECT_EQ(layout.size, h.size);
   EXPECT_EQ(layout.mtime_ns, h.mtime_ns);
   EXPECT_EQ(layout.segments_dir, h.segments_dir);
+  EXPECT_EQ(layout.data_dir, h.data_dir);
   EXPECT_EQ(layout.coalesce_gap, h.coalesce_gap);
   EXPECT_EQ(layout.coalesce_max, h.coalesce_max);
   ASSERT_EQ(layout.extents.size(), ex.size());
@@ -126,7 +147,7 @@ TEST(ExtentsXattr, PagesRoundTripAndStayUnderTheBudget) {
   EXPECT_EQ(layout.extents[0].value, in.value);
   for (size_t i = 1; i < ex.size(); ++i) {
     const LayoutExtent& l = layout.extents[i];
-    ASSERT_EQ(l.kind, LayoutExtent::Kind::kRecord);
+    ASSERT_EQ(l.kind, i <= 2000 ? LayoutExtent::Kind::kRecord : LayoutExtent::Kind::kDataFile);
     EXPECT_EQ(l.file_offset, ex[i].file_offset);
     EXPECT_EQ(l.value, ex[i].value);  // every field, through the JSON and back
   }
@@ -171,6 +192,7 @@ TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
   h.size = 1048586;
   h.mtime_ns = h.ctime_ns = 1700000001250000000;
   h.segments_dir = "/data/store/segments";
+  h.data_dir = "/data/store/data";
   h.coalesce_gap = 262144;
   h.coalesce_max = 1048576;
   engine::ExtentInfo a = RecordExtent(0, 1048576, 1, 32);
@@ -184,6 +206,7 @@ TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
   EXPECT_EQ(fs::EncodeExtentsPage(h, {a, b}, 0),
             R"({"version":1,"ino":2,"size":1048586,"mtime_ns":1700000001250000000,)"
             R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+            R"("data_dir":"/data/store/data",)"
             R"("coalesce_gap":262144,"coalesce_max":1048576,"from":0,)"
             R"("extents":[)"
             R"({"file_offset":0,"length":1048576,"segment_id":1,"record_offset":32,)"
@@ -210,6 +233,7 @@ TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
   const std::string head =
       R"({"version":1,"ino":2,"size":8192,"mtime_ns":1700000001250000000,)"
       R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+      R"("data_dir":"/data/store/data",)"
       R"("coalesce_gap":262144,"coalesce_max":1048576,)";
   EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0),
             head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":"YWJjZA=="},)"
@@ -219,6 +243,29 @@ TEST(ExtentsXattr, PageIsTheDocumentedFormat) {
   EXPECT_EQ(fs::EncodeExtentsPage(h, {in, z}, 0, head.size() + 40),
             head + R"("from":0,"extents":[{"file_offset":0,"length":4,"inline":null}],)"
                    R"("next":4096})");
+
+  // A block of the data file, as the second example of docs/GPU_LOAD.md.
+  h.size = 68157440;
+  engine::ExtentInfo d = DataFileExtent(67108864, 1048576, 0);
+  d.value.stored_len = d.value.raw_len = 1048576;
+  d.value.checksum = 0x5be0c3a1f7d2e946;
+  EXPECT_EQ(fs::EncodeExtentsPage(h, {d}, 0),
+            R"({"version":1,"ino":2,"size":68157440,"mtime_ns":1700000001250000000,)"
+            R"("ctime_ns":1700000001250000000,"segments_dir":"/data/store/segments",)"
+            R"("data_dir":"/data/store/data",)"
+            R"("coalesce_gap":262144,"coalesce_max":1048576,"from":0,"extents":[)"
+            R"({"file_offset":67108864,"length":1048576,"data_file":true,)"
+            R"("block_offset":67108864,"block_len":1048576,"checksum":"5be0c3a1f7d2e946",)"
+            R"("skip":0}],"next":null})");
+  FileLayout l;
+  std::optional<uint64_t> next;
+  ASSERT_TRUE(ParseExtentsPage(fs::EncodeExtentsPage(h, {d}, 0), 0, true, &l, &next).ok());
+  ASSERT_TRUE(ValidateLayout(l).ok());
+  EXPECT_EQ(l.data_dir, "/data/store/data");
+  EXPECT_EQ(DataFilePath(l), "/data/store/data/00000002.dat");
+  ASSERT_EQ(l.extents.size(), 1u);
+  EXPECT_EQ(l.extents[0].kind, LayoutExtent::Kind::kDataFile);
+  EXPECT_EQ(l.extents[0].value, d.value);
 }
 
 TEST(ExtentsXattr, EmptyFileIsOnePage) {
@@ -281,6 +328,34 @@ TEST(ExtentsXattr, ParserRejectsBadPages) {
   wider.replace(wider.find(length100), length100.size(), "\"length\":4294967296,");
   EXPECT_EQ(bad(wider), EINVAL);
 
+  // Data-file extents: every field is needed, data_file is true, and a page
+  // without data_dir (an older mount) lists none.
+  const std::string dgood = fs::EncodeExtentsPage(Header(100), {DataFileExtent(0, 100, 0)}, 0);
+  {
+    FileLayout l;
+    ASSERT_TRUE(ParseExtentsPage(dgood, 0, true, &l, &next).ok());
+    EXPECT_TRUE(ValidateLayout(l).ok());
+  }
+  std::string no_block = dgood;
+  no_block.replace(no_block.find("\"block_len\""), 11, "\"block_lem\"");
+  EXPECT_EQ(bad(no_block), EINVAL);
+  std::string not_true = dgood;
+  not_true.replace(not_true.find("\"data_file\":true"), 16, "\"data_file\":0   ");
+  EXPECT_EQ(bad(not_true), EINVAL);
+  std::string no_dir = dgood;
+  const size_t dir_at = no_dir.find(",\"data_dir\"");
+  no_dir.erase(dir_at, no_dir.find(",\"coalesce_gap\"") - dir_at);
+  {
+    FileLayout l;
+    ASSERT_TRUE(ParseExtentsPage(no_dir, 0, true, &l, &next).ok());
+    EXPECT_TRUE(l.data_dir.empty());
+    EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+    FileLayout r;
+    ASSERT_TRUE(ParseExtentsPage(good, 0, true, &r, &next).ok());  // records need no data_dir
+    r.data_dir.clear();
+    EXPECT_TRUE(ValidateLayout(r).ok());
+  }
+
   // A later page of a file that changed in between: EAGAIN.
   FileLayout l;
   l.ino = 42;
@@ -321,6 +396,40 @@ TEST(ExtentsXattr, ValidateRejectsInconsistentLayouts) {
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
   l.extents = {a};
   l.segments_dir = "relative";
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+
+  // Data-file windows stay in their block, at their own offset.
+  l.segments_dir = "/s";
+  l.data_dir = "/d";
+  LayoutExtent d;
+  d.kind = LayoutExtent::Kind::kDataFile;
+  d.file_offset = 300;
+  d.value.in_data_file = true;
+  d.value.length = 100;
+  d.value.record_offset = 250;
+  d.value.skip = 50;
+  d.value.stored_len = d.value.raw_len = 200;
+  l.extents = {a, d};
+  EXPECT_TRUE(ValidateLayout(l).ok());
+  LayoutExtent e = d;
+  e.value.skip = 51;  // block_offset + skip != file_offset
+  l.extents = {a, e};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  e = d;
+  e.value.record_offset = 301;  // the block starts after the bytes it holds
+  e.value.skip = 0;
+  l.extents = {a, e};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  e = d;
+  e.value.stored_len = e.value.raw_len = 149;  // window leaves the block
+  l.extents = {a, e};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  e = d;
+  e.value.raw_len = 300;  // a block is stored as it is
+  l.extents = {a, e};
+  EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
+  l.extents = {a, d};
+  l.data_dir = "relative";
   EXPECT_EQ(ValidateLayout(l).code(), EINVAL);
 }
 
@@ -531,6 +640,10 @@ Status RunDirect(const FakeFile& f, const std::vector<Range>& ranges, const Plan
                                 std::filesystem::path(format::SegmentFileName(id)).filename().string()));
     src.segments.push_back(files.back().get());
   }
+  if (plan.reads_data_file) {
+    CKPTFS_RETURN_IF_ERROR(open(DataFilePath(f.layout)));
+    src.data_file = files.back().get();
+  }
   HostSink sink(out->data(), out->size());
   Status st = RunPipeline(plan, src, &sink, po);
   if (plan_out) *plan_out = std::move(plan);
@@ -692,6 +805,176 @@ TEST_F(DirectPipeline, TruncatedSegmentIsReported) {
   Status st = RunDirect(f_, {Range{0, f_.layout.size, 0}}, {}, {}, f_.layout.size, &got);
   EXPECT_EQ(st.code(), EIO);
   EXPECT_NE(st.message().find("ends at"), std::string::npos) << st.ToString();
+}
+
+// ---- data files ----
+
+// A file past data_file_bytes, as the engine leaves it: its bytes in its
+// data file (byte N at offset N) in blocks of at most 1 MiB, one of them
+// partly overwritten by a segment record, a hole in the middle (absent from
+// the data file too) and one at the end.
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kOverwriteAt = kMiB + kMiB / 2, kOverwriteLen = 1000;
+constexpr uint64_t kLastBlockAt = 3 * kMiB + 8192, kLastBlockLen = 500;
+
+void BuildDataFileFake(FakeFile* f) {
+  FileLayout& l = f->layout;
+  l.ino = kFakeIno;
+  l.segments_dir = f->segs.dir();
+  l.data_dir = std::filesystem::path(f->segs.dir()).parent_path().string() + "/data";
+  std::filesystem::create_directories(l.data_dir);
+  std::string data_file(kLastBlockAt + kLastBlockLen, '\0');
+  auto block = [&](uint64_t at, uint64_t len, uint64_t skip, uint64_t window) {
+    LayoutExtent x;
+    x.kind = LayoutExtent::Kind::kDataFile;
+    x.file_offset = at + skip;
+    x.value.in_data_file = true;
+    x.value.record_offset = at;
+    x.value.stored_len = x.value.raw_len = static_cast<uint32_t>(len);
+    x.value.skip = static_cast<uint32_t>(skip);
+    x.value.length = static_cast<uint32_t>(window);
+    x.value.checksum = format::Checksum(std::string_view(data_file).substr(at, len));
+    return x;
+  };
+  const std::string bytes = RandomBytes(3 * kMiB, 21);
+  data_file.replace(0, bytes.size(), bytes);
+  data_file.replace(kLastBlockAt, kLastBlockLen, RandomBytes(kLastBlockLen, 22));
+  f->want = data_file;
+  l.extents.push_back(block(0, kMiB, 0, kMiB));
+  // Block 1 with [kOverwriteAt, +kOverwriteLen) overwritten in a segment.
+  l.extents.push_back(block(kMiB, kMiB, 0, kOverwriteAt - kMiB));
+  const std::string over = RandomBytes(kOverwriteLen, 23);
+  l.extents.push_back(f->segs.Add(1, over, 0, kOverwriteAt));
+  f->want.replace(kOverwriteAt, kOverwriteLen, over);
+  const uint64_t after = kOverwriteAt + kOverwriteLen;
+  l.extents.push_back(block(kMiB, kMiB, after - kMiB, 2 * kMiB - after));
+  l.extents.push_back(block(2 * kMiB, kMiB, 0, kMiB));
+  l.extents.push_back(block(kLastBlockAt, kLastBlockLen, 0, kLastBlockLen));
+  l.size = kLastBlockAt + kLastBlockLen + 4000;
+  f->want.resize(l.size, '\0');
+  ASSERT_TRUE(ValidateLayout(l).ok()) << ValidateLayout(l).ToString();
+  f->segs.Flush();
+  ASSERT_TRUE(testing::WriteFile(DataFilePath(l), data_file));
+  f->plain_path = f->plain_dir.path() + "/file";
+  ASSERT_TRUE(testing::WriteFile(f->plain_path, f->want));
+}
+
+class DataFilePipeline : public ::testing::Test {
+ protected:
+  void SetUp() override { BuildDataFileFake(&f_); }
+  // Flips one byte of the data file at `pos`.
+  void FlipDataFileByte(uint64_t pos) {
+    int fd = open(DataFilePath(f_.layout).c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    char c;
+    ASSERT_EQ(pread(fd, &c, 1, pos), 1);
+    c ^= 0x20;
+    ASSERT_EQ(pwrite(fd, &c, 1, pos), 1);
+    close(fd);
+  }
+  FakeFile f_;
+};
+
+TEST_F(DataFilePipeline, WholeFileUnderManySettings) {
+  struct Case {
+    uint64_t buffer;
+    uint64_t gap, max;
+    int buffers, readers;
+  };
+  const Case cases[] = {
+      {16 << 20, 256 << 10, 1 << 20, 4, 2},  // the defaults
+      {16 << 20, 0, 0, 4, 2},                // coalescing off
+      {16 << 20, 1 << 20, 16 << 20, 4, 2},   // blocks merged into large reads
+      {300000, 64 << 10, 256 << 10, 3, 4},   // buffers grown to a block
+      {4096, 1 << 20, 1 << 20, 1, 1},        // one buffer smaller than a block
+  };
+  for (const Case& c : cases) {
+    std::string got;
+    LoadPlan plan;
+    Status st = RunDirect(f_, {Range{0, f_.layout.size, 0}}, PlanSettings{c.buffer, c.gap, c.max},
+                          PipelineOptions{c.buffers, c.readers}, f_.layout.size, &got, &plan);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(got == f_.want) << "buffer " << c.buffer << " gap " << c.gap << " max " << c.max;
+    EXPECT_TRUE(plan.reads_data_file);
+    EXPECT_EQ(plan.data_file_blocks, 4u);  // block 1 once, for both of its windows
+    EXPECT_EQ(plan.records, 1u);
+    EXPECT_EQ(plan.compressed_records, 0u);
+    EXPECT_GE(plan.buffer_bytes, kMiB);
+    EXPECT_EQ(plan.hole_bytes, 8192u + 4000u);
+    if (c.gap == 0) EXPECT_EQ(plan.backing_reads, 4u + 1u);
+    if (c.max >= (16u << 20)) EXPECT_EQ(plan.backing_reads, 1u + 1u);  // every block, the record
+  }
+}
+
+TEST_F(DataFilePipeline, RandomRangesLandAtTheirDestinations) {
+  std::mt19937_64 rng(7);
+  const uint64_t size = f_.layout.size;
+  for (int round = 0; round < 30; ++round) {
+    std::vector<Range> ranges;
+    uint64_t dest = rng() % 7;
+    const int n = 1 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t a = rng() % size;
+      const uint64_t len =
+          std::min<uint64_t>(size - a, rng() % 3 == 0 ? rng() % 100 : rng() % 1500000);
+      ranges.push_back(Range{a, len, dest});
+      dest += len + rng() % 5;
+    }
+    std::string got;
+    Status st = RunDirect(f_, ranges, PlanSettings{1 << 20, 64 << 10, 1 << 20},
+                          PipelineOptions{3, 2}, dest, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::string want(dest, '?');
+    for (const Range& r : ranges)
+      want.replace(r.dest_offset, r.length, f_.want.substr(r.file_offset, r.length));
+    ASSERT_TRUE(got == want) << "round " << round;
+  }
+}
+
+// A flipped byte anywhere in a block fails every read of the block, even one
+// that uses none of the flipped byte's window (the block is checked whole).
+TEST_F(DataFilePipeline, CorruptBlockIsAChecksumErrorNamingItsBytes) {
+  FlipDataFileByte(kOverwriteAt + 10);  // under the segment record, inside block 1
+  std::string got;
+  for (uint64_t at : {kMiB + 5, kOverwriteAt + kOverwriteLen + 5}) {
+    Status st = RunDirect(f_, {Range{at, 10, 0}}, {}, {}, 10, &got);
+    EXPECT_EQ(st.code(), EIO);
+    EXPECT_NE(st.message().find("data file bytes [1048576, 2097152): checksum mismatch"),
+              std::string::npos)
+        << st.ToString();
+    EXPECT_NE(st.message().find("00000007.dat"), std::string::npos) << st.ToString();
+  }
+  // The overwritten bytes come from the segment, the other blocks check.
+  EXPECT_TRUE(
+      RunDirect(f_, {Range{kOverwriteAt, kOverwriteLen, 0}}, {}, {}, kOverwriteLen, &got).ok());
+  EXPECT_EQ(got, f_.want.substr(kOverwriteAt, kOverwriteLen));
+  EXPECT_TRUE(RunDirect(f_, {Range{2 * kMiB, 100, 0}}, {}, {}, 100, &got).ok());
+}
+
+TEST_F(DataFilePipeline, BlockThatDoesNotMatchTheIndexIsReported) {
+  f_.layout.extents[0].value.checksum ^= 1;
+  std::string got;
+  Status st = RunDirect(f_, {Range{0, 10, 0}}, {}, {}, 10, &got);
+  EXPECT_EQ(st.code(), EIO);
+  EXPECT_NE(st.message().find("data file bytes [0, 1048576): checksum mismatch"), std::string::npos)
+      << st.ToString();
+}
+
+TEST_F(DataFilePipeline, TruncatedDataFileIsReported) {
+  ASSERT_EQ(truncate(DataFilePath(f_.layout).c_str(), kLastBlockAt + 100), 0);
+  std::string got;
+  Status st = RunDirect(f_, {Range{0, f_.layout.size, 0}}, {}, {}, f_.layout.size, &got);
+  EXPECT_EQ(st.code(), EIO);
+  EXPECT_NE(st.message().find("data file"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("ends at"), std::string::npos) << st.ToString();
+}
+
+TEST_F(DataFilePipeline, PlanWithoutItsDataFileIsRefused) {
+  const LoadPlan plan = PlanDirect(f_.layout, {Range{0, 100, 0}}, {});
+  ASSERT_TRUE(plan.reads_data_file);
+  std::string got(100, '?');
+  HostSink sink(got.data(), got.size());
+  EXPECT_EQ(RunPipeline(plan, PlanSources{}, &sink, {}).code(), EINVAL);
 }
 
 TEST(ThroughFile, PlainFileLoadsThroughItsPath) {

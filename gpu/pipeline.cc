@@ -21,14 +21,16 @@ namespace {
 
 namespace format = ::ckptfs::format;
 
-// Reads exactly `n` bytes at `offset` of a segment (`segment`) or of the
-// file itself.
-Status ReadFull(const io::File& f, char* buf, uint64_t n, uint64_t offset, bool segment) {
+// Reads exactly `n` bytes at `offset` of a store file (`store_file`: "segment"
+// or "data file"; a short read is corruption) or of the file itself (nullptr).
+Status ReadFull(const io::File& f, char* buf, uint64_t n, uint64_t offset, const char* store_file) {
   CKPTFS_ASSIGN_OR_RETURN(const size_t got, f.ReadAt(offset, n, buf));
   if (got < n) {
     const std::string what =
         std::to_string(offset + got) + " (wanted " + std::to_string(offset + n) + " bytes)";
-    if (segment) return Status::Corruption("segment " + f.path() + " ends at " + what);
+    if (store_file != nullptr) {
+      return Status::Corruption(std::string(store_file) + " " + f.path() + " ends at " + what);
+    }
     return Status(EIO, f.path() + " ends at " + what + ": the file shrank while loading");
   }
   return Status::OK();
@@ -40,9 +42,15 @@ Status AtRecord(const Status& st, const std::string& path, const RecordTask& r) 
 }
 
 // Verifies one record of a read against the index's copy of its header and
-// its payload checksum; writes the windows of scratch reads into staging.
+// its payload checksum, or one data-file block against its extent; writes
+// the windows of scratch reads into staging.
 Status CheckRecord(const RecordTask& r, uint64_t ino, const char* record, bool in_place,
                    char* staging, const std::string& path, std::string* decoded) {
+  if (r.extent.in_data_file) {  // read in place, never compressed
+    Status st = format::CheckDataFileBlock(r.extent, std::string_view(record, r.extent.stored_len));
+    if (!st.ok()) return Status(st.code(), st.message() + " (data file " + path + ")");
+    return Status::OK();
+  }
   format::RecordHeader h;
   Status st = format::DecodeRecordHeader(std::string_view(record, format::kRecordHeaderSize), &h);
   if (st.ok()) st = format::CheckRecordForExtent(h, r.extent, ino, r.file_offset);
@@ -74,7 +82,9 @@ Status FillChunk(const Chunk& chunk, uint64_t ino, char* staging, const PlanSour
                  ReaderBuffers* rb) {
   for (const ReadTask& t : chunk.reads) {
     const bool through_file = t.source == kThroughFile;
-    const io::File& f = through_file ? *src.file : *src.segments[t.source];
+    const io::File& f = through_file            ? *src.file
+                        : t.source == kDataFile ? *src.data_file
+                                                : *src.segments[t.source];
     const std::string& path = f.path();
     char* buf;
     if (t.in_place) {
@@ -83,7 +93,10 @@ Status FillChunk(const Chunk& chunk, uint64_t ino, char* staging, const PlanSour
       if (rb->scratch.size() < t.length) rb->scratch.resize(t.length);
       buf = rb->scratch.data();
     }
-    CKPTFS_RETURN_IF_ERROR(ReadFull(f, buf, t.length, t.offset, !through_file));
+    const char* store_file = through_file            ? nullptr
+                             : t.source == kDataFile ? "data file"
+                                                     : "segment";
+    CKPTFS_RETURN_IF_ERROR(ReadFull(f, buf, t.length, t.offset, store_file));
     for (const RecordTask& r : t.records) {
       CKPTFS_RETURN_IF_ERROR(
           CheckRecord(r, ino, buf + r.read_offset, t.in_place, staging, path, &rb->decoded));
@@ -99,6 +112,9 @@ Status FillChunk(const Chunk& chunk, uint64_t ino, char* staging, const PlanSour
 
 Status RunPipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink,
                    const PipelineOptions& options) {
+  if (plan.reads_data_file && src.data_file == nullptr) {
+    return Status(EINVAL, "the plan reads a data file that is not open");
+  }
   const size_t n = plan.chunks.size();
   if (n == 0) return sink->Finish();
   const int buffers = static_cast<int>(std::clamp<size_t>(options.buffers, 1, n));

@@ -25,6 +25,7 @@ namespace ckptfs::gpu {
 // The files a plan reads, borrowed: they must stay open while it runs.
 struct PlanSources {
   std::vector<const io::File*> segments;  // by LoadPlan::segment_ids index
+  const io::File* data_file = nullptr;    // kDataFile reads (LoadPlan::reads_data_file)
   const io::File* file = nullptr;         // kThroughFile reads
 };
 
@@ -36,9 +37,9 @@ struct PipelineOptions {
 };
 
 // Runs `plan` into `sink`'s destination and returns once every byte is
-// there (or the first error: a read, a checksum or record mismatch
-// (corruption, EIO), or a copy). The sink's staging buffers are sized
-// plan.buffer_bytes.
+// there (or the first error: a read, a checksum or record mismatch, a
+// data-file block that does not check (corruption, EIO), or a copy). The
+// sink's staging buffers are sized plan.buffer_bytes.
 Status RunPipeline(const LoadPlan& plan, const PlanSources& sources, Sink* sink,
                    const PipelineOptions& options);
 

@@ -41,6 +41,9 @@ class File {
   virtual Status Sync() = 0;
   // The file's size now.
   virtual Result<uint64_t> Size() const = 0;
+  // Cuts or extends the file to `size` bytes (ftruncate).
+  // REQUIRES: the file was opened for writing.
+  virtual Status Truncate(uint64_t size) = 0;
   // Asks for [offset, offset+len) to be read ahead in the background. A hint:
   // nothing happens where a backend cannot.
   virtual void Prefetch(uint64_t offset, uint64_t len) const {}

@@ -20,6 +20,7 @@ class FaultFile final : public File {
   }
   Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
     ReaderMutexLock cut(&env_->cut_mu_);
+    if (env_->cut()) return Status::OK();  // never reaches the disk
     bool torn = false;
     Status s = env_->BeforeWrite(path(), &torn);
     uint64_t total = 0;
@@ -46,6 +47,13 @@ class FaultFile final : public File {
     return Status::OK();
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
+  Status Truncate(uint64_t size) override {
+    ReaderMutexLock cut(&env_->cut_mu_);
+    if (env_->cut()) return Status::OK();  // never reaches the disk
+    CKPTFS_RETURN_IF_ERROR(base_->Truncate(size));
+    env_->Truncated(path(), size);
+    return Status::OK();
+  }
   void Prefetch(uint64_t offset, uint64_t len) const override { base_->Prefetch(offset, len); }
   void Evict(uint64_t offset, uint64_t len) const override { base_->Evict(offset, len); }
 

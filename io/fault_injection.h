@@ -5,8 +5,11 @@
 //   - PowerCut(): the moment the machine loses power. The process goes on
 //     as if nothing happened (writes and syncs succeed, so that RocksDB and
 //     the engine close normally), but nothing done after the cut is
-//     durable: syncs are not performed, deletions and renames are not
-//     performed, files created are removed again. Restore(), the reboot,
+//     durable: syncs are not performed, writes of store files (segments,
+//     data files) do not reach them (a data file is written in place past a
+//     durable truncate: such a write must not change what the disk kept),
+//     deletions and renames are not performed, files created are removed
+//     again. Restore(), the reboot,
 //     then drops every byte that was not synced before the cut, in segment
 //     files and in the files of the RocksDB index (through
 //     IndexFileSystem()), and the store can be reopened.

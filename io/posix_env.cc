@@ -83,6 +83,13 @@ class PosixFile final : public File {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  Status Truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return Status::IOError(errno, "truncate " + path());
+    }
+    return Status::OK();
+  }
+
   void Prefetch(uint64_t offset, uint64_t len) const override {
     (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len),
                           POSIX_FADV_WILLNEED);

@@ -33,9 +33,12 @@ double GBps(uint64_t bytes, double seconds) {
 
 std::string PathNote(const gpu::LoadStats& s) {
   if (s.direct) {
-    return "direct: " + std::to_string(s.records) + " records verified (" +
-           std::to_string(s.compressed_records) + " zstd), " + std::to_string(s.backing_reads) +
-           " segment reads";
+    std::string note = "direct: " + std::to_string(s.records) + " records verified (" +
+                       std::to_string(s.compressed_records) + " zstd), ";
+    if (s.data_file_blocks > 0) {
+      note += std::to_string(s.data_file_blocks) + " data-file blocks verified, ";
+    }
+    return note + std::to_string(s.backing_reads) + " backing reads";
   }
   return "fallback through the file: " + s.fallback_reason;
 }
@@ -138,6 +141,7 @@ int RunGpuLoad(const GpuLoadArgs& args) {
                         {"fallback_reason", s->fallback_reason},
                         {"records", s->records},
                         {"compressed_records", s->compressed_records},
+                        {"data_file_blocks", s->data_file_blocks},
                         {"backing_reads", s->backing_reads},
                         {"backing_bytes", s->backing_bytes},
                         {"tensors", tensors}});

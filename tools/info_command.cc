@@ -1,9 +1,11 @@
 // `ckptfs info [--json] PATH...`: where a file's bytes lie in the store, or
 // what a directory holds, from the index alone (no file data is read).
 //
-// A file: its size and, for each extent, the segment record that holds it
-// (segment, record offset, stored and raw lengths, codec, checksum, the
-// window of the decoded record it uses) or that it is inline in the index.
+// A file: its size, its data file when it has one, and, for each extent,
+// the segment record that holds it (segment, record offset, stored and raw
+// lengths, codec, checksum, the window of the decoded record it uses), the
+// block of the data file (block offset and length, checksum, the window it
+// uses), or that it is inline in the index.
 // A directory: files, directories, symlinks and other inodes below it, their
 // logical bytes (sizes, holes included), stored bytes and extents.
 //
@@ -11,7 +13,8 @@
 // (fs/extents_xattr.h, read with gpu::FetchLayout), so info shows exactly
 // what readers of that attribute and fsck see. A file's stored bytes are
 // its share of the records it uses: a record's stored length times the part
-// of its decoded bytes the file's extent covers, plus its inline bytes.
+// of its decoded bytes the file's extent covers, plus its inline bytes and
+// the data-file bytes its extents cover.
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -70,7 +73,7 @@ engine::Result<gpu::FileLayout> LayoutOf(const std::string& path) {
 
 nlohmann::ordered_json FileJson(const std::string& path, const gpu::FileLayout& l) {
   nlohmann::ordered_json extents = nlohmann::ordered_json::array();
-  uint64_t stored = 0;
+  uint64_t stored = 0, in_data_file = 0;
   bool all_inline = true;
   for (const gpu::LayoutExtent& e : l.extents) {
     const format::ExtentValue& v = e.value;
@@ -79,6 +82,13 @@ nlohmann::ordered_json FileJson(const std::string& path, const gpu::FileLayout& 
     nlohmann::ordered_json x = {{"file_offset", e.file_offset}, {"length", v.length}};
     if (v.is_inline) {
       x["inline"] = true;
+    } else if (v.in_data_file) {
+      in_data_file += v.length;
+      x["data_file"] = true;
+      x["block_offset"] = v.record_offset;
+      x["block_len"] = v.stored_len;
+      x["checksum"] = Hex64(v.checksum);
+      x["skip"] = v.skip;
     } else {
       x["segment_id"] = v.segment_id;
       x["segment"] = (std::filesystem::path(l.segments_dir).parent_path() /
@@ -92,9 +102,17 @@ nlohmann::ordered_json FileJson(const std::string& path, const gpu::FileLayout& 
     }
     extents.push_back(std::move(x));
   }
-  return {{"path", path},           {"type", "file"},
-          {"ino", l.ino},           {"size", l.size},
-          {"stored_bytes", stored}, {"inline", !l.extents.empty() && all_inline},
+  // The data file, when extents lie there; null otherwise.
+  nlohmann::ordered_json data_file = nullptr;
+  if (in_data_file > 0) data_file = gpu::DataFilePath(l);
+  return {{"path", path},
+          {"type", "file"},
+          {"ino", l.ino},
+          {"size", l.size},
+          {"stored_bytes", stored},
+          {"inline", !l.extents.empty() && all_inline},
+          {"data_file", data_file},
+          {"data_file_bytes", in_data_file},
           {"extents", extents}};
 }
 
@@ -105,6 +123,10 @@ void PrintFile(const nlohmann::ordered_json& j) {
   std::printf("  stored  %s in %zu extent(s)%s\n",
               HumanBytes(j["stored_bytes"].get<uint64_t>()).c_str(), j["extents"].size(),
               j["inline"].get<bool>() ? ", inline in the index" : "");
+  if (!j["data_file"].is_null()) {
+    std::printf("  data    %s in %s\n", HumanBytes(j["data_file_bytes"].get<uint64_t>()).c_str(),
+                j["data_file"].get<std::string>().c_str());
+  }
   // A long list shows its head and tail; --json lists every extent.
   constexpr size_t kHead = 8, kTail = 4;
   const size_t n = j["extents"].size();
@@ -117,6 +139,13 @@ void PrintFile(const nlohmann::ordered_json& j) {
     const uint64_t off = x["file_offset"], len = x["length"];
     if (x.contains("inline")) {
       std::printf("  [%" PRIu64 ", +%" PRIu64 ")  inline\n", off, len);
+      continue;
+    }
+    if (x.contains("data_file")) {
+      std::printf("  [%" PRIu64 ", +%" PRIu64 ")  data file block @%" PRIu64 " len %" PRIu64
+                  "  checksum %s  skip %" PRIu64 "\n",
+                  off, len, x["block_offset"].get<uint64_t>(), x["block_len"].get<uint64_t>(),
+                  x["checksum"].get<std::string>().c_str(), x["skip"].get<uint64_t>());
       continue;
     }
     std::printf("  [%" PRIu64 ", +%" PRIu64 ")  %s @%" PRIu64

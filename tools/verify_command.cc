@@ -1,17 +1,20 @@
 // `ckptfs verify [--json] PATH...`: checks every checksum of the data of the
-// files under PATH (on a mount), reading the store's segment files directly.
+// files under PATH (on a mount), reading the store's segment files and data
+// files directly.
 //
 // For each regular file it takes the extents from the mount's
 // "user.ckptfs.extents" attribute (gpu::FetchLayout), then reads each record
-// they use once, in store order, and runs the checks every reader of the
-// store runs: the record header's own checksum (format::DecodeRecordHeader),
-// that the record is the one the extent names (format::CheckRecordForExtent)
-// and the payload checksum (format::VerifyRecordPayload). Inline extents live
-// in the index, whose blocks RocksDB checksums on every read.
+// and data-file block they use once, in store order, and runs the checks
+// every reader of the store runs: for a record, the header's own checksum
+// (format::DecodeRecordHeader), that the record is the one the extent names
+// (format::CheckRecordForExtent) and the payload checksum
+// (format::VerifyRecordPayload); for a block of a data file, its length and
+// checksum (format::CheckDataFileBlock). Inline extents live in the index,
+// whose blocks RocksDB checksums on every read.
 //
 // Exit status as fsck(8): 0 every checksum matched, 4 damage found (each
-// damaged record named by file and byte range, one line each), 8 nothing
-// could be checked (not a ckptfs mount, segment files unreadable, ...).
+// damaged record or block named by file and byte range, one line each), 8
+// nothing could be checked (not a ckptfs mount, store files unreadable, ...).
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -39,7 +42,8 @@ namespace {
 
 constexpr int kClean = 0, kDamage = 4, kOperational = 8;
 
-// One extent that uses a record, to name the damage by file and byte range.
+// One extent that uses a record or block, to name the damage by file and
+// byte range.
 struct Use {
   size_t file;  // index into the file list
   uint64_t ino;
@@ -47,15 +51,20 @@ struct Use {
   format::ExtentValue value;
 };
 
+// A record (or data-file block): the store file that holds it and the
+// offset of its header (of the block) there.
 struct RecordKey {
-  std::string segments_dir;
-  uint64_t segment_id;
+  std::string path;
   uint64_t offset;
   bool operator<(const RecordKey& o) const {
-    return std::tie(segments_dir, segment_id, offset) <
-           std::tie(o.segments_dir, o.segment_id, o.offset);
+    return std::tie(path, offset) < std::tie(o.path, o.offset);
   }
 };
+
+// Bytes to read for the record or block that `e` points at.
+uint64_t StoredBytes(const format::ExtentValue& e) {
+  return (e.in_data_file ? 0 : format::kRecordHeaderSize) + e.stored_len;
+}
 
 std::vector<std::string>* g_files = nullptr;  // nftw's callback has no context
 
@@ -102,44 +111,55 @@ class Verifier {
       }
       for (const gpu::LayoutExtent& e : l->extents) {
         if (e.value.is_inline) continue;
-        RecordKey k{l->segments_dir, e.value.segment_id, e.value.record_offset};
-        auto [it, fresh] = records_.try_emplace(k);
-        if (fresh) bytes_total_ += format::kRecordHeaderSize + e.value.stored_len;
+        const std::string path = e.value.in_data_file
+                                     ? gpu::DataFilePath(*l)
+                                     : (std::filesystem::path(l->segments_dir).parent_path() /
+                                        format::SegmentFileName(e.value.segment_id))
+                                           .string();
+        auto [it, fresh] = records_.try_emplace(RecordKey{path, e.value.record_offset});
+        if (fresh) {
+          bytes_total_ += StoredBytes(e.value);
+          (e.value.in_data_file ? blocks_ : segment_records_)++;
+        }
         it->second.push_back({i, l->ino, e.file_offset, e.value});
       }
     }
     return true;
   }
 
-  // Reads and checks each record once, in store order; false (after saying
-  // why) when a segment file cannot be read at all.
+  // Reads and checks each record and block once, in store order; false
+  // (after saying why) when a segment or data file cannot be read at all.
   bool Check() {
     ProgressBar progress("verify");
     std::string open_path;
     int fd = -1;
     std::string buf;
     for (const auto& [key, uses] : records_) {
-      const std::string seg = (std::filesystem::path(key.segments_dir).parent_path() /
-                               format::SegmentFileName(key.segment_id))
-                                  .string();
-      if (seg != open_path) {
+      const bool block = uses.front().value.in_data_file;
+      if (key.path != open_path) {
         if (fd >= 0) ::close(fd);
-        fd = ::open(seg.c_str(), O_RDONLY | O_CLOEXEC);
+        fd = ::open(key.path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
           const int e = errno;
-          return Fail("cannot read segment file " + seg + ": " + strerror(e) +
+          return Fail(std::string("cannot read ") + (block ? "data file " : "segment file ") +
+                      key.path + ": " + strerror(e) +
                       (e == EACCES ? " (run as the store's owner or root)" : ""));
         }
-        open_path = seg;
+        open_path = key.path;
       }
-      const size_t len = format::kRecordHeaderSize + uses.front().value.stored_len;
+      const size_t len = StoredBytes(uses.front().value);
       buf.resize(len);
-      const ssize_t n = ::pread(fd, buf.data(), len, static_cast<off_t>(key.offset));
+      const ssize_t n = ReadFull(fd, buf.data(), len, key.offset);
       if (n < 0) {
         ::close(fd);
-        return Fail("cannot read " + seg + ": " + strerror(errno));
+        return Fail("cannot read " + key.path + ": " + strerror(errno));
       }
-      CheckRecord(seg, key, std::string_view(buf.data(), static_cast<size_t>(n)), uses);
+      const std::string_view bytes(buf.data(), static_cast<size_t>(n));
+      if (block) {
+        CheckBlock(key, bytes, uses);
+      } else {
+        CheckRecord(key, bytes, uses);
+      }
       bytes_done_ += len;
       progress.Update(bytes_done_, bytes_total_);
     }
@@ -152,7 +172,8 @@ class Verifier {
     const int status = !failure_.empty() ? kOperational : damage_.empty() ? kClean : kDamage;
     if (json) {
       nlohmann::ordered_json j = {{"files", files_.size()},
-                                  {"records", records_.size()},
+                                  {"records", segment_records_},
+                                  {"data_file_blocks", blocks_},
                                   {"bytes", bytes_done_},
                                   {"damage", damage_},
                                   {"error", nullptr},
@@ -166,8 +187,10 @@ class Verifier {
       std::fprintf(stderr, "ckptfs: verify: %s\n", failure_.c_str());
       return status;
     }
-    std::printf("verify: %zu files, %zu records, %s checked: %s\n", files_.size(),
-                records_.size(), HumanBytes(bytes_done_).c_str(),
+    const std::string blocks =
+        blocks_ > 0 ? ", " + std::to_string(blocks_) + " data-file blocks" : std::string();
+    std::printf("verify: %zu files, %zu records%s, %s checked: %s\n", files_.size(),
+                segment_records_, blocks.c_str(), HumanBytes(bytes_done_).c_str(),
                 damage_.empty() ? "every checksum matches"
                                 : (std::to_string(damage_.size()) + " damaged").c_str());
     return status;
@@ -180,8 +203,39 @@ class Verifier {
   }
   void Damage(std::string what) { damage_.push_back(std::move(what)); }
 
-  void CheckRecord(const std::string& seg, const RecordKey& key, std::string_view bytes,
-                   const std::vector<Use>& uses) {
+  // Reads up to `n` bytes at `offset`, fewer only at the end of the file;
+  // -1 with errno on an error.
+  static ssize_t ReadFull(int fd, char* buf, size_t n, uint64_t offset) {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return -1;
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    return static_cast<ssize_t>(done);
+  }
+
+  void DamageOfUse(const Use& u, const RecordKey& key, const engine::Status& st) {
+    char range[96];
+    std::snprintf(range, sizeof(range), " bytes [%" PRIu64 ", %" PRIu64 ")", u.file_offset,
+                  u.file_offset + u.value.length);
+    Damage(files_[u.file] + range + ": " + key.path + " offset " + std::to_string(key.offset) +
+           ": " + st.ToString());
+  }
+
+  // One block of a data file: every extent that uses it names the same block
+  // (offset, length, checksum) as the index has it; each is checked.
+  void CheckBlock(const RecordKey& key, std::string_view bytes, const std::vector<Use>& uses) {
+    for (const Use& u : uses) {
+      const engine::Status st = format::CheckDataFileBlock(
+          u.value, bytes.substr(0, std::min<size_t>(bytes.size(), u.value.stored_len)));
+      if (!st.ok()) DamageOfUse(u, key, st);
+    }
+  }
+
+  void CheckRecord(const RecordKey& key, std::string_view bytes, const std::vector<Use>& uses) {
     format::RecordHeader h;
     engine::Status st = format::DecodeRecordHeader(bytes, &h);
     if (st.ok() && bytes.size() < format::kRecordHeaderSize + h.stored_len) {
@@ -195,17 +249,13 @@ class Verifier {
       engine::Status use_st = st.ok() ? format::CheckRecordForExtent(h, u.value, u.ino,
                                                                       u.file_offset)
                                       : st;
-      if (use_st.ok()) continue;
-      char range[96];
-      std::snprintf(range, sizeof(range), " bytes [%" PRIu64 ", %" PRIu64 ")", u.file_offset,
-                    u.file_offset + u.value.length);
-      Damage(files_[u.file] + range + ": " + seg + " offset " + std::to_string(key.offset) +
-             ": " + use_st.ToString());
+      if (!use_st.ok()) DamageOfUse(u, key, use_st);
     }
   }
 
   std::vector<std::string> files_;
-  std::map<RecordKey, std::vector<Use>> records_;
+  std::map<RecordKey, std::vector<Use>> records_;  // records and blocks
+  size_t segment_records_ = 0, blocks_ = 0;
   uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::vector<std::string> damage_;
   std::string failure_;

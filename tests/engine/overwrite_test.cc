@@ -27,6 +27,7 @@ StoreOptions OverwriteOptions() {
   o.segment_target_bytes = 1 * kMiB;  // many sealed segments for compaction
   o.max_record_bytes = 16 * kKiB;     // long writes become several records
   o.cache_bytes = 256 * kKiB;         // reads must reach the segment files
+  o.data_file_bytes = 256 * kKiB;     // bigger files move to data files
   return o;
 }
 

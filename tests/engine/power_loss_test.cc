@@ -54,6 +54,8 @@ StoreOptions PowerLossOptions(std::shared_ptr<io::Env> env) {
   o.segment_target_bytes = 1u << 20;  // the smallest: many sealed segments to compact and free
   o.max_record_bytes = 16u << 10;
   o.inline_max_bytes = 512;
+  // Files that grow past 96 KiB move to data files: cuts land in both layouts.
+  o.data_file_bytes = 96u << 10;
   o.free_empty_segments = true;
   o.background_compact_dead_bytes = 128u << 10;
   o.background_interval_ms = 5;

@@ -7,7 +7,9 @@ directory, the counts and sizes a walk of the tree finds; the store must
 then pass fsck, so that the extents info shows are the ones fsck checked.
 verify: exit 0 on an intact tree; after one byte of one record is changed
 in its segment file, exit 4 naming that file and byte range (and fsck finds
-the same damage); exit 8 with one line where nothing can be checked.
+the same damage); the same for one byte of a file's data file (a file
+written past data_file_bytes, 64 MiB by default); exit 8 with one line
+where nothing can be checked.
 Needs CKPTFS_BIN.
 """
 
@@ -204,6 +206,87 @@ class VerifyTest(lib.MountAndPlainTestCase):
             self.assertIn(str(e["record_offset"]), r.stdout + r.stderr)
         finally:
             with open(seg, "r+b") as f:  # repaired, so that the store is clean again
+                f.seek(at)
+                f.write(old)
+            self.m.mount()
+        self.assertEqual(verify(root).returncode, 0)
+
+    def test_data_file_intact_then_damaged(self):
+        root = self.m.path("big")
+        os.makedirs(root)
+        victim = os.path.join(root, "weights.bin")
+        size = 70 * MiB  # past data_file_bytes: the file moves to a data file
+        lib.write_file(victim, os.urandom(size))
+        page, extents = xattr_extents(victim)
+        self.assertEqual(page["ino"], os.stat(victim).st_ino)
+        data_file = os.path.join(page["data_dir"], "%08d.dat" % page["ino"])
+        self.assertTrue(os.path.exists(data_file), page)
+        blocks = [x for x in extents if x.get("data_file")]
+        self.assertTrue(blocks, extents[:3])
+        for x in blocks:
+            self.assertEqual(x["block_offset"] + x["skip"], x["file_offset"])
+        self.assertEqual(sum(x["length"] for x in extents), size)
+        # info shows the data file and the blocks the attribute lists.
+        rc, out, err = info(victim)
+        self.assertEqual(rc, 0, err)
+        [j] = json.loads(out)
+        self.assertEqual(j["data_file"], data_file)
+        self.assertEqual(j["data_file_bytes"], sum(x["length"] for x in blocks))
+        self.assertFalse(j["inline"])
+        self.assertEqual(j["stored_bytes"], size)
+        mine = [x for x in j["extents"] if x.get("data_file")]
+        self.assertEqual([(x["file_offset"], x["block_offset"], x["block_len"], x["checksum"])
+                          for x in mine],
+                         [(x["file_offset"], x["block_offset"], x["block_len"], x["checksum"])
+                          for x in blocks])
+        r = subprocess.run([BIN, "info", victim], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(data_file, r.stdout)
+        self.assertIn("data file block @", r.stdout)
+
+        r = verify(root)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("%d data-file blocks" % len({x["block_offset"] for x in blocks}), r.stdout)
+        j = json.loads(verify("--json", root).stdout)
+        self.assertEqual((j["damage"], j["exit_status"]), ([], 0))
+        self.assertGreaterEqual(j["bytes"], sum(x["block_len"] for x in blocks))
+
+        # One byte of the block that holds file byte 66 MiB, changed on disk
+        # with the store unmounted.
+        e = [x for x in blocks if x["file_offset"] <= 66 * MiB < x["file_offset"] + x["length"]][0]
+        at = e["block_offset"] + e["skip"] + 100
+        store = self.m.store
+        self.m.unmount()
+        try:
+            with open(data_file, "r+b") as f:
+                f.seek(at)
+                old = f.read(1)
+                f.seek(at)
+                f.write(bytes([old[0] ^ 0xFF]))
+        finally:
+            self.m.mount()
+        try:
+            r = verify(root)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            damaged = [l for l in r.stderr.splitlines() if l.startswith("ckptfs: verify: ")]
+            self.assertEqual(len(damaged), 1, r.stderr)
+            self.assertIn("%s bytes [%d, %d)" % (victim, e["file_offset"],
+                                                  e["file_offset"] + e["length"]), damaged[0])
+            self.assertIn(data_file, damaged[0])
+            self.assertIn("data file bytes [%d, %d): checksum mismatch"
+                          % (e["block_offset"], e["block_offset"] + e["block_len"]), damaged[0])
+            j = json.loads(verify("--json", victim).stdout)
+            self.assertEqual((len(j["damage"]), j["exit_status"]), (1, 4))
+            # fsck finds the block damaged too.
+            self.m.unmount()
+            r = subprocess.run([BIN, "fsck", store], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("bad_payload_checksum", r.stdout + r.stderr)
+            self.assertIn("%08d.dat" % page["ino"], r.stdout + r.stderr)
+        finally:
+            if self.m.pid is not None:
+                self.m.unmount()
+            with open(data_file, "r+b") as f:  # repaired, so that the store is clean again
                 f.seek(at)
                 f.write(old)
             self.m.mount()

@@ -418,7 +418,8 @@ class WritebackTest(lib.MountAndPlainTestCase):
     def test_a_file_written_in_order_is_stored_in_order(self):
         """More than the kernel's strict per-mount dirty limit (a few tens of
         MiB), written in 64 KiB pieces: the store gets whole 1 MiB records
-        at aligned offsets, in file order in the segment, as without the
+        at aligned offsets, in file order in the segment (or, past the
+        data-file threshold, in the data file), as without the
         cache (fs/mount.cc TuneBdi, engine/write_order.h)."""
         if os.geteuid() == 0:
             dev = os.stat(self.m.mnt).st_dev
@@ -443,7 +444,10 @@ class WritebackTest(lib.MountAndPlainTestCase):
         # limit about every other one was cut, and a fifth out of order.
         whole = sum(1 for e in extents if e["length"] == MiB and e["file_offset"] % MiB == 0)
         self.assertGreaterEqual(whole, 0.9 * size // MiB, extents[:8])
-        places = [(e["segment_id"], e["record_offset"]) for e in extents]
+        # Past the data-file threshold the file's bytes are in its data file
+        # (block offsets); before it, in segments (segment, record offset).
+        places = [(1, 0, e["block_offset"]) if e.get("data_file")
+                  else (0, e["segment_id"], e["record_offset"]) for e in extents]
         in_order = sum(1 for a, b in zip(places, places[1:]) if a < b)
         self.assertGreaterEqual(in_order, 0.95 * (len(places) - 1), places[:16])
 

@@ -1,0 +1,159 @@
+#include "engine/data_files.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "format/format.h"
+
+namespace ckptfs::engine {
+
+Status DataFiles::EnsureDir() {
+  const std::string dir = store_dir_ + "/" + format::kDataDirName;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::IOError(errno, "create " + dir);
+  }
+  return Status::OK();
+}
+
+std::string DataFiles::Path(uint64_t ino) const {
+  return store_dir_ + "/" + format::DataFileName(ino);
+}
+
+void DataFiles::Forget(uint64_t ino) {
+  auto it = open_.find(ino);
+  if (it == open_.end()) return;
+  lru_.erase(it->second.pos);
+  open_.erase(it);
+}
+
+Result<std::shared_ptr<io::File>> DataFiles::Get(uint64_t ino) {
+  {
+    MutexLock l(&mu_);
+    auto it = open_.find(ino);
+    if (it != open_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.pos);
+      return it->second.file;
+    }
+  }
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f,
+                          env_->Open(Path(ino), read_only_ ? io::OpenMode::kRead
+                                                           : io::OpenMode::kReadWrite));
+  std::shared_ptr<io::File> file(std::move(f));
+  MutexLock l(&mu_);
+  auto it = open_.find(ino);
+  if (it != open_.end()) return it->second.file;  // another thread opened it meanwhile
+  lru_.push_front(ino);
+  open_[ino] = Open{file, lru_.begin()};
+  while (open_.size() > kMaxOpen) {
+    // Closes once no read, write or pending sync holds it.
+    const uint64_t last = lru_.back();
+    lru_.pop_back();
+    open_.erase(last);
+  }
+  return file;
+}
+
+Status DataFiles::Create(uint64_t ino) {
+  if (read_only_) return Status(EROFS, "read-only store");
+  {
+    MutexLock l(&mu_);
+    Forget(ino);
+    dirty_.erase(ino);
+  }
+  CKPTFS_RETURN_IF_ERROR(env_->Remove(Path(ino)));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env_->Create(Path(ino), ""));
+  std::shared_ptr<io::File> file(std::move(f));
+  MutexLock l(&mu_);
+  lru_.push_front(ino);
+  open_[ino] = Open{file, lru_.begin()};
+  return Status::OK();
+}
+
+Status DataFiles::Write(uint64_t ino, uint64_t offset, std::string_view data) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  bool too_many;
+  {
+    MutexLock l(&mu_);
+    too_many = dirty_.size() >= kMaxDirty && dirty_.count(ino) == 0;
+  }
+  if (too_many) CKPTFS_RETURN_IF_ERROR(SyncDirty());  // bounds the files held open
+  const std::string_view piece[] = {data};
+  CKPTFS_RETURN_IF_ERROR(file->WriteAt(offset, piece));
+  MutexLock l(&mu_);
+  dirty_[ino] = std::move(file);
+  return Status::OK();
+}
+
+Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  return file->ReadAt(offset, len, buf);
+}
+
+Status DataFiles::Truncate(uint64_t ino, uint64_t size) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  CKPTFS_RETURN_IF_ERROR(file->Truncate(size));
+  MutexLock l(&mu_);
+  dirty_[ino] = std::move(file);
+  return Status::OK();
+}
+
+void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {
+  Result<std::shared_ptr<io::File>> file = Get(ino);
+  if (file.ok()) (*file)->Evict(offset, len);
+}
+
+Status DataFiles::SyncDirty() {
+  MutexLock sync(&sync_mu_);
+  std::map<uint64_t, std::shared_ptr<io::File>> dirty;
+  {
+    MutexLock l(&mu_);
+    if (!sync_error_.ok()) return sync_error_;
+    dirty.swap(dirty_);
+  }
+  for (auto& [ino, file] : dirty) {
+    Status s = file->Sync();
+    if (!s.ok()) {
+      MutexLock l(&mu_);
+      sync_error_ = s;
+      return s;
+    }
+  }
+  return Status::OK();
+}
+
+void DataFiles::RemoveAfterSync(uint64_t ino) {
+  MutexLock l(&mu_);
+  remove_queue_.insert(ino);
+}
+
+std::set<uint64_t> DataFiles::TakeQueued() {
+  std::set<uint64_t> queue;
+  MutexLock l(&mu_);
+  queue.swap(remove_queue_);
+  return queue;
+}
+
+Status DataFiles::Remove(uint64_t ino) {
+  {
+    MutexLock l(&mu_);
+    Forget(ino);
+    dirty_.erase(ino);
+  }
+  return env_->Remove(Path(ino));
+}
+
+Result<std::vector<uint64_t>> DataFiles::List() {
+  const std::string dir = store_dir_ + "/" + format::kDataDirName;
+  Result<std::vector<std::string>> names = env_->List(dir);
+  if (!names.ok() && names.status().code() == ENOENT) return std::vector<uint64_t>{};
+  CKPTFS_RETURN_IF_ERROR(names.status());
+  std::vector<uint64_t> out;
+  for (const std::string& n : *names) {
+    uint64_t ino;
+    if (format::ParseDataFileName(n, &ino)) out.push_back(ino);
+  }
+  return out;
+}
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,94 @@
+// DataFiles: the data files of a store's large files (STORE/data/), one per
+// inode that has one, in which byte N is the file's byte N
+// (docs/FORMAT.md, "data/NNNNNNNN.dat").
+//
+// Files are opened on demand through an io::Env and kept open in a small
+// LRU, so that a store with many large files holds a bounded number of
+// descriptors. A file written to since the last SyncDirty stays open until
+// that sync (at most kMaxDirty of them: past that, a write syncs the others
+// first).
+//
+// Removal is deferred: RemoveAfterSync() queues a file, and the store
+// deletes the queue once the index state that no longer uses it is durable
+// (TakeQueued()); a crash in between leaves a file no inode uses, which the
+// store deletes at its next open.
+//
+// Thread safety: all methods are thread-safe; reads and writes of the files
+// run outside the lock.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "io/env.h"
+
+namespace ckptfs::engine {
+
+class DataFiles {
+ public:
+  // `store_dir` is the store's directory; the files are under its data/.
+  DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only)
+      : env_(std::move(env)), store_dir_(std::move(store_dir)), read_only_(read_only) {}
+
+  // Creates data/ when it is missing (a store made by an older build).
+  Status EnsureDir();
+  // The path of the data file of `ino`.
+  std::string Path(uint64_t ino) const;
+  // Creates an empty data file for `ino`, replacing any left over.
+  Status Create(uint64_t ino);
+  // Writes `data` at `offset` of the data file of `ino`.
+  Status Write(uint64_t ino, uint64_t offset, std::string_view data);
+  // Reads up to `len` bytes, fewer only at the end of the file.
+  Result<size_t> ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf);
+  // Cuts the data file of `ino` to `size` bytes.
+  Status Truncate(uint64_t ino, uint64_t size);
+  // Lets the OS drop its cached pages of that range (io::File::Evict).
+  void Evict(uint64_t ino, uint64_t offset, uint64_t len);
+  // Syncs every data file written since the previous call. Sticky on
+  // failure, as SegmentSet::SyncDirty.
+  Status SyncDirty();
+  // Queues the data file of `ino` for deletion once its removal from the
+  // index (committed before this call) is durable.
+  void RemoveAfterSync(uint64_t ino);
+  // Empties the queue: the caller syncs the index, then deletes them
+  // (Remove). Taken before the sync, so that only inodes whose removal was
+  // committed before it are deleted after it.
+  std::set<uint64_t> TakeQueued();
+  // Deletes the data file of `ino` now.
+  Status Remove(uint64_t ino);
+  // The inode numbers of the data files on disk.
+  Result<std::vector<uint64_t>> List();
+
+ private:
+  static constexpr size_t kMaxOpen = 64;
+  static constexpr size_t kMaxDirty = 256;
+  Result<std::shared_ptr<io::File>> Get(uint64_t ino);
+  void Forget(uint64_t ino) REQUIRES(mu_);
+
+  const std::shared_ptr<io::Env> env_;
+  const std::string store_dir_;
+  const bool read_only_;
+  Mutex mu_;
+  // Open files, most recently used at the front of lru_.
+  std::list<uint64_t> lru_ GUARDED_BY(mu_);
+  struct Open {
+    std::shared_ptr<io::File> file;
+    std::list<uint64_t>::iterator pos;
+  };
+  std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);
+  std::set<uint64_t> remove_queue_ GUARDED_BY(mu_);
+  Status sync_error_ GUARDED_BY(mu_);
+  // Serializes SyncDirty (as SegmentSet's sync_mu_).
+  Mutex sync_mu_ ACQUIRED_BEFORE(mu_);
+};
+
+}  // namespace ckptfs::engine

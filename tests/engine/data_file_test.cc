@@ -1,0 +1,311 @@
+// Large files in data files of their own (docs/FORMAT.md, "data/"): the move
+// out of segments, overwrites, truncation, holes, removal, fsck and
+// compaction on stores that hold both layouts.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "format/format.h"
+#include "tests/engine/test_util.h"
+
+namespace ckptfs::engine::test {
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+StoreOptions DataFileOptions() {
+  StoreOptions o = SmallOptions();  // 64 KiB records and blocks
+  o.data_file_bytes = 1 * kMiB;
+  o.segment_target_bytes = 4 * kMiB;
+  return o;
+}
+
+class DataFileTest : public StoreFixture {
+ protected:
+  void SetUp() override {
+    options_ = DataFileOptions();
+    ASSERT_NO_FATAL_FAILURE(Reopen());
+  }
+  Ino File(const std::string& name) {
+    auto a = s()->Create(kRootIno, name, S_IFREG | 0644, 0, 0);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? a->ino : 0;
+  }
+  std::string DataPath(Ino ino) { return dir_.store() + "/" + format::DataFileName(ino); }
+  // Bytes of the data file of `ino` on disk; -1 when it has none.
+  int64_t DataFileSize(Ino ino) {
+    struct stat st;
+    return ::stat(DataPath(ino).c_str(), &st) == 0 ? st.st_size : -1;
+  }
+  // Writes `data` at `off` in pieces of `piece` bytes and into `model`.
+  void Write(Ino ino, uint64_t off, const std::string& data, std::string* model,
+             size_t piece = 100 * kKiB) {
+    for (size_t pos = 0; pos < data.size(); pos += piece) {
+      const std::string_view chunk = std::string_view(data).substr(pos, piece);
+      ASSERT_OK(WriteAll(s(), ino, off + pos, chunk));
+    }
+    if (model->size() < off + data.size()) model->resize(off + data.size(), '\0');
+    model->replace(off, data.size(), data);
+  }
+  void Truncate(Ino ino, uint64_t size, std::string* model) {
+    SetAttrRequest req;
+    req.size = size;
+    ASSERT_OK(s()->SetAttr(ino, req));
+    model->resize(size, '\0');
+  }
+  void ExpectContents(Ino ino, const std::string& want) {
+    ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(s(), ino));
+    ASSERT_EQ(got.size(), want.size());
+    if (got != want) {
+      size_t i = 0;
+      while (got[i] == want[i]) ++i;
+      FAIL() << "contents differ first at offset " << i;
+    }
+  }
+  // Extents of `ino` by layout.
+  struct Layout {
+    uint64_t data_file_bytes = 0, segment_bytes = 0, inline_bytes = 0;
+  };
+  Layout LayoutOf(Ino ino) {
+    Layout l;
+    auto ex = s()->GetExtents(ino);
+    EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+    if (!ex.ok()) return l;
+    for (const ExtentInfo& e : *ex) {
+      if (e.value.in_data_file) {
+        // Byte N of the data file is byte N of the file.
+        EXPECT_EQ(e.value.record_offset + e.value.skip, e.file_offset);
+        l.data_file_bytes += e.value.length;
+      } else if (e.value.is_inline) {
+        l.inline_bytes += e.value.length;
+      } else {
+        l.segment_bytes += e.value.length;
+      }
+    }
+    return l;
+  }
+  FsckReport Fsck(bool repair = false) {
+    if (store_) {
+      EXPECT_OK(store_->Close());
+      store_.reset();
+    }
+    FsckOptions fo;
+    fo.repair = repair;
+    auto r = Store::Fsck(dir_.store(), fo);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : FsckReport();
+  }
+  void ExpectFsckClean() {
+    FsckReport r = Fsck();
+    for (const FsckFinding& f : r.findings) {
+      EXPECT_TRUE(f.informational) << f.kind << " " << f.path << " " << f.detail;
+    }
+    EXPECT_TRUE(r.clean());
+    ASSERT_NO_FATAL_FAILURE(Reopen());
+  }
+};
+
+TEST_F(DataFileTest, AFileGrowingPastTheThresholdMovesToItsDataFile) {
+  Ino big = File("big"), small = File("small");
+  std::string want, want_small;
+  ASSERT_NO_FATAL_FAILURE(Write(big, 0, PatternData(1, 0, 3 * kMiB + 1234), &want));
+  ASSERT_NO_FATAL_FAILURE(Write(small, 0, PatternData(2, 0, 900 * kKiB), &want_small));
+  // All of the big file, its first MiB included, is in the data file, whose
+  // byte N is its byte N; the small one stays in segments.
+  Layout l = LayoutOf(big);
+  EXPECT_EQ(l.data_file_bytes, want.size());
+  EXPECT_EQ(l.segment_bytes + l.inline_bytes, 0u);
+  EXPECT_EQ(DataFileSize(big), static_cast<int64_t>(want.size()));
+  EXPECT_EQ(LayoutOf(small).data_file_bytes, 0u);
+  EXPECT_EQ(DataFileSize(small), -1);
+  {
+    std::ifstream in(DataPath(big), std::ios::binary);
+    std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(raw == want);
+  }
+  // The bytes copied out of segments are dead there; the small file's live.
+  ASSERT_OK_AND_ASSIGN(SpaceTotals t, SumSegments(s()));
+  EXPECT_EQ(t.live, static_cast<int64_t>(want_small.size()));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(big, want));
+  ASSERT_OK_AND_ASSIGN(std::string mid, ReadRange(s(), big, 1 * kMiB - 7, 200 * kKiB + 3));
+  EXPECT_TRUE(mid == want.substr(1 * kMiB - 7, 200 * kKiB + 3));
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(big, want));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(small, want_small));
+  ASSERT_OK_AND_ASSIGN(EngineStats st, s()->GetStats());
+  EXPECT_GT(st.data_file_reads, 0u);
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, OverwritesInTheMiddleGoToSegmentsAndNeverRewriteTheDataFile) {
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 2 * kMiB), &want));
+  const std::string before = [&] {
+    std::ifstream in(DataPath(f), std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  ASSERT_NO_FATAL_FAILURE(Write(f, 700 * kKiB + 5, PatternData(2, 0, 300 * kKiB), &want, 77 * kKiB));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  Layout l = LayoutOf(f);
+  EXPECT_EQ(l.segment_bytes, 300 * kKiB);
+  EXPECT_EQ(l.data_file_bytes, want.size() - 300 * kKiB);
+  {
+    std::ifstream in(DataPath(f), std::ios::binary);
+    std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(after == before) << "the data file was written in place";
+  }
+  // Appends still go to the data file.
+  ASSERT_NO_FATAL_FAILURE(Write(f, want.size(), PatternData(3, 0, 500 * kKiB), &want));
+  EXPECT_EQ(LayoutOf(f).segment_bytes, 300 * kKiB);
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, TruncateDownUpAndAppendKeepEveryByte) {
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 3 * kMiB), &want, 64 * kKiB));
+  // Down into the middle of a 64 KiB block: the block keeps its bytes.
+  const uint64_t cut = 2 * kMiB + 10 * kKiB + 3;
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, cut, &want));
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(2 * kMiB + 64 * kKiB));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  // An append: up to the block's end in segments, past it in the data file.
+  ASSERT_NO_FATAL_FAILURE(Write(f, cut, PatternData(2, 0, 1 * kMiB), &want));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  Layout l = LayoutOf(f);
+  EXPECT_EQ(l.segment_bytes, 64 * kKiB - 10 * kKiB - 3);
+  // Up: a hole that reads as zeros; then a write past it, a sparse one.
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, want.size() + 300 * kKiB, &want));
+  ASSERT_NO_FATAL_FAILURE(Write(f, want.size() + 2 * kMiB, PatternData(3, 0, 100 * kKiB), &want));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_OK_AND_ASSIGN(uint64_t hole, s()->SeekData(f, cut + 1 * kMiB, /*hole=*/true));
+  EXPECT_EQ(hole, cut + 1 * kMiB);
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, TruncateToZeroDeletesTheDataFileAndARewriteMakesANewOne) {
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 2 * kMiB), &want));
+  ASSERT_GT(DataFileSize(f), 0);
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, 0, &want));  // as open(O_TRUNC) does
+  EXPECT_EQ(DataFileSize(f), -1);
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(2, 0, 1536 * kKiB), &want));
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, want.size());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, UnlinkDeletesTheDataFileOnceTheRemovalIsDurable) {
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 2 * kMiB), &want));
+  ASSERT_OK(s()->Unlink(kRootIno, "f"));
+  ASSERT_OK(s()->SyncAll());
+  EXPECT_EQ(DataFileSize(f), -1);
+  // A file held open keeps its data file until its last release.
+  Ino g = File("g");
+  ASSERT_NO_FATAL_FAILURE(Write(g, 0, PatternData(2, 0, 2 * kMiB), &want));
+  ASSERT_OK(s()->OpenFile(g));
+  ASSERT_OK(s()->Unlink(kRootIno, "g"));
+  ASSERT_OK(s()->SyncAll());
+  EXPECT_GT(DataFileSize(g), 0);
+  ASSERT_OK(s()->Release(g));
+  ASSERT_OK(s()->SyncAll());
+  EXPECT_EQ(DataFileSize(g), -1);
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, AFlippedByteIsEioAndFsckNamesTheFileAndRange) {
+  Ino f = File("model.bin");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 2 * kMiB), &want, 64 * kKiB));
+  ASSERT_OK(s()->SyncAll());
+  const uint64_t at = 1 * kMiB + 100 * kKiB + 17;  // in block [1 MiB + 64 KiB, +64 KiB)
+  {
+    const int fd = ::open(DataPath(f).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char c = static_cast<char>(want[at] ^ 0x40);
+    ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(at)), 1);
+    ::close(fd);
+  }
+  ASSERT_NO_FATAL_FAILURE(Reopen());  // no cached copy
+  EXPECT_ERRNO(EIO, ReadRange(s(), f, at - 5, 10));
+  ASSERT_OK_AND_ASSIGN(std::string other, ReadRange(s(), f, 0, 1 * kMiB));
+  EXPECT_TRUE(other == want.substr(0, 1 * kMiB));
+  FsckReport r = Fsck();
+  EXPECT_FALSE(r.clean());
+  bool found = false;
+  for (const FsckFinding& x : r.findings) {
+    if (x.kind != "bad_payload_checksum") continue;
+    found = true;
+    EXPECT_EQ(x.path, "/model.bin");
+    EXPECT_EQ(x.offset, 1 * kMiB + 64 * kKiB);
+    EXPECT_EQ(x.length, 64 * kKiB);
+    EXPECT_NE(x.detail.find(format::DataFileName(f)), std::string::npos) << x.detail;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(DataFileTest, FsckReportsAndRepairDeletesADataFileNoInodeUses) {
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_OK(store_->Close());
+  store_.reset();
+  const std::string stray = dir_.store() + "/" + format::DataFileName(999);
+  { std::ofstream(stray) << "left by a crash"; }
+  FsckReport r = Fsck();
+  ASSERT_EQ(r.counts["unused_data_file"], 1u);
+  EXPECT_TRUE(r.clean());  // informational
+  r = Fsck(/*repair=*/true);
+  EXPECT_FALSE(std::filesystem::exists(stray));
+  // The store also deletes such a file when it opens.
+  { std::ofstream(stray) << "left by a crash"; }
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_FALSE(std::filesystem::exists(stray));
+}
+
+TEST_F(DataFileTest, CompactionOfAStoreWithBothLayoutsKeepsEveryByte) {
+  std::vector<std::pair<Ino, std::string>> files;
+  for (int i = 0; i < 6; ++i) {
+    Ino f = File("f" + std::to_string(i));
+    std::string want;
+    const uint64_t size = (i % 2 ? 2 * kMiB : 300 * kKiB) + static_cast<uint64_t>(i) * 1000;
+    ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(10 + i, 0, size), &want));
+    files.emplace_back(f, std::move(want));
+  }
+  // Overwrites in both layouts leave dead bytes in segments.
+  for (auto& [f, want] : files) {
+    ASSERT_NO_FATAL_FAILURE(Write(f, 50 * kKiB, PatternData(f, 0, 120 * kKiB), &want, 40 * kKiB));
+  }
+  CompactOptions co;
+  co.dead_ratio = 0.01;
+  ASSERT_OK_AND_ASSIGN(CompactReport rep, s()->Compact(co));
+  for (auto& [f, want] : files) ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  for (auto& [f, want] : files) ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
+TEST_F(DataFileTest, ZeroThresholdKeepsEveryFileInSegments) {
+  options_.data_file_bytes = 0;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 3 * kMiB), &want));
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);
+  EXPECT_EQ(DataFileSize(f), -1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
+}  // namespace
+}  // namespace ckptfs::engine::test
