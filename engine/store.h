@@ -131,6 +131,13 @@ struct ExtentInfo {
   format::ExtentValue value;
 };
 
+// A file whose every byte is in its data file at the same offset (see
+// Store::WholeDataFile).
+struct WholeDataFile {
+  std::string path;   // STORE/data/NNNNNNNN.dat
+  uint64_t size = 0;  // the file's size, which is also the data file's
+};
+
 struct SegmentInfo {
   uint64_t id = 0;
   std::string path;
@@ -451,6 +458,14 @@ class Store {
 
   // ---- Introspection and settings. ----
   virtual Result<std::vector<ExtentInfo>> GetExtents(Ino ino) = 0;
+  // The data file of `ino` when it holds the whole file: a regular file of
+  // at least one byte, all of it in the data file (data_file_end == size),
+  // with extents that cover [0, size) without a gap, each at its own offset
+  // (no overwrite in segments, no punched range). Reading the data file then
+  // reads the file; the kernel may serve reads from it directly (FUSE
+  // passthrough). nullopt otherwise. A snapshot: a later write, truncation
+  // or punch of the file changes the answer.
+  virtual Result<std::optional<WholeDataFile>> WholeDataFileOf(Ino ino) = 0;
   // Every segment file with its accounting, in id order. A segment the index
   // has no accounting for yet (no batch that counts it has committed) holds
   // nothing live and lists with zeros. Fails with EIO naming the segment when

@@ -905,4 +905,24 @@ Result<std::vector<ExtentInfo>> StoreImpl::GetExtents(Ino ino) {
   return out;
 }
 
+Result<std::optional<WholeDataFile>> StoreImpl::WholeDataFileOf(Ino ino) {
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  const uint64_t size = s->attr.size;
+  if (!S_ISREG(s->attr.mode) || size == 0 || s->attr.data_file_end != size) return std::optional<WholeDataFile>();
+  std::vector<Extent> ex;
+  CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s.get(), 0, size, &ex));
+  uint64_t next = 0;
+  for (const Extent& e : ex) {
+    const format::ExtentValue& v = e.value;
+    if (!v.in_data_file || e.offset != next || v.record_offset + v.skip != e.offset) {
+      return std::optional<WholeDataFile>();
+    }
+    next += v.length;
+  }
+  if (next != size) return std::optional<WholeDataFile>();
+  return std::optional<WholeDataFile>(WholeDataFile{data_files_->Path(ino), size});
+}
+
 }  // namespace ckptfs::engine

@@ -100,6 +100,7 @@ class StoreImpl final : public Store {
   Status SyncAll() override;
 
   Result<std::vector<ExtentInfo>> GetExtents(Ino ino) override;
+  Result<std::optional<WholeDataFile>> WholeDataFileOf(Ino ino) override;
   Result<std::vector<SegmentInfo>> ListSegments() override;
   std::string SegmentPath(uint64_t segment_id) const override;
   Result<EngineStats> GetStats() override;

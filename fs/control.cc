@@ -510,6 +510,18 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
            {"libfuse", LibfuseVersion()},
            {"kernel_protocol", fs.KernelProtocol()},
            {"handle_killpriv_v2", fs.kills_suidgid()},
+           // Read-only opens the kernel passes through to data files, and
+           // how the others went (fs/open_files.h).
+           {"passthrough",
+            {
+                {"in_use", fs.PassthroughText()},
+                {"passthrough_opens", fs.open_files().passthrough_opens()},
+                {"daemon_opens", fs.open_files().daemon_opens()},
+                {"backing_files", fs.open_files().backing_files()},
+                {"backing_failures", fs.open_files().backing_failures()},
+                {"last_backing_error", fs.open_files().last_backing_error()},
+                {"busy", fs.open_files().busy()},
+            }},
        }},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();

@@ -20,16 +20,51 @@ using engine::Status;
 
 namespace {
 
-// Opens cost no request. OPEN is declined with ENOSYS, after which the kernel
-// opens regular files by itself (no_open): no OPEN and no RELEASE, and it
-// keeps the cached pages (FOPEN_KEEP_CACHE), which is right because every
-// change to a file comes through this mount. A file's data stays pinned for
-// as long as the kernel knows the inode (LookupCounts), which covers every
-// open file. O_TRUNC arrives as a SETATTR (no FUSE_CAP_ATOMIC_O_TRUNC),
-// O_DIRECT is served by the kernel's fuse_direct_IO through READ and WRITE,
-// and control files are read and written without handles (control.h).
-void Open(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  Serve(req, Op::kOpen, [&](Request& r) { r.Err(ENOSYS); });
+// Gives back what an open got (OpenFiles::Release); the last passthrough
+// open of an inode closes its backing id.
+void ReleaseOpen(fuse_req_t req, Filesystem& fs, Ino ino, uint64_t handle) {
+  fs.open_files().Release(ino, handle, [req](int id) { fuse_passthrough_close(req, id); });
+}
+
+// Without passthrough opens cost no request. OPEN is declined with ENOSYS,
+// after which the kernel opens regular files by itself (no_open): no OPEN
+// and no RELEASE, and it keeps the cached pages (FOPEN_KEEP_CACHE), which is
+// right because every change to a file comes through this mount. A file's
+// data stays pinned for as long as the kernel knows the inode
+// (LookupCounts), which covers every open file. O_TRUNC arrives as a SETATTR
+// (no FUSE_CAP_ATOMIC_O_TRUNC), O_DIRECT is served by the kernel's
+// fuse_direct_IO through READ and WRITE, and control files are read and
+// written without handles (control.h).
+//
+// With passthrough (Filesystem::passthrough) every open is answered:
+// read-only opens of files whole in their data file get a backing file, the
+// others keep the kernel's cache as above (fs/open_files.h). Control files
+// are opened for direct I/O, so that reads ask for the current snapshot.
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Serve(req, Op::kOpen, [&](Request& r) {
+    Filesystem& fs = r.fs();
+    if (!fs.passthrough()) return r.Err(ENOSYS);
+    if (IsControl(ino)) {
+      fi->fh = 0;
+      fi->direct_io = 1;
+      r.Open(fi);
+      return;
+    }
+    const bool read_only = (fi->flags & O_ACCMODE) == O_RDONLY;
+    Result<OpenFiles::Opened> opened =
+        fs.open_files().Open(ino, read_only, /*passthrough=*/true,
+                             [req](int fd) { return fuse_passthrough_open(req, fd); });
+    if (!opened.ok()) return r.Fail(opened.status());
+    fi->fh = opened->handle;
+    if (opened->handle == OpenFiles::kPassthrough) {
+      fi->backing_id = opened->backing_id;
+      fi->keep_cache = 0;  // not allowed with FOPEN_PASSTHROUGH
+    } else {
+      fi->keep_cache = 1;
+    }
+    // Not taken (interrupted): the kernel sends no RELEASE for it.
+    if (!r.Open(fi)) ReleaseOpen(req, fs, ino, fi->fh);
+  });
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -85,9 +120,12 @@ void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
   Serve(req, Op::kFlush, [&](Request& r) { r.Err(ENOSYS); });
 }
 
-// Only handles from an OPEN are released, and there are none.
-void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  Serve(req, Op::kRelease, [&](Request& r) { r.Ok(); });
+// Handles come only from an OPEN answered with passthrough on.
+void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Serve(req, Op::kRelease, [&](Request& r) {
+    if (!IsControl(ino) && fi != nullptr && fi->fh != 0) ReleaseOpen(req, r.fs(), ino, fi->fh);
+    r.Ok();
+  });
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info*) {

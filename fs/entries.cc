@@ -140,7 +140,11 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     if (to_set & FUSE_SET_ATTR_MODE) q.mode = attr->st_mode & 07777;
     if (to_set & FUSE_SET_ATTR_UID) q.uid = attr->st_uid;
     if (to_set & FUSE_SET_ATTR_GID) q.gid = attr->st_gid;
-    if (to_set & FUSE_SET_ATTR_SIZE) q.size = static_cast<uint64_t>(attr->st_size);
+    if (to_set & FUSE_SET_ATTR_SIZE) {
+      // The data file must not change under passthrough readers.
+      if (fs.passthrough() && !fs.open_files().WaitForReleases(ino)) return r.Err(ETXTBSY);
+      q.size = static_cast<uint64_t>(attr->st_size);
+    }
     if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
       q.atime_now = true;
     } else if (to_set & FUSE_SET_ATTR_ATIME) {

@@ -46,6 +46,7 @@ Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
       owner_gid_(getgid()),
       started_(std::chrono::steady_clock::now()),
       control_(std::make_unique<Control>(this)),
+      open_files_(store),
       lookups_(store) {}
 
 Filesystem::~Filesystem() {
@@ -142,6 +143,21 @@ std::string Filesystem::KernelProtocol() const {
   return std::to_string(v >> 16) + "." + std::to_string(v & 0xffff);
 }
 
+std::string Filesystem::PassthroughText() const {
+  switch (passthrough_.load(std::memory_order_relaxed)) {
+    case kActive:
+      return "yes";
+    case kVerifyReads:
+      return "no: verify_reads checks every read in the daemon";
+    case kNoKernel:
+      return "no: the kernel does not offer it (Linux 6.9+ with CONFIG_FUSE_PASSTHROUGH)";
+    case kNoPrivilege:
+      return "no: " + PassthroughPrivilege();
+    default:
+      return "no: not asked for (mount option passthrough)";
+  }
+}
+
 void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   auto* fs = static_cast<Filesystem*>(userdata);
   const MountOptions& o = fs->options_;
@@ -170,6 +186,23 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   // answers "." and ".." (entries.cc).
   want(FUSE_CAP_EXPORT_SUPPORT, true);
   want(FUSE_CAP_WRITEBACK_CACHE, o.UsesWritebackCache());
+  // Passthrough: the kernel refuses it along with the write-back cache,
+  // which MountOptions::UsesWritebackCache turns off when it is asked for.
+  // Registering a backing file needs CAP_SYS_ADMIN.
+  int passthrough = kNotAsked;
+  if (o.passthrough && o.verify_reads) {
+    passthrough = kVerifyReads;
+  } else if (o.AsksPassthrough()) {
+    if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH)) {
+      passthrough = kNoKernel;
+    } else if (!PassthroughPrivilege().empty()) {
+      passthrough = kNoPrivilege;
+    } else {
+      want(FUSE_CAP_PASSTHROUGH, true);
+      passthrough = kActive;
+    }
+  }
+  fs->passthrough_.store(passthrough, std::memory_order_relaxed);
   // Splicing would only move the copy: the engine checksums (and may
   // compress) every byte it stores or returns, so it needs them in memory.
   want(FUSE_CAP_SPLICE_READ, false);

@@ -14,6 +14,7 @@
 #include "fs/attr_invalidator.h"
 #include "fs/mount.h"
 #include "fs/op_stats.h"
+#include "fs/open_files.h"
 #include "fs/request.h"
 #include "fs/set_id_bits.h"
 #include "fs/sharded_map.h"
@@ -39,6 +40,7 @@ class Filesystem {
   LookupCounts& lookups() { return lookups_; }
   OpStats& op_stats() { return op_stats_; }
   CapabilityFreeInodes& capability_free() { return capability_free_; }
+  OpenFiles& open_files() { return open_files_; }
   // Stale st_blocks after writes from the kernel's write-back cache (see
   // attr_invalidator.h); started by the session when the cache is on.
   AttrInvalidator& attr_invalidator() { return attr_invalidator_; }
@@ -82,6 +84,12 @@ class Filesystem {
   // write, truncate and chown to us (FUSE_CAP_HANDLE_KILLPRIV_V2, set by
   // Init before any other request; fs/set_id_bits.h).
   bool kills_suidgid() const { return kills_suidgid_.load(std::memory_order_relaxed); }
+  // Whether OPEN is answered and read-only opens of whole data files are
+  // passed through (mount option "passthrough", granted by the kernel; set
+  // by Init before any other request). Off: OPEN is declined (no_open).
+  bool passthrough() const { return passthrough_.load(std::memory_order_relaxed) == kActive; }
+  // "yes", or "no: " and why, for the stats file.
+  std::string PassthroughText() const;
   // The FUSE protocol version the kernel speaks, "7.41"; "" before Init.
   std::string KernelProtocol() const;
 
@@ -104,6 +112,10 @@ class Filesystem {
   CapabilityFreeInodes capability_free_;
   AttrInvalidator attr_invalidator_;
   std::atomic<bool> kills_suidgid_{false};
+  // What Init made of passthrough (PassthroughText).
+  enum PassthroughState { kNotAsked, kVerifyReads, kNoKernel, kNoPrivilege, kActive };
+  std::atomic<int> passthrough_{kNotAsked};
+  OpenFiles open_files_;
   std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
   LookupCounts lookups_;  // destroyed first: releases its pins into the store
 };

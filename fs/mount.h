@@ -94,9 +94,22 @@ struct MountOptions {
   // writes then cost no request each; each file created costs one more
   // request (the SETATTR of its times that the kernel sends at close).
   bool writeback_cache = true;
+  // Kernel passthrough ("passthrough"): OPEN is answered, and read-only
+  // opens of files whose data file holds them whole read straight from it
+  // (fs/open_files.h), reads and page faults at the disk's speed with no
+  // request each. The kernel allows it only without the write-back cache,
+  // so it turns the cache off; each open then costs an OPEN and a RELEASE.
+  // Needs CAP_SYS_ADMIN and Linux 6.9+; elsewhere every read is the
+  // daemon's, and the stats file says why. Default: off.
+  bool passthrough = false;
+  // Every read checks the checksums of what it returns ("verify_reads"),
+  // which only the daemon can: turns passthrough off. Default: off.
+  bool verify_reads = false;
+  // Whether passthrough is asked for (and not ruled out by verify_reads).
+  bool AsksPassthrough() const { return passthrough && !verify_reads; }
   // Whether the kernel's write-back cache is asked for: "sync" syncs every
-  // write(2) anyway, so it turns the cache off.
-  bool UsesWritebackCache() const { return writeback_cache && !sync; }
+  // write(2) anyway, so it turns the cache off, as passthrough does.
+  bool UsesWritebackCache() const { return writeback_cache && !sync && !AsksPassthrough(); }
   // The kernel's readahead window for this mount ("readahead"), written to
   // /sys/class/bdi/<dev>/read_ahead_kb after mounting when permitted (root);
   // reads then arrive as requests of up to 1 MiB instead of 128 KiB. 0 keeps
@@ -125,6 +138,13 @@ bool IsSizeOption(std::string_view name);
 
 // The version of the libfuse linked in (fuse_pkgversion()), e.g. "3.17.2".
 std::string LibfuseVersion();
+// "" when this process may register backing files for kernel passthrough
+// (CAP_SYS_ADMIN), else why not.
+std::string PassthroughPrivilege();
+// Whether a mount by this process could use kernel passthrough: "yes, ..."
+// or "no: " and why (kernel release, privilege). The kernel's own answer
+// comes at mount time (the stats file's fs.passthrough).
+std::string PassthroughSupport();
 
 // Makes store_dir and mountpoint absolute. EINVAL when either is empty.
 engine::Status ResolvePaths(MountOptions* options);

@@ -38,6 +38,22 @@ TEST(ParseMountOptionsTest, SetsEveryOption) {
   EXPECT_FALSE(o.allow_other);
 }
 
+TEST(ParseMountOptionsTest, PassthroughTurnsTheWritebackCacheOffAndVerifyReadsPassthrough) {
+  MountOptions o;
+  EXPECT_FALSE(o.AsksPassthrough());
+  EXPECT_TRUE(o.UsesWritebackCache());
+  EXPECT_EQ(o.store.data_file_bytes, 64u << 20);
+  ASSERT_TRUE(ParseMountOptions("passthrough,data_file_min=16M", &o).ok());
+  EXPECT_TRUE(o.AsksPassthrough());
+  EXPECT_FALSE(o.UsesWritebackCache());
+  EXPECT_EQ(o.store.data_file_bytes, 16u << 20);
+  ASSERT_TRUE(ParseMountOptions("verify_reads", &o).ok());
+  EXPECT_FALSE(o.AsksPassthrough());
+  EXPECT_TRUE(o.UsesWritebackCache());
+  ASSERT_TRUE(ParseMountOptions("data_file_min=0", &o).ok());
+  EXPECT_EQ(o.store.data_file_bytes, 0u);
+}
+
 TEST(ParseMountOptionsTest, ErrorsNameTheOption) {
   MountOptions o;
   engine::Status st = ParseMountOptions("ro,bogus=1", &o);

@@ -123,6 +123,12 @@ constexpr OptionSpec kOptions[] = {
      .min = 1 * kMiB,
      .aliases = {"segment_target_bytes"},
      .help = "a segment file is sealed at this size and a new one started"},
+    {.name = "data_file_min",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::data_file_bytes>,
+     .help = "a file that grows past this size by writes at its end moves to a data file of "
+             "its own, in which byte N is the file's byte N; smaller files stay packed in "
+             "segments; 0 = every file in segments"},
     {.name = "inline_max",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::inline_max_bytes>,
@@ -253,6 +259,19 @@ constexpr OptionSpec kOptions[] = {
              "store at close, fsync or writeback, so small writes cost no request each (see "
              "\"Small writes\" below); off (`no_writeback_cache`): every write(2) is in the "
              "store before it returns, one request each"},
+    {.name = "passthrough",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::passthrough>,
+     .help = "read-only opens of large files (those in a data file of their own, see "
+             "`data_file_min`) are passed through by the kernel: reads and mmap page faults "
+             "go straight to the data file at the disk's speed, checked by `ckptfs verify` "
+             "and fsck instead of on every read; turns `writeback_cache` off, costs an OPEN "
+             "and a RELEASE per open, needs root and Linux 6.9+ (see \"Large files\" below)"},
+    {.name = "verify_reads",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::verify_reads>,
+     .help = "every read checks the checksums of the bytes it returns (EIO on a mismatch); "
+             "turns `passthrough` off"},
     {.name = "debug",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::debug>,

@@ -24,14 +24,16 @@
 
 namespace {
 
-// ckptfs's version, the libfuse it was built with, and the kernel's release
-// (what FUSE features a mount negotiated shows in MOUNT/.ckptfs/stats).
+// ckptfs's version, the libfuse it was built with, the kernel's release and
+// whether kernel passthrough is possible here (what FUSE features a mount
+// negotiated shows in MOUNT/.ckptfs/stats).
 std::string VersionText() {
   std::string text = std::string("ckptfs ") + CKPTFS_VERSION + "\nlibfuse " +
                      ckptfs::fs::LibfuseVersion() + " (static, from Debian source " +
                      CKPTFS_LIBFUSE_SOURCE + ")\nkernel ";
   struct utsname u;
   text += uname(&u) == 0 ? u.release : "unknown";
+  text += "\npassthrough " + ckptfs::fs::PassthroughSupport();
   return text;
 }
 

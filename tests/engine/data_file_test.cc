@@ -296,6 +296,50 @@ TEST_F(DataFileTest, CompactionOfAStoreWithBothLayoutsKeepsEveryByte) {
   for (auto& [f, want] : files) ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
 }
 
+TEST_F(DataFileTest, WholeDataFileOnlyWhileTheDataFileHoldsEveryByte) {
+  Ino big = File("big"), small = File("small");
+  std::string want, want_small;
+  ASSERT_NO_FATAL_FAILURE(Write(big, 0, PatternData(1, 0, 2 * kMiB + 5), &want));
+  ASSERT_NO_FATAL_FAILURE(Write(small, 0, PatternData(2, 0, 100 * kKiB), &want_small));
+  ASSERT_OK_AND_ASSIGN(std::optional<WholeDataFile> whole, s()->WholeDataFileOf(big));
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->path, DataPath(big));
+  EXPECT_EQ(whole->size, want.size());
+  ASSERT_OK_AND_ASSIGN(std::optional<WholeDataFile> none, s()->WholeDataFileOf(small));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_FALSE(s()->WholeDataFileOf(kRootIno)->has_value());
+  // Appending keeps it whole; an overwrite in the middle goes to a segment.
+  ASSERT_NO_FATAL_FAILURE(Write(big, want.size(), PatternData(3, 0, 300 * kKiB), &want));
+  ASSERT_OK_AND_ASSIGN(whole, s()->WholeDataFileOf(big));
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->size, want.size());
+  ASSERT_NO_FATAL_FAILURE(Write(big, 1 * kMiB, "overwritten", &want));
+  ASSERT_OK_AND_ASSIGN(none, s()->WholeDataFileOf(big));
+  EXPECT_FALSE(none.has_value());
+  // A punched range reads as zeros, which the data file does not hold.
+  Ino punched = File("punched");
+  std::string want_punched;
+  ASSERT_NO_FATAL_FAILURE(Write(punched, 0, PatternData(4, 0, 2 * kMiB), &want_punched));
+  ASSERT_TRUE(s()->WholeDataFileOf(punched)->has_value());
+  ASSERT_OK(s()->Fallocate(punched, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 64 * kKiB,
+                           64 * kKiB));
+  EXPECT_FALSE(s()->WholeDataFileOf(punched)->has_value());
+  // Truncating below the data file's end leaves the bytes after it elsewhere.
+  Ino cut = File("cut");
+  std::string want_cut;
+  ASSERT_NO_FATAL_FAILURE(Write(cut, 0, PatternData(5, 0, 2 * kMiB), &want_cut));
+  ASSERT_NO_FATAL_FAILURE(Truncate(cut, 1 * kMiB + 3, &want_cut));
+  ASSERT_OK_AND_ASSIGN(whole, s()->WholeDataFileOf(cut));
+  if (whole.has_value()) {
+    EXPECT_EQ(whole->size, want_cut.size());
+    EXPECT_EQ(DataFileSize(cut), static_cast<int64_t>(want_cut.size()));
+  }
+  ASSERT_NO_FATAL_FAILURE(Write(cut, want_cut.size(), "tail", &want_cut));
+  ASSERT_OK_AND_ASSIGN(whole, s()->WholeDataFileOf(cut));
+  if (whole.has_value()) EXPECT_EQ(DataFileSize(cut), static_cast<int64_t>(want_cut.size()));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(cut, want_cut));
+}
+
 TEST_F(DataFileTest, ZeroThresholdKeepsEveryFileInSegments) {
   options_.data_file_bytes = 0;
   ASSERT_NO_FATAL_FAILURE(Reopen());

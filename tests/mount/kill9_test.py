@@ -296,6 +296,11 @@ class Kill9WritebackTest(Kill9Test):
     pages_in_any_order = True
 
 
+class Kill9DataFileTest(Kill9Test):
+    """Files past 1 MiB in data files of their own, read-only opens passed
+    through by the kernel where it can: closed files survive."""
+    options = ["passthrough", "data_file_min=1M"]
+
 if __name__ == "__main__":
     harness.require_fuse()
     harness.set_deadline(200)

@@ -1,0 +1,120 @@
+#include "fs/open_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace ckptfs::fs {
+
+using engine::Ino;
+using engine::Result;
+using engine::Status;
+
+int OpenFiles::Backing(Ino ino, const OpenBacking& open_backing) {
+  Result<std::optional<engine::WholeDataFile>> whole = store_->WholeDataFileOf(ino);
+  if (!whole.ok() || !whole->has_value()) return 0;
+  const int fd = ::open((*whole)->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  // Bytes past the file's end (a write the index never took, before a
+  // crash) would read through; the daemon serves such a file.
+  struct stat st;
+  int id = 0;
+  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == (*whole)->size) {
+    id = open_backing(fd);
+    if (id <= 0) {
+      backing_failures_.fetch_add(1, std::memory_order_relaxed);
+      last_backing_error_.store(id < 0 ? -id : EIO, std::memory_order_relaxed);
+      id = 0;
+    }
+  }
+  ::close(fd);  // the kernel holds the file behind the backing id
+  return id;
+}
+
+OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, bool passthrough,
+                                     const OpenBacking& open_backing, bool* busy) {
+  Opened out;
+  *busy = false;
+  opens_.Update(ino, [&](State& s, bool) {
+    if (s.passthrough > 0) {
+      if (!read_only) {
+        *busy = true;
+        return true;
+      }
+      ++s.passthrough;
+      out = Opened{kPassthrough, s.backing_id};
+      return true;
+    }
+    if (passthrough && read_only && s.daemon == 0) {
+      if (const int id = Backing(ino, open_backing); id > 0) {
+        s.backing_id = id;
+        s.passthrough = 1;
+        backing_files_.fetch_add(1, std::memory_order_relaxed);
+        out = Opened{kPassthrough, id};
+        return true;
+      }
+    }
+    ++s.daemon;
+    out = Opened{kDaemon, 0};
+    return true;
+  });
+  return out;
+}
+
+Result<OpenFiles::Opened> OpenFiles::Open(Ino ino, bool read_only, bool passthrough,
+                                          const OpenBacking& open_backing) {
+  const auto deadline = std::chrono::steady_clock::now() + kReleaseWait;
+  bool busy = false;
+  Opened out = TryOpen(ino, read_only, passthrough, open_backing, &busy);
+  while (busy) {
+    if (!WaitForReleases(ino, deadline)) {
+      return Status::Errno(ETXTBSY, "open for reading through its data file");
+    }
+    out = TryOpen(ino, read_only, passthrough, open_backing, &busy);
+  }
+  (out.handle == kPassthrough ? passthrough_opens_ : daemon_opens_)
+      .fetch_add(1, std::memory_order_relaxed);
+  return out;
+}
+
+bool OpenFiles::WaitForReleases(Ino ino, std::chrono::steady_clock::time_point deadline) {
+  MutexLock l(&release_mu_);
+  while (PassedThrough(ino)) {
+    if (!released_.WaitUntil(&release_mu_, deadline) && PassedThrough(ino)) {
+      CountBusy();
+      return false;
+    }
+  }
+  return true;
+}
+
+void OpenFiles::Release(Ino ino, uint64_t handle, const CloseBacking& close_backing) {
+  int close_id = 0;
+  opens_.Update(ino, [&](State& s, bool existed) {
+    if (!existed) return false;  // not one of ours (a control file)
+    if (handle == kPassthrough && s.passthrough > 0) {
+      if (--s.passthrough == 0) {
+        close_id = s.backing_id;
+        s.backing_id = 0;
+      }
+    } else if (handle == kDaemon && s.daemon > 0) {
+      --s.daemon;
+    }
+    return s.passthrough > 0 || s.daemon > 0;
+  });
+  if (close_id > 0) {
+    close_backing(close_id);
+    backing_files_.fetch_sub(1, std::memory_order_relaxed);
+    MutexLock l(&release_mu_);
+    released_.SignalAll();
+  }
+}
+
+bool OpenFiles::PassedThrough(Ino ino) const {
+  std::optional<State> s = opens_.Get(ino);
+  return s.has_value() && s->passthrough > 0;
+}
+
+}  // namespace ckptfs::fs

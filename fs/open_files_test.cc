@@ -1,0 +1,165 @@
+// OpenFiles against a real store: which opens get a backing file, that one
+// backing id serves an inode's passthrough opens and is closed at the last
+// release, and that writers wait for, then fail on, passthrough readers.
+#include "fs/open_files.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/engine/test_util.h"
+
+namespace ckptfs::fs {
+namespace {
+
+using engine::Ino;
+using engine::kRootIno;
+using engine::Result;
+using engine::Status;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class OpenFilesTest : public engine::test::StoreFixture {
+ protected:
+  void SetUp() override {
+    options_ = engine::test::SmallOptions();
+    options_.data_file_bytes = 1 * kMiB;
+    ASSERT_NO_FATAL_FAILURE(Reopen());
+  }
+  Ino MakeFile(const std::string& name, size_t size) {
+    Result<engine::Attr> a = s()->Create(kRootIno, name, S_IFREG | 0644, 0, 0);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    const std::string data = engine::test::PatternData(3, 0, size);
+    for (size_t pos = 0; pos < size; pos += 256 * 1024) {
+      EXPECT_OK(engine::test::WriteAll(s(), a->ino, pos, std::string_view(data).substr(pos, 256 * 1024)));
+    }
+    return a->ino;
+  }
+  // A kernel that hands out ids 1, 2, ... and records what is closed.
+  OpenFiles::OpenBacking Backing() {
+    return [this](int fd) {
+      EXPECT_GE(fd, 0);
+      struct stat st;
+      EXPECT_EQ(fstat(fd, &st), 0);
+      backing_sizes_.push_back(static_cast<uint64_t>(st.st_size));
+      return ++next_id_;
+    };
+  }
+  OpenFiles::CloseBacking Close() {
+    return [this](int id) { closed_.push_back(id); };
+  }
+  int next_id_ = 0;
+  std::vector<uint64_t> backing_sizes_;
+  std::vector<int> closed_;
+};
+
+TEST_F(OpenFilesTest, ReadersOfAWholeDataFileShareOneBackingId) {
+  const Ino big = MakeFile("big", 3 * kMiB), small = MakeFile("small", 1000);
+  OpenFiles opens(s());
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened b, opens.Open(big, true, true, Backing()));
+  EXPECT_EQ(a.handle, OpenFiles::kPassthrough);
+  EXPECT_EQ(a.backing_id, 1);
+  EXPECT_EQ(b.backing_id, 1);
+  EXPECT_EQ(backing_sizes_, std::vector<uint64_t>{3 * kMiB});
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened c, opens.Open(small, true, true, Backing()));
+  EXPECT_EQ(c.handle, OpenFiles::kDaemon);
+  EXPECT_TRUE(opens.PassedThrough(big));
+  EXPECT_EQ(opens.backing_files(), 1u);
+  opens.Release(big, a.handle, Close());
+  EXPECT_TRUE(closed_.empty());
+  opens.Release(big, b.handle, Close());
+  EXPECT_EQ(closed_, std::vector<int>{1});
+  EXPECT_FALSE(opens.PassedThrough(big));
+  EXPECT_EQ(opens.backing_files(), 0u);
+  opens.Release(small, c.handle, Close());
+  EXPECT_EQ(opens.passthrough_opens(), 2u);
+  EXPECT_EQ(opens.daemon_opens(), 1u);
+}
+
+TEST_F(OpenFilesTest, AWriterMakesReadersTheDaemonsAndReadersMakeWritersWait) {
+  const Ino big = MakeFile("big", 3 * kMiB);
+  OpenFiles opens(s());
+  // A writer first: readers meanwhile are the daemon's.
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w, opens.Open(big, false, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened r, opens.Open(big, true, true, Backing()));
+  EXPECT_EQ(w.handle, OpenFiles::kDaemon);
+  EXPECT_EQ(r.handle, OpenFiles::kDaemon);
+  opens.Release(big, w.handle, Close());
+  opens.Release(big, r.handle, Close());
+  // A reader first: a writer fails after waiting for its release.
+  ASSERT_OK_AND_ASSIGN(r, opens.Open(big, true, true, Backing()));
+  ASSERT_EQ(r.handle, OpenFiles::kPassthrough);
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<OpenFiles::Opened> busy = opens.Open(big, false, true, Backing());
+  EXPECT_EQ(busy.status().code(), ETXTBSY);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, OpenFiles::kReleaseWait);
+  EXPECT_EQ(opens.busy(), 1u);
+  // A writer that arrives just before the reader's release gets in.
+  std::atomic<bool> opened{false};
+  std::thread writer([&] {
+    Result<OpenFiles::Opened> got = opens.Open(big, false, true, Backing());
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    if (got.ok()) EXPECT_EQ(got->handle, OpenFiles::kDaemon);
+    opened = got.ok();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(opened.load());
+  opens.Release(big, r.handle, Close());
+  writer.join();
+  EXPECT_TRUE(opened.load());
+  EXPECT_TRUE(opens.WaitForReleases(big));
+}
+
+TEST_F(OpenFilesTest, NoPassthroughWhenNotWholeOrRefused) {
+  const Ino big = MakeFile("big", 3 * kMiB);
+  OpenFiles opens(s());
+  // Passthrough off for this open.
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, false, Backing()));
+  EXPECT_EQ(a.handle, OpenFiles::kDaemon);
+  opens.Release(big, a.handle, Close());
+  // The kernel refuses the backing file.
+  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, true, [](int) { return -EPERM; }));
+  EXPECT_EQ(a.handle, OpenFiles::kDaemon);
+  EXPECT_EQ(opens.backing_failures(), 1u);
+  EXPECT_EQ(opens.last_backing_error(), EPERM);
+  opens.Release(big, a.handle, Close());
+  // Overwritten in the middle: the data file no longer holds every byte.
+  ASSERT_OK(engine::test::WriteAll(s(), big, kMiB, "x"));
+  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, true, Backing()));
+  EXPECT_EQ(a.handle, OpenFiles::kDaemon);
+  opens.Release(big, a.handle, Close());
+  EXPECT_TRUE(backing_sizes_.empty());
+  EXPECT_TRUE(closed_.empty());
+}
+
+TEST_F(OpenFilesTest, ConcurrentOpensAndReleasesBalance) {
+  const Ino big = MakeFile("big", 2 * kMiB);
+  OpenFiles opens(s());
+  std::atomic<int> ids{0};
+  std::atomic<int> closes{0};
+  auto open_backing = [&](int) { return ++ids; };
+  auto close_backing = [&](int) { ++closes; };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        Result<OpenFiles::Opened> o = opens.Open(big, true, true, open_backing);
+        ASSERT_TRUE(o.ok());
+        opens.Release(big, o->handle, close_backing);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ids.load(), closes.load());
+  EXPECT_EQ(opens.backing_files(), 0u);
+  EXPECT_FALSE(opens.PassedThrough(big));
+}
+
+}  // namespace
+}  // namespace ckptfs::fs

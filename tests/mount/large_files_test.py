@@ -1,0 +1,328 @@
+#!/usr/bin/python3
+"""Large files: their data files, kernel passthrough and its fallbacks.
+
+With data_file_min=4M a file that grows past 4 MiB at its end moves to a data
+file of its own (docs/FORMAT.md, "data/"). On a mount with `passthrough`,
+read-only opens of a file its data file holds whole are passed through by
+the kernel: no READ reaches the daemon, and read(2) and mmap return the data
+file's bytes. Checked here, always against the same steps in a plain
+directory, byte for byte:
+  - sequential writes, an overwrite in the middle, truncation down and up,
+    appends and sparse writes, read back by read(2) and through mmap, with
+    the page cache dropped;
+  - passthrough in use exactly while the file is whole in its data file
+    (the stats file counts the opens, and cold reads send no READ);
+  - a writer, or a truncation, while a passthrough reader is open fails with
+    ETXTBSY, and succeeds once the reader is closed;
+  - torch.save / torch.load and np.save / np.load(mmap_mode="r");
+  - a mount by an unprivileged user (no CAP_SYS_ADMIN) falls back to the
+    daemon's reads, says why in the stats file and returns the same bytes;
+  - with verify_reads passthrough is off, and a flipped byte in a data file
+    reads as EIO.
+Needs root (drop_caches, setuid to 65534) and CKPTFS_BIN.
+"""
+
+import errno
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+MiB = 1 << 20
+THRESHOLD = 4 * MiB
+NOBODY = 65534
+BIN = os.environ.get("CKPTFS_BIN")
+
+
+def passthrough_possible():
+    """Whether this kernel and user can pass through (`ckptfs --version`)."""
+    out = subprocess.run([harness.ckptfs_bin(), "--version"], capture_output=True,
+                         text=True).stdout
+    return any(l.startswith("passthrough yes") for l in out.splitlines())
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def read_all(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def mmap_all(path):
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+            return m[:]
+
+
+def pattern(seed, size):
+    block = bytes((seed * 131 + i * 7) & 0xFF for i in range(4096))
+    return (block * (size // 4096 + 1))[:size]
+
+
+# Each step acts on a file under `root` and returns nothing; the tests apply
+# the same steps to the mount and to a plain directory.
+def sequential(root):
+    with open(os.path.join(root, "seq"), "wb") as f:
+        for i in range(12):
+            f.write(pattern(i, MiB))
+
+
+def overwrite_middle(root):
+    p = os.path.join(root, "mid")
+    with open(p, "wb") as f:
+        f.write(pattern(1, 10 * MiB + 123))
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"middle" * 1000, 5 * MiB - 17)
+    finally:
+        os.close(fd)
+
+
+def truncate_down_up_append(root):
+    p = os.path.join(root, "cut")
+    with open(p, "wb") as f:
+        f.write(pattern(2, 9 * MiB))
+    os.truncate(p, 5 * MiB + 5)
+    os.truncate(p, 7 * MiB)
+    with open(p, "ab") as f:
+        f.write(pattern(3, 3 * MiB + 1))
+
+
+def sparse(root):
+    p = os.path.join(root, "sparse")
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        os.pwrite(fd, pattern(4, MiB), 0)
+        os.pwrite(fd, pattern(5, 2 * MiB), 6 * MiB)   # past the end: a hole
+        os.pwrite(fd, pattern(6, MiB), 12 * MiB)
+    finally:
+        os.close(fd)
+
+
+STEPS = [("seq", sequential), ("mid", overwrite_middle), ("cut", truncate_down_up_append),
+         ("sparse", sparse)]
+
+
+class PassthroughTest(lib.MountAndPlainTestCase):
+    mount_options = ("passthrough", "data_file_min=4M")
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_fuse(root=True)
+        super().setUpClass()
+
+    def pt(self):
+        return self.m.stats()["fs"]["passthrough"]
+
+    def engine_reads(self):
+        """Reads of file data the daemon served (reads of the stats file
+        are not among them)."""
+        return self.m.stats()["engine"]["reads"]
+
+    def test_stats_say_whether_passthrough_is_in_use(self):
+        used = self.pt()["in_use"]
+        if passthrough_possible():
+            self.assertEqual(used, "yes")
+        else:
+            self.assertTrue(used.startswith("no: "), used)
+
+    def test_round_trips_read_and_mmap_as_in_a_plain_directory(self):
+        for name, step in STEPS:
+            with self.subTest(step=name):
+                step(self.m.mnt)
+                step(self.plain)
+                drop_caches()
+                want = read_all(os.path.join(self.plain, name))
+                got = read_all(self.m.path(name))
+                self.assertEqual(len(got), len(want))
+                self.assertTrue(got == want, "%s: read(2) differs" % name)
+                drop_caches()
+                self.assertTrue(mmap_all(self.m.path(name)) == want, "%s: mmap differs" % name)
+                self.assertEqual(os.stat(self.m.path(name)).st_size, len(want))
+
+    def test_cold_reads_of_a_whole_data_file_send_no_read(self):
+        if not passthrough_possible():
+            self.skipTest("no passthrough here")
+        data = os.urandom(20 * MiB + 3)
+        lib.write_file(self.m.path("whole"), data)
+        drop_caches()
+        before_pt = self.pt()["passthrough_opens"]
+        before_reads = self.engine_reads()
+        self.assertTrue(read_all(self.m.path("whole")) == data)
+        self.assertTrue(mmap_all(self.m.path("whole")) == data)
+        self.assertEqual(self.pt()["passthrough_opens"], before_pt + 2)
+        self.assertEqual(self.engine_reads(), before_reads)
+        # Small files and files overwritten in the middle are the daemon's.
+        lib.write_file(self.m.path("small"), b"s" * 1000)
+        fd = os.open(self.m.path("whole"), os.O_WRONLY)
+        os.pwrite(fd, b"new", 10 * MiB)
+        os.close(fd)
+        data = data[:10 * MiB] + b"new" + data[10 * MiB + 3:]
+        drop_caches()
+        before_pt = self.pt()["passthrough_opens"]
+        before_reads = self.engine_reads()
+        self.assertTrue(read_all(self.m.path("whole")) == data)
+        self.assertEqual(read_all(self.m.path("small")), b"s" * 1000)
+        self.assertEqual(self.pt()["passthrough_opens"], before_pt)
+        self.assertGreater(self.engine_reads(), before_reads)
+
+    def test_writer_while_a_passthrough_reader_is_open_is_busy(self):
+        if not passthrough_possible():
+            self.skipTest("no passthrough here")
+        p = self.m.path("busy")
+        data = os.urandom(6 * MiB)
+        lib.write_file(p, data)
+        reader = os.open(p, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(reader, 100, 0), data[:100])
+            for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+                with self.assertRaises(OSError) as e:
+                    os.close(os.open(p, flags))
+                self.assertEqual(e.exception.errno, errno.ETXTBSY)
+            with self.assertRaises(OSError) as e:
+                os.truncate(p, 10)
+            self.assertEqual(e.exception.errno, errno.ETXTBSY)
+            # A second reader shares the backing file.
+            self.assertTrue(read_all(p) == data)
+        finally:
+            os.close(reader)
+        self.assertGreaterEqual(self.pt()["busy"], 4)
+        # Closed: writers and truncation go on at once, and readers see them.
+        for i in range(20):
+            with open(p, "rb") as f:
+                f.read(10)
+            with open(p, "r+b") as f:
+                f.seek(i)
+                f.write(b"w")
+        os.truncate(p, 5 * MiB)
+        self.assertTrue(read_all(p) == b"w" * 20 + data[20:5 * MiB])
+
+    def test_torch_and_numpy_round_trips(self):
+        import numpy as np
+        import torch
+        torch.manual_seed(0)
+        state = {"w%d" % i: torch.randn(512, 1024) for i in range(6)}  # 12 MiB
+        torch.save(state, self.m.path("model.pt"))
+        torch.save(state, os.path.join(self.plain, "model.pt"))
+        drop_caches()
+        self.assertEqual(lib.file_sha256(self.m.path("model.pt")),
+                         lib.file_sha256(os.path.join(self.plain, "model.pt")))
+        loaded = torch.load(self.m.path("model.pt"))
+        for k, v in state.items():
+            self.assertTrue(torch.equal(loaded[k], v), k)
+        arr = np.arange(3 * MiB, dtype=np.float32)
+        np.save(self.m.path("arr.npy"), arr)
+        drop_caches()
+        m = np.load(self.m.path("arr.npy"), mmap_mode="r")
+        self.assertTrue(np.array_equal(m, arr))
+        del m
+
+
+class UnprivilegedFallbackTest(unittest.TestCase):
+    """A mount by uid 65534 asks for passthrough and cannot have it."""
+
+    def setUp(self):
+        harness.require_fuse(root=True)
+        # Other users may open /dev/fuse on most systems (0666); where they
+        # may not, they may for this test.
+        self.fuse_mode = os.stat("/dev/fuse").st_mode & 0o777
+        if self.fuse_mode & 0o006 != 0o006:
+            os.chmod("/dev/fuse", self.fuse_mode | 0o006)
+        self.tmp = harness.make_tmpdir()
+        os.chmod(self.tmp, 0o755)
+        for d in ("store", "mnt"):
+            os.mkdir(os.path.join(self.tmp, d))
+            os.chown(os.path.join(self.tmp, d), NOBODY, NOBODY)
+        # The daemon runs as 65534 through a copy of the binary it may run.
+        self.bin = os.path.join(self.tmp, "ckptfs")
+        shutil.copy(harness.ckptfs_bin(), self.bin)
+        os.chmod(self.bin, 0o755)
+        wrapper = os.path.join(self.tmp, "ckptfs-nobody")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec setpriv --reuid=%d --regid=%d --clear-groups %s \"$@\"\n"
+                    % (NOBODY, NOBODY, self.bin))
+        os.chmod(wrapper, 0o755)
+        self.m = harness.Mount(os.path.join(self.tmp, "store"), os.path.join(self.tmp, "mnt"),
+                               ["passthrough", "data_file_min=4M"], binary=wrapper)
+
+    def tearDown(self):
+        try:
+            self.m.unmount()
+        finally:
+            os.chmod("/dev/fuse", self.fuse_mode)
+
+    def as_nobody(self, *cmd, stdin=None):
+        r = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                            "--clear-groups"] + list(cmd), input=stdin, capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def stats(self):
+        # Root reads another user's mount only with allow_other.
+        return json.loads(self.as_nobody("cat", self.m.path(".ckptfs", "stats")))
+
+    def test_same_bytes_through_the_daemon(self):
+        self.m.mount()
+        pt = self.stats()["fs"]["passthrough"]
+        self.assertEqual(pt["in_use"], "no: needs CAP_SYS_ADMIN (mount as root)")
+        data = pattern(9, 9 * MiB + 77)
+        self.as_nobody(sys.executable, "-c",
+                       "import sys; open(sys.argv[1], 'wb').write(sys.stdin.buffer.read())",
+                       self.m.path("big"), stdin=data)
+        drop_caches()
+        self.assertTrue(self.as_nobody("cat", self.m.path("big")) == data)
+        stats = self.stats()
+        self.assertEqual(stats["fs"]["passthrough"]["passthrough_opens"], 0)
+        self.assertGreater(stats["engine"]["reads"], 0)
+
+
+class VerifyReadsTest(unittest.TestCase):
+    """verify_reads: passthrough off, and damage reads as EIO."""
+
+    def setUp(self):
+        harness.require_fuse(root=True)
+        self.tmp = harness.make_tmpdir()
+        self.m = harness.Mount(os.path.join(self.tmp, "store"), os.path.join(self.tmp, "mnt"),
+                               ["passthrough", "verify_reads", "data_file_min=4M"])
+
+    def tearDown(self):
+        self.m.unmount()
+
+    def test_flipped_byte_is_eio(self):
+        self.m.mount()
+        self.assertEqual(self.m.stats()["fs"]["passthrough"]["in_use"],
+                         "no: verify_reads checks every read in the daemon")
+        data = pattern(7, 8 * MiB)
+        lib.write_file(self.m.path("big"), data)
+        ino = os.stat(self.m.path("big")).st_ino
+        self.m.unmount()
+        data_file = os.path.join(self.m.store, "data", "%08d.dat" % ino)
+        with open(data_file, "r+b") as f:
+            f.seek(6 * MiB + 5)
+            f.write(bytes([data[6 * MiB + 5] ^ 0xFF]))
+        self.m.mount()
+        drop_caches()
+        with open(self.m.path("big"), "rb") as f:
+            self.assertEqual(f.read(MiB), data[:MiB])
+            f.seek(6 * MiB)
+            with self.assertRaises(OSError) as e:
+                f.read(MiB)
+            self.assertEqual(e.exception.errno, errno.EIO)
+
+
+if __name__ == "__main__":
+    harness.require_fuse(root=True)
+    unittest.main()
