@@ -600,6 +600,10 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
     if (S_ISREG(v.mode)) {
       c.files++;
       c.logical_bytes += v.size;
+      if (v.data_file_end != 0) {
+        c.data_files++;
+        c.data_file_bytes += v.data_file_end;
+      }
     } else if (S_ISDIR(v.mode)) {
       c.directories++;
     } else if (S_ISLNK(v.mode)) {

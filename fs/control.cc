@@ -158,6 +158,8 @@ Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
            {"dead_bytes", dead},
            {"compression_ratio", ratio},
            {"index_bytes", n.index_bytes},
+           {"data_files", n.data_files},
+           {"data_file_bytes", n.data_file_bytes},
        }},
   };
   if (std::optional<engine::CompactionRecord> last = store.LastCompaction()) {
@@ -222,6 +224,8 @@ constexpr MetricSpec kMetrics[] = {
     {"/storage/compression_ratio", "compression_ratio", false,
      "Logical record bytes per segment file byte."},
     {"/storage/index_bytes", "index_bytes", false, "Bytes of the index on disk."},
+    {"/storage/data_files", "data_files", false, "Large files kept in data files of their own."},
+    {"/storage/data_file_bytes", "data_file_bytes", false, "Bytes the data files hold."},
     {"/last_compaction/bytes_reclaimed", "last_compaction_reclaimed_bytes", false,
      "Bytes the last compaction reclaimed."},
     {"/last_compaction/segments_rewritten", "last_compaction_segments_rewritten", false,

@@ -134,6 +134,9 @@ TEST_F(DataFileTest, AFileGrowingPastTheThresholdMovesToItsDataFile) {
   ASSERT_NO_FATAL_FAILURE(ExpectContents(big, want));
   ASSERT_OK_AND_ASSIGN(std::string mid, ReadRange(s(), big, 1 * kMiB - 7, 200 * kKiB + 3));
   EXPECT_TRUE(mid == want.substr(1 * kMiB - 7, 200 * kKiB + 3));
+  ASSERT_OK_AND_ASSIGN(NamespaceCounts counts, s()->CountNamespace());
+  EXPECT_EQ(counts.data_files, 1u);
+  EXPECT_EQ(counts.data_file_bytes, want.size());
   ASSERT_NO_FATAL_FAILURE(Reopen());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(big, want));
   ASSERT_NO_FATAL_FAILURE(ExpectContents(small, want_small));
