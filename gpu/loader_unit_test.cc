@@ -650,6 +650,34 @@ Status RunDirect(const FakeFile& f, const std::vector<Range>& ranges, const Plan
   return st;
 }
 
+// Thirty rounds of up to `max_ranges` random ranges of `f` (mostly up to
+// `max_len` bytes, a third under 100) loaded by the direct pipeline into one
+// destination with gaps: every byte lands where its range says.
+void ExpectRandomRangesLand(const FakeFile& f, uint64_t seed, int max_ranges, uint64_t max_len) {
+  std::mt19937_64 rng(seed);
+  const uint64_t size = f.layout.size;
+  for (int round = 0; round < 30; ++round) {
+    std::vector<Range> ranges;
+    uint64_t dest = rng() % 7;
+    const int n = 1 + static_cast<int>(rng() % static_cast<uint64_t>(max_ranges));
+    for (int i = 0; i < n; ++i) {
+      const uint64_t a = rng() % size;
+      const uint64_t len =
+          std::min<uint64_t>(size - a, rng() % 3 == 0 ? rng() % 100 : rng() % max_len);
+      ranges.push_back(Range{a, len, dest});
+      dest += len + rng() % 5;
+    }
+    std::string got;
+    Status st = RunDirect(f, ranges, PlanSettings{1 << 20, 64 << 10, 1 << 20},
+                          PipelineOptions{3, 2}, dest, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::string want(dest, '?');
+    for (const Range& r : ranges)
+      want.replace(r.dest_offset, r.length, f.want.substr(r.file_offset, r.length));
+    ASSERT_TRUE(got == want) << "round " << round;
+  }
+}
+
 class DirectPipeline : public ::testing::Test {
  protected:
   void SetUp() override { BuildFakeFile(&f_); }
@@ -692,28 +720,7 @@ TEST_F(DirectPipeline, WholeFileUnderManySettings) {
 }
 
 TEST_F(DirectPipeline, RandomRangesLandAtTheirDestinations) {
-  std::mt19937_64 rng(99);
-  const uint64_t size = f_.layout.size;
-  for (int round = 0; round < 30; ++round) {
-    std::vector<Range> ranges;
-    uint64_t dest = rng() % 7;
-    const int n = 1 + static_cast<int>(rng() % 12);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t a = rng() % size;
-      const uint64_t len =
-          std::min<uint64_t>(size - a, rng() % 3 == 0 ? rng() % 100 : rng() % 600000);
-      ranges.push_back(Range{a, len, dest});
-      dest += len + rng() % 5;
-    }
-    std::string got;
-    Status st = RunDirect(f_, ranges, PlanSettings{1 << 20, 64 << 10, 1 << 20},
-                          PipelineOptions{3, 2}, dest, &got);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    std::string want(dest, '?');
-    for (const Range& r : ranges)
-      want.replace(r.dest_offset, r.length, f_.want.substr(r.file_offset, r.length));
-    ASSERT_TRUE(got == want) << "round " << round;
-  }
+  ExpectRandomRangesLand(f_, 99, 12, 600000);
 }
 
 TEST_F(DirectPipeline, RangesOutsideTheFileOrDestinationAreRefused) {
@@ -907,28 +914,7 @@ TEST_F(DataFilePipeline, WholeFileUnderManySettings) {
 }
 
 TEST_F(DataFilePipeline, RandomRangesLandAtTheirDestinations) {
-  std::mt19937_64 rng(7);
-  const uint64_t size = f_.layout.size;
-  for (int round = 0; round < 30; ++round) {
-    std::vector<Range> ranges;
-    uint64_t dest = rng() % 7;
-    const int n = 1 + static_cast<int>(rng() % 8);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t a = rng() % size;
-      const uint64_t len =
-          std::min<uint64_t>(size - a, rng() % 3 == 0 ? rng() % 100 : rng() % 1500000);
-      ranges.push_back(Range{a, len, dest});
-      dest += len + rng() % 5;
-    }
-    std::string got;
-    Status st = RunDirect(f_, ranges, PlanSettings{1 << 20, 64 << 10, 1 << 20},
-                          PipelineOptions{3, 2}, dest, &got);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    std::string want(dest, '?');
-    for (const Range& r : ranges)
-      want.replace(r.dest_offset, r.length, f_.want.substr(r.file_offset, r.length));
-    ASSERT_TRUE(got == want) << "round " << round;
-  }
+  ExpectRandomRangesLand(f_, 7, 8, 1500000);
 }
 
 // A flipped byte anywhere in a block fails every read of the block, even one

@@ -156,7 +156,27 @@ def verify(*args):
     return subprocess.run([BIN, "verify"] + list(args), capture_output=True, text=True)
 
 
+def flip_byte(path, at):
+    """Inverts the byte at `at` of `path`; returns what it was."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        old = f.read(1)
+        f.seek(at)
+        f.write(bytes([old[0] ^ 0xFF]))
+    return old
+
+
 class VerifyTest(lib.MountAndPlainTestCase):
+
+    def one_damage(self, r, victim, e):
+        """The one damage line of verify's result `r`, checked to name
+        `victim` and the byte range of its extent `e`."""
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        damaged = [l for l in r.stderr.splitlines() if l.startswith("ckptfs: verify: ")]
+        self.assertEqual(len(damaged), 1, r.stderr)
+        self.assertIn("%s bytes [%d, %d)" % (victim, e["file_offset"],
+                                              e["file_offset"] + e["length"]), damaged[0])
+        return damaged[0]
 
     def test_intact_then_damaged(self):
         root = self.m.path("ckpt")
@@ -182,18 +202,9 @@ class VerifyTest(lib.MountAndPlainTestCase):
         e = [x for x in extents if "inline" not in x][1]
         seg = os.path.join(page["segments_dir"], "%08d.seg" % e["segment_id"])
         at = e["record_offset"] + 48 + 100  # past the record header
-        with open(seg, "r+b") as f:
-            f.seek(at)
-            old = f.read(1)
-            f.seek(at)
-            f.write(bytes([old[0] ^ 0xFF]))
-        r = verify(root)
-        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
-        damaged = [l for l in r.stderr.splitlines() if l.startswith("ckptfs: verify: ")]
-        self.assertEqual(len(damaged), 1, r.stderr)
-        self.assertIn("%s bytes [%d, %d)" % (victim, e["file_offset"],
-                                              e["file_offset"] + e["length"]), damaged[0])
-        self.assertIn("checksum", damaged[0])
+        old = flip_byte(seg, at)
+        damaged = self.one_damage(verify(root), victim, e)
+        self.assertIn("checksum", damaged)
         self.assertEqual(verify(os.path.join(root, "shards/1.bin")).returncode, 0)
         j = json.loads(verify("--json", victim).stdout)
         self.assertEqual((len(j["damage"]), j["exit_status"]), (1, 4))
@@ -258,23 +269,14 @@ class VerifyTest(lib.MountAndPlainTestCase):
         store = self.m.store
         self.m.unmount()
         try:
-            with open(data_file, "r+b") as f:
-                f.seek(at)
-                old = f.read(1)
-                f.seek(at)
-                f.write(bytes([old[0] ^ 0xFF]))
+            old = flip_byte(data_file, at)
         finally:
             self.m.mount()
         try:
-            r = verify(root)
-            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
-            damaged = [l for l in r.stderr.splitlines() if l.startswith("ckptfs: verify: ")]
-            self.assertEqual(len(damaged), 1, r.stderr)
-            self.assertIn("%s bytes [%d, %d)" % (victim, e["file_offset"],
-                                                  e["file_offset"] + e["length"]), damaged[0])
-            self.assertIn(data_file, damaged[0])
+            damaged = self.one_damage(verify(root), victim, e)
+            self.assertIn(data_file, damaged)
             self.assertIn("data file bytes [%d, %d): checksum mismatch"
-                          % (e["block_offset"], e["block_offset"] + e["block_len"]), damaged[0])
+                          % (e["block_offset"], e["block_offset"] + e["block_len"]), damaged)
             j = json.loads(verify("--json", victim).stdout)
             self.assertEqual((len(j["damage"]), j["exit_status"]), (1, 4))
             # fsck finds the block damaged too.
