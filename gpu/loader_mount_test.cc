@@ -324,15 +324,7 @@ TEST_F(MountTest, CorruptRecordFailsTheDirectLoad) {
     at = e.value.record_offset + format::kRecordHeaderSize + 4321;
   }
   Unmount();
-  {
-    int fd = open(seg_path.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    char c;
-    ASSERT_EQ(pread(fd, &c, 1, at), 1);
-    c = static_cast<char>(c ^ 0x01);
-    ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
-    close(fd);
-  }
+  ASSERT_TRUE(testing::FlipByte(seg_path, at, 0x01));
   Remount("");
 
   std::string got;
@@ -414,16 +406,7 @@ TEST_F(MountTest, DataFileBlocksLoadDirectlyAndAreVerified) {
 
   // One byte of the block that holds byte 66 MiB, changed on disk.
   Unmount();
-  {
-    const uint64_t at = victim.value.record_offset + 4321;
-    int fd = open(data_path.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    char c;
-    ASSERT_EQ(pread(fd, &c, 1, at), 1);
-    c = static_cast<char>(c ^ 0x01);
-    ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
-    close(fd);
-  }
+  ASSERT_TRUE(testing::FlipByte(data_path, victim.value.record_offset + 4321, 0x01));
   Remount("");
   s = LoadWhole(mnt("big"), Direct(), &got);
   ASSERT_FALSE(s.ok());

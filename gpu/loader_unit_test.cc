@@ -871,13 +871,7 @@ class DataFilePipeline : public ::testing::Test {
   void SetUp() override { BuildDataFileFake(&f_); }
   // Flips one byte of the data file at `pos`.
   void FlipDataFileByte(uint64_t pos) {
-    int fd = open(DataFilePath(f_.layout).c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    char c;
-    ASSERT_EQ(pread(fd, &c, 1, pos), 1);
-    c ^= 0x20;
-    ASSERT_EQ(pwrite(fd, &c, 1, pos), 1);
-    close(fd);
+    ASSERT_TRUE(testing::FlipByte(DataFilePath(f_.layout), pos, 0x20));
   }
   FakeFile f_;
 };

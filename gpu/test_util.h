@@ -74,6 +74,18 @@ inline bool WriteFile(const std::string& path, const std::string& data) {
   return close(fd) == 0;
 }
 
+// XORs the byte at `pos` of `path` with `mask` (damage for checksum tests).
+inline bool FlipByte(const std::string& path, uint64_t pos, char mask) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  char c;
+  const off_t at = static_cast<off_t>(pos);
+  bool ok = pread(fd, &c, 1, at) == 1;
+  c = static_cast<char>(c ^ mask);
+  ok = ok && pwrite(fd, &c, 1, at) == 1;
+  return close(fd) == 0 && ok;
+}
+
 inline std::string ReadFile(const std::string& path) {
   std::string out;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
