@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <thread>
 
 #include "format/format.h"
 
@@ -98,9 +101,66 @@ Status DataFiles::Truncate(uint64_t ino, uint64_t size) {
   return Status::OK();
 }
 
+Result<DataFiles::Look> DataFiles::LookAt(uint64_t ino) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  Look look;
+  CKPTFS_ASSIGN_OR_RETURN(look.size, file->Size());
+  CKPTFS_ASSIGN_OR_RETURN(look.modified_ns, file->ModifiedNs());
+  return look;
+}
+
+Result<std::vector<uint64_t>> DataFiles::BlockChecksums(uint64_t ino, uint64_t size,
+                                                       uint64_t block) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  std::vector<uint64_t> sums((size + block - 1) / block);
+  // A block at a time into a buffer that stays in the CPU's cache: faster
+  // than hashing a mapping or larger reads.
+  std::atomic<uint64_t> next{0};
+  Mutex error_mu;
+  Status error;
+  auto work = [&] {
+    std::string buf(block, '\0');
+    for (uint64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < sums.size();) {
+      const uint64_t offset = i * block;
+      const size_t len = std::min(block, size - offset);
+      Status st = file->ReadExactly(offset, len, buf.data());
+      if (!st.ok()) {
+        MutexLock l(&error_mu);
+        error = st;
+        return;
+      }
+      sums[i] = format::Checksum(std::string_view(buf.data(), len));
+    }
+  };
+  const unsigned threads = static_cast<unsigned>(std::min<uint64_t>(
+      {kHashThreads, std::max(1u, std::thread::hardware_concurrency()), sums.size()}));
+  std::vector<std::thread> helpers;
+  for (unsigned i = 1; i < threads; ++i) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  MutexLock l(&error_mu);
+  if (!error.ok()) return error;
+  return sums;
+}
+
+Status DataFiles::MarkWritten(uint64_t ino) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  MutexLock l(&mu_);
+  dirty_[ino] = std::move(file);
+  return Status::OK();
+}
+
 void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {
   Result<std::shared_ptr<io::File>> file = Get(ino);
   if (file.ok()) (*file)->Evict(offset, len);
+}
+
+Status DataFiles::SyncOne(uint64_t ino) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  Status s = file->Sync();
+  MutexLock l(&mu_);
+  if (!s.ok() && sync_error_.ok()) sync_error_ = s;
+  return s;
 }
 
 Status DataFiles::SyncDirty() {

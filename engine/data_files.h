@@ -50,8 +50,25 @@ class DataFiles {
   Result<size_t> ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf);
   // Cuts the data file of `ino` to `size` bytes.
   Status Truncate(uint64_t ino, uint64_t size);
+  // The size and modification time of the data file of `ino` now.
+  struct Look {
+    uint64_t size = 0;
+    int64_t modified_ns = 0;
+    bool operator==(const Look&) const = default;
+  };
+  Result<Look> LookAt(uint64_t ino);
+  // The checksums (format::Checksum) of the blocks of the first `size`
+  // bytes of the data file of `ino`, where blocks end at the multiples of
+  // `block`, on up to kHashThreads threads. Corruption when the file is
+  // shorter than `size`.
+  Result<std::vector<uint64_t>> BlockChecksums(uint64_t ino, uint64_t size, uint64_t block);
+  // Says that another writer (the kernel, for a passthrough writer) wrote
+  // the data file of `ino`: the next SyncDirty syncs it.
+  Status MarkWritten(uint64_t ino);
   // Lets the OS drop its cached pages of that range (io::File::Evict).
   void Evict(uint64_t ino, uint64_t offset, uint64_t len);
+  // Syncs the data file of `ino` now; a failure is sticky, as SyncDirty's.
+  Status SyncOne(uint64_t ino);
   // Syncs every data file written since the previous call. Sticky on
   // failure, as SegmentSet::SyncDirty.
   Status SyncDirty();
@@ -69,6 +86,7 @@ class DataFiles {
 
  private:
   static constexpr size_t kMaxOpen = 64;
+  static constexpr unsigned kHashThreads = 4;
   static constexpr size_t kMaxDirty = 256;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
   void Forget(uint64_t ino) REQUIRES(mu_);

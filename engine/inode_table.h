@@ -31,6 +31,11 @@ struct InodeState {
   format::InodeValue attr GUARDED_BY(mu);  // valid when loaded
   std::atomic<int> open_count{0};  // handles open on it
   WriteOrder write_order;  // writers take a turn before `mu`
+  // Between BeginDirectWrite and EndDirectWrite (pinned meanwhile), with
+  // the data file's size and mtime at the last adoption.
+  bool direct GUARDED_BY(mu) = false;
+  uint64_t adopted_size GUARDED_BY(mu) = 0;
+  int64_t adopted_ns GUARDED_BY(mu) = -1;
   // Guarded by the mutex of the InodeTable shard that holds this entry
   // (which the analysis cannot name from here).
   int pins = 0;

@@ -120,6 +120,8 @@ struct EngineStats {
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files
   uint64_t data_file_reads = 0, data_file_read_bytes = 0;    // preads of data files
+  // Direct writes (BeginDirectWrite): files begun, adoptions, bytes hashed.
+  uint64_t direct_writes = 0, direct_adoptions = 0, direct_adopted_bytes = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value, as
@@ -452,6 +454,27 @@ class Store {
   virtual Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) = 0;
   // SEEK_DATA / SEEK_HOLE semantics; ENXIO past the end.
   virtual Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) = 0;
+  // ---- Direct writes (the kernel writes a data file itself). ----
+  // With FUSE passthrough for writers the kernel writes a new file's bytes
+  // straight into its data file (byte N at byte N) and no request reaches
+  // the store. From BeginDirectWrite to EndDirectWrite the data file is the
+  // file: GetAttr reports its size and modification time, a size change
+  // cuts or extends it, a write lands in it, and AdoptDirectWrites takes its
+  // bytes into the index (size, mtime and a checksum per block, replacing
+  // the previous ones: the writers may have rewritten any byte). Bytes not
+  // yet adopted are lost in a crash, as unflushed bytes of any file.
+  //
+  // Begins when `ino` is an empty regular file and data files are on
+  // (data_file_bytes > 0): creates its data file and returns its path.
+  // nullopt, and nothing changes, for a file that is not empty.
+  virtual Result<std::optional<std::string>> BeginDirectWrite(Ino ino) = 0;
+  // Adopts what the data file holds now; nothing to do when it has not
+  // changed since the last adoption (same size and mtime).
+  virtual Status AdoptDirectWrites(Ino ino) = 0;
+  // Adopts a last time and ends. A file that ended smaller than
+  // data_file_bytes moves into segments and its data file is deleted (one
+  // durable index commit).
+  virtual Status EndDirectWrite(Ino ino) = 0;
   // Makes the file's data and metadata durable against power loss. Concurrent
   // calls share device flushes (group commit).
   virtual Status Fsync(Ino ino, bool datasync) = 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "engine/store_impl.h"
 
@@ -227,19 +228,36 @@ Status StoreImpl::AppendDataFile(uint64_t ino, uint64_t offset, std::string_view
   CKPTFS_RETURN_IF_ERROR(data_files_->Write(ino, offset, data));
   counters_.data_file_writes++;
   counters_.data_file_write_bytes += data.size();
-  // Blocks end where records would (see AppendRecords).
+  PutDataFileExtents(ino, offset, data, b);
+  return Status::OK();
+}
+
+void StoreImpl::PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_view data,
+                                   rocksdb::WriteBatch* b) {
   const uint64_t max = options_.max_record_bytes;
   for (size_t pos = 0, len = 0; pos < data.size(); pos += len) {
     const uint64_t at = offset + pos;
     len = std::min<uint64_t>(data.size() - pos, max - at % max);
-    format::ExtentValue e;
-    e.in_data_file = true;
-    e.length = e.stored_len = e.raw_len = static_cast<uint32_t>(len);
-    e.record_offset = at;
-    e.checksum = format::Checksum(data.substr(pos, len));
-    b->Put(cf_extents_, format::ExtentKey(ino, at), format::EncodeExtent(e));
+    PutDataFileExtent(ino, at, len, format::Checksum(data.substr(pos, len)), b);
   }
-  return Status::OK();
+}
+
+void StoreImpl::PutDataFileExtent(uint64_t ino, uint64_t at, uint64_t len, uint64_t checksum,
+                                  rocksdb::WriteBatch* b) {
+  format::ExtentValue e;
+  e.in_data_file = true;
+  e.length = e.stored_len = e.raw_len = static_cast<uint32_t>(len);
+  e.record_offset = at;
+  e.checksum = checksum;
+  b->Put(cf_extents_, format::ExtentKey(ino, at), format::EncodeExtent(e));
+}
+
+void StoreImpl::PutInlineExtent(uint64_t ino, std::string content, rocksdb::WriteBatch* b) {
+  format::ExtentValue iv;
+  iv.is_inline = true;
+  iv.length = static_cast<uint32_t>(content.size());
+  iv.inline_data = std::move(content);
+  b->Put(cf_extents_, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
 }
 
 Status StoreImpl::MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
@@ -281,6 +299,12 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
   if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
   if (!S_ISREG(s->attr.mode)) return Status(EINVAL, "not a regular file");
   CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size(), ino, offset));
+  if (s->direct) {
+    // The data file is the file (BeginDirectWrite).
+    CKPTFS_RETURN_IF_ERROR(data_files_->Write(ino, offset, data));
+    CKPTFS_RETURN_IF_ERROR(AdoptLocked(s.get()));
+    return data.size();
+  }
   CKPTFS_ASSIGN_OR_RETURN(const size_t n, WriteLocked(s.get(), offset, data));
   Unreserve(ino, offset, offset + data.size());  // drawn on
   return n;
@@ -311,11 +335,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
         b.Delete(cf_extents_, format::ExtentKey(ino, e.offset));
       }
       std::memcpy(content.data() + offset, data.data(), data.size());
-      format::ExtentValue iv;
-      iv.is_inline = true;
-      iv.length = static_cast<uint32_t>(content.size());
-      iv.inline_data = std::move(content);
-      b.Put(cf_extents_, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
+      PutInlineExtent(ino, std::move(content), &b);
       v.data_bytes = new_size;  // one extent holds all of the file
       counters_.inline_writes++;
       stored = true;
@@ -702,11 +722,18 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
   return Status::OK();
 }
 
-Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& req) {
+Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  SetAttrRequest req = in;
+  if (s->direct && req.size && S_ISREG(s->attr.mode)) {
+    // The data file is the file: it is cut or extended, then adopted.
+    CKPTFS_RETURN_IF_ERROR(data_files_->Truncate(ino, *req.size));
+    CKPTFS_RETURN_IF_ERROR(AdoptLocked(s.get()));
+    req.size.reset();
+  }
   const bool shrinks = req.size && *req.size < s->attr.size && S_ISREG(s->attr.mode);
   if (shrinks) CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s.get()));
   format::InodeValue v = s->attr;
@@ -796,6 +823,9 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  if (s->direct) {
+    return Status(EOPNOTSUPP, "fallocate of a file the kernel writes directly");
+  }
   if (!S_ISREG(s->attr.mode)) return Status(S_ISDIR(s->attr.mode) ? EISDIR : ENODEV, "not a file");
   const bool extend = !keep_size && !punch && end > s->attr.size;
   const bool clear = (punch || zero) && offset < s->attr.size;  // bytes to drop
@@ -887,7 +917,7 @@ Status StoreImpl::Release(Ino ino) {
       result = Commit(&b);
     }
     if (result.ok()) {
-      if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
+      if (s->attr.data_file_end != 0 || s->direct) data_files_->RemoveAfterSync(ino);
       s->purged = true;
     }
   }
@@ -923,6 +953,146 @@ Result<std::optional<WholeDataFile>> StoreImpl::WholeDataFileOf(Ino ino) {
   }
   if (next != size) return std::optional<WholeDataFile>();
   return std::optional<WholeDataFile>(WholeDataFile{data_files_->Path(ino), size});
+}
+
+}  // namespace ckptfs::engine
+
+namespace ckptfs::engine {
+
+Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  InodeState* s = inodes_.Pin(ino);  // held until EndDirectWrite
+  Status st;
+  bool began = false;
+  {
+    MutexLock l(&s->mu);
+    st = LoadLocked(s);
+    if (st.ok() && !s->direct && S_ISREG(s->attr.mode) && s->attr.size == 0 &&
+        s->attr.data_file_end == 0 && options_.data_file_bytes != 0) {
+      st = data_files_->Create(ino);
+      began = st.ok();
+      if (began) {
+        s->direct = true;
+        s->adopted_size = 0;
+        s->adopted_ns = -1;
+      }
+    }
+  }
+  // Only once its mutex is unlocked: the last Unpin frees the state.
+  if (!began) inodes_.Unpin(s);
+  if (!st.ok()) return st;
+  if (!began) return std::optional<std::string>();
+  counters_.direct_writes++;
+  return std::optional<std::string>(data_files_->Path(ino));
+}
+
+Status StoreImpl::AdoptLocked(InodeState* s) {
+  const uint64_t ino = s->ino;
+  CKPTFS_ASSIGN_OR_RETURN(DataFiles::Look look, data_files_->LookAt(ino));
+  if (look.size == s->adopted_size && look.modified_ns == s->adopted_ns) return Status::OK();
+  if (look.size > kMaxFileSize) return Status(EFBIG, "data file past the largest file size");
+  EpochGate::Guard gate(&io_gate_);
+  CommitGate::Write commit(&commit_gate_);
+  format::InodeValue v = s->attr;
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  uint64_t removed = 0;
+  CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
+  // The blocks of writes that went through the store.
+  const uint64_t max = options_.max_record_bytes;
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
+                          data_files_->BlockChecksums(ino, look.size, max));
+  for (uint64_t i = 0; i < sums.size(); ++i) {
+    PutDataFileExtent(ino, i * max, std::min(max, look.size - i * max), sums[i], &b);
+  }
+  counters_.direct_adoptions++;
+  counters_.direct_adopted_bytes += look.size;
+  v.size = look.size;
+  v.data_file_end = look.size;
+  v.data_bytes = look.size;
+  v.data_bytes_known = true;
+  v.mtime_sec = v.ctime_sec = look.modified_ns / 1'000'000'000;
+  v.mtime_nsec = v.ctime_nsec = static_cast<uint32_t>(look.modified_ns % 1'000'000'000);
+  PutInode(&b, ino, v);
+  EmitDeltas(deltas, &b, cf_segments_);
+  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));  // the next sync syncs it
+  s->attr = v;
+  s->adopted_size = look.size;
+  s->adopted_ns = look.modified_ns;
+  return Status::OK();
+}
+
+Status StoreImpl::AdoptDirectWrites(Ino ino) { return Adopt(ino, /*sync=*/false); }
+
+Status StoreImpl::Adopt(Ino ino, bool sync) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  if (!s->direct || s->purged) return Status::OK();  // direct implies loaded
+  if (!sync) return AdoptLocked(s.get());
+  // The data file's bytes go to disk while they are hashed.
+  Status synced;
+  std::thread syncer([&] { synced = data_files_->SyncOne(ino); });
+  Status adopted = AdoptLocked(s.get());
+  syncer.join();
+  return adopted.ok() ? synced : adopted;
+}
+
+Status StoreImpl::MoveOutOfDataFileLocked(InodeState* s) {
+  CKPTFS_RETURN_IF_ERROR(CommitMoveOutLocked(s));
+  // Durable before the data file goes; a sync waits for open commits, so
+  // only once ours is closed.
+  CKPTFS_RETURN_IF_ERROR(MakeDurable());
+  return data_files_->Remove(s->ino);
+}
+
+Status StoreImpl::CommitMoveOutLocked(InodeState* s) {
+  const uint64_t ino = s->ino;
+  EpochGate::Guard gate(&io_gate_);
+  CommitGate::Write commit(&commit_gate_);
+  format::InodeValue v = s->attr;
+  std::string bytes(v.size, '\0');
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(ino, 0, bytes.size(), bytes.data()));
+  if (n != bytes.size()) return Status(EIO, "data file " + data_files_->Path(ino) + " is short");
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  uint64_t removed = 0;
+  CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
+  if (bytes.empty()) {
+    // No extent.
+  } else if (bytes.size() <= options_.inline_max_bytes) {
+    PutInlineExtent(ino, std::move(bytes), &b);
+    counters_.inline_writes++;
+  } else {
+    CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, 0, bytes, &b, &deltas));
+  }
+  v.data_file_end = 0;
+  v.data_bytes = v.size;
+  v.data_bytes_known = true;
+  PutInode(&b, ino, v);
+  EmitDeltas(deltas, &b, cf_segments_);
+  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  s->attr = v;
+  return Status::OK();
+}
+
+Status StoreImpl::EndDirectWrite(Ino ino) {
+  InodeRef ref(&inodes_, ino);
+  InodeState* s = ref.get();
+  Status st;
+  {
+    MutexLock l(&s->mu);
+    if (!s->direct) return Status(EINVAL, "inode " + std::to_string(ino) + " has no direct writes");
+    if (!s->purged) {
+      st = CheckWritable();
+      if (st.ok()) st = AdoptLocked(s);
+      if (st.ok() && s->attr.size < options_.data_file_bytes) st = MoveOutOfDataFileLocked(s);
+    }
+    s->direct = false;
+  }
+  inodes_.Unpin(s);  // the pin taken by BeginDirectWrite
+  return st;
 }
 
 }  // namespace ckptfs::engine

@@ -288,7 +288,7 @@ Status StoreImpl::PurgeOrphans() {
     }
     EmitDeltas(deltas, &b, cf_segments_);
     CKPTFS_RETURN_IF_ERROR(Commit(&b));
-    if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
+    if (s->attr.data_file_end != 0 || s->direct) data_files_->RemoveAfterSync(ino);
     s->purged = true;
   }
   return Status::OK();
@@ -356,7 +356,7 @@ Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
   if (s.ok()) {
     // The caller still holds the mutexes of the inodes the batch changes.
     extent_maps_.Apply(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
-    return sync ? (syncer_ != nullptr ? syncer_->Sync() : FlushDurable()) : Status::OK();
+    return sync ? MakeDurable() : Status::OK();
   }
   // The batch may or may not be in the index.
   extent_maps_.ForgetTouched(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
@@ -367,6 +367,10 @@ Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
     return Status(ENOSPC, "index write: no space left on device");
   }
   return FromRocks(s, "index write");
+}
+
+Status StoreImpl::MakeDurable() {
+  return syncer_ != nullptr ? syncer_->Sync() : FlushDurable();
 }
 
 Status StoreImpl::CheckWritable() const {
@@ -451,6 +455,7 @@ Status StoreImpl::FlushDurable() {
 
 Status StoreImpl::Fsync(Ino ino, bool datasync) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(Adopt(ino, /*sync=*/true));
   counters_.fsyncs++;
   return syncer_->Sync();
 }
@@ -514,6 +519,9 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.data_file_write_bytes = counters_.data_file_write_bytes;
   s.data_file_reads = counters_.data_file_reads;
   s.data_file_read_bytes = counters_.data_file_read_bytes;
+  s.direct_writes = counters_.direct_writes;
+  s.direct_adoptions = counters_.direct_adoptions;
+  s.direct_adopted_bytes = counters_.direct_adopted_bytes;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
     s.live_bytes += static_cast<uint64_t>(seg.live_bytes);

@@ -101,6 +101,9 @@ class StoreImpl final : public Store {
 
   Result<std::vector<ExtentInfo>> GetExtents(Ino ino) override;
   Result<std::optional<WholeDataFile>> WholeDataFileOf(Ino ino) override;
+  Result<std::optional<std::string>> BeginDirectWrite(Ino ino) override;
+  Status AdoptDirectWrites(Ino ino) override;
+  Status EndDirectWrite(Ino ino) override;
   Result<std::vector<SegmentInfo>> ListSegments() override;
   std::string SegmentPath(uint64_t segment_id) const override;
   Result<EngineStats> GetStats() override;
@@ -125,6 +128,8 @@ class StoreImpl final : public Store {
   // inode's removal and its data file's).
   Status RemoveUnusedDataFiles();
   // Applies one batch; maps RocksDB errors to errno.
+  // Makes every commit so far durable (group commit when syncing).
+  Status MakeDurable();
   Status Commit(rocksdb::WriteBatch* batch, bool sync = false);
   Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
   Status CheckWritable() const;
@@ -226,6 +231,23 @@ class StoreImpl final : public Store {
   // Gives `s` a data file holding the bytes of its extents below `upto`
   // (copied from segments and inline extents, repointed in `b`); sets
   // v->data_file_end to `upto`.
+  // Extents of `data`, the data file's bytes at `offset`: one per block,
+  // blocks ending where records would (AppendRecords).
+  void PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_view data,
+                          rocksdb::WriteBatch* b);
+  void PutDataFileExtent(uint64_t ino, uint64_t at, uint64_t len, uint64_t checksum,
+                         rocksdb::WriteBatch* b);
+  // The one inline extent of a file whose bytes are all `content`.
+  void PutInlineExtent(uint64_t ino, std::string content, rocksdb::WriteBatch* b);
+  // AdoptDirectWrites; with `sync`, for an fsync, syncs the data file
+  // alongside.
+  Status Adopt(Ino ino, bool sync);
+  // BeginDirectWrite's state: takes the data file's bytes into the index.
+  Status AdoptLocked(InodeState* s) REQUIRES(s->mu);
+  // Moves a file whole in its data file into segments (inline when small),
+  // durably, then deletes the data file.
+  Status MoveOutOfDataFileLocked(InodeState* s) REQUIRES(s->mu);
+  Status CommitMoveOutLocked(InodeState* s) REQUIRES(s->mu);
   Status MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
                               rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
   // Copies the bytes of `ex` that lie in [offset, end) into buf (which
@@ -330,6 +352,7 @@ class StoreImpl final : public Store {
     std::atomic<uint64_t> records_written{0}, stored_bytes{0}, fsyncs{0}, checksum_errors{0};
     std::atomic<uint64_t> data_file_writes{0}, data_file_write_bytes{0};
     std::atomic<uint64_t> data_file_reads{0}, data_file_read_bytes{0};
+    std::atomic<uint64_t> direct_writes{0}, direct_adoptions{0}, direct_adopted_bytes{0};
   } counters_;
 };
 

@@ -177,7 +177,16 @@ Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view na
 Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s));
-  return ToAttr(s->ino, s->attr);
+  Attr a = ToAttr(s->ino, s->attr);
+  if (s->direct && !s->purged) {
+    // The kernel writes the data file: its size and mtime are the file's.
+    CKPTFS_ASSIGN_OR_RETURN(DataFiles::Look look, data_files_->LookAt(s->ino));
+    a.size = a.data_bytes = look.size;
+    const Timespec modified{look.modified_ns / 1'000'000'000,
+                            static_cast<uint32_t>(look.modified_ns % 1'000'000'000)};
+    if (look.modified_ns > a.mtime.sec * 1'000'000'000 + a.mtime.nsec) a.mtime = a.ctime = modified;
+  }
+  return a;
 }
 
 Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {

@@ -72,6 +72,9 @@ nlohmann::ordered_json EngineJson(const engine::EngineStats& s) {
       {"segments", s.segments},
       {"live_bytes", s.live_bytes},
       {"dead_bytes", s.dead_bytes},
+      {"direct_writes", s.direct_writes},
+      {"direct_adoptions", s.direct_adoptions},
+      {"direct_adopted_bytes", s.direct_adopted_bytes},
   };
 }
 
@@ -197,6 +200,12 @@ constexpr MetricSpec kMetrics[] = {
     {"/engine/fsyncs", "fsyncs", true, "fsync and fdatasync calls served."},
     {"/engine/device_syncs", "device_syncs", true, "Syncs of the backing files (group commit)."},
     {"/engine/checksum_errors", "checksum_errors", true, "Records whose checksum did not match."},
+    {"/engine/direct_writes", "direct_writes", true,
+     "Files whose data file the kernel wrote directly (passthrough_writes)."},
+    {"/engine/direct_adoptions", "direct_adoptions", true,
+     "Times the daemon took such a data file's bytes into the index."},
+    {"/engine/direct_adopted_bytes", "direct_adopted_bytes", true,
+     "Bytes those adoptions checksummed."},
     {"/fs/requests", "requests", true, "FUSE requests served, of every kind."},
     {"/fs/errors", "request_errors", true,
      "FUSE requests answered with an error other than ENOENT or ENODATA."},
@@ -525,6 +534,8 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
                 {"backing_failures", fs.open_files().backing_failures()},
                 {"last_backing_error", fs.open_files().last_backing_error()},
                 {"busy", fs.open_files().busy()},
+                {"writes", fs.passthrough_writes()},
+                {"direct_write_errors", fs.open_files().direct_write_errors()},
             }},
        }},
   };

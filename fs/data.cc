@@ -51,12 +51,15 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       return;
     }
     const bool read_only = (fi->flags & O_ACCMODE) == O_RDONLY;
-    Result<OpenFiles::Opened> opened =
-        fs.open_files().Open(ino, read_only, /*passthrough=*/true,
-                             [req](int fd) { return fuse_passthrough_open(req, fd); });
+    const OpenFiles::Mode mode =
+        fs.passthrough_writes() ? OpenFiles::Mode::kReadsAndWrites : OpenFiles::Mode::kReads;
+    Result<OpenFiles::Opened> opened = fs.open_files().Open(
+        ino, read_only, mode, [req](int fd) { return fuse_passthrough_open(req, fd); });
     if (!opened.ok()) return r.Fail(opened.status());
     fi->fh = opened->handle;
-    if (opened->handle == OpenFiles::kPassthrough) {
+    // Only direct writers need FLUSH (Flush below).
+    fi->noflush = opened->handle != OpenFiles::kDirectWrite;
+    if (opened->handle != OpenFiles::kDaemon) {
       fi->backing_id = opened->backing_id;
       fi->keep_cache = 0;  // not allowed with FOPEN_PASSTHROUGH
     } else {
@@ -116,8 +119,15 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
 // Writes are in the store when they return: close needs no FLUSH. Declined,
 // the kernel stops sending it (no_flush); with the write-back cache it still
 // writes dirty pages back at close before it would have sent the FLUSH.
-void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
-  Serve(req, Op::kFlush, [&](Request& r) { r.Err(ENOSYS); });
+// Except with passthrough_writes: each close of a direct writer (the only
+// opens without FOPEN_NOFLUSH) adopts what the kernel wrote, so that a
+// closed file is in the store as with the daemon's writes.
+void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Serve(req, Op::kFlush, [&](Request& r) {
+    if (!r.fs().passthrough_writes()) return r.Err(ENOSYS);
+    if (IsControl(ino) || fi == nullptr || fi->fh != OpenFiles::kDirectWrite) return r.Ok();
+    r.Fail(r.fs().store().AdoptDirectWrites(ino));
+  });
 }
 
 // Handles come only from an OPEN answered with passthrough on.

@@ -190,7 +190,7 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   // which MountOptions::UsesWritebackCache turns off when it is asked for.
   // Registering a backing file needs CAP_SYS_ADMIN.
   int passthrough = kNotAsked;
-  if (o.passthrough && o.verify_reads) {
+  if ((o.passthrough || o.passthrough_writes) && o.verify_reads) {
     passthrough = kVerifyReads;
   } else if (o.AsksPassthrough()) {
     if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH)) {

@@ -88,6 +88,9 @@ class Filesystem {
   // passed through (mount option "passthrough", granted by the kernel; set
   // by Init before any other request). Off: OPEN is declined (no_open).
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed) == kActive; }
+  // Whether opens for writing of empty files are passed through too (mount
+  // option "passthrough_writes"): the kernel writes their data files.
+  bool passthrough_writes() const { return passthrough() && options_.passthrough_writes; }
   // "yes", or "no: " and why, for the stats file.
   std::string PassthroughText() const;
   // The FUSE protocol version the kernel speaks, "7.41"; "" before Init.

@@ -102,11 +102,20 @@ struct MountOptions {
   // Needs CAP_SYS_ADMIN and Linux 6.9+; elsewhere every read is the
   // daemon's, and the stats file says why. Default: off.
   bool passthrough = false;
+  // Kernel passthrough for writers too ("passthrough_writes", implies
+  // "passthrough"): an open for writing of an empty file gets a data file
+  // that the kernel writes directly (engine::Store::BeginDirectWrite), at
+  // the disk's speed with no request per write; the daemon checksums it at
+  // each close and fsync. A file that ends smaller than data_file_min moves
+  // into segments at its last close, at the cost of creating and deleting
+  // a data file and a durable commit: for stores of few large files.
+  // Default: off.
+  bool passthrough_writes = false;
   // Every read checks the checksums of what it returns ("verify_reads"),
   // which only the daemon can: turns passthrough off. Default: off.
   bool verify_reads = false;
   // Whether passthrough is asked for (and not ruled out by verify_reads).
-  bool AsksPassthrough() const { return passthrough && !verify_reads; }
+  bool AsksPassthrough() const { return (passthrough || passthrough_writes) && !verify_reads; }
   // Whether the kernel's write-back cache is asked for: "sync" syncs every
   // write(2) anyway, so it turns the cache off, as passthrough does.
   bool UsesWritebackCache() const { return writeback_cache && !sync && !AsksPassthrough(); }

@@ -33,26 +33,51 @@ int OpenFiles::Backing(Ino ino, const OpenBacking& open_backing) {
   return id;
 }
 
-OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, bool passthrough,
+int OpenFiles::WriteBacking(Ino ino, const OpenBacking& open_backing) {
+  Result<std::optional<std::string>> path = store_->BeginDirectWrite(ino);
+  if (!path.ok()) direct_write_errors_.fetch_add(1, std::memory_order_relaxed);
+  if (!path.ok() || !path->has_value()) return 0;
+  const int fd = ::open((*path)->c_str(), O_RDWR | O_CLOEXEC);
+  int id = fd < 0 ? -errno : open_backing(fd);
+  if (fd >= 0) ::close(fd);  // the kernel holds the file behind the backing id
+  if (id <= 0) {
+    backing_failures_.fetch_add(1, std::memory_order_relaxed);
+    last_backing_error_.store(id < 0 ? -id : EIO, std::memory_order_relaxed);
+    if (!store_->EndDirectWrite(ino).ok()) direct_write_errors_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return id;
+}
+
+OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, Mode mode,
                                      const OpenBacking& open_backing, bool* busy) {
   Opened out;
   *busy = false;
   opens_.Update(ino, [&](State& s, bool) {
     if (s.passthrough > 0) {
-      if (!read_only) {
+      if (read_only) {
+        ++s.passthrough;
+        out = Opened{kPassthrough, s.backing_id};
+      } else if (s.writers > 0) {
+        ++s.passthrough;
+        ++s.writers;
+        out = Opened{kDirectWrite, s.backing_id};
+      } else {
         *busy = true;
-        return true;
       }
-      ++s.passthrough;
-      out = Opened{kPassthrough, s.backing_id};
       return true;
     }
-    if (passthrough && read_only && s.daemon == 0) {
-      if (const int id = Backing(ino, open_backing); id > 0) {
+    if (mode != Mode::kNone && s.daemon == 0) {
+      const bool writes = !read_only && mode == Mode::kReadsAndWrites;
+      const int id = read_only ? Backing(ino, open_backing)
+                     : writes  ? WriteBacking(ino, open_backing)
+                               : 0;
+      if (id > 0) {
         s.backing_id = id;
         s.passthrough = 1;
+        s.writers = writes ? 1 : 0;
         backing_files_.fetch_add(1, std::memory_order_relaxed);
-        out = Opened{kPassthrough, id};
+        out = Opened{writes ? kDirectWrite : kPassthrough, id};
         return true;
       }
     }
@@ -63,26 +88,26 @@ OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, bool passthrough,
   return out;
 }
 
-Result<OpenFiles::Opened> OpenFiles::Open(Ino ino, bool read_only, bool passthrough,
+Result<OpenFiles::Opened> OpenFiles::Open(Ino ino, bool read_only, Mode mode,
                                           const OpenBacking& open_backing) {
   const auto deadline = std::chrono::steady_clock::now() + kReleaseWait;
   bool busy = false;
-  Opened out = TryOpen(ino, read_only, passthrough, open_backing, &busy);
+  Opened out = TryOpen(ino, read_only, mode, open_backing, &busy);
   while (busy) {
     if (!WaitForReleases(ino, deadline)) {
       return Status::Errno(ETXTBSY, "open for reading through its data file");
     }
-    out = TryOpen(ino, read_only, passthrough, open_backing, &busy);
+    out = TryOpen(ino, read_only, mode, open_backing, &busy);
   }
-  (out.handle == kPassthrough ? passthrough_opens_ : daemon_opens_)
+  (out.handle == kDaemon ? daemon_opens_ : passthrough_opens_)
       .fetch_add(1, std::memory_order_relaxed);
   return out;
 }
 
 bool OpenFiles::WaitForReleases(Ino ino, std::chrono::steady_clock::time_point deadline) {
   MutexLock l(&release_mu_);
-  while (PassedThrough(ino)) {
-    if (!released_.WaitUntil(&release_mu_, deadline) && PassedThrough(ino)) {
+  while (ReadersOnly(ino)) {
+    if (!released_.WaitUntil(&release_mu_, deadline) && ReadersOnly(ino)) {
       CountBusy();
       return false;
     }
@@ -94,7 +119,14 @@ void OpenFiles::Release(Ino ino, uint64_t handle, const CloseBacking& close_back
   int close_id = 0;
   opens_.Update(ino, [&](State& s, bool existed) {
     if (!existed) return false;  // not one of ours (a control file)
-    if (handle == kPassthrough && s.passthrough > 0) {
+    if ((handle == kPassthrough || handle == kDirectWrite) && s.passthrough > 0) {
+      if (handle == kDirectWrite && s.writers > 0 && --s.writers == 0) {
+        // Under the map's lock: an open that comes meanwhile sees the
+        // store's state and ours agree.
+        if (!store_->EndDirectWrite(ino).ok()) {
+          direct_write_errors_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
       if (--s.passthrough == 0) {
         close_id = s.backing_id;
         s.backing_id = 0;
@@ -112,9 +144,9 @@ void OpenFiles::Release(Ino ino, uint64_t handle, const CloseBacking& close_back
   }
 }
 
-bool OpenFiles::PassedThrough(Ino ino) const {
+bool OpenFiles::ReadersOnly(Ino ino) const {
   std::optional<State> s = opens_.Get(ino);
-  return s.has_value() && s->passthrough > 0;
+  return s.has_value() && s->passthrough > 0 && s->writers == 0;
 }
 
 }  // namespace ckptfs::fs

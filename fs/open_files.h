@@ -17,6 +17,13 @@
 // readers that never ask us. The kernel sends RELEASE after close(2) has
 // returned, so a writer first waits a moment (kReleaseWait) for the
 // releases of readers that may already be closed.
+//
+// With passthrough for writers (kReadsAndWrites), an open for writing of an
+// empty file gets a data file of its own that the kernel writes directly
+// (engine::Store::BeginDirectWrite), opened for reading and writing behind
+// the backing id; every other open of the inode then shares it, readers
+// and writers alike, and a truncation changes it at once. Its last writer's
+// release ends the direct writes (engine::Store::EndDirectWrite).
 #pragma once
 
 #include <atomic>
@@ -40,7 +47,9 @@ class OpenFiles {
 
   // What an open got; kept in the open's handle (fuse_file_info::fh) and
   // given back at release.
-  enum Handle : uint64_t { kDaemon = 1, kPassthrough = 2 };
+  enum Handle : uint64_t { kDaemon = 1, kPassthrough = 2, kDirectWrite = 3 };
+  // Which opens may pass through.
+  enum class Mode { kNone, kReads, kReadsAndWrites };
   struct Opened {
     Handle handle = kDaemon;
     int backing_id = 0;  // with kPassthrough
@@ -51,18 +60,20 @@ class OpenFiles {
   // "*store" must outlive this.
   explicit OpenFiles(engine::Store* store) : store_(store) {}
 
-  // An open of store file `ino`, read-only or not, where `passthrough` says
-  // whether the kernel may be handed a backing file (off: every open is the
-  // daemon's). ETXTBSY for a writer while passthrough opens are open.
-  engine::Result<Opened> Open(engine::Ino ino, bool read_only, bool passthrough,
+  // An open of store file `ino`, read-only or not, where `mode` says which
+  // opens the kernel may be handed a backing file for (kNone: every open is
+  // the daemon's). ETXTBSY for a writer while read-only passthrough opens
+  // are open.
+  engine::Result<Opened> Open(engine::Ino ino, bool read_only, Mode mode,
                               const OpenBacking& open_backing);
   // The release of an open that got `handle`.
   void Release(engine::Ino ino, uint64_t handle, const CloseBacking& close_backing);
-  // Whether `ino` has passthrough opens.
-  bool PassedThrough(engine::Ino ino) const;
-  // Waits until `ino` has no passthrough opens: true at once when it has
-  // none, false (counted as busy) when some are still open at `deadline`.
-  // A truncation waits so before it changes the data file.
+  // Whether `ino` has passthrough opens and none writes (its data file must
+  // not change under them).
+  bool ReadersOnly(engine::Ino ino) const;
+  // Waits until ReadersOnly(ino) is false: true at once when it is, false
+  // (counted as busy) when it is still true at `deadline`. A truncation
+  // waits so before it changes the data file.
   bool WaitForReleases(engine::Ino ino, std::chrono::steady_clock::time_point deadline);
   bool WaitForReleases(engine::Ino ino) {
     return WaitForReleases(ino, std::chrono::steady_clock::now() + kReleaseWait);
@@ -76,6 +87,9 @@ class OpenFiles {
   int last_backing_error() const { return last_backing_error_.load(std::memory_order_relaxed); }
   // Writers and truncations refused with ETXTBSY.
   uint64_t busy() const { return busy_.load(std::memory_order_relaxed); }
+  // Inodes whose direct writes failed to begin, or to end (their last
+  // bytes then stay unadopted until the next open of the store).
+  uint64_t direct_write_errors() const { return direct_write_errors_.load(std::memory_order_relaxed); }
   // Inodes with a backing id now.
   uint64_t backing_files() const { return backing_files_.load(std::memory_order_relaxed); }
 
@@ -83,20 +97,24 @@ class OpenFiles {
   struct State {
     int backing_id = 0;
     uint32_t passthrough = 0;  // opens passed through, all on backing_id
+    uint32_t writers = 0;      // of those, opens for writing (kDirectWrite)
     uint32_t daemon = 0;       // opens the daemon serves
   };
   // One try of Open; sets *busy instead of waiting.
-  Opened TryOpen(engine::Ino ino, bool read_only, bool passthrough,
-                 const OpenBacking& open_backing, bool* busy);
+  Opened TryOpen(engine::Ino ino, bool read_only, Mode mode, const OpenBacking& open_backing,
+                 bool* busy);
   void CountBusy() { busy_.fetch_add(1, std::memory_order_relaxed); }
   // A backing id for the data file of `ino`; 0 when the file is not whole
   // in its data file or the kernel refused.
   int Backing(engine::Ino ino, const OpenBacking& open_backing);
+  // A backing id for a new data file of `ino` that the kernel writes; 0
+  // when the file is not empty or the kernel refused (nothing begun then).
+  int WriteBacking(engine::Ino ino, const OpenBacking& open_backing);
 
   engine::Store* const store_;
   ShardedMap<State> opens_;
   std::atomic<uint64_t> passthrough_opens_{0}, daemon_opens_{0}, backing_failures_{0}, busy_{0};
-  std::atomic<uint64_t> backing_files_{0};
+  std::atomic<uint64_t> backing_files_{0}, direct_write_errors_{0};
   std::atomic<int> last_backing_error_{0};
   // Signalled when an inode's last passthrough open is released. Taken
   // before the map's shard locks.

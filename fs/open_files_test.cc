@@ -1,9 +1,13 @@
 // OpenFiles against a real store: which opens get a backing file, that one
 // backing id serves an inode's passthrough opens and is closed at the last
-// release, and that writers wait for, then fail on, passthrough readers.
+// release, that writers wait for, then fail on, passthrough readers, and
+// that with passthrough for writers an empty file's writers and readers
+// share one backing file that the kernel writes.
 #include "fs/open_files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -12,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/format.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::fs {
@@ -61,21 +66,21 @@ class OpenFilesTest : public engine::test::StoreFixture {
 TEST_F(OpenFilesTest, ReadersOfAWholeDataFileShareOneBackingId) {
   const Ino big = MakeFile("big", 3 * kMiB), small = MakeFile("small", 1000);
   OpenFiles opens(s());
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, true, Backing()));
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened b, opens.Open(big, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, OpenFiles::Mode::kReads, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened b, opens.Open(big, true, OpenFiles::Mode::kReads, Backing()));
   EXPECT_EQ(a.handle, OpenFiles::kPassthrough);
   EXPECT_EQ(a.backing_id, 1);
   EXPECT_EQ(b.backing_id, 1);
   EXPECT_EQ(backing_sizes_, std::vector<uint64_t>{3 * kMiB});
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened c, opens.Open(small, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened c, opens.Open(small, true, OpenFiles::Mode::kReads, Backing()));
   EXPECT_EQ(c.handle, OpenFiles::kDaemon);
-  EXPECT_TRUE(opens.PassedThrough(big));
+  EXPECT_TRUE(opens.ReadersOnly(big));
   EXPECT_EQ(opens.backing_files(), 1u);
   opens.Release(big, a.handle, Close());
   EXPECT_TRUE(closed_.empty());
   opens.Release(big, b.handle, Close());
   EXPECT_EQ(closed_, std::vector<int>{1});
-  EXPECT_FALSE(opens.PassedThrough(big));
+  EXPECT_FALSE(opens.ReadersOnly(big));
   EXPECT_EQ(opens.backing_files(), 0u);
   opens.Release(small, c.handle, Close());
   EXPECT_EQ(opens.passthrough_opens(), 2u);
@@ -86,24 +91,24 @@ TEST_F(OpenFilesTest, AWriterMakesReadersTheDaemonsAndReadersMakeWritersWait) {
   const Ino big = MakeFile("big", 3 * kMiB);
   OpenFiles opens(s());
   // A writer first: readers meanwhile are the daemon's.
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w, opens.Open(big, false, true, Backing()));
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened r, opens.Open(big, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w, opens.Open(big, false, OpenFiles::Mode::kReads, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened r, opens.Open(big, true, OpenFiles::Mode::kReads, Backing()));
   EXPECT_EQ(w.handle, OpenFiles::kDaemon);
   EXPECT_EQ(r.handle, OpenFiles::kDaemon);
   opens.Release(big, w.handle, Close());
   opens.Release(big, r.handle, Close());
   // A reader first: a writer fails after waiting for its release.
-  ASSERT_OK_AND_ASSIGN(r, opens.Open(big, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(r, opens.Open(big, true, OpenFiles::Mode::kReads, Backing()));
   ASSERT_EQ(r.handle, OpenFiles::kPassthrough);
   const auto t0 = std::chrono::steady_clock::now();
-  Result<OpenFiles::Opened> busy = opens.Open(big, false, true, Backing());
+  Result<OpenFiles::Opened> busy = opens.Open(big, false, OpenFiles::Mode::kReads, Backing());
   EXPECT_EQ(busy.status().code(), ETXTBSY);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, OpenFiles::kReleaseWait);
   EXPECT_EQ(opens.busy(), 1u);
   // A writer that arrives just before the reader's release gets in.
   std::atomic<bool> opened{false};
   std::thread writer([&] {
-    Result<OpenFiles::Opened> got = opens.Open(big, false, true, Backing());
+    Result<OpenFiles::Opened> got = opens.Open(big, false, OpenFiles::Mode::kReads, Backing());
     EXPECT_TRUE(got.ok()) << got.status().ToString();
     if (got.ok()) EXPECT_EQ(got->handle, OpenFiles::kDaemon);
     opened = got.ok();
@@ -120,18 +125,18 @@ TEST_F(OpenFilesTest, NoPassthroughWhenNotWholeOrRefused) {
   const Ino big = MakeFile("big", 3 * kMiB);
   OpenFiles opens(s());
   // Passthrough off for this open.
-  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, false, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened a, opens.Open(big, true, OpenFiles::Mode::kNone, Backing()));
   EXPECT_EQ(a.handle, OpenFiles::kDaemon);
   opens.Release(big, a.handle, Close());
   // The kernel refuses the backing file.
-  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, true, [](int) { return -EPERM; }));
+  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, OpenFiles::Mode::kReads, [](int) { return -EPERM; }));
   EXPECT_EQ(a.handle, OpenFiles::kDaemon);
   EXPECT_EQ(opens.backing_failures(), 1u);
   EXPECT_EQ(opens.last_backing_error(), EPERM);
   opens.Release(big, a.handle, Close());
   // Overwritten in the middle: the data file no longer holds every byte.
   ASSERT_OK(engine::test::WriteAll(s(), big, kMiB, "x"));
-  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, true, Backing()));
+  ASSERT_OK_AND_ASSIGN(a, opens.Open(big, true, OpenFiles::Mode::kReads, Backing()));
   EXPECT_EQ(a.handle, OpenFiles::kDaemon);
   opens.Release(big, a.handle, Close());
   EXPECT_TRUE(backing_sizes_.empty());
@@ -149,7 +154,7 @@ TEST_F(OpenFilesTest, ConcurrentOpensAndReleasesBalance) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 200; ++i) {
-        Result<OpenFiles::Opened> o = opens.Open(big, true, true, open_backing);
+        Result<OpenFiles::Opened> o = opens.Open(big, true, OpenFiles::Mode::kReads, open_backing);
         ASSERT_TRUE(o.ok());
         opens.Release(big, o->handle, close_backing);
       }
@@ -158,7 +163,58 @@ TEST_F(OpenFilesTest, ConcurrentOpensAndReleasesBalance) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(ids.load(), closes.load());
   EXPECT_EQ(opens.backing_files(), 0u);
-  EXPECT_FALSE(opens.PassedThrough(big));
+  EXPECT_FALSE(opens.ReadersOnly(big));
+}
+
+TEST_F(OpenFilesTest, WritersOfAnEmptyFileShareADataFileTheKernelWrites) {
+  const Ino big = MakeFile("big", 3 * kMiB), empty = MakeFile("empty", 0);
+  OpenFiles opens(s());
+  constexpr auto kWrites = OpenFiles::Mode::kReadsAndWrites;
+  // Only with kReadsAndWrites, and only for an empty file.
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened d, opens.Open(empty, false, OpenFiles::Mode::kReads, Backing()));
+  EXPECT_EQ(d.handle, OpenFiles::kDaemon);
+  opens.Release(empty, d.handle, Close());
+  ASSERT_OK_AND_ASSIGN(d, opens.Open(big, false, kWrites, Backing()));
+  EXPECT_EQ(d.handle, OpenFiles::kDaemon);
+  opens.Release(big, d.handle, Close());
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w, opens.Open(empty, false, kWrites, Backing()));
+  ASSERT_EQ(w.handle, OpenFiles::kDirectWrite);
+  EXPECT_GT(w.backing_id, 0);
+  ASSERT_EQ(backing_sizes_.size(), 1u);
+  EXPECT_EQ(backing_sizes_[0], 0u);
+  // Readers and a second writer share its backing id; a truncation does not
+  // wait for them.
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened r, opens.Open(empty, true, kWrites, Backing()));
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w2, opens.Open(empty, false, kWrites, Backing()));
+  EXPECT_EQ(r.handle, OpenFiles::kPassthrough);
+  EXPECT_EQ(w2.handle, OpenFiles::kDirectWrite);
+  EXPECT_EQ(r.backing_id, w.backing_id);
+  EXPECT_EQ(w2.backing_id, w.backing_id);
+  EXPECT_FALSE(opens.ReadersOnly(empty));
+  EXPECT_TRUE(opens.WaitForReleases(empty));
+  // The kernel writes the data file.
+  const std::string data = engine::test::PatternData(8, 0, 2 * kMiB);
+  {
+    ASSERT_OK_AND_ASSIGN(std::optional<std::string> again, s()->BeginDirectWrite(empty));
+    EXPECT_FALSE(again.has_value());  // already begun
+    const std::string path = dir_.store() + "/" + format::DataFileName(empty);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, data.data(), data.size(), 0), static_cast<ssize_t>(data.size()));
+    ::close(fd);
+  }
+  opens.Release(empty, w.handle, Close());
+  EXPECT_EQ(s()->GetStats()->direct_adoptions, 0u);  // a writer is left
+  opens.Release(empty, w2.handle, Close());
+  // The last writer's release adopted it; the reader keeps the backing id,
+  // and now holds writers off.
+  EXPECT_TRUE(closed_.empty());
+  EXPECT_TRUE(opens.ReadersOnly(empty));
+  ASSERT_OK_AND_ASSIGN(std::string got, engine::test::ReadAll(s(), empty));
+  EXPECT_TRUE(got == data);
+  opens.Release(empty, r.handle, Close());
+  EXPECT_EQ(closed_, std::vector<int>{w.backing_id});
+  EXPECT_EQ(opens.direct_write_errors(), 0u);
 }
 
 }  // namespace

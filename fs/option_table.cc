@@ -267,11 +267,19 @@ constexpr OptionSpec kOptions[] = {
              "go straight to the data file at the disk's speed, checked by `ckptfs verify` "
              "and fsck instead of on every read; turns `writeback_cache` off, costs an OPEN "
              "and a RELEASE per open, needs root and Linux 6.9+ (see \"Large files\" below)"},
+    {.name = "passthrough_writes",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::passthrough_writes>,
+     .help = "`passthrough` for writers too: an empty file opened for writing (a new one) "
+             "gets a data file that the kernel writes directly, at the disk's speed, checked "
+             "and checksummed by the daemon at each close and fsync; a file that ends smaller "
+             "than `data_file_min` moves into segments at its last close (a data file created "
+             "and deleted, a durable commit): for stores of few large files"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,
      .help = "every read checks the checksums of the bytes it returns (EIO on a mismatch); "
-             "turns `passthrough` off"},
+             "turns `passthrough` and `passthrough_writes` off"},
     {.name = "debug",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::debug>,

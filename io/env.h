@@ -41,6 +41,10 @@ class File {
   virtual Status Sync() = 0;
   // The file's size now.
   virtual Result<uint64_t> Size() const = 0;
+  // When the file's bytes last changed (st_mtime), in nanoseconds since the
+  // epoch: with Size(), tells whether another writer of the file wrote since
+  // the last look.
+  virtual Result<int64_t> ModifiedNs() const = 0;
   // Cuts or extends the file to `size` bytes (ftruncate).
   // REQUIRES: the file was opened for writing.
   virtual Status Truncate(uint64_t size) = 0;

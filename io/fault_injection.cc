@@ -47,6 +47,7 @@ class FaultFile final : public File {
     return Status::OK();
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
+  Result<int64_t> ModifiedNs() const override { return base_->ModifiedNs(); }
   Status Truncate(uint64_t size) override {
     ReaderMutexLock cut(&env_->cut_mu_);
     if (env_->cut()) return Status::OK();  // never reaches the disk

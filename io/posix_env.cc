@@ -83,6 +83,12 @@ class PosixFile final : public File {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  Result<int64_t> ModifiedNs() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return Status::IOError(errno, "stat " + path());
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  }
+
   Status Truncate(uint64_t size) override {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
       return Status::IOError(errno, "truncate " + path());

@@ -1,6 +1,7 @@
 // Large files in data files of their own (docs/FORMAT.md, "data/"): the move
 // out of segments, overwrites, truncation, holes, removal, fsck and
-// compaction on stores that hold both layouts.
+// compaction on stores that hold both layouts; direct writes, where another
+// writer (the kernel) writes the data file and the store adopts its bytes.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -352,6 +353,121 @@ TEST_F(DataFileTest, ZeroThresholdKeepsEveryFileInSegments) {
   EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);
   EXPECT_EQ(DataFileSize(f), -1);
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
+// What the kernel does for a passthrough writer: writes the data file.
+void WriteDirectly(const std::string& path, uint64_t off, const std::string& data,
+                   std::string* model) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, data.data(), data.size(), static_cast<off_t>(off)),
+            static_cast<ssize_t>(data.size()));
+  ::close(fd);
+  if (model->size() < off + data.size()) model->resize(off + data.size(), '\0');
+  model->replace(off, data.size(), data);
+}
+
+TEST_F(DataFileTest, DirectWritesAreAdoptedWithChecksumsOfWhatTheDataFileHoldsNow) {
+  Ino f = File("f");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(*path, DataPath(f));
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(1, 0, 2 * kMiB + 5), &want));
+  // Before any adoption the size is the data file's, and nothing is indexed.
+  ASSERT_OK_AND_ASSIGN(Attr a, s()->GetAttr(f));
+  EXPECT_EQ(a.size, want.size());
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, want.size());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));  // every block checked
+  // A rewrite in the middle: the next adoption checksums the new bytes.
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 1 * kMiB - 2, "rewritten", &want));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_OK_AND_ASSIGN(EngineStats st, s()->GetStats());
+  EXPECT_EQ(st.direct_writes, 1u);
+  EXPECT_EQ(st.direct_adoptions, 2u);
+  ASSERT_OK(s()->AdoptDirectWrites(f));  // nothing changed: nothing to do
+  ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
+  EXPECT_EQ(st.direct_adoptions, 2u);
+  // Truncation cuts and extends the data file itself.
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, 1 * kMiB + 3, &want));
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, 1 * kMiB + 100 * kKiB, &want));
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  // A write through the store lands in the data file too.
+  ASSERT_NO_FATAL_FAILURE(Write(f, want.size(), PatternData(2, 0, 300 * kKiB), &want));
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  EXPECT_EQ(s()->Fallocate(f, 0, 0, 4 * kMiB).code(), EOPNOTSUPP);
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, want.size(), PatternData(3, 0, 70 * kKiB), &want));
+  ASSERT_OK(s()->EndDirectWrite(f));
+  // Past data_file_bytes: it stays whole in its data file.
+  ASSERT_OK_AND_ASSIGN(std::optional<WholeDataFile> whole, s()->WholeDataFileOf(f));
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->size, want.size());
+  EXPECT_EQ(s()->EndDirectWrite(f).code(), EINVAL);  // not begun
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
+TEST_F(DataFileTest, ASmallDirectFileMovesIntoSegmentsWhenItsWritesEnd) {
+  struct Case {
+    std::string name;
+    size_t size;
+  };
+  for (const Case& c : {Case{"records", 300 * kKiB}, Case{"inline", 10}, Case{"empty", 0}}) {
+    SCOPED_TRACE(c.name);
+    Ino f = File(c.name);
+    ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+    ASSERT_TRUE(path.has_value());
+    std::string want;
+    if (c.size > 0) ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(4, 0, c.size), &want));
+    ASSERT_OK(s()->EndDirectWrite(f));
+    EXPECT_EQ(DataFileSize(f), -1);
+    Layout l = LayoutOf(f);
+    EXPECT_EQ(l.data_file_bytes, 0u);
+    EXPECT_EQ(c.size > 100 ? l.segment_bytes : l.inline_bytes, c.size);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, OnlyAnEmptyFileBeginsDirectWrites) {
+  Ino f = File("f");
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, "bytes", &want));
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  EXPECT_FALSE(path.has_value());
+  EXPECT_EQ(DataFileSize(f), -1);
+  EXPECT_EQ(s()->EndDirectWrite(f).code(), EINVAL);
+  options_.data_file_bytes = 0;  // data files off: none
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Ino g = File("g");
+  ASSERT_OK_AND_ASSIGN(path, s()->BeginDirectWrite(g));
+  EXPECT_FALSE(path.has_value());
+}
+
+TEST_F(DataFileTest, BytesNotAdoptedBeforeACrashAreNotTheFiles) {
+  Ino f = File("f"), g = File("g");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path_g, s()->BeginDirectWrite(g));
+  std::string want, want_g;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(5, 0, 2 * kMiB), &want));
+  ASSERT_OK(s()->Fsync(f, false));
+  std::string lost = want;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, want.size(), PatternData(6, 0, kMiB), &lost));
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path_g, 0, PatternData(7, 0, kMiB), &want_g));
+  // The daemon dies: no EndDirectWrite.
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_OK_AND_ASSIGN(Attr a, s()->GetAttr(g));
+  EXPECT_EQ(a.size, 0u);
+  EXPECT_EQ(DataFileSize(g), -1);  // no inode used it: deleted at the open
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
 }
 
 }  // namespace

@@ -301,6 +301,12 @@ class Kill9DataFileTest(Kill9Test):
     through by the kernel where it can: closed files survive."""
     options = ["passthrough", "data_file_min=1M"]
 
+
+class Kill9DirectWritesTest(Kill9Test):
+    """Files the kernel writes into data files of their own
+    (passthrough_writes), adopted at each close: closed files survive."""
+    options = ["passthrough_writes", "data_file_min=1M"]
+
 if __name__ == "__main__":
     harness.require_fuse()
     harness.set_deadline(200)

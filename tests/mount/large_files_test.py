@@ -18,7 +18,12 @@ directory, byte for byte:
   - a mount by an unprivileged user (no CAP_SYS_ADMIN) falls back to the
     daemon's reads, says why in the stats file and returns the same bytes;
   - with verify_reads passthrough is off, and a flipped byte in a data file
-    reads as EIO.
+    reads as EIO;
+  - with passthrough_writes all of the above again, and: a new file's writes
+    reach no daemon, its size shows while it is open, and its checksums
+    (adopted at close and fsync) pass `ckptfs verify`; small new files move
+    into segments at their last close; readers and writers of a new file
+    share its data file through rewrites and truncation.
 Needs root (drop_caches, setuid to 65534) and CKPTFS_BIN.
 """
 
@@ -29,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -229,6 +235,91 @@ class PassthroughTest(lib.MountAndPlainTestCase):
         m = np.load(self.m.path("arr.npy"), mmap_mode="r")
         self.assertTrue(np.array_equal(m, arr))
         del m
+
+
+def verify(path):
+    return subprocess.run([harness.ckptfs_bin(), "verify", path], capture_output=True, text=True)
+
+
+class PassthroughWritesTest(PassthroughTest):
+    """PassthroughTest's steps with passthrough_writes, and what it adds."""
+    mount_options = ("passthrough_writes", "data_file_min=4M")
+
+    def setUp(self):
+        if not passthrough_possible():
+            self.skipTest("no passthrough here")
+
+    def engine(self):
+        return self.m.stats()["engine"]
+
+    def test_a_new_files_writes_reach_no_daemon_and_are_adopted_at_close(self):
+        self.assertTrue(self.pt()["writes"])
+        data = os.urandom(24 * MiB + 5)
+        before = self.engine()
+        p = self.m.path("direct")
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            for off in range(0, len(data), MiB):
+                os.write(fd, data[off:off + MiB])
+            # The size shows while the kernel writes.
+            self.assertEqual(os.stat(p).st_size, len(data))
+            self.assertEqual(os.fstat(fd).st_size, len(data))
+        finally:
+            os.close(fd)
+        after = self.engine()
+        self.assertEqual(after["writes"], before["writes"])
+        self.assertEqual(after["direct_writes"], before["direct_writes"] + 1)
+        self.assertGreaterEqual(after["direct_adopted_bytes"] - before["direct_adopted_bytes"],
+                                len(data))
+        drop_caches()
+        self.assertTrue(read_all(p) == data)
+        self.assertTrue(mmap_all(p) == data)
+        r = verify(p)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_small_new_files_move_into_segments_at_their_last_close(self):
+        store_data = os.path.join(self.m.store, "data")
+        files_before = len(os.listdir(store_data))
+        sizes = {"tiny": 10, "some": 300 * 1024, "empty": 0}
+        for name, size in sizes.items():
+            lib.write_file(self.m.path(name), pattern(7, size))
+        # RELEASE comes after close(2) has returned.
+        for _ in range(100):
+            if len(os.listdir(store_data)) == files_before:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(os.listdir(store_data)), files_before)
+        drop_caches()
+        for name, size in sizes.items():
+            self.assertEqual(read_all(self.m.path(name)), pattern(7, size), name)
+        r = verify(self.m.path("some"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_readers_and_writers_of_a_new_file_share_its_data_file(self):
+        p = self.m.path("shared")
+        model = bytearray(pattern(8, 8 * MiB))
+        w = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.write(w, model)
+            r = os.open(p, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(r, 100, len(model) - 100), model[-100:])
+                os.pwrite(w, b"X" * 10, 1000)  # a rewrite of adopted-to-be bytes
+                model[1000:1010] = b"X" * 10
+                os.ftruncate(w, 6 * MiB)  # no waiting for the reader
+                del model[6 * MiB:]
+                os.write(w, b"tail")  # at offset 8 MiB: a hole before it
+                model += bytes(2 * MiB) + b"tail"
+                os.fsync(w)
+                self.assertTrue(os.pread(r, len(model) + 10, 0) == model)
+            finally:
+                os.close(r)
+        finally:
+            os.close(w)
+        drop_caches()
+        self.assertTrue(read_all(p) == model)
+        r = verify(p)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 class UnprivilegedFallbackTest(unittest.TestCase):
