@@ -955,10 +955,6 @@ Result<std::optional<WholeDataFile>> StoreImpl::WholeDataFileOf(Ino ino) {
   return std::optional<WholeDataFile>(WholeDataFile{data_files_->Path(ino), size});
 }
 
-}  // namespace ckptfs::engine
-
-namespace ckptfs::engine {
-
 Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   InodeState* s = inodes_.Pin(ino);  // held until EndDirectWrite
