@@ -1011,8 +1011,10 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   v.mtime_nsec = v.ctime_nsec = static_cast<uint32_t>(look.modified_ns % 1'000'000'000);
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b, cf_segments_);
+  // Before the commit: a sync, or a flush of the index's memtable, that
+  // finds the commit syncs the data file first.
+  CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
-  CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));  // the next sync syncs it
   s->attr = v;
   s->adopted_size = look.size;
   s->adopted_ns = look.modified_ns;
