@@ -1007,8 +1007,9 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   v.data_file_end = look.size;
   v.data_bytes = look.size;
   v.data_bytes_known = true;
-  v.mtime_sec = v.ctime_sec = look.modified_ns / 1'000'000'000;
-  v.mtime_nsec = v.ctime_nsec = static_cast<uint32_t>(look.modified_ns % 1'000'000'000);
+  const Timespec modified = FromNanos(look.modified_ns);
+  v.mtime_sec = v.ctime_sec = modified.sec;
+  v.mtime_nsec = v.ctime_nsec = modified.nsec;
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b, cf_segments_);
   // Before the commit: a sync, or a flush of the index's memtable, that

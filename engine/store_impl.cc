@@ -54,6 +54,10 @@ Timespec Now() {
   return Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
 }
 
+Timespec FromNanos(int64_t ns) {
+  return Timespec{ns / 1'000'000'000, static_cast<uint32_t>(ns % 1'000'000'000)};
+}
+
 bool Store::IsStore(const std::string& dir) {
   struct stat st;
   return ::stat((dir + "/" + format::kFormatFileName).c_str(), &st) == 0;
@@ -288,7 +292,7 @@ Status StoreImpl::PurgeOrphans() {
     }
     EmitDeltas(deltas, &b, cf_segments_);
     CKPTFS_RETURN_IF_ERROR(Commit(&b));
-    if (s->attr.data_file_end != 0 || s->direct) data_files_->RemoveAfterSync(ino);
+    if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
     s->purged = true;
   }
   return Status::OK();

@@ -361,5 +361,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v);
 
 // Current time of the store's clock.
 Timespec Now();
+// A time given in nanoseconds since the epoch.
+Timespec FromNanos(int64_t ns);
 
 }  // namespace ckptfs::engine

@@ -3,6 +3,7 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "engine/store_impl.h"
 
@@ -182,9 +183,10 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
     // The kernel writes the data file: its size and mtime are the file's.
     CKPTFS_ASSIGN_OR_RETURN(DataFiles::Look look, data_files_->LookAt(s->ino));
     a.size = a.data_bytes = look.size;
-    const Timespec modified{look.modified_ns / 1'000'000'000,
-                            static_cast<uint32_t>(look.modified_ns % 1'000'000'000)};
-    if (look.modified_ns > a.mtime.sec * 1'000'000'000 + a.mtime.nsec) a.mtime = a.ctime = modified;
+    const Timespec modified = FromNanos(look.modified_ns);
+    if (std::tie(modified.sec, modified.nsec) > std::tie(a.mtime.sec, a.mtime.nsec)) {
+      a.mtime = a.ctime = modified;
+    }
   }
   return a;
 }
