@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <thread>
 
 #include "format/format.h"
@@ -57,10 +58,27 @@ Result<std::shared_ptr<io::File>> DataFiles::Get(uint64_t ino) {
   return file;
 }
 
+DataFiles::~DataFiles() {
+  std::thread remover;
+  {
+    MutexLock l(&mu_);
+    stop_remover_ = true;
+    remover.swap(remover_);
+  }
+  removal_cv_.SignalAll();
+  if (remover.joinable()) remover.join();
+}
+
+void DataFiles::CancelRemoval(uint64_t ino) {
+  removals_.remove(ino);
+  while (removing_ == ino) removal_cv_.Wait(&mu_);
+}
+
 Status DataFiles::Create(uint64_t ino) {
   if (read_only_) return Status(EROFS, "read-only store");
   {
     MutexLock l(&mu_);
+    CancelRemoval(ino);
     Forget(ino);
     dirty_.erase(ino);
   }
@@ -192,6 +210,47 @@ std::set<uint64_t> DataFiles::TakeQueued() {
   MutexLock l(&mu_);
   queue.swap(remove_queue_);
   return queue;
+}
+
+void DataFiles::RemoveInBackground(const std::set<uint64_t>& inos) {
+  if (inos.empty()) return;
+  {
+    MutexLock l(&mu_);
+    removals_.insert(removals_.end(), inos.begin(), inos.end());
+    if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
+  }
+  removal_cv_.SignalAll();
+}
+
+void DataFiles::RemoverLoop() {
+  MutexLock l(&mu_);
+  for (;;) {
+    while (removals_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
+    if (removals_.empty()) return;  // stopping, with nothing left to delete
+    removing_ = removals_.front();
+    removals_.pop_front();
+    Forget(removing_);
+    dirty_.erase(removing_);
+    const std::string path = Path(removing_);
+    l.Unlock();
+    const Status s = env_->Remove(path);
+    if (!s.ok()) std::fprintf(stderr, "ckptfs: %s\n", s.ToString().c_str());
+    l.Lock();
+    if (removal_error_.ok()) removal_error_ = s;
+    removing_ = 0;
+    removal_cv_.SignalAll();
+  }
+}
+
+Status DataFiles::WaitForRemovals() {
+  MutexLock l(&mu_);
+  while (!removals_.empty() || removing_ != 0) removal_cv_.Wait(&mu_);
+  return removal_error_;
+}
+
+bool DataFiles::RemovalsPending() {
+  MutexLock l(&mu_);
+  return !removals_.empty() || removing_ != 0;
 }
 
 Status DataFiles::Remove(uint64_t ino) {

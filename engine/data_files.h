@@ -8,10 +8,13 @@
 // that sync (at most kMaxDirty of them: past that, a write syncs the others
 // first).
 //
-// Removal is deferred: RemoveAfterSync() queues a file, and the store
-// deletes the queue once the index state that no longer uses it is durable
-// (TakeQueued()); a crash in between leaves a file no inode uses, which the
-// store deletes at its next open.
+// Removal is deferred: RemoveAfterSync() queues a file, and once the index
+// state that no longer uses it is durable (TakeQueued()) the store hands the
+// queue to a background thread (RemoveInBackground), so that a sync does not
+// wait for the unlink of a large file (and the release of its cached pages);
+// a crash in between leaves a file no inode uses, which the store deletes at
+// its next open. Create() of an inode whose file waits for that thread takes
+// it off the queue first, so that a removal never deletes a newer file.
 //
 // Thread safety: all methods are thread-safe; reads and writes of the files
 // run outside the lock.
@@ -24,6 +27,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "base/mutex.h"
@@ -37,6 +41,10 @@ class DataFiles {
   // `store_dir` is the store's directory; the files are under its data/.
   DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only)
       : env_(std::move(env)), store_dir_(std::move(store_dir)), read_only_(read_only) {}
+  // Waits for the background removals.
+  ~DataFiles();
+  DataFiles(const DataFiles&) = delete;
+  DataFiles& operator=(const DataFiles&) = delete;
 
   // Creates data/ when it is missing (a store made by an older build).
   Status EnsureDir();
@@ -79,6 +87,14 @@ class DataFiles {
   // (Remove). Taken before the sync, so that only inodes whose removal was
   // committed before it are deleted after it.
   std::set<uint64_t> TakeQueued();
+  // Deletes the data files of `inos` on the background thread, in order. A
+  // failure is logged; the file stays until the store's next open.
+  void RemoveInBackground(const std::set<uint64_t>& inos);
+  // Waits until the background thread has deleted everything handed to it;
+  // the first of its failures (each also logged).
+  Status WaitForRemovals();
+  // Whether the background thread has deletions to do.
+  bool RemovalsPending();
   // Deletes the data file of `ino` now.
   Status Remove(uint64_t ino);
   // The inode numbers of the data files on disk.
@@ -90,6 +106,10 @@ class DataFiles {
   static constexpr size_t kMaxDirty = 256;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
   void Forget(uint64_t ino) REQUIRES(mu_);
+  // Takes `ino` off the background queue, or waits until the background
+  // thread has deleted it.
+  void CancelRemoval(uint64_t ino) REQUIRES(mu_);
+  void RemoverLoop();
 
   const std::shared_ptr<io::Env> env_;
   const std::string store_dir_;
@@ -104,6 +124,13 @@ class DataFiles {
   std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);
   std::set<uint64_t> remove_queue_ GUARDED_BY(mu_);
+  // The background removals: waiting, and the one being deleted (0: none).
+  std::list<uint64_t> removals_ GUARDED_BY(mu_);
+  uint64_t removing_ GUARDED_BY(mu_) = 0;
+  bool stop_remover_ GUARDED_BY(mu_) = false;
+  Status removal_error_ GUARDED_BY(mu_);
+  CondVar removal_cv_;  // removals_ or removing_ changed, or stop_remover_ set
+  std::thread remover_ GUARDED_BY(mu_);
   Status sync_error_ GUARDED_BY(mu_);
   // Serializes SyncDirty (as SegmentSet's sync_mu_).
   Mutex sync_mu_ ACQUIRED_BEFORE(mu_);

@@ -328,6 +328,12 @@ Status StoreImpl::Close() {
       result = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
     }
   }
+  if (data_files_ != nullptr) {
+    // Before the store lock goes: no deletion runs while another process
+    // has the store.
+    Status s = data_files_->WaitForRemovals();
+    if (result.ok()) result = s;
+  }
   if (db_ != nullptr) {
     for (auto* h : handles_) {
       Status s = FromRocks(db_->DestroyColumnFamilyHandle(h), "close index column family");
@@ -383,21 +389,32 @@ Status StoreImpl::CheckWritable() const {
   return Status::OK();
 }
 
+Status StoreImpl::StatSpaceLocked() {
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
+  space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  space_checked_ms_ = NowMs();
+  space_since_check_ = 0;
+  return Status::OK();
+}
+
 Status StoreImpl::CheckSpace(uint64_t incoming, Ino ino, uint64_t offset) {
   MutexLock l(&space_mu_);
-  uint64_t now = NowMs();
   space_since_check_ += incoming;
   const uint64_t drawn = ino != 0 ? reservations_.Overlap(ino, offset, offset + incoming) : 0;
   if (incoming > 0 && drawn == incoming) return Status::OK();  // all of it reserved
   const uint64_t needed = options_.min_free_bytes + reservations_.charge() + (incoming - drawn);
-  if (space_since_check_ >= kSpaceCheckBytes || now - space_checked_ms_ >= kSpaceCheckMs ||
+  if (space_since_check_ >= kSpaceCheckBytes || NowMs() - space_checked_ms_ >= kSpaceCheckMs ||
       space_avail_ < needed) {
-    struct statvfs vfs;
-    if (::statvfs(dir_.c_str(), &vfs) == 0) {
-      space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    }
-    space_checked_ms_ = now;
-    space_since_check_ = 0;
+    (void)StatSpaceLocked();  // on failure, the last figure stands
+  }
+  if (space_avail_ < needed && data_files_->RemovalsPending()) {
+    // Deleted files' data files are about to give space back (space_mu_ is
+    // a leaf lock: not held while waiting).
+    l.Unlock();
+    (void)data_files_->WaitForRemovals();
+    l.Lock();
+    (void)StatSpaceLocked();
   }
   if (space_avail_ < needed) {
     return Status(ENOSPC, "no space left on the filesystem under " + dir_);
@@ -412,11 +429,7 @@ Status StoreImpl::Reserve(Ino ino, uint64_t start, uint64_t end) {
     reservations_.Add(ino, start, end);
     return Status::OK();
   }
-  struct statvfs vfs;
-  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
-  space_avail_ = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  space_checked_ms_ = NowMs();
-  space_since_check_ = 0;
+  CKPTFS_RETURN_IF_ERROR(StatSpaceLocked());
   const uint64_t needed = options_.min_free_bytes + reservations_.charge();
   if (space_avail_ < needed || space_avail_ - needed < add) {
     return Status(ENOSPC, "cannot reserve " + std::to_string(end - start) +
@@ -440,7 +453,8 @@ Status StoreImpl::FlushDurable() {
   // index log: no batch becomes durable before the records it points at.
   CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
-  // Data files of removed inodes go once the removal is durable.
+  // Data files of removed inodes go once the removal is durable, on the
+  // background thread: a sync does not wait for their unlinks.
   const std::set<uint64_t> unused = data_files_->TakeQueued();
   {
     CommitGate::Closed closed(&commit_gate_);
@@ -449,12 +463,8 @@ Status StoreImpl::FlushDurable() {
     // On failure the files stay; the next open deletes what no inode uses.
     CKPTFS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), "sync index log"));
   }
-  Status result;
-  for (uint64_t ino : unused) {
-    Status s = data_files_->Remove(ino);
-    if (result.ok()) result = s;
-  }
-  return result;
+  data_files_->RemoveInBackground(unused);
+  return Status::OK();
 }
 
 Status StoreImpl::Fsync(Ino ino, bool datasync) {

@@ -138,6 +138,8 @@ class StoreImpl final : public Store {
   // [offset, offset+incoming) of `ino` (0: none) that are reserved draw on
   // their reservation instead: a write of reserved bytes only is never refused.
   Status CheckSpace(uint64_t incoming, Ino ino = 0, uint64_t offset = 0);
+  // Reads the free space under the store into space_avail_.
+  Status StatSpaceLocked() REQUIRES(space_mu_);
   // Reserves [start, end) of `ino` (see Store::Fallocate): ENOSPC, and
   // nothing reserved, when the free space does not cover it.
   Status Reserve(Ino ino, uint64_t start, uint64_t end);

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "format/format.h"
 #include "tests/engine/test_util.h"
@@ -42,6 +44,15 @@ class DataFileTest : public StoreFixture {
   int64_t DataFileSize(Ino ino) {
     struct stat st;
     return ::stat(DataPath(ino).c_str(), &st) == 0 ? st.st_size : -1;
+  }
+  // Waits (up to a minute) for the store's background deletion of the data
+  // file of `ino`; fails when it is still there.
+  void ExpectDataFileDeleted(Ino ino) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (DataFileSize(ino) != -1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(DataFileSize(ino), -1) << "the data file of inode " << ino << " is still there";
   }
   // Writes `data` at `off` in pieces of `piece` bytes and into `model`.
   void Write(Ino ino, uint64_t off, const std::string& data, std::string* model,
@@ -217,7 +228,7 @@ TEST_F(DataFileTest, UnlinkDeletesTheDataFileOnceTheRemovalIsDurable) {
   ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 2 * kMiB), &want));
   ASSERT_OK(s()->Unlink(kRootIno, "f"));
   ASSERT_OK(s()->SyncAll());
-  EXPECT_EQ(DataFileSize(f), -1);
+  ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(f));
   // A file held open keeps its data file until its last release.
   Ino g = File("g");
   ASSERT_NO_FATAL_FAILURE(Write(g, 0, PatternData(2, 0, 2 * kMiB), &want));
@@ -227,7 +238,7 @@ TEST_F(DataFileTest, UnlinkDeletesTheDataFileOnceTheRemovalIsDurable) {
   EXPECT_GT(DataFileSize(g), 0);
   ASSERT_OK(s()->Release(g));
   ASSERT_OK(s()->SyncAll());
-  EXPECT_EQ(DataFileSize(g), -1);
+  ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(g));
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
 }
 
@@ -340,7 +351,9 @@ TEST_F(DataFileTest, WholeDataFileOnlyWhileTheDataFileHoldsEveryByte) {
   }
   ASSERT_NO_FATAL_FAILURE(Write(cut, want_cut.size(), "tail", &want_cut));
   ASSERT_OK_AND_ASSIGN(whole, s()->WholeDataFileOf(cut));
-  if (whole.has_value()) EXPECT_EQ(DataFileSize(cut), static_cast<int64_t>(want_cut.size()));
+  if (whole.has_value()) {
+    EXPECT_EQ(DataFileSize(cut), static_cast<int64_t>(want_cut.size()));
+  }
   ASSERT_NO_FATAL_FAILURE(ExpectContents(cut, want_cut));
 }
 
@@ -424,7 +437,9 @@ TEST_F(DataFileTest, ASmallDirectFileMovesIntoSegmentsWhenItsWritesEnd) {
     ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
     ASSERT_TRUE(path.has_value());
     std::string want;
-    if (c.size > 0) ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(4, 0, c.size), &want));
+    if (c.size > 0) {
+      ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(4, 0, c.size), &want));
+    }
     ASSERT_OK(s()->EndDirectWrite(f));
     EXPECT_EQ(DataFileSize(f), -1);
     Layout l = LayoutOf(f);
