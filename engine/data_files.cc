@@ -70,6 +70,8 @@ DataFiles::~DataFiles() {
 }
 
 void DataFiles::CancelRemoval(uint64_t ino) {
+  remove_queue_.erase(ino);
+  for (auto& [ticket, inos] : syncing_) inos.erase(ino);
   removals_.remove(ino);
   while (removing_ == ino) removal_cv_.Wait(&mu_);
 }
@@ -205,17 +207,25 @@ void DataFiles::RemoveAfterSync(uint64_t ino) {
   remove_queue_.insert(ino);
 }
 
-std::set<uint64_t> DataFiles::TakeQueued() {
-  std::set<uint64_t> queue;
+uint64_t DataFiles::BeforeIndexSync() {
   MutexLock l(&mu_);
-  queue.swap(remove_queue_);
-  return queue;
+  const uint64_t ticket = next_ticket_++;
+  syncing_[ticket].swap(remove_queue_);
+  return ticket;
 }
 
-void DataFiles::RemoveInBackground(const std::set<uint64_t>& inos) {
-  if (inos.empty()) return;
+void DataFiles::AfterIndexSync(uint64_t ticket, bool synced) {
   {
     MutexLock l(&mu_);
+    auto it = syncing_.find(ticket);
+    if (it == syncing_.end()) return;
+    std::set<uint64_t> inos = std::move(it->second);
+    syncing_.erase(it);
+    if (!synced) {
+      remove_queue_.merge(inos);
+      return;
+    }
+    if (inos.empty()) return;
     removals_.insert(removals_.end(), inos.begin(), inos.end());
     if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
   }

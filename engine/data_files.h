@@ -9,12 +9,13 @@
 // first).
 //
 // Removal is deferred: RemoveAfterSync() queues a file, and once the index
-// state that no longer uses it is durable (TakeQueued()) the store hands the
-// queue to a background thread (RemoveInBackground), so that a sync does not
-// wait for the unlink of a large file (and the release of its cached pages);
-// a crash in between leaves a file no inode uses, which the store deletes at
-// its next open. Create() of an inode whose file waits for that thread takes
-// it off the queue first, so that a removal never deletes a newer file.
+// state that no longer uses it is durable (BeforeIndexSync/AfterIndexSync
+// around the index's sync) a background thread deletes it, so that a sync
+// does not wait for the unlink of a large file (and the release of its
+// cached pages); a crash in between leaves a file no inode uses, which the
+// store deletes at its next open. Create() of an inode whose file is queued
+// at any of these stages takes it off (or waits for its deletion to end), so
+// that a removal never deletes a newer file.
 //
 // Thread safety: all methods are thread-safe; reads and writes of the files
 // run outside the lock.
@@ -80,16 +81,15 @@ class DataFiles {
   // Syncs every data file written since the previous call. Sticky on
   // failure, as SegmentSet::SyncDirty.
   Status SyncDirty();
-  // Queues the data file of `ino` for deletion once its removal from the
-  // index (committed before this call) is durable.
+  // Queues the data file of `ino` for deletion once the index state that no
+  // longer uses it (committed before this call) is durable.
   void RemoveAfterSync(uint64_t ino);
-  // Empties the queue: the caller syncs the index, then deletes them
-  // (Remove). Taken before the sync, so that only inodes whose removal was
-  // committed before it are deleted after it.
-  std::set<uint64_t> TakeQueued();
-  // Deletes the data files of `inos` on the background thread, in order. A
-  // failure is logged; the file stays until the store's next open.
-  void RemoveInBackground(const std::set<uint64_t>& inos);
+  // Around a sync of the index: BeforeIndexSync takes what is queued so far
+  // (only inodes whose change was committed before the sync), and
+  // AfterIndexSync hands those to the background thread, or, when the sync
+  // failed, queues them again for the next one.
+  uint64_t BeforeIndexSync();
+  void AfterIndexSync(uint64_t ticket, bool synced);
   // Waits until the background thread has deleted everything handed to it;
   // the first of its failures (each also logged).
   Status WaitForRemovals();
@@ -106,7 +106,7 @@ class DataFiles {
   static constexpr size_t kMaxDirty = 256;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
   void Forget(uint64_t ino) REQUIRES(mu_);
-  // Takes `ino` off the background queue, or waits until the background
+  // Takes `ino` off every removal queue, or waits until the background
   // thread has deleted it.
   void CancelRemoval(uint64_t ino) REQUIRES(mu_);
   void RemoverLoop();
@@ -124,6 +124,9 @@ class DataFiles {
   std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);
   std::set<uint64_t> remove_queue_ GUARDED_BY(mu_);
+  // Taken for an index sync in progress, by ticket.
+  std::map<uint64_t, std::set<uint64_t>> syncing_ GUARDED_BY(mu_);
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
   // The background removals: waiting, and the one being deleted (0: none).
   std::list<uint64_t> removals_ GUARDED_BY(mu_);
   uint64_t removing_ GUARDED_BY(mu_) = 0;

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <string>
 
@@ -44,12 +43,25 @@ TEST_F(DataFilesTest, BackgroundRemovalsDeleteWhatTheyWereGiven) {
     ASSERT_TRUE(files_->Create(ino).ok());
     ASSERT_TRUE(files_->Write(ino, 0, "bytes of " + std::to_string(ino)).ok());
   }
-  files_->RemoveInBackground({2, 4, 6, 8, 10, 12, 14, 16, 18, 20});
+  for (uint64_t ino = 2; ino <= 20; ino += 2) files_->RemoveAfterSync(ino);
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+  for (uint64_t ino = 1; ino <= 20; ++ino) EXPECT_TRUE(Exists(ino)) << "no sync yet: " << ino;
+  // A failed sync keeps them queued for the next one.
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/false);
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+  for (uint64_t ino = 1; ino <= 20; ++ino) EXPECT_TRUE(Exists(ino)) << "sync failed: " << ino;
+  // Queued during a sync: left for the next one.
+  const uint64_t ticket = files_->BeforeIndexSync();
+  files_->RemoveAfterSync(1);
+  files_->AfterIndexSync(ticket, /*synced=*/true);
   ASSERT_TRUE(files_->WaitForRemovals().ok());
   EXPECT_FALSE(files_->RemovalsPending());
   for (uint64_t ino = 1; ino <= 20; ++ino) {
     EXPECT_EQ(Exists(ino), ino % 2 == 1) << ino;
   }
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+  EXPECT_FALSE(Exists(1));
   // Those left are still readable through the (pruned) set of open files.
   char buf[32];
   auto n = files_->ReadUpTo(7, 0, sizeof(buf), buf);
@@ -58,22 +70,31 @@ TEST_F(DataFilesTest, BackgroundRemovalsDeleteWhatTheyWereGiven) {
 }
 
 TEST_F(DataFilesTest, ACreateIsNeverUndoneByARemovalQueuedBeforeIt) {
-  // Each round queues the removal of an inode's file (behind others, so
-  // that it is waiting or being deleted at any moment), creates the file
-  // again at once and writes it: whichever way the two meet, the new file
-  // stays.
-  for (int round = 0; round < 200; ++round) {
-    const uint64_t ino = 1 + round % 3;
+  // Each round queues the removal of an inode's file and creates it again
+  // at one of the removal's stages: queued for a sync, taken by a sync in
+  // progress, or handed to the background thread (behind others, so that
+  // it is waiting or being deleted at that moment). The new file stays.
+  for (int round = 0; round < 300; ++round) {
+    const uint64_t ino = 1 + round % 5;
+    const int stage = round % 3;
     for (uint64_t other = 100; other < 104; ++other) ASSERT_TRUE(files_->Create(other).ok());
     ASSERT_TRUE(files_->Create(ino).ok());
     ASSERT_TRUE(files_->Write(ino, 0, "old").ok());
-    files_->RemoveInBackground({ino, 100, 101, 102, 103});
+    for (uint64_t queued : {ino, uint64_t{100}, uint64_t{101}, uint64_t{102}, uint64_t{103}}) {
+      files_->RemoveAfterSync(queued);
+    }
+    uint64_t ticket = 0;
+    if (stage >= 1) ticket = files_->BeforeIndexSync();
+    if (stage == 2) files_->AfterIndexSync(ticket, /*synced=*/true);
     ASSERT_TRUE(files_->Create(ino).ok());
     const std::string now = "round " + std::to_string(round);
     ASSERT_TRUE(files_->Write(ino, 0, now).ok());
+    if (stage == 1) files_->AfterIndexSync(ticket, /*synced=*/true);
+    files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
     ASSERT_TRUE(files_->WaitForRemovals().ok());
     ASSERT_TRUE(Exists(ino)) << "round " << round;
     ASSERT_EQ(Contents(ino), now) << "round " << round;
+    ASSERT_FALSE(Exists(100)) << "round " << round;
   }
 }
 
@@ -82,7 +103,9 @@ TEST_F(DataFilesTest, AFailedRemovalIsReportedAndLeavesThePathAlone) {
   const std::string path = files_->Path(9);
   ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
   ASSERT_TRUE(files_->Create(10).ok());
-  files_->RemoveInBackground({9, 10});
+  files_->RemoveAfterSync(9);
+  files_->RemoveAfterSync(10);
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   const Status s = files_->WaitForRemovals();
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), EISDIR) << s.ToString();
@@ -93,9 +116,8 @@ TEST_F(DataFilesTest, AFailedRemovalIsReportedAndLeavesThePathAlone) {
 
 TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
   for (uint64_t ino = 1; ino <= 50; ++ino) ASSERT_TRUE(files_->Create(ino).ok());
-  std::set<uint64_t> all;
-  for (uint64_t ino = 1; ino <= 50; ++ino) all.insert(ino);
-  files_->RemoveInBackground(all);
+  for (uint64_t ino = 1; ino <= 50; ++ino) files_->RemoveAfterSync(ino);
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   files_.reset();
   EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data"));
 }

@@ -461,8 +461,11 @@ class Store {
   // file: GetAttr reports its size and modification time, a size change
   // cuts or extends it, a write lands in it, and AdoptDirectWrites takes its
   // bytes into the index (size, mtime and a checksum per block, replacing
-  // the previous ones: the writers may have rewritten any byte). Bytes not
-  // yet adopted are lost in a crash, as unflushed bytes of any file.
+  // the previous ones: the writers may have rewritten any byte). A file
+  // smaller than data_file_bytes is adopted as a copy of its bytes in
+  // segments instead, as if written through the store, and at the end its
+  // data file is deleted once the copy is durable (at the next sync). Bytes
+  // not yet adopted are lost in a crash, as unflushed bytes of any file.
   //
   // Begins when `ino` is an empty regular file and data files are on
   // (data_file_bytes > 0): creates its data file and returns its path.
@@ -471,9 +474,7 @@ class Store {
   // Adopts what the data file holds now; nothing to do when it has not
   // changed since the last adoption (same size and mtime).
   virtual Status AdoptDirectWrites(Ino ino) = 0;
-  // Adopts a last time and ends. A file that ended smaller than
-  // data_file_bytes moves into segments and its data file is deleted (one
-  // durable index commit).
+  // Adopts a last time and ends.
   virtual Status EndDirectWrite(Ino ino) = 0;
   // Makes the file's data and metadata durable against power loss. Concurrent
   // calls share device flushes (group commit).

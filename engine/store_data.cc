@@ -987,6 +987,18 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   CKPTFS_ASSIGN_OR_RETURN(DataFiles::Look look, data_files_->LookAt(ino));
   if (look.size == s->adopted_size && look.modified_ns == s->adopted_ns) return Status::OK();
   if (look.size > kMaxFileSize) return Status(EFBIG, "data file past the largest file size");
+  // A file smaller than data_file_bytes is stored as a small file written
+  // through the store is: its bytes are copied into segments (inline when
+  // tiny) and the index does not use its data file, which goes at the end
+  // of the direct writes. (Only the daemon shrinks the data file, under the
+  // inode's mutex: the copy reads all of look.size.)
+  const bool copy = look.size < options_.data_file_bytes;
+  std::string bytes;
+  if (copy) {
+    bytes.resize(look.size);
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(ino, 0, bytes.size(), bytes.data()));
+    if (n != bytes.size()) return Status(EIO, "data file " + data_files_->Path(ino) + " is short");
+  }
   EpochGate::Guard gate(&io_gate_);
   CommitGate::Write commit(&commit_gate_);
   format::InodeValue v = s->attr;
@@ -994,17 +1006,26 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   StatDeltas deltas;
   uint64_t removed = 0;
   CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
-  // The blocks of writes that went through the store.
-  const uint64_t max = options_.max_record_bytes;
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
-                          data_files_->BlockChecksums(ino, look.size, max));
-  for (uint64_t i = 0; i < sums.size(); ++i) {
-    PutDataFileExtent(ino, i * max, std::min(max, look.size - i * max), sums[i], &b);
+  if (!copy) {
+    // A checksum per block of what the data file holds now.
+    const uint64_t max = options_.max_record_bytes;
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
+                            data_files_->BlockChecksums(ino, look.size, max));
+    for (uint64_t i = 0; i < sums.size(); ++i) {
+      PutDataFileExtent(ino, i * max, std::min(max, look.size - i * max), sums[i], &b);
+    }
+  } else if (bytes.empty()) {
+    // No extent.
+  } else if (bytes.size() <= options_.inline_max_bytes) {
+    PutInlineExtent(ino, std::move(bytes), &b);
+    counters_.inline_writes++;
+  } else {
+    CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, 0, bytes, &b, &deltas));
   }
   counters_.direct_adoptions++;
   counters_.direct_adopted_bytes += look.size;
   v.size = look.size;
-  v.data_file_end = look.size;
+  v.data_file_end = copy ? 0 : look.size;
   v.data_bytes = look.size;
   v.data_bytes_known = true;
   const Timespec modified = FromNanos(look.modified_ns);
@@ -1014,7 +1035,7 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   EmitDeltas(deltas, &b, cf_segments_);
   // Before the commit: a sync, or a flush of the index's memtable, that
   // finds the commit syncs the data file first.
-  CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));
+  if (!copy) CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
   s->adopted_size = look.size;
@@ -1038,44 +1059,6 @@ Status StoreImpl::Adopt(Ino ino, bool sync) {
   return adopted.ok() ? synced : adopted;
 }
 
-Status StoreImpl::MoveOutOfDataFileLocked(InodeState* s) {
-  CKPTFS_RETURN_IF_ERROR(CommitMoveOutLocked(s));
-  // Durable before the data file goes; a sync waits for open commits, so
-  // only once ours is closed.
-  CKPTFS_RETURN_IF_ERROR(MakeDurable());
-  return data_files_->Remove(s->ino);
-}
-
-Status StoreImpl::CommitMoveOutLocked(InodeState* s) {
-  const uint64_t ino = s->ino;
-  EpochGate::Guard gate(&io_gate_);
-  CommitGate::Write commit(&commit_gate_);
-  format::InodeValue v = s->attr;
-  std::string bytes(v.size, '\0');
-  CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(ino, 0, bytes.size(), bytes.data()));
-  if (n != bytes.size()) return Status(EIO, "data file " + data_files_->Path(ino) + " is short");
-  rocksdb::WriteBatch b;
-  StatDeltas deltas;
-  uint64_t removed = 0;
-  CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
-  if (bytes.empty()) {
-    // No extent.
-  } else if (bytes.size() <= options_.inline_max_bytes) {
-    PutInlineExtent(ino, std::move(bytes), &b);
-    counters_.inline_writes++;
-  } else {
-    CKPTFS_RETURN_IF_ERROR(AppendRecords(ino, 0, bytes, &b, &deltas));
-  }
-  v.data_file_end = 0;
-  v.data_bytes = v.size;
-  v.data_bytes_known = true;
-  PutInode(&b, ino, v);
-  EmitDeltas(deltas, &b, cf_segments_);
-  CKPTFS_RETURN_IF_ERROR(Commit(&b));
-  s->attr = v;
-  return Status::OK();
-}
-
 Status StoreImpl::EndDirectWrite(Ino ino) {
   InodeRef ref(&inodes_, ino);
   InodeState* s = ref.get();
@@ -1086,7 +1069,8 @@ Status StoreImpl::EndDirectWrite(Ino ino) {
     if (!s->purged) {
       st = CheckWritable();
       if (st.ok()) st = AdoptLocked(s);
-      if (st.ok() && s->attr.size < options_.data_file_bytes) st = MoveOutOfDataFileLocked(s);
+      // Its bytes are in segments: the data file goes once that is durable.
+      if (st.ok() && s->attr.data_file_end == 0) data_files_->RemoveAfterSync(ino);
     }
     s->direct = false;
   }

@@ -453,18 +453,19 @@ Status StoreImpl::FlushDurable() {
   // index log: no batch becomes durable before the records it points at.
   CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
-  // Data files of removed inodes go once the removal is durable, on the
-  // background thread: a sync does not wait for their unlinks.
-  const std::set<uint64_t> unused = data_files_->TakeQueued();
+  // Data files no inode uses go once that is durable, on the background
+  // thread: a sync does not wait for their unlinks.
+  const uint64_t unused = data_files_->BeforeIndexSync();
+  Status st;
   {
     CommitGate::Closed closed(&commit_gate_);
-    CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
-    CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
-    // On failure the files stay; the next open deletes what no inode uses.
-    CKPTFS_RETURN_IF_ERROR(FromRocks(db_->SyncWAL(), "sync index log"));
+    st = segments_->SyncDirty();
+    if (st.ok()) st = data_files_->SyncDirty();
+    if (st.ok()) st = FromRocks(db_->SyncWAL(), "sync index log");
   }
-  data_files_->RemoveInBackground(unused);
-  return Status::OK();
+  // On failure the files stay queued for the next sync.
+  data_files_->AfterIndexSync(unused, st.ok());
+  return st;
 }
 
 Status StoreImpl::Fsync(Ino ino, bool datasync) {

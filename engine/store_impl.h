@@ -244,12 +244,9 @@ class StoreImpl final : public Store {
   // AdoptDirectWrites; with `sync`, for an fsync, syncs the data file
   // alongside.
   Status Adopt(Ino ino, bool sync);
-  // BeginDirectWrite's state: takes the data file's bytes into the index.
+  // BeginDirectWrite's state: takes the data file's bytes into the index
+  // (copies them into segments below data_file_bytes).
   Status AdoptLocked(InodeState* s) REQUIRES(s->mu);
-  // Moves a file whole in its data file into segments (inline when small),
-  // durably, then deletes the data file.
-  Status MoveOutOfDataFileLocked(InodeState* s) REQUIRES(s->mu);
-  Status CommitMoveOutLocked(InodeState* s) REQUIRES(s->mu);
   Status MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
                               rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
   // Copies the bytes of `ex` that lie in [offset, end) into buf (which

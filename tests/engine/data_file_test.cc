@@ -426,7 +426,7 @@ TEST_F(DataFileTest, DirectWritesAreAdoptedWithChecksumsOfWhatTheDataFileHoldsNo
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
 }
 
-TEST_F(DataFileTest, ASmallDirectFileMovesIntoSegmentsWhenItsWritesEnd) {
+TEST_F(DataFileTest, ASmallDirectFileIsCopiedIntoSegmentsAndItsDataFileGoesAfterASync) {
   struct Case {
     std::string name;
     size_t size;
@@ -441,12 +441,54 @@ TEST_F(DataFileTest, ASmallDirectFileMovesIntoSegmentsWhenItsWritesEnd) {
       ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(4, 0, c.size), &want));
     }
     ASSERT_OK(s()->EndDirectWrite(f));
-    EXPECT_EQ(DataFileSize(f), -1);
     Layout l = LayoutOf(f);
     EXPECT_EQ(l.data_file_bytes, 0u);
     EXPECT_EQ(c.size > 100 ? l.segment_bytes : l.inline_bytes, c.size);
     ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+    // The index does not use the data file; it goes once that is durable.
+    EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(c.size));
+    ASSERT_OK(s()->SyncAll());
+    ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(f));
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
   }
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, AdoptionFollowsTheSizeAcrossDataFileBytes) {
+  // Below data_file_bytes an adoption copies into segments; past it the
+  // data file holds the file; cut below it again, a copy again.
+  Ino f = File("f");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  ASSERT_TRUE(path.has_value());
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(6, 0, 200 * kKiB), &want));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  EXPECT_EQ(LayoutOf(f).segment_bytes, want.size());
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, want.size(), PatternData(7, 0, 2 * kMiB), &want));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  EXPECT_EQ(LayoutOf(f).segment_bytes, 0u);
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, want.size());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, 100, &want));  // adopts: inline
+  EXPECT_EQ(LayoutOf(f).inline_bytes, 100u);
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);
+  ASSERT_OK(s()->EndDirectWrite(f));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  // Begun again while its data file waits for the sync: the new data file
+  // is the one that stays.
+  ASSERT_NO_FATAL_FAILURE(Truncate(f, 0, &want));
+  ASSERT_OK_AND_ASSIGN(path, s()->BeginDirectWrite(f));
+  ASSERT_TRUE(path.has_value());
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(8, 0, 3 * kMiB), &want));
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_OK(s()->EndDirectWrite(f));
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_NO_FATAL_FAILURE(Reopen());  // the close waits for the background deletions
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
 }
 

@@ -283,8 +283,14 @@ class PassthroughWritesTest(PassthroughTest):
         sizes = {"tiny": 10, "some": 300 * 1024, "empty": 0}
         for name, size in sizes.items():
             lib.write_file(self.m.path(name), pattern(7, size))
-        # RELEASE comes after close(2) has returned.
+        # RELEASE comes after close(2) has returned; a data file goes once
+        # the copy of its bytes in segments is durable (an fsync of any file).
         for _ in range(100):
+            fd = os.open(self.m.path("tiny"), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             if len(os.listdir(store_data)) == files_before:
                 break
             time.sleep(0.05)
