@@ -85,8 +85,12 @@ Status DataFiles::Create(uint64_t ino) {
     dirty_.erase(ino);
   }
   CKPTFS_RETURN_IF_ERROR(env_->Remove(Path(ino)));
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env_->Create(Path(ino), ""));
+  // Not durable: the index uses the file only once it holds bytes, and
+  // those are synced, with the directory, before any commit that uses them
+  // (SyncDirty).
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env_->CreateUnsynced(Path(ino)));
   std::shared_ptr<io::File> file(std::move(f));
+  dir_unsynced_ = true;
   MutexLock l(&mu_);
   lru_.push_front(ino);
   open_[ino] = Open{file, lru_.begin()};
@@ -191,26 +195,32 @@ Status DataFiles::SyncDirty() {
     if (!sync_error_.ok()) return sync_error_;
     dirty.swap(dirty_);
   }
+  Status s;
   for (auto& [ino, file] : dirty) {
-    Status s = file->Sync();
-    if (!s.ok()) {
-      MutexLock l(&mu_);
-      sync_error_ = s;
-      return s;
-    }
+    s = file->Sync();
+    if (!s.ok()) break;
   }
-  return Status::OK();
+  if (s.ok() && dir_unsynced_.exchange(false)) {
+    s = env_->SyncDir(store_dir_ + "/" + format::kDataDirName);
+  }
+  if (!s.ok()) {
+    MutexLock l(&mu_);
+    sync_error_ = s;
+  }
+  return s;
 }
 
-void DataFiles::RemoveAfterSync(uint64_t ino) {
+bool DataFiles::RemoveAfterSync(uint64_t ino, uint64_t bytes) {
   MutexLock l(&mu_);
-  remove_queue_.insert(ino);
+  if (remove_queue_.insert(ino).second) queued_bytes_ += bytes;
+  return remove_queue_.size() >= kSyncQueueFiles || queued_bytes_ >= kSyncQueueBytes;
 }
 
 uint64_t DataFiles::BeforeIndexSync() {
   MutexLock l(&mu_);
   const uint64_t ticket = next_ticket_++;
   syncing_[ticket].swap(remove_queue_);
+  queued_bytes_ = 0;
   return ticket;
 }
 

@@ -21,6 +21,7 @@
 // run outside the lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -51,7 +52,8 @@ class DataFiles {
   Status EnsureDir();
   // The path of the data file of `ino`.
   std::string Path(uint64_t ino) const;
-  // Creates an empty data file for `ino`, replacing any left over.
+  // Creates an empty data file for `ino`, replacing any left over; its name
+  // is durable once the next SyncDirty() returns.
   Status Create(uint64_t ino);
   // Writes `data` at `offset` of the data file of `ino`.
   Status Write(uint64_t ino, uint64_t offset, std::string_view data);
@@ -78,12 +80,16 @@ class DataFiles {
   void Evict(uint64_t ino, uint64_t offset, uint64_t len);
   // Syncs the data file of `ino` now; a failure is sticky, as SyncDirty's.
   Status SyncOne(uint64_t ino);
-  // Syncs every data file written since the previous call. Sticky on
-  // failure, as SegmentSet::SyncDirty.
+  // Syncs every data file written since the previous call, and data/
+  // when a file was created since. Sticky on failure, as
+  // SegmentSet::SyncDirty.
   Status SyncDirty();
-  // Queues the data file of `ino` for deletion once the index state that no
-  // longer uses it (committed before this call) is durable.
-  void RemoveAfterSync(uint64_t ino);
+  // Queues the data file of `ino`, of `bytes` bytes, for deletion once the
+  // index state that no longer uses it (committed before this call) is
+  // durable. True when the queue has grown large enough (kSyncQueueFiles
+  // files or kSyncQueueBytes bytes) that the caller should sync rather than
+  // wait for the next sync to come.
+  bool RemoveAfterSync(uint64_t ino, uint64_t bytes);
   // Around a sync of the index: BeforeIndexSync takes what is queued so far
   // (only inodes whose change was committed before the sync), and
   // AfterIndexSync hands those to the background thread, or, when the sync
@@ -104,6 +110,8 @@ class DataFiles {
   static constexpr size_t kMaxOpen = 64;
   static constexpr unsigned kHashThreads = 4;
   static constexpr size_t kMaxDirty = 256;
+  static constexpr size_t kSyncQueueFiles = 1024;
+  static constexpr uint64_t kSyncQueueBytes = 256ull << 20;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
   void Forget(uint64_t ino) REQUIRES(mu_);
   // Takes `ino` off every removal queue, or waits until the background
@@ -124,6 +132,7 @@ class DataFiles {
   std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);
   std::set<uint64_t> remove_queue_ GUARDED_BY(mu_);
+  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;  // given with remove_queue_'s files
   // Taken for an index sync in progress, by ticket.
   std::map<uint64_t, std::set<uint64_t>> syncing_ GUARDED_BY(mu_);
   uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
@@ -135,6 +144,8 @@ class DataFiles {
   CondVar removal_cv_;  // removals_ or removing_ changed, or stop_remover_ set
   std::thread remover_ GUARDED_BY(mu_);
   Status sync_error_ GUARDED_BY(mu_);
+  // A file was created since the last sync of data/.
+  std::atomic<bool> dir_unsynced_{false};
   // Serializes SyncDirty (as SegmentSet's sync_mu_).
   Mutex sync_mu_ ACQUIRED_BEFORE(mu_);
 };

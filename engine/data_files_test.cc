@@ -43,7 +43,7 @@ TEST_F(DataFilesTest, BackgroundRemovalsDeleteWhatTheyWereGiven) {
     ASSERT_TRUE(files_->Create(ino).ok());
     ASSERT_TRUE(files_->Write(ino, 0, "bytes of " + std::to_string(ino)).ok());
   }
-  for (uint64_t ino = 2; ino <= 20; ino += 2) files_->RemoveAfterSync(ino);
+  for (uint64_t ino = 2; ino <= 20; ino += 2) (void)files_->RemoveAfterSync(ino, 0);
   ASSERT_TRUE(files_->WaitForRemovals().ok());
   for (uint64_t ino = 1; ino <= 20; ++ino) EXPECT_TRUE(Exists(ino)) << "no sync yet: " << ino;
   // A failed sync keeps them queued for the next one.
@@ -52,7 +52,7 @@ TEST_F(DataFilesTest, BackgroundRemovalsDeleteWhatTheyWereGiven) {
   for (uint64_t ino = 1; ino <= 20; ++ino) EXPECT_TRUE(Exists(ino)) << "sync failed: " << ino;
   // Queued during a sync: left for the next one.
   const uint64_t ticket = files_->BeforeIndexSync();
-  files_->RemoveAfterSync(1);
+  (void)files_->RemoveAfterSync(1, 0);
   files_->AfterIndexSync(ticket, /*synced=*/true);
   ASSERT_TRUE(files_->WaitForRemovals().ok());
   EXPECT_FALSE(files_->RemovalsPending());
@@ -81,7 +81,7 @@ TEST_F(DataFilesTest, ACreateIsNeverUndoneByARemovalQueuedBeforeIt) {
     ASSERT_TRUE(files_->Create(ino).ok());
     ASSERT_TRUE(files_->Write(ino, 0, "old").ok());
     for (uint64_t queued : {ino, uint64_t{100}, uint64_t{101}, uint64_t{102}, uint64_t{103}}) {
-      files_->RemoveAfterSync(queued);
+      (void)files_->RemoveAfterSync(queued, 0);
     }
     uint64_t ticket = 0;
     if (stage >= 1) ticket = files_->BeforeIndexSync();
@@ -98,13 +98,24 @@ TEST_F(DataFilesTest, ACreateIsNeverUndoneByARemovalQueuedBeforeIt) {
   }
 }
 
+TEST_F(DataFilesTest, AQueueThatGrowsLargeAsksForASync) {
+  for (uint64_t ino = 1; ino < 1024; ++ino) EXPECT_FALSE(files_->RemoveAfterSync(ino, 1000)) << ino;
+  EXPECT_FALSE(files_->RemoveAfterSync(1, 1000));  // already queued: not counted again
+  EXPECT_TRUE(files_->RemoveAfterSync(1024, 1000));
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
+  EXPECT_FALSE(files_->RemoveAfterSync(1, 100u << 20));
+  EXPECT_FALSE(files_->RemoveAfterSync(2, 100u << 20));
+  EXPECT_TRUE(files_->RemoveAfterSync(3, 100u << 20));  // 300 MiB of copies
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+}
+
 TEST_F(DataFilesTest, AFailedRemovalIsReportedAndLeavesThePathAlone) {
   // A path that unlink(2) refuses: a directory where the file would be.
   const std::string path = files_->Path(9);
   ASSERT_EQ(::mkdir(path.c_str(), 0700), 0);
   ASSERT_TRUE(files_->Create(10).ok());
-  files_->RemoveAfterSync(9);
-  files_->RemoveAfterSync(10);
+  (void)files_->RemoveAfterSync(9, 0);
+  (void)files_->RemoveAfterSync(10, 0);
   files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   const Status s = files_->WaitForRemovals();
   EXPECT_FALSE(s.ok());
@@ -116,7 +127,7 @@ TEST_F(DataFilesTest, AFailedRemovalIsReportedAndLeavesThePathAlone) {
 
 TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
   for (uint64_t ino = 1; ino <= 50; ++ino) ASSERT_TRUE(files_->Create(ino).ok());
-  for (uint64_t ino = 1; ino <= 50; ++ino) files_->RemoveAfterSync(ino);
+  for (uint64_t ino = 1; ino <= 50; ++ino) (void)files_->RemoveAfterSync(ino, 0);
   files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   files_.reset();
   EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data"));

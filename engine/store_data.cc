@@ -917,7 +917,9 @@ Status StoreImpl::Release(Ino ino) {
       result = Commit(&b);
     }
     if (result.ok()) {
-      if (s->attr.data_file_end != 0 || s->direct) data_files_->RemoveAfterSync(ino);
+      if (s->attr.data_file_end != 0 || s->direct) {
+        (void)data_files_->RemoveAfterSync(ino, s->attr.data_file_end);
+      }
       s->purged = true;
     }
   }
@@ -1063,6 +1065,7 @@ Status StoreImpl::EndDirectWrite(Ino ino) {
   InodeRef ref(&inodes_, ino);
   InodeState* s = ref.get();
   Status st;
+  bool sync = false;
   {
     MutexLock l(&s->mu);
     if (!s->direct) return Status(EINVAL, "inode " + std::to_string(ino) + " has no direct writes");
@@ -1070,11 +1073,14 @@ Status StoreImpl::EndDirectWrite(Ino ino) {
       st = CheckWritable();
       if (st.ok()) st = AdoptLocked(s);
       // Its bytes are in segments: the data file goes once that is durable.
-      if (st.ok() && s->attr.data_file_end == 0) data_files_->RemoveAfterSync(ino);
+      if (st.ok() && s->attr.data_file_end == 0) sync = data_files_->RemoveAfterSync(ino, s->attr.size);
     }
     s->direct = false;
   }
   inodes_.Unpin(s);  // the pin taken by BeginDirectWrite
+  // Many small files written without an fsync: a sync, so that their data
+  // files (copies of bytes in segments) do not pile up.
+  if (st.ok() && sync) st = MakeDurable();
   return st;
 }
 

@@ -292,7 +292,7 @@ Status StoreImpl::PurgeOrphans() {
     }
     EmitDeltas(deltas, &b, cf_segments_);
     CKPTFS_RETURN_IF_ERROR(Commit(&b));
-    if (s->attr.data_file_end != 0) data_files_->RemoveAfterSync(ino);
+    if (s->attr.data_file_end != 0) (void)data_files_->RemoveAfterSync(ino, s->attr.data_file_end);
     s->purged = true;
   }
   return Status::OK();

@@ -126,7 +126,9 @@ Status StoreImpl::Txn::Commit() {
   EmitDeltas(deltas, &batch, st->cf_segments_);
   CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
   for (uint64_t ino : purged) {
-    if (S(ino)->attr.data_file_end != 0) st->data_files_->RemoveAfterSync(ino);
+    if (S(ino)->attr.data_file_end != 0) {
+      (void)st->data_files_->RemoveAfterSync(ino, S(ino)->attr.data_file_end);
+    }
   }
   for (auto& [ino, v] : attrs) S(ino)->attr = v;
   for (uint64_t ino : purged) S(ino)->purged = true;

@@ -81,6 +81,13 @@ class Env {
   // "PATH.tmp" behind on a crash; RemoveLeftovers() deletes those.
   virtual Result<std::unique_ptr<File>> Create(const std::string& path,
                                                std::string_view contents) = 0;
+  // Creates `path` empty, open for reading and writing, at the cost of an
+  // open(2): not durable, the name may vanish in a crash until SyncDir() of
+  // its directory returns (and the bytes until File::Sync()). EEXIST when
+  // `path` exists.
+  virtual Result<std::unique_ptr<File>> CreateUnsynced(const std::string& path) = 0;
+  // Makes the names created in directory `dir` so far durable (fsync).
+  virtual Status SyncDir(const std::string& dir) = 0;
   // Deletes a file. OK when it does not exist.
   virtual Status Remove(const std::string& path) = 0;
   // The names (not paths) of the entries of directory `dir`.

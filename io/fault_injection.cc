@@ -285,6 +285,7 @@ void FaultInjectionEnv::Truncated(const std::string& path, uint64_t size) {
 void FaultInjectionEnv::Forget(const std::string& path) {
   MutexLock l(&mu_);
   files_.erase(path);
+  unsynced_names_.erase(path);
 }
 
 void FaultInjectionEnv::Renamed(const std::string& from, const std::string& to) {
@@ -336,11 +337,13 @@ Result<uint64_t> FaultInjectionEnv::Restore() {
   WriterMutexLock cut(&cut_mu_);
   MutexLock l(&mu_);
   uint64_t dropped = 0;
-  for (const std::string& path : created_after_cut_) {
+  for (const std::string& path : created_after_cut_) unsynced_names_.insert(path);
+  created_after_cut_.clear();
+  for (const std::string& path : unsynced_names_) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::IOError(errno, "delete " + path);
     files_.erase(path);
   }
-  created_after_cut_.clear();
+  unsynced_names_.clear();
   for (const auto& [path, u] : files_) CKPTFS_RETURN_IF_ERROR(Drop(path, u, &dropped));
   for (auto& [path, u] : files_) {
     u.size = u.synced_size;
@@ -370,6 +373,37 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::Create(const std::string& path,
   Track(path, contents.size());
   if (cut_) CreatedAfterCut(path);
   return std::unique_ptr<File>(new FaultFile(shared_from_this(), std::move(f)));
+}
+
+Result<std::unique_ptr<File>> FaultInjectionEnv::CreateUnsynced(const std::string& path) {
+  ReaderMutexLock cut(&cut_mu_);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->CreateUnsynced(path));
+  Track(path, 0);
+  if (cut_) {
+    CreatedAfterCut(path);
+  } else {
+    MutexLock l(&mu_);
+    unsynced_names_.insert(path);
+  }
+  return std::unique_ptr<File>(new FaultFile(shared_from_this(), std::move(f)));
+}
+
+Status FaultInjectionEnv::SyncDir(const std::string& dir) {
+  ReaderMutexLock cut(&cut_mu_);
+  if (cut_) return Status::OK();  // not performed
+  CKPTFS_RETURN_IF_ERROR(base_->SyncDir(dir));
+  MutexLock l(&mu_);
+  const std::string prefix = dir + "/";
+  for (auto it = unsynced_names_.lower_bound(prefix);
+       it != unsynced_names_.end() && it->compare(0, prefix.size(), prefix) == 0;) {
+    // Only the directory's own entries, not those of its subdirectories.
+    if (it->find('/', prefix.size()) == std::string::npos) {
+      it = unsynced_names_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::OK();
 }
 
 Status FaultInjectionEnv::Remove(const std::string& path) {

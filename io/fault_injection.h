@@ -14,9 +14,11 @@
 //     files and in the files of the RocksDB index (through
 //     IndexFileSystem()), and the store can be reopened.
 //
-// Only writes can be lost before the cut: Create(), Remove() and RocksDB's
-// renames and deletions are treated as durable at once (the POSIX Env syncs
-// the directory for Create(); the index syncs its own directory).
+// Before the cut, writes and the names of files made by CreateUnsynced()
+// whose directory has not been synced since (SyncDir) can be lost: Restore()
+// deletes those files. Create(), Remove() and RocksDB's renames and
+// deletions are treated as durable at once (the POSIX Env syncs the
+// directory for Create(); the index syncs its own directory).
 //
 // Thread safety: every method may be called from any thread. A sync in
 // progress when PowerCut() is called finishes before the cut.
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,8 @@ class FaultInjectionEnv final : public Env,
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
+  Result<std::unique_ptr<File>> CreateUnsynced(const std::string& path) override;
+  Status SyncDir(const std::string& dir) override;
   Status Remove(const std::string& path) override;
   Result<std::vector<std::string>> List(const std::string& dir) override;
   std::shared_ptr<rocksdb::FileSystem> IndexFileSystem() override;
@@ -101,6 +106,8 @@ class FaultInjectionEnv final : public Env,
   Mutex mu_;  // a leaf lock
   std::map<std::string, Unsynced> files_ GUARDED_BY(mu_);
   std::vector<std::string> created_after_cut_ GUARDED_BY(mu_);
+  // Made by CreateUnsynced before the cut, their directory not synced since.
+  std::set<std::string> unsynced_names_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs::io

@@ -13,7 +13,7 @@
 namespace ckptfs::io {
 namespace {
 
-Status SyncDir(const std::string& dir) {
+Status SyncDirectory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::IOError(errno, "open " + dir);
   int rc = ::fsync(fd);
@@ -130,10 +130,18 @@ class PosixEnv final : public Env {
     // link() refuses an existing name, so a file is never replaced.
     if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0) s = Status::IOError(errno, "create " + path);
     ::unlink(tmp.c_str());
-    if (s.ok()) s = SyncDir(Parent(path));
+    if (s.ok()) s = SyncDirectory(Parent(path));
     if (!s.ok()) return s;
     return std::unique_ptr<File>(std::move(file));
   }
+
+  Result<std::unique_ptr<File>> CreateUnsynced(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::IOError(errno, "create " + path);
+    return std::unique_ptr<File>(new PosixFile(path, fd));
+  }
+
+  Status SyncDir(const std::string& dir) override { return SyncDirectory(dir); }
 
   Status Remove(const std::string& path) override {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::IOError(errno, "delete " + path);

@@ -454,6 +454,37 @@ TEST_F(DataFileTest, ASmallDirectFileIsCopiedIntoSegmentsAndItsDataFileGoesAfter
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
 }
 
+TEST_F(DataFileTest, ManySmallDirectFilesWithoutAnFsyncSyncOnTheirOwn) {
+  // Each leaves a data file that copies bytes in segments; the store syncs
+  // once the queue of them is long, so that they do not pile up until an
+  // fsync that may never come.
+  const int kFiles = 1100;
+  ASSERT_OK_AND_ASSIGN(EngineStats before, s()->GetStats());
+  for (int i = 0; i < kFiles; ++i) {
+    Ino f = File("f" + std::to_string(i));
+    ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+    ASSERT_TRUE(path.has_value());
+    std::string want;
+    ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, "file " + std::to_string(i), &want));
+    ASSERT_OK(s()->EndDirectWrite(f));
+  }
+  const std::string data_dir = dir_.store() + "/data";
+  auto count = [&] {
+    return std::distance(std::filesystem::directory_iterator(data_dir),
+                         std::filesystem::directory_iterator{});
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (count() > kFiles - 1000 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LE(count(), kFiles - 1000);
+  ASSERT_OK_AND_ASSIGN(EngineStats after, s()->GetStats());
+  EXPECT_GT(after.device_syncs, before.device_syncs);
+  EXPECT_EQ(after.fsyncs, before.fsyncs);  // none asked for
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_EQ(count(), 0);
+}
+
 TEST_F(DataFileTest, AdoptionFollowsTheSizeAcrossDataFileBytes) {
   // Below data_file_bytes an adoption copies into segments; past it the
   // data file holds the file; cut below it again, a copy again.
