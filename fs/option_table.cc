@@ -272,9 +272,9 @@ constexpr OptionSpec kOptions[] = {
      .field = kMountField<&MountOptions::passthrough_writes>,
      .help = "`passthrough` for writers too: an empty file opened for writing (a new one) "
              "gets a data file that the kernel writes directly, at the disk's speed, checked "
-             "and checksummed by the daemon at each close and fsync; a file that ends smaller "
-             "than `data_file_min` moves into segments at its last close (a data file created "
-             "and deleted, a durable commit): for stores of few large files"},
+             "and checksummed by the daemon at each close and fsync; a file smaller than "
+             "`data_file_min` is copied into segments instead (a data file created and "
+             "deleted, a copy): for stores of mostly large files"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,
