@@ -190,7 +190,7 @@ def main():
         finally:
             if b.fs.unmount_leftover(b.path("mnt")) and not args.keep:
                 for name in ("store-big", "plain-big", "store-layout", "plain-layout",
-                             "store-probe", "dd.bin", "store-fw", "plain-fw",
+                             "store-probe", "dd.bin", "warm-up.bin", "store-fw", "plain-fw",
                              "store-scaling", "plain-scaling", "store-pieces",
                              "plain-pieces"):
                     p = b.path(name)
