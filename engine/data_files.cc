@@ -249,11 +249,9 @@ void DataFiles::RemoverLoop() {
     if (removals_.empty()) return;  // stopping, with nothing left to delete
     removing_ = removals_.front();
     removals_.pop_front();
-    Forget(removing_);
-    dirty_.erase(removing_);
-    const std::string path = Path(removing_);
+    const uint64_t ino = removing_;
     l.Unlock();
-    const Status s = env_->Remove(path);
+    const Status s = Remove(ino);
     if (!s.ok()) std::fprintf(stderr, "ckptfs: %s\n", s.ToString().c_str());
     l.Lock();
     if (removal_error_.ok()) removal_error_ = s;
@@ -264,13 +262,13 @@ void DataFiles::RemoverLoop() {
 
 Status DataFiles::WaitForRemovals() {
   MutexLock l(&mu_);
-  while (!removals_.empty() || removing_ != 0) removal_cv_.Wait(&mu_);
+  while (RemovingLocked()) removal_cv_.Wait(&mu_);
   return removal_error_;
 }
 
 bool DataFiles::RemovalsPending() {
   MutexLock l(&mu_);
-  return !removals_.empty() || removing_ != 0;
+  return RemovingLocked();
 }
 
 Status DataFiles::Remove(uint64_t ino) {

@@ -118,6 +118,8 @@ class DataFiles {
   // thread has deleted it.
   void CancelRemoval(uint64_t ino) REQUIRES(mu_);
   void RemoverLoop();
+  // The background thread has deletions waiting or under way.
+  bool RemovingLocked() const REQUIRES(mu_) { return !removals_.empty() || removing_ != 0; }
 
   const std::shared_ptr<io::Env> env_;
   const std::string store_dir_;

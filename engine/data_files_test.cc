@@ -1,7 +1,6 @@
 #include "engine/data_files.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -9,22 +8,18 @@
 #include <fstream>
 #include <string>
 
+#include "tests/engine/test_util.h"
+
 namespace ckptfs::engine {
 namespace {
 
 class DataFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ckptfs-data-files-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    files_ = std::make_unique<DataFiles>(io::Env::Posix(), dir_, /*read_only=*/false);
+    files_ = std::make_unique<DataFiles>(io::Env::Posix(), tmp_.path(), /*read_only=*/false);
     ASSERT_TRUE(files_->EnsureDir().ok());
   }
-  void TearDown() override {
-    files_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { files_.reset(); }
   bool Exists(uint64_t ino) {
     struct stat st;
     return ::stat(files_->Path(ino).c_str(), &st) == 0;
@@ -34,7 +29,7 @@ class DataFilesTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  std::string dir_;
+  test::TempDir tmp_;
   std::unique_ptr<DataFiles> files_;
 };
 
@@ -130,7 +125,7 @@ TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
   for (uint64_t ino = 1; ino <= 50; ++ino) (void)files_->RemoveAfterSync(ino, 0);
   files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   files_.reset();
-  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data"));
+  EXPECT_TRUE(std::filesystem::is_empty(tmp_.path() + "/data"));
 }
 
 }  // namespace
