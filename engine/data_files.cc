@@ -73,6 +73,7 @@ void DataFiles::CancelRemoval(uint64_t ino) {
   remove_queue_.erase(ino);
   for (auto& [ticket, inos] : syncing_) inos.erase(ino);
   removals_.remove(ino);
+  evictions_.remove(ino);
   while (removing_ == ino) removal_cv_.Wait(&mu_);
 }
 
@@ -237,15 +238,49 @@ void DataFiles::AfterIndexSync(uint64_t ticket, bool synced) {
     }
     if (inos.empty()) return;
     removals_.insert(removals_.end(), inos.begin(), inos.end());
-    if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
+    StartRemoverLocked();
   }
   removal_cv_.SignalAll();
+}
+
+void DataFiles::EvictSoon(uint64_t ino) {
+  {
+    MutexLock l(&mu_);
+    if (read_only_ || dirty_.count(ino) != 0) return;
+    evictions_.push_back(ino);
+    StartRemoverLocked();
+  }
+  removal_cv_.SignalAll();
+}
+
+void DataFiles::StartRemoverLocked() {
+  if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
+}
+
+void DataFiles::EvictFile(uint64_t ino) {
+  Result<std::unique_ptr<io::File>> file = env_->Open(Path(ino), io::OpenMode::kRead);
+  if (!file.ok()) return;  // deleted, or replaced and deleted, meanwhile
+  Result<uint64_t> size = (*file)->Size();
+  if (size.ok()) (*file)->Evict(0, *size);
 }
 
 void DataFiles::RemoverLoop() {
   MutexLock l(&mu_);
   for (;;) {
-    while (removals_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
+    while (removals_.empty() && evictions_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
+    if (!evictions_.empty() && !stop_remover_) {
+      // First: they are quick, and the memory they free is wanted now.
+      const uint64_t ino = evictions_.front();
+      evictions_.pop_front();
+      evicting_ = true;
+      l.Unlock();
+      EvictFile(ino);
+      l.Lock();
+      evicting_ = false;
+      removal_cv_.SignalAll();
+      continue;
+    }
+    evictions_.clear();  // stopping: what is left does not matter
     if (removals_.empty()) return;  // stopping, with nothing left to delete
     removing_ = removals_.front();
     removals_.pop_front();

@@ -15,7 +15,9 @@
 // cached pages); a crash in between leaves a file no inode uses, which the
 // store deletes at its next open. Create() of an inode whose file is queued
 // at any of these stages takes it off (or waits for its deletion to end), so
-// that a removal never deletes a newer file.
+// that a removal never deletes a newer file. The cached pages of a file the
+// namespace no longer uses can go at once (EvictSoon), as an unlink would
+// release them, rather than stay until the deletion after the next sync.
 //
 // Thread safety: all methods are thread-safe; reads and writes of the files
 // run outside the lock.
@@ -95,11 +97,15 @@ class DataFiles {
   // AfterIndexSync hands those to the background thread, or, when the sync
   // failed, queues them again for the next one.
   uint64_t BeforeIndexSync();
+  // Has the background thread drop the OS's cached pages of the data file of
+  // `ino` (one queued by RemoveAfterSync), unless it was written since the
+  // last SyncDirty: those pages would be written back first.
+  void EvictSoon(uint64_t ino);
   void AfterIndexSync(uint64_t ticket, bool synced);
-  // Waits until the background thread has deleted everything handed to it;
-  // the first of its failures (each also logged).
+  // Waits until the background thread has deleted (and evicted) everything
+  // handed to it; the first of its failures (each also logged).
   Status WaitForRemovals();
-  // Whether the background thread has deletions to do.
+  // Whether the background thread has deletions or evictions to do.
   bool RemovalsPending();
   // Deletes the data file of `ino` now.
   Status Remove(uint64_t ino);
@@ -118,8 +124,16 @@ class DataFiles {
   // thread has deleted it.
   void CancelRemoval(uint64_t ino) REQUIRES(mu_);
   void RemoverLoop();
-  // The background thread has deletions waiting or under way.
-  bool RemovingLocked() const REQUIRES(mu_) { return !removals_.empty() || removing_ != 0; }
+  // Starts the background thread when it is not running.
+  void StartRemoverLocked() REQUIRES(mu_);
+  // Drops the cached pages of the data file of `ino`, if there is one,
+  // through a descriptor of its own (not one kept open: the file may be
+  // deleted meanwhile).
+  void EvictFile(uint64_t ino);
+  // The background thread has deletions or evictions waiting or under way.
+  bool RemovingLocked() const REQUIRES(mu_) {
+    return !removals_.empty() || removing_ != 0 || !evictions_.empty() || evicting_;
+  }
 
   const std::shared_ptr<io::Env> env_;
   const std::string store_dir_;
@@ -141,9 +155,12 @@ class DataFiles {
   // The background removals: waiting, and the one being deleted (0: none).
   std::list<uint64_t> removals_ GUARDED_BY(mu_);
   uint64_t removing_ GUARDED_BY(mu_) = 0;
+  // The evictions: waiting, and whether one is under way.
+  std::list<uint64_t> evictions_ GUARDED_BY(mu_);
+  bool evicting_ GUARDED_BY(mu_) = false;
   bool stop_remover_ GUARDED_BY(mu_) = false;
   Status removal_error_ GUARDED_BY(mu_);
-  CondVar removal_cv_;  // removals_ or removing_ changed, or stop_remover_ set
+  CondVar removal_cv_;  // a queue or what is under way changed, or stop_remover_ set
   std::thread remover_ GUARDED_BY(mu_);
   Status sync_error_ GUARDED_BY(mu_);
   // A file was created since the last sync of data/.

@@ -2,21 +2,75 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine {
 namespace {
 
+// The POSIX Env, counting the evictions asked of its files.
+class EvictCountingEnv final : public io::Env {
+ public:
+  Result<std::unique_ptr<io::File>> Open(const std::string& path, io::OpenMode mode) override {
+    return Wrap(base_->Open(path, mode));
+  }
+  Result<std::unique_ptr<io::File>> Create(const std::string& path,
+                                           std::string_view contents) override {
+    return Wrap(base_->Create(path, contents));
+  }
+  Result<std::unique_ptr<io::File>> CreateUnsynced(const std::string& path) override {
+    return Wrap(base_->CreateUnsynced(path));
+  }
+  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  Status Remove(const std::string& path) override { return base_->Remove(path); }
+  Result<std::vector<std::string>> List(const std::string& dir) override { return base_->List(dir); }
+  uint64_t evictions() const { return evictions_.load(); }
+
+ private:
+  class CountingFile final : public io::File {
+   public:
+    CountingFile(std::unique_ptr<io::File> base, std::atomic<uint64_t>* evictions)
+        : File(base->path()), base_(std::move(base)), evictions_(evictions) {}
+    Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
+      return base_->ReadAt(offset, len, buf);
+    }
+    Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+      return base_->WriteAt(offset, pieces);
+    }
+    Status Sync() override { return base_->Sync(); }
+    Result<uint64_t> Size() const override { return base_->Size(); }
+    Result<int64_t> ModifiedNs() const override { return base_->ModifiedNs(); }
+    Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+    void Evict(uint64_t offset, uint64_t len) const override {
+      ++*evictions_;
+      base_->Evict(offset, len);
+    }
+
+   private:
+    const std::unique_ptr<io::File> base_;
+    std::atomic<uint64_t>* const evictions_;
+  };
+  Result<std::unique_ptr<io::File>> Wrap(Result<std::unique_ptr<io::File>> f) {
+    CKPTFS_RETURN_IF_ERROR(f.status());
+    return std::unique_ptr<io::File>(std::make_unique<CountingFile>(std::move(*f), &evictions_));
+  }
+
+  const std::shared_ptr<io::Env> base_ = io::Env::Posix();
+  std::atomic<uint64_t> evictions_{0};
+};
+
 class DataFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    files_ = std::make_unique<DataFiles>(io::Env::Posix(), tmp_.path(), /*read_only=*/false);
+    files_ = std::make_unique<DataFiles>(env_, tmp_.path(), /*read_only=*/false);
     ASSERT_TRUE(files_->EnsureDir().ok());
   }
   void TearDown() override { files_.reset(); }
@@ -24,12 +78,14 @@ class DataFilesTest : public ::testing::Test {
     struct stat st;
     return ::stat(files_->Path(ino).c_str(), &st) == 0;
   }
+  size_t CachedPages(uint64_t ino) { return test::CachedPages(files_->Path(ino)); }
   std::string Contents(uint64_t ino) {
     std::ifstream in(files_->Path(ino), std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   test::TempDir tmp_;
+  const std::shared_ptr<EvictCountingEnv> env_ = std::make_shared<EvictCountingEnv>();
   std::unique_ptr<DataFiles> files_;
 };
 
@@ -118,6 +174,34 @@ TEST_F(DataFilesTest, AFailedRemovalIsReportedAndLeavesThePathAlone) {
   EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
   EXPECT_TRUE(std::filesystem::is_directory(path));
   EXPECT_FALSE(Exists(10));  // the next one still went
+}
+
+TEST_F(DataFilesTest, TheCachedPagesOfAQueuedFileGoAtOnceUnlessItWasWrittenSinceTheSync) {
+  if (test::PagesStayCached(tmp_.path())) GTEST_SKIP() << "tmpfs keeps its pages: nothing to evict";
+  const std::string bytes(8 << 20, 'x');
+  const size_t pages = bytes.size() / static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  ASSERT_TRUE(files_->Create(1).ok());
+  ASSERT_TRUE(files_->Write(1, 0, bytes).ok());
+  ASSERT_TRUE(files_->SyncDirty().ok());
+  ASSERT_TRUE(files_->Create(2).ok());
+  ASSERT_TRUE(files_->Write(2, 0, bytes).ok());  // not synced
+  ASSERT_EQ(CachedPages(1), pages);
+  ASSERT_EQ(CachedPages(2), pages);
+  for (uint64_t ino : {1, 2}) {
+    (void)files_->RemoveAfterSync(ino, bytes.size());
+    files_->EvictSoon(ino);
+  }
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+  EXPECT_TRUE(Exists(1));  // deleted only after the index sync
+  EXPECT_EQ(CachedPages(1), 0u);
+  // The dirty one is left to the deletion: evicting it would write it back.
+  EXPECT_EQ(env_->evictions(), 1u);
+  EXPECT_EQ(CachedPages(2), pages);
+  EXPECT_EQ(Contents(1), bytes);
+  files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
+  ASSERT_TRUE(files_->WaitForRemovals().ok());
+  EXPECT_FALSE(Exists(1));
+  EXPECT_FALSE(Exists(2));
 }
 
 TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {

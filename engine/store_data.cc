@@ -919,6 +919,8 @@ Status StoreImpl::Release(Ino ino) {
     if (result.ok()) {
       if (s->attr.data_file_end != 0 || s->direct) {
         (void)data_files_->RemoveAfterSync(ino, s->attr.data_file_end);
+        // (Not while the kernel may hold unwritten pages of it.)
+        if (!s->direct) data_files_->EvictSoon(ino);
       }
       s->purged = true;
     }

@@ -128,6 +128,7 @@ Status StoreImpl::Txn::Commit() {
   for (uint64_t ino : purged) {
     if (S(ino)->attr.data_file_end != 0) {
       (void)st->data_files_->RemoveAfterSync(ino, S(ino)->attr.data_file_end);
+      st->data_files_->EvictSoon(ino);
     }
   }
   for (auto& [ino, v] : attrs) S(ino)->attr = v;

@@ -54,6 +54,16 @@ class DataFileTest : public StoreFixture {
     }
     EXPECT_EQ(DataFileSize(ino), -1) << "the data file of inode " << ino << " is still there";
   }
+  // Waits (up to a minute) until the OS has none of the pages of the data
+  // file of `ino` cached; fails when it still has some, or the file is gone
+  // (not yet: no sync since).
+  void ExpectCachedPagesDropped(Ino ino) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (CachedPages(DataPath(ino)) != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(CachedPages(DataPath(ino)), 0u) << "inode " << ino;
+  }
   // Writes `data` at `off` in pieces of `piece` bytes and into `model`.
   void Write(Ino ino, uint64_t off, const std::string& data, std::string* model,
              size_t piece = 100 * kKiB) {
@@ -240,6 +250,31 @@ TEST_F(DataFileTest, UnlinkDeletesTheDataFileOnceTheRemovalIsDurable) {
   ASSERT_OK(s()->SyncAll());
   ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(g));
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+}
+
+TEST_F(DataFileTest, UnlinkDropsTheCachedPagesOfADataFileAtOnce) {
+  if (PagesStayCached(dir_.store())) GTEST_SKIP() << "tmpfs keeps its pages: nothing to evict";
+  // Its deletion waits for the next sync; its pages do not, as an unlink's.
+  // Once at the unlink, once at the last release of a file unlinked while
+  // open.
+  std::string want;
+  Ino f = File("f");
+  ASSERT_NO_FATAL_FAILURE(Write(f, 0, PatternData(1, 0, 4 * kMiB), &want));
+  Ino g = File("g");
+  ASSERT_NO_FATAL_FAILURE(Write(g, 0, PatternData(2, 0, 4 * kMiB), &want));
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_GT(CachedPages(DataPath(f)), 0u);
+  ASSERT_GT(CachedPages(DataPath(g)), 0u);
+  ASSERT_OK(s()->OpenFile(g));
+  ASSERT_OK(s()->Unlink(kRootIno, "f"));
+  ASSERT_OK(s()->Unlink(kRootIno, "g"));
+  ExpectCachedPagesDropped(f);
+  EXPECT_GT(CachedPages(DataPath(g)), 0u);  // still open
+  ASSERT_OK(s()->Release(g));
+  ExpectCachedPagesDropped(g);
+  ASSERT_OK(s()->SyncAll());
+  ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(f));
+  ASSERT_NO_FATAL_FAILURE(ExpectDataFileDeleted(g));
 }
 
 TEST_F(DataFileTest, AFlippedByteIsEioAndFsckNamesTheFileAndRange) {

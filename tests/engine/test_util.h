@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -224,6 +227,36 @@ inline size_t CountFilesRecursively(const std::string& dir) {
     if (!e.is_directory()) ++n;
   }
   return n;
+}
+
+// How many of the pages of the file at `path` the OS has cached (mincore).
+inline size_t CachedPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  if (fd < 0) return 0;
+  struct stat st;
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  const size_t len = static_cast<size_t>(st.st_size);
+  if (len == 0) {
+    ::close(fd);
+    return 0;
+  }
+  void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(map, MAP_FAILED) << path;
+  if (map == MAP_FAILED) return 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((len + page - 1) / page);
+  EXPECT_EQ(::mincore(map, len, in.data()), 0) << path;
+  ::munmap(map, len);
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return c & 1; }));
+}
+
+// Whether `dir` is on a filesystem whose cached pages a posix_fadvise
+// DONTNEED cannot drop (tmpfs keeps them: they are the file).
+inline bool PagesStayCached(const std::string& dir) {
+  struct statfs fs;
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
 // Sum of live and dead bytes over ListSegments().
