@@ -523,6 +523,7 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
            {"libfuse", LibfuseVersion()},
            {"kernel_protocol", fs.KernelProtocol()},
            {"handle_killpriv_v2", fs.kills_suidgid()},
+           {"atomic_o_trunc", fs.atomic_o_trunc()},
            // Read-only opens the kernel passes through to data files, and
            // how the others went (fs/open_files.h).
            {"passthrough",

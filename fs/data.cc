@@ -40,11 +40,22 @@ void ReleaseOpen(fuse_req_t req, Filesystem& fs, Ino ino, uint64_t handle) {
 // read-only opens of files whole in their data file get a backing file, the
 // others keep the kernel's cache as above (fs/open_files.h). Control files
 // are opened for direct I/O, so that reads ask for the current snapshot.
+// O_TRUNC then comes with the OPEN (Filesystem::atomic_o_trunc), and the
+// truncation is done before the open picks its backing: an overwrite of an
+// existing file is written by the kernel directly as a new file is. The
+// kernel sends it also for the file it has just created (MKNOD: no CREATE),
+// where it only sets the times.
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Serve(req, Op::kOpen, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (!fs.passthrough()) return r.Err(ENOSYS);
+    const bool truncate = fs.atomic_o_trunc() && (fi->flags & O_TRUNC) != 0;
     if (IsControl(ino)) {
+      if (truncate) {
+        // As SetAttr: only the config file can be emptied.
+        if (ControlKind(ino) != kConfigIno) return r.Err(EPERM);
+        if (Result<Attr> a = fs.control().Truncate(ino, 0); !a.ok()) return r.Fail(a.status());
+      }
       fi->fh = 0;
       fi->direct_io = 1;
       r.Open(fi);
@@ -53,9 +64,27 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     const bool read_only = (fi->flags & O_ACCMODE) == O_RDONLY;
     const OpenFiles::Mode mode =
         fs.passthrough_writes() ? OpenFiles::Mode::kReadsAndWrites : OpenFiles::Mode::kReads;
+    OpenFiles::Truncate truncation;
+    if (truncate) {
+      truncation = [&]() -> Status {
+        // As a SETATTR from open(2) with O_TRUNC: the file's capabilities,
+        // and its set-ID bits when the kernel flagged the caller.
+        CKPTFS_RETURN_IF_ERROR(KillPrivilegesForWrite(r, ino));
+        engine::SetAttrRequest q;
+        q.size = 0;
+        q.mtime_now = true;
+        return fs.store().SetAttr(ino, q).status();
+      };
+    }
     Result<OpenFiles::Opened> opened = fs.open_files().Open(
-        ino, read_only, mode, [req](int fd) { return fuse_passthrough_open(req, fd); });
+        ino, read_only, mode, [req](int fd) { return fuse_passthrough_open(req, fd); }, truncation);
     if (!opened.ok()) return r.Fail(opened.status());
+    if (truncate) {
+      if (Status st = fs.SyncChange(ino, /*directory_change=*/false); !st.ok()) {
+        ReleaseOpen(req, fs, ino, opened->handle);
+        return r.Fail(st);
+      }
+    }
     fi->fh = opened->handle;
     // Only direct writers need FLUSH (Flush below).
     fi->noflush = opened->handle != OpenFiles::kDirectWrite;

@@ -174,10 +174,6 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS, true);
   want(FUSE_CAP_READDIRPLUS, true);
   want(FUSE_CAP_READDIRPLUS_AUTO, true);
-  // Opens send no request (data.cc), so O_TRUNC must come as a SETATTR: with
-  // this capability the kernel would leave the truncation to the OPEN it
-  // never sends.
-  want(FUSE_CAP_ATOMIC_O_TRUNC, false);
   want(FUSE_CAP_ASYNC_DIO, true);
   want(FUSE_CAP_AUTO_INVAL_DATA, true);
   want(FUSE_CAP_CACHE_SYMLINKS, true);
@@ -219,6 +215,15 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_HANDLE_KILLPRIV_V2, true);
   fs->kills_suidgid_.store(fuse_get_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2),
                            std::memory_order_relaxed);
+  // O_TRUNC in the OPEN (data.cc) when every OPEN is answered, so that an
+  // open for writing that truncates an existing file finds it empty and can
+  // be passed through as a new file's. Without passthrough opens send no
+  // request (no_open) and O_TRUNC must come as a SETATTR; without
+  // KILLPRIV_V2 the kernel clears set-ID bits with the SETATTR it would
+  // drop.
+  want(FUSE_CAP_ATOMIC_O_TRUNC, passthrough == kActive && fs->kills_suidgid());
+  fs->atomic_o_trunc_.store(fuse_get_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC),
+                            std::memory_order_relaxed);
   conn->max_write = kMaxWrite;
   // conn->max_readahead starts at the kernel's maximum; keep it.
   // Room for the kernel's readahead and async direct I/O to overlap.

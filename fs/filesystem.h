@@ -91,6 +91,11 @@ class Filesystem {
   // Whether opens for writing of empty files are passed through too (mount
   // option "passthrough_writes"): the kernel writes their data files.
   bool passthrough_writes() const { return passthrough() && options_.passthrough_writes; }
+  // Whether an open with O_TRUNC truncates in the OPEN request instead of a
+  // SETATTR after it (FUSE_CAP_ATOMIC_O_TRUNC, set by Init before any other
+  // request): only while every OPEN is answered (passthrough) and the
+  // kernel leaves clearing set-ID bits to us (kills_suidgid).
+  bool atomic_o_trunc() const { return atomic_o_trunc_.load(std::memory_order_relaxed); }
   // "yes", or "no: " and why, for the stats file.
   std::string PassthroughText() const;
   // The FUSE protocol version the kernel speaks, "7.41"; "" before Init.
@@ -115,6 +120,7 @@ class Filesystem {
   CapabilityFreeInodes capability_free_;
   AttrInvalidator attr_invalidator_;
   std::atomic<bool> kills_suidgid_{false};
+  std::atomic<bool> atomic_o_trunc_{false};
   // What Init made of passthrough (PassthroughText).
   enum PassthroughState { kNotAsked, kVerifyReads, kNoKernel, kNoPrivilege, kActive };
   std::atomic<int> passthrough_{kNotAsked};

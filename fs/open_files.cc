@@ -49,24 +49,31 @@ int OpenFiles::WriteBacking(Ino ino, const OpenBacking& open_backing) {
   return id;
 }
 
-OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, Mode mode,
-                                     const OpenBacking& open_backing, bool* busy) {
+Result<OpenFiles::Opened> OpenFiles::TryOpen(Ino ino, bool read_only, Mode mode,
+                                             const OpenBacking& open_backing,
+                                             const Truncate& truncate, bool* busy) {
   Opened out;
+  Status error;
   *busy = false;
-  opens_.Update(ino, [&](State& s, bool) {
+  opens_.Update(ino, [&](State& s, bool existed) {
     if (s.passthrough > 0) {
+      if (s.writers == 0 && (!read_only || truncate)) {
+        *busy = true;
+        return true;
+      }
+      if (truncate) error = truncate();  // the kernel writes the data file: at once
+      if (!error.ok()) return true;
+      ++s.passthrough;
       if (read_only) {
-        ++s.passthrough;
         out = Opened{kPassthrough, s.backing_id};
-      } else if (s.writers > 0) {
-        ++s.passthrough;
+      } else {
         ++s.writers;
         out = Opened{kDirectWrite, s.backing_id};
-      } else {
-        *busy = true;
       }
       return true;
     }
+    if (truncate) error = truncate();
+    if (!error.ok()) return existed;
     if (mode != Mode::kNone && s.daemon == 0) {
       const bool writes = !read_only && mode == Mode::kReadsAndWrites;
       const int id = read_only ? Backing(ino, open_backing)
@@ -85,21 +92,24 @@ OpenFiles::Opened OpenFiles::TryOpen(Ino ino, bool read_only, Mode mode,
     out = Opened{kDaemon, 0};
     return true;
   });
+  if (!error.ok()) return error;
   return out;
 }
 
 Result<OpenFiles::Opened> OpenFiles::Open(Ino ino, bool read_only, Mode mode,
-                                          const OpenBacking& open_backing) {
+                                          const OpenBacking& open_backing,
+                                          const Truncate& truncate) {
   const auto deadline = std::chrono::steady_clock::now() + kReleaseWait;
   bool busy = false;
-  Opened out = TryOpen(ino, read_only, mode, open_backing, &busy);
-  while (busy) {
+  Result<Opened> out = TryOpen(ino, read_only, mode, open_backing, truncate, &busy);
+  while (out.ok() && busy) {
     if (!WaitForReleases(ino, deadline)) {
       return Status::Errno(ETXTBSY, "open for reading through its data file");
     }
-    out = TryOpen(ino, read_only, mode, open_backing, &busy);
+    out = TryOpen(ino, read_only, mode, open_backing, truncate, &busy);
   }
-  (out.handle == kDaemon ? daemon_opens_ : passthrough_opens_)
+  if (!out.ok()) return out;
+  (out->handle == kDaemon ? daemon_opens_ : passthrough_opens_)
       .fetch_add(1, std::memory_order_relaxed);
   return out;
 }

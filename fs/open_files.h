@@ -44,6 +44,8 @@ class OpenFiles {
   using OpenBacking = std::function<int(int fd)>;
   // Drops a backing id (fuse_passthrough_close).
   using CloseBacking = std::function<void(int backing_id)>;
+  // Truncates the file to 0 bytes for an open with O_TRUNC.
+  using Truncate = std::function<engine::Status()>;
 
   // What an open got; kept in the open's handle (fuse_file_info::fh) and
   // given back at release.
@@ -63,9 +65,13 @@ class OpenFiles {
   // An open of store file `ino`, read-only or not, where `mode` says which
   // opens the kernel may be handed a backing file for (kNone: every open is
   // the daemon's). ETXTBSY for a writer while read-only passthrough opens
-  // are open.
+  // are open. With `truncate` (an open with O_TRUNC, read-only or not) the
+  // open is a writer's for that rule, and the file is truncated once the
+  // open is sure to go ahead, before it picks its backing: so a writer that
+  // truncates a file writes it directly as it would a new one. Its failure
+  // is the open's.
   engine::Result<Opened> Open(engine::Ino ino, bool read_only, Mode mode,
-                              const OpenBacking& open_backing);
+                              const OpenBacking& open_backing, const Truncate& truncate = {});
   // The release of an open that got `handle`.
   void Release(engine::Ino ino, uint64_t handle, const CloseBacking& close_backing);
   // Whether `ino` has passthrough opens and none writes (its data file must
@@ -101,8 +107,9 @@ class OpenFiles {
     uint32_t daemon = 0;       // opens the daemon serves
   };
   // One try of Open; sets *busy instead of waiting.
-  Opened TryOpen(engine::Ino ino, bool read_only, Mode mode, const OpenBacking& open_backing,
-                 bool* busy);
+  engine::Result<Opened> TryOpen(engine::Ino ino, bool read_only, Mode mode,
+                                 const OpenBacking& open_backing, const Truncate& truncate,
+                                 bool* busy);
   void CountBusy() { busy_.fetch_add(1, std::memory_order_relaxed); }
   // A backing id for the data file of `ino`; 0 when the file is not whole
   // in its data file or the kernel refused.

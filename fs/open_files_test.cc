@@ -2,7 +2,8 @@
 // backing id serves an inode's passthrough opens and is closed at the last
 // release, that writers wait for, then fail on, passthrough readers, and
 // that with passthrough for writers an empty file's writers and readers
-// share one backing file that the kernel writes.
+// share one backing file that the kernel writes, and that an open with
+// O_TRUNC truncates only once it is sure to go ahead.
 #include "fs/open_files.h"
 
 #include <fcntl.h>
@@ -110,7 +111,9 @@ TEST_F(OpenFilesTest, AWriterMakesReadersTheDaemonsAndReadersMakeWritersWait) {
   std::thread writer([&] {
     Result<OpenFiles::Opened> got = opens.Open(big, false, OpenFiles::Mode::kReads, Backing());
     EXPECT_TRUE(got.ok()) << got.status().ToString();
-    if (got.ok()) EXPECT_EQ(got->handle, OpenFiles::kDaemon);
+    if (got.ok()) {
+      EXPECT_EQ(got->handle, OpenFiles::kDaemon);
+    }
     opened = got.ok();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -214,6 +217,64 @@ TEST_F(OpenFilesTest, WritersOfAnEmptyFileShareADataFileTheKernelWrites) {
   EXPECT_TRUE(got == data);
   opens.Release(empty, r.handle, Close());
   EXPECT_EQ(closed_, std::vector<int>{w.backing_id});
+  EXPECT_EQ(opens.direct_write_errors(), 0u);
+}
+
+TEST_F(OpenFilesTest, AnOpenThatTruncatesTruncatesFirstAndWaitsForReadersAsAWriter) {
+  const Ino big = MakeFile("big", 3 * kMiB);
+  OpenFiles opens(s());
+  constexpr auto kWrites = OpenFiles::Mode::kReadsAndWrites;
+  int truncations = 0;
+  Status truncate_result;
+  const OpenFiles::Truncate truncate = [&]() -> Status {
+    ++truncations;
+    if (!truncate_result.ok()) return truncate_result;
+    engine::SetAttrRequest q;
+    q.size = 0;
+    return s()->SetAttr(big, q).status();
+  };
+  // A passthrough reader holds it off, read-only or not, untruncated.
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened r, opens.Open(big, true, kWrites, Backing()));
+  ASSERT_EQ(r.handle, OpenFiles::kPassthrough);
+  for (bool read_only : {false, true}) {
+    Result<OpenFiles::Opened> busy = opens.Open(big, read_only, kWrites, Backing(), truncate);
+    EXPECT_EQ(busy.status().code(), ETXTBSY);
+  }
+  EXPECT_EQ(truncations, 0);
+  EXPECT_EQ(s()->GetAttr(big)->size, 3 * kMiB);
+  opens.Release(big, r.handle, Close());
+  // A failed truncation fails the open and leaves nothing behind.
+  truncate_result = Status::Errno(EIO, "test");
+  Result<OpenFiles::Opened> failed = opens.Open(big, false, kWrites, Backing(), truncate);
+  EXPECT_EQ(failed.status().code(), EIO);
+  EXPECT_FALSE(opens.ReadersOnly(big));
+  EXPECT_EQ(opens.passthrough_opens() + opens.daemon_opens(), 1u);  // the reader's
+  // Truncated first, the file is empty: the writer writes a data file of
+  // its own directly, as a new file's.
+  truncate_result = Status::OK();
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w, opens.Open(big, false, kWrites, Backing(), truncate));
+  EXPECT_EQ(truncations, 2);
+  EXPECT_EQ(s()->GetAttr(big)->size, 0u);
+  ASSERT_EQ(w.handle, OpenFiles::kDirectWrite);
+  EXPECT_EQ(backing_sizes_.back(), 0u);
+  // Another open with O_TRUNC joins it and truncates the shared data file.
+  const std::string path = dir_.store() + "/" + format::DataFileName(big);
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "abc", 3, 0), 3);
+    ::close(fd);
+  }
+  ASSERT_OK_AND_ASSIGN(OpenFiles::Opened w2, opens.Open(big, true, kWrites, Backing(), truncate));
+  EXPECT_EQ(truncations, 3);
+  EXPECT_EQ(w2.handle, OpenFiles::kPassthrough);
+  EXPECT_EQ(w2.backing_id, w.backing_id);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  opens.Release(big, w2.handle, Close());
+  opens.Release(big, w.handle, Close());
+  EXPECT_EQ(s()->GetAttr(big)->size, 0u);
   EXPECT_EQ(opens.direct_write_errors(), 0u);
 }
 

@@ -23,7 +23,10 @@ directory, byte for byte:
     reach no daemon, its size shows while it is open, and its checksums
     (adopted at close and fsync) pass `ckptfs verify`; small new files move
     into segments at their last close; readers and writers of a new file
-    share its data file through rewrites and truncation.
+    share its data file through rewrites and truncation; an open with
+    O_TRUNC of an existing file (torch.save to the same path) truncates in
+    the OPEN and is then written directly as a new file is, and
+    O_RDONLY|O_TRUNC and the times it sets are as in a plain directory.
 Needs root (drop_caches, setuid to 65534) and CKPTFS_BIN.
 """
 
@@ -300,6 +303,75 @@ class PassthroughWritesTest(PassthroughTest):
             self.assertEqual(read_all(self.m.path(name)), pattern(7, size), name)
         r = verify(self.m.path("some"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_an_overwrite_with_o_trunc_is_written_directly_as_a_new_file(self):
+        self.assertTrue(self.m.stats()["fs"]["atomic_o_trunc"])
+        p = self.m.path("again")
+        lib.write_file(p, pattern(9, 12 * MiB))
+        # Into segments first: a write in the middle (the daemon's).
+        fd = os.open(p, os.O_WRONLY)
+        os.pwrite(fd, b"middle", 5 * MiB)
+        os.close(fd)
+        old = os.stat(p)
+        time.sleep(0.01)
+        data = os.urandom(20 * MiB + 7)
+        before = self.engine()
+        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        try:
+            self.assertEqual(os.fstat(fd).st_size, 0)
+            self.assertEqual(os.stat(p).st_size, 0)
+            for off in range(0, len(data), MiB):
+                os.write(fd, data[off:off + MiB])
+        finally:
+            os.close(fd)
+        after = self.engine()
+        self.assertEqual(after["writes"], before["writes"])
+        self.assertEqual(after["direct_writes"], before["direct_writes"] + 1)
+        st = os.stat(p)
+        self.assertEqual(st.st_size, len(data))
+        self.assertGreater(st.st_mtime_ns, old.st_mtime_ns)
+        self.assertGreater(st.st_ctime_ns, old.st_ctime_ns)
+        drop_caches()
+        self.assertTrue(read_all(p) == data)
+        self.assertTrue(mmap_all(p) == data)
+        r = verify(p)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # torch.save to the same path again.
+        import torch
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            state = {"w%d" % i: torch.randn(512, 1024) for i in range(4)}  # 8 MiB
+            before = self.engine()
+            torch.save(state, p)
+            self.assertEqual(self.engine()["writes"], before["writes"])
+            drop_caches()
+            loaded = torch.load(p)
+            for k, v in state.items():
+                self.assertTrue(torch.equal(loaded[k], v), k)
+
+    def test_o_trunc_opens_as_in_a_plain_directory(self):
+        for root in (self.plain, self.m.mnt):
+            for name in ("ro", "rw", "empty"):
+                lib.write_file(os.path.join(root, name), b"" if name == "empty" else pattern(3, 6 * MiB))
+        times = {}
+        for root in (self.plain, self.m.mnt):
+            old = {n: os.stat(os.path.join(root, n)) for n in ("ro", "rw", "empty")}
+            time.sleep(0.01)
+            os.close(os.open(os.path.join(root, "ro"), os.O_RDONLY | os.O_TRUNC))
+            fd = os.open(os.path.join(root, "rw"), os.O_RDWR | os.O_TRUNC)
+            os.write(fd, b"short")
+            os.close(fd)
+            os.close(os.open(os.path.join(root, "empty"), os.O_WRONLY | os.O_TRUNC))
+            # An existing empty file's times move too (POSIX).
+            times[root] = {n: (os.stat(os.path.join(root, n)).st_mtime_ns > old[n].st_mtime_ns,
+                               os.stat(os.path.join(root, n)).st_ctime_ns > old[n].st_ctime_ns)
+                           for n in old}
+        self.assertEqual(times[self.m.mnt], times[self.plain])
+        self.assertEqual(times[self.plain], {n: (True, True) for n in ("ro", "rw", "empty")})
+        drop_caches()
+        for name in ("ro", "rw", "empty"):
+            self.assertEqual(read_all(self.m.path(name)), read_all(os.path.join(self.plain, name)),
+                             name)
 
     def test_readers_and_writers_of_a_new_file_share_its_data_file(self):
         p = self.m.path("shared")
