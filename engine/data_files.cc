@@ -59,14 +59,16 @@ Result<std::shared_ptr<io::File>> DataFiles::Get(uint64_t ino) {
 }
 
 DataFiles::~DataFiles() {
-  std::thread remover;
+  std::thread remover, evictor;
   {
     MutexLock l(&mu_);
     stop_remover_ = true;
     remover.swap(remover_);
+    evictor.swap(evictor_);
   }
   removal_cv_.SignalAll();
   if (remover.joinable()) remover.join();
+  if (evictor.joinable()) evictor.join();
 }
 
 void DataFiles::CancelRemoval(uint64_t ino) {
@@ -238,7 +240,7 @@ void DataFiles::AfterIndexSync(uint64_t ticket, bool synced) {
     }
     if (inos.empty()) return;
     removals_.insert(removals_.end(), inos.begin(), inos.end());
-    StartRemoverLocked();
+    if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
   }
   removal_cv_.SignalAll();
 }
@@ -248,13 +250,9 @@ void DataFiles::EvictSoon(uint64_t ino) {
     MutexLock l(&mu_);
     if (read_only_ || dirty_.count(ino) != 0) return;
     evictions_.push_back(ino);
-    StartRemoverLocked();
+    if (!evictor_.joinable()) evictor_ = std::thread([this] { EvictorLoop(); });
   }
   removal_cv_.SignalAll();
-}
-
-void DataFiles::StartRemoverLocked() {
-  if (!remover_.joinable()) remover_ = std::thread([this] { RemoverLoop(); });
 }
 
 void DataFiles::EvictFile(uint64_t ino) {
@@ -264,23 +262,29 @@ void DataFiles::EvictFile(uint64_t ino) {
   if (size.ok()) (*file)->Evict(0, *size);
 }
 
+void DataFiles::EvictorLoop() {
+  MutexLock l(&mu_);
+  for (;;) {
+    while (evictions_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
+    if (stop_remover_) {
+      evictions_.clear();  // what is left does not matter
+      return;
+    }
+    const uint64_t ino = evictions_.front();
+    evictions_.pop_front();
+    evicting_ = true;
+    l.Unlock();
+    EvictFile(ino);
+    l.Lock();
+    evicting_ = false;
+    removal_cv_.SignalAll();
+  }
+}
+
 void DataFiles::RemoverLoop() {
   MutexLock l(&mu_);
   for (;;) {
-    while (removals_.empty() && evictions_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
-    if (!evictions_.empty() && !stop_remover_) {
-      // First: they are quick, and the memory they free is wanted now.
-      const uint64_t ino = evictions_.front();
-      evictions_.pop_front();
-      evicting_ = true;
-      l.Unlock();
-      EvictFile(ino);
-      l.Lock();
-      evicting_ = false;
-      removal_cv_.SignalAll();
-      continue;
-    }
-    evictions_.clear();  // stopping: what is left does not matter
+    while (removals_.empty() && !stop_remover_) removal_cv_.Wait(&mu_);
     if (removals_.empty()) return;  // stopping, with nothing left to delete
     removing_ = removals_.front();
     removals_.pop_front();

@@ -467,9 +467,10 @@ class Store {
   // data file is deleted once the copy is durable (at the next sync). Bytes
   // not yet adopted are lost in a crash, as unflushed bytes of any file.
   //
-  // Begins when `ino` is an empty regular file and data files are on
-  // (data_file_bytes > 0): creates its data file and returns its path.
-  // nullopt, and nothing changes, for a file that is not empty.
+  // Begins when `ino` is an empty regular file without set-ID bits (the
+  // kernel's writes to a data file would not clear them) and data files are
+  // on (data_file_bytes > 0): creates its data file and returns its path.
+  // nullopt, and nothing changes, otherwise.
   virtual Result<std::optional<std::string>> BeginDirectWrite(Ino ino) = 0;
   // Adopts what the data file holds now; nothing to do when it has not
   // changed since the last adoption (same size and mtime).

@@ -967,8 +967,8 @@ Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
   {
     MutexLock l(&s->mu);
     st = LoadLocked(s);
-    if (st.ok() && !s->direct && S_ISREG(s->attr.mode) && s->attr.size == 0 &&
-        s->attr.data_file_end == 0 && options_.data_file_bytes != 0) {
+    if (st.ok() && !s->direct && S_ISREG(s->attr.mode) && (s->attr.mode & (S_ISUID | S_ISGID)) == 0 &&
+        s->attr.size == 0 && s->attr.data_file_end == 0 && options_.data_file_bytes != 0) {
       st = data_files_->Create(ino);
       began = st.ok();
       if (began) {

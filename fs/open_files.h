@@ -19,7 +19,8 @@
 // releases of readers that may already be closed.
 //
 // With passthrough for writers (kReadsAndWrites), an open for writing of an
-// empty file gets a data file of its own that the kernel writes directly
+// empty file (or of one its O_TRUNC empties: Open's `truncate`) gets a data
+// file of its own that the kernel writes directly
 // (engine::Store::BeginDirectWrite), opened for reading and writing behind
 // the backing id; every other open of the inode then shares it, readers
 // and writers alike, and a truncation changes it at once. Its last writer's

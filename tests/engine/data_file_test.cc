@@ -566,6 +566,14 @@ TEST_F(DataFileTest, OnlyAnEmptyFileBeginsDirectWrites) {
   EXPECT_FALSE(path.has_value());
   EXPECT_EQ(DataFileSize(f), -1);
   EXPECT_EQ(s()->EndDirectWrite(f).code(), EINVAL);
+  // Nor one with set-ID bits: the writes must reach the daemon, which
+  // clears them.
+  for (uint32_t bits : {S_ISUID, S_ISGID}) {
+    ASSERT_OK_AND_ASSIGN(engine::Attr a, s()->Create(kRootIno, "setid" + std::to_string(bits),
+                                                     S_IFREG | 0777 | bits, 0, 0));
+    ASSERT_OK_AND_ASSIGN(path, s()->BeginDirectWrite(a.ino));
+    EXPECT_FALSE(path.has_value()) << bits;
+  }
   options_.data_file_bytes = 0;  // data files off: none
   ASSERT_NO_FATAL_FAILURE(Reopen());
   Ino g = File("g");

@@ -373,6 +373,19 @@ class PassthroughWritesTest(PassthroughTest):
             self.assertEqual(read_all(self.m.path(name)), read_all(os.path.join(self.plain, name)),
                              name)
 
+    def test_control_files_opened_with_o_trunc(self):
+        # The config file empties and takes the settings written after;
+        # the stats file cannot be truncated (as a SETATTR without it).
+        config = self.m.path(".ckptfs", "config")
+        for gap in (8192, 4096):
+            with open(config, "w") as f:
+                f.write("coalesce_gap=%d\n" % gap)
+            self.assertEqual(self.m.stats()["options"]["coalesce_gap"], gap)
+        with self.assertRaises(OSError) as e:
+            os.close(os.open(self.m.path(".ckptfs", "stats"), os.O_WRONLY | os.O_TRUNC))
+        self.assertEqual(e.exception.errno, errno.EPERM)
+        json.loads(open(self.m.path(".ckptfs", "stats")).read())
+
     def test_readers_and_writers_of_a_new_file_share_its_data_file(self):
         p = self.m.path("shared")
         model = bytearray(pattern(8, 8 * MiB))
