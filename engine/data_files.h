@@ -98,11 +98,11 @@ class DataFiles {
   // AfterIndexSync hands those to the background thread, or, when the sync
   // failed, queues them again for the next one.
   uint64_t BeforeIndexSync();
+  void AfterIndexSync(uint64_t ticket, bool synced);
   // Has a background thread drop the OS's cached pages of the data file of
   // `ino` (one queued by RemoveAfterSync), unless it was written since the
   // last SyncDirty: those pages would be written back first.
   void EvictSoon(uint64_t ino);
-  void AfterIndexSync(uint64_t ticket, bool synced);
   // Waits until the background threads have deleted (and evicted)
   // everything handed to them; the first failure of a deletion (each also
   // logged).
