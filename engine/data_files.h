@@ -127,7 +127,7 @@ class DataFiles {
   void CancelRemoval(uint64_t ino) REQUIRES(mu_);
   void RemoverLoop();
   // The evictions, on a thread of their own: one waiting behind the unlink
-  // of a large file (0.7 s for 2 GiB here) would come too late.
+  // of a large file would come after the next writes took fresh memory.
   void EvictorLoop();
   // Drops the cached pages of the data file of `ino`, if there is one,
   // through a descriptor of its own (not one kept open: the file may be
