@@ -108,8 +108,8 @@ Status DataFiles::Write(uint64_t ino, uint64_t offset, std::string_view data) {
     too_many = dirty_.size() >= kMaxDirty && dirty_.count(ino) == 0;
   }
   if (too_many) CKPTFS_RETURN_IF_ERROR(SyncDirty());  // bounds the files held open
-  const std::string_view piece[] = {data};
-  CKPTFS_RETURN_IF_ERROR(file->WriteAt(offset, piece));
+  CKPTFS_RETURN_IF_ERROR(cache_writes_ ? file->WriteAt(offset, std::span(&data, 1))
+                                       : file->WriteUncachedAt(offset, data));
   MutexLock l(&mu_);
   dirty_[ino] = std::move(file);
   return Status::OK();

@@ -44,8 +44,14 @@ namespace ckptfs::engine {
 class DataFiles {
  public:
   // `store_dir` is the store's directory; the files are under its data/.
-  DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only)
-      : env_(std::move(env)), store_dir_(std::move(store_dir)), read_only_(read_only) {}
+  // Write() keeps what it writes in the OS's cache when `cache_writes`, and
+  // otherwise bypasses it where it can (io::File::WriteUncachedAt).
+  DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only,
+            bool cache_writes = true)
+      : env_(std::move(env)),
+        store_dir_(std::move(store_dir)),
+        read_only_(read_only),
+        cache_writes_(cache_writes) {}
   // Waits for the background removals.
   ~DataFiles();
   DataFiles(const DataFiles&) = delete;
@@ -141,6 +147,7 @@ class DataFiles {
   const std::shared_ptr<io::Env> env_;
   const std::string store_dir_;
   const bool read_only_;
+  const bool cache_writes_;
   Mutex mu_;
   // Open files, most recently used at the front of lru_.
   std::list<uint64_t> lru_ GUARDED_BY(mu_);

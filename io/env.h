@@ -37,6 +37,15 @@ class File {
   // an error (a failed write may have written part of them).
   // REQUIRES: the file was opened for writing.
   virtual Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) = 0;
+  // Writes `data` at `offset` as WriteAt does, for bytes that will not be
+  // read back through this file soon (another cache holds them): where the
+  // backend can, they bypass its cache. The POSIX Env writes the blocks that
+  // the filesystem's direct I/O alignment allows with O_DIRECT and the ragged
+  // ends through the page cache, so that the bytes cost no copy into the
+  // OS's cache and take no memory there. Durable as WriteAt's: after Sync().
+  // The default is WriteAt.
+  // REQUIRES: the file was opened for writing.
+  virtual Status WriteUncachedAt(uint64_t offset, std::string_view data);
   // Makes every byte written before the call durable (fdatasync).
   virtual Status Sync() = 0;
   // The file's size now.

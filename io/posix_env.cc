@@ -1,4 +1,5 @@
-// The POSIX Env: pread, pwritev, fdatasync on local files.
+// The POSIX Env: pread, pwritev, fdatasync on local files; O_DIRECT for
+// WriteUncachedAt.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,6 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
 #include <vector>
 
 #include "io/env.h"
@@ -27,10 +33,38 @@ std::string Parent(const std::string& path) {
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
 }
 
+uint64_t PageSize() {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// A buffer of each thread for direct writes from unaligned memory: aligned
+// to the page (direct I/O asks at most that of memory on the filesystems
+// seen so far; a file that asks more writes through the cache), allocated
+// on first use and reused, so that its pages stay mapped.
+class DirectBuffer {
+ public:
+  static constexpr size_t kBytes = 1 << 20;
+  static char* Get() {
+    thread_local DirectBuffer buffer;
+    return buffer.bytes_;
+  }
+
+ private:
+  DirectBuffer() : bytes_(static_cast<char*>(std::aligned_alloc(PageSize(), kBytes))) {
+    if (bytes_ == nullptr) throw std::bad_alloc();
+  }
+  ~DirectBuffer() { std::free(bytes_); }
+  char* const bytes_;
+};
+
 class PosixFile final : public File {
  public:
   PosixFile(std::string path, int fd) : File(std::move(path)), fd_(fd) {}
-  ~PosixFile() override { ::close(fd_); }
+  ~PosixFile() override {
+    ::close(fd_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+  }
 
   Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
     size_t done = 0;
@@ -72,6 +106,40 @@ class PosixFile final : public File {
     return Status::OK();
   }
 
+  Status WriteUncachedAt(uint64_t offset, std::string_view data) override {
+    const uint64_t align = DirectAlignment();
+    const uint64_t end = offset + data.size();
+    // The blocks wholly inside [offset, end) go direct; the ends share a
+    // page with bytes outside and go through the cache.
+    const uint64_t first = align == 0 ? end : (offset + align - 1) / align * align;
+    const uint64_t last = align == 0 ? end : std::max(first, end / align * align);
+    if (first >= last) return WriteAt(offset, std::span<const std::string_view>(&data, 1));
+    auto piece = [&](uint64_t from, uint64_t to) { return data.substr(from - offset, to - from); };
+    const std::string_view head = piece(offset, first);
+    if (!head.empty()) CKPTFS_RETURN_IF_ERROR(WriteAt(offset, std::span(&head, 1)));
+    uint64_t at = first;
+    while (at < last) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(last - at, DirectBuffer::kBytes));
+      const char* src = data.data() + (at - offset);
+      if (reinterpret_cast<uintptr_t>(src) % PageSize() != 0) {
+        char* aligned = DirectBuffer::Get();
+        std::memcpy(aligned, src, n);
+        src = aligned;
+      }
+      const ssize_t w = ::pwrite(direct_fd_, src, n, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno != EINVAL) return Status::IOError(errno, "write " + path());
+      // EINVAL: the filesystem refused this direct write after all; the
+      // rest goes through the cache.
+      if (w < 0) direct_align_.store(0, std::memory_order_relaxed);
+      if (w <= 0) break;
+      at += static_cast<uint64_t>(w);
+      if (at % align != 0) break;  // a short write: the rest through the cache
+    }
+    const std::string_view rest = piece(at, end);
+    return rest.empty() ? Status::OK() : WriteAt(at, std::span(&rest, 1));
+  }
+
   Status Sync() override {
     if (::fdatasync(fd_) != 0) return Status::IOError(errno, "fdatasync " + path());
     return Status::OK();
@@ -108,7 +176,32 @@ class PosixFile final : public File {
   }
 
  private:
+  // The alignment of direct writes' offsets and lengths, opening the
+  // O_DIRECT descriptor on the first call: the filesystem's (statx
+  // STATX_DIOALIGN), at least a page, so that a direct write never shares a
+  // cached page with a write through the cache. 0 where the filesystem
+  // offers no direct I/O, asks more than a page of memory alignment, or
+  // refused a direct write (EINVAL).
+  uint64_t DirectAlignment() {
+    std::call_once(direct_once_, [this] {
+      struct statx stx {};
+      if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0) return;
+      if (!(stx.stx_mask & STATX_DIOALIGN) || stx.stx_dio_offset_align == 0) return;
+      if (stx.stx_dio_mem_align > PageSize()) return;
+      // The same file as fd_ whatever became of its name.
+      const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+      direct_fd_ = ::open(self.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+      if (direct_fd_ < 0) return;
+      direct_align_.store(std::max<uint64_t>(stx.stx_dio_offset_align, PageSize()),
+                          std::memory_order_relaxed);
+    });
+    return direct_align_.load(std::memory_order_relaxed);
+  }
+
   const int fd_;
+  std::once_flag direct_once_;
+  int direct_fd_ = -1;  // set once, under direct_once_
+  std::atomic<uint64_t> direct_align_{0};
 };
 
 class PosixEnv final : public Env {
@@ -171,6 +264,10 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
                               ", expected data up to " + std::to_string(offset + len));
   }
   return Status::OK();
+}
+
+Status File::WriteUncachedAt(uint64_t offset, std::string_view data) {
+  return WriteAt(offset, std::span<const std::string_view>(&data, 1));
 }
 
 Status Env::RemoveLeftovers(const std::string& dir) {

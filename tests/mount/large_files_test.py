@@ -15,6 +15,10 @@ directory, byte for byte:
   - a writer, or a truncation, while a passthrough reader is open fails with
     ETXTBSY, and succeeds once the reader is closed;
   - torch.save / torch.load and np.save / np.load(mmap_mode="r");
+  - on a default mount (no passthrough) the daemon writes data files past
+    the page cache (the kernel caches the file's pages itself), and all of
+    the round trips above again; with passthrough the pages it writes stay
+    cached, since reads are served from them;
   - a mount by an unprivileged user (no CAP_SYS_ADMIN) falls back to the
     daemon's reads, says why in the stats file and returns the same bytes;
   - with verify_reads passthrough is off, and a flipped byte in a data file
@@ -76,6 +80,26 @@ def mmap_all(path):
             return m[:]
 
 
+def cached_pages(path):
+    """How many pages of `path` the page cache holds (util-linux fincore)."""
+    out = subprocess.run(["fincore", "--noheadings", "--raw", "--output", "PAGES", path],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+def offers_direct_io(path):
+    """Whether the filesystem of directory `path` takes O_DIRECT opens."""
+    probe = os.path.join(path, ".direct-io-probe")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+
+
 def pattern(seed, size):
     block = bytes((seed * 131 + i * 7) & 0xFF for i in range(4096))
     return (block * (size // 4096 + 1))[:size]
@@ -125,6 +149,53 @@ STEPS = [("seq", sequential), ("mid", overwrite_middle), ("cut", truncate_down_u
          ("sparse", sparse)]
 
 
+def check_round_trips(test):
+    """Runs STEPS on test.m and test.plain and compares, cold, by read(2)
+    and through mmap."""
+    for name, step in STEPS:
+        with test.subTest(step=name):
+            step(test.m.mnt)
+            step(test.plain)
+            drop_caches()
+            want = read_all(os.path.join(test.plain, name))
+            got = read_all(test.m.path(name))
+            test.assertEqual(len(got), len(want))
+            test.assertTrue(got == want, "%s: read(2) differs" % name)
+            drop_caches()
+            test.assertTrue(mmap_all(test.m.path(name)) == want, "%s: mmap differs" % name)
+            test.assertEqual(os.stat(test.m.path(name)).st_size, len(want))
+
+
+class DaemonWritesTest(lib.MountAndPlainTestCase):
+    """The default mount: no passthrough, the kernel's write-back cache, and
+    every byte written and read through the daemon."""
+    mount_options = ("data_file_min=4M",)
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_fuse(root=True)
+        super().setUpClass()
+
+    def test_round_trips_read_and_mmap_as_in_a_plain_directory(self):
+        check_round_trips(self)
+
+    def test_data_files_are_written_past_the_page_cache(self):
+        if not offers_direct_io(self.m.store):
+            self.skipTest("no direct I/O on the store's filesystem")
+        # Its first 4 MiB go to segments and are copied into the data file
+        # when it moves there; the rest goes there in the kernel's writeback.
+        data = os.urandom(16 * MiB + 5)
+        lib.write_file(self.m.path("big"), data, fsync=True)
+        data_file = os.path.join(self.m.store, "data",
+                                 "%08d.dat" % os.stat(self.m.path("big")).st_ino)
+        self.assertEqual(os.path.getsize(data_file), len(data))
+        # Only the page of the last 5 bytes went through the page cache.
+        self.assertLessEqual(cached_pages(data_file), 1)
+        drop_caches()
+        self.assertTrue(read_all(self.m.path("big")) == data)
+        self.assertTrue(mmap_all(self.m.path("big")) == data)
+
+
 class PassthroughTest(lib.MountAndPlainTestCase):
     mount_options = ("passthrough", "data_file_min=4M")
 
@@ -149,18 +220,24 @@ class PassthroughTest(lib.MountAndPlainTestCase):
             self.assertTrue(used.startswith("no: "), used)
 
     def test_round_trips_read_and_mmap_as_in_a_plain_directory(self):
-        for name, step in STEPS:
-            with self.subTest(step=name):
-                step(self.m.mnt)
-                step(self.plain)
-                drop_caches()
-                want = read_all(os.path.join(self.plain, name))
-                got = read_all(self.m.path(name))
-                self.assertEqual(len(got), len(want))
-                self.assertTrue(got == want, "%s: read(2) differs" % name)
-                drop_caches()
-                self.assertTrue(mmap_all(self.m.path(name)) == want, "%s: mmap differs" % name)
-                self.assertEqual(os.stat(self.m.path(name)).st_size, len(want))
+        check_round_trips(self)
+
+    def test_data_files_written_through_the_daemon_stay_cached(self):
+        # An open for reading and writing is the daemon's, with or without
+        # passthrough_writes: the reads that come after are passed through
+        # to the data file and find its pages cached.
+        data = os.urandom(16 * MiB + 5)
+        fd = os.open(self.m.path("rw"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        data_file = os.path.join(self.m.store, "data",
+                                 "%08d.dat" % os.stat(self.m.path("rw")).st_ino)
+        self.assertEqual(os.path.getsize(data_file), len(data))
+        self.assertGreaterEqual(cached_pages(data_file), 16 * MiB // 4096)
+        self.assertTrue(read_all(self.m.path("rw")) == data)
 
     def test_cold_reads_of_a_whole_data_file_send_no_read(self):
         if not passthrough_possible():
