@@ -108,8 +108,8 @@ Status DataFiles::Write(uint64_t ino, uint64_t offset, std::string_view data) {
     too_many = dirty_.size() >= kMaxDirty && dirty_.count(ino) == 0;
   }
   if (too_many) CKPTFS_RETURN_IF_ERROR(SyncDirty());  // bounds the files held open
-  CKPTFS_RETURN_IF_ERROR(cache_writes_ ? file->WriteAt(offset, std::span(&data, 1))
-                                       : file->WriteUncachedAt(offset, data));
+  CKPTFS_RETURN_IF_ERROR(bypass_cache_ ? file->WriteUncachedAt(offset, data)
+                                       : file->WriteAt(offset, std::span(&data, 1)));
   MutexLock l(&mu_);
   dirty_[ino] = std::move(file);
   return Status::OK();
@@ -118,6 +118,14 @@ Status DataFiles::Write(uint64_t ino, uint64_t offset, std::string_view data) {
 Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf) {
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
   return file->ReadAt(offset, len, buf);
+}
+
+Result<size_t> DataFiles::ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf) {
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  CKPTFS_ASSIGN_OR_RETURN(size_t n, bypass_cache_ ? file->ReadUncachedAt(offset, len, buf)
+                                                  : file->ReadAt(offset, len, buf));
+  file->Evict(offset, n);
+  return n;
 }
 
 Status DataFiles::Truncate(uint64_t ino, uint64_t size) {
@@ -175,11 +183,6 @@ Status DataFiles::MarkWritten(uint64_t ino) {
   MutexLock l(&mu_);
   dirty_[ino] = std::move(file);
   return Status::OK();
-}
-
-void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {
-  Result<std::shared_ptr<io::File>> file = Get(ino);
-  if (file.ok()) (*file)->Evict(offset, len);
 }
 
 Status DataFiles::SyncOne(uint64_t ino) {

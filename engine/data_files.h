@@ -44,14 +44,14 @@ namespace ckptfs::engine {
 class DataFiles {
  public:
   // `store_dir` is the store's directory; the files are under its data/.
-  // Write() keeps what it writes in the OS's cache when `cache_writes`, and
-  // otherwise bypasses it where it can (io::File::WriteUncachedAt).
+  // With `bypass_cache`, Write() and ReadOnce() go past the OS's cache
+  // where they can (io::File::WriteUncachedAt, ReadUncachedAt).
   DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only,
-            bool cache_writes = true)
+            bool bypass_cache = false)
       : env_(std::move(env)),
         store_dir_(std::move(store_dir)),
         read_only_(read_only),
-        cache_writes_(cache_writes) {}
+        bypass_cache_(bypass_cache) {}
   // Waits for the background removals.
   ~DataFiles();
   DataFiles(const DataFiles&) = delete;
@@ -68,6 +68,10 @@ class DataFiles {
   Status Write(uint64_t ino, uint64_t offset, std::string_view data);
   // Reads up to `len` bytes, fewer only at the end of the file.
   Result<size_t> ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf);
+  // ReadUpTo for bytes read once (a large sequential read, whose bytes the
+  // kernel caches itself): past the OS's cache with `bypass_cache`, and
+  // dropped from it after.
+  Result<size_t> ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf);
   // Cuts the data file of `ino` to `size` bytes.
   Status Truncate(uint64_t ino, uint64_t size);
   // The size and modification time of the data file of `ino` now.
@@ -85,8 +89,6 @@ class DataFiles {
   // Says that another writer (the kernel, for a passthrough writer) wrote
   // the data file of `ino`: the next SyncDirty syncs it.
   Status MarkWritten(uint64_t ino);
-  // Lets the OS drop its cached pages of that range (io::File::Evict).
-  void Evict(uint64_t ino, uint64_t offset, uint64_t len);
   // Syncs the data file of `ino` now; a failure is sticky, as SyncDirty's.
   Status SyncOne(uint64_t ino);
   // Syncs every data file written since the previous call, and data/
@@ -147,7 +149,7 @@ class DataFiles {
   const std::shared_ptr<io::Env> env_;
   const std::string store_dir_;
   const bool read_only_;
-  const bool cache_writes_;
+  const bool bypass_cache_;
   Mutex mu_;
   // Open files, most recently used at the front of lru_.
   std::list<uint64_t> lru_ GUARDED_BY(mu_);

@@ -183,13 +183,15 @@ struct StoreOptions {
   // from segments once. 0 keeps every file in segments. Default: 64 MiB.
   // Fixed while open.
   uint64_t data_file_bytes = 64ull << 20;
-  // Bytes that Write() puts in data files stay in the OS's page cache. Off
-  // where another cache holds them anyway (a mount's kernel caches the pages
-  // of the files it writes, unless it passes reads through to the data
-  // files): they then go to disk by direct I/O where the filesystem allows
-  // (io::File::WriteUncachedAt), with no copy into the page cache and no
-  // second cached copy. Default: true. Fixed while open.
-  bool cache_data_file_writes = true;
+  // Reads and writes of data files go past the OS's page cache where the
+  // filesystem allows (direct I/O: io::File::ReadUncachedAt,
+  // WriteUncachedAt): the bytes Write() puts there, and large sequential
+  // reads. For a store whose files are cached by someone else (a mount's
+  // kernel caches the pages of the files it reads and writes through the
+  // daemon, unless it passes reads through to the data files): no copy into
+  // the page cache and no second cached copy. Default: false. Fixed while
+  // open.
+  bool bypass_data_file_cache = false;
   // Two reads in one segment merge when the bytes between them are at most
   // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.
   uint64_t coalesce_gap = 256u << 10;

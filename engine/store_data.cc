@@ -696,7 +696,9 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
         block = scratch.Take(v.stored_len);
         dst = block.get();
       }
-      CKPTFS_ASSIGN_OR_RETURN(size_t n, data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
+      const bool once = len >= kSequentialReadBytes;
+      CKPTFS_ASSIGN_OR_RETURN(size_t n, once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
+                                             : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
       counters_.data_file_reads++;
       counters_.data_file_read_bytes += n;
       Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
@@ -705,7 +707,6 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
         return Status(EIO, "inode " + std::to_string(ino) + " " + cs.message());
       }
       if (!whole) std::memcpy(buf + (from - offset), dst + v.skip + (from - e.offset), to - from);
-      if (len >= kSequentialReadBytes) data_files_->Evict(ino, v.record_offset, n);
     } else {
       const char* src;
       if (e.value.is_inline) {

@@ -139,7 +139,7 @@ Status StoreImpl::Init() {
     if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
   }
   data_files_ =
-      std::make_unique<DataFiles>(env_, dir_, options_.read_only, options_.cache_data_file_writes);
+      std::make_unique<DataFiles>(env_, dir_, options_.read_only, options_.bypass_data_file_cache);
   if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(data_files_->EnsureDir());
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));

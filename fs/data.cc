@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,32 @@ using engine::Result;
 using engine::Status;
 
 namespace {
+
+// A page-aligned buffer that grows to the largest size asked of it.
+class PageAlignedBuffer {
+ public:
+  PageAlignedBuffer() = default;
+  PageAlignedBuffer(const PageAlignedBuffer&) = delete;
+  PageAlignedBuffer& operator=(const PageAlignedBuffer&) = delete;
+  ~PageAlignedBuffer() { std::free(bytes_); }
+  // At least `size` bytes; what it held before is gone.
+  char* Reserve(size_t size) {
+    if (size > size_) {
+      static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      const size_t want = (size + page - 1) / page * page;
+      std::free(bytes_);
+      bytes_ = static_cast<char*>(std::aligned_alloc(page, want));
+      if (bytes_ == nullptr) throw std::bad_alloc();
+      size_ = want;
+    }
+    return bytes_;
+  }
+  const char* data() const { return bytes_; }
+
+ private:
+  char* bytes_ = nullptr;
+  size_t size_ = 0;
+};
 
 // Gives back what an open got (OpenFiles::Release); the last passthrough
 // open of an inode closes its backing id.
@@ -109,10 +137,10 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
       r.Buf(bytes->data(), bytes->size());
       return;
     }
-    // One buffer per session thread, grown to the largest read seen.
-    thread_local std::vector<char> buf;
-    if (buf.size() < size) buf.resize(size);
-    Result<size_t> n = fs.store().Read(ino, static_cast<uint64_t>(off), size, buf.data());
+    // One buffer per session thread, grown to the largest read seen;
+    // page-aligned, so that the store can read into it with direct I/O.
+    thread_local PageAlignedBuffer buf;
+    Result<size_t> n = fs.store().Read(ino, static_cast<uint64_t>(off), size, buf.Reserve(size));
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddReadBytes(*n);
     if (off == 0) fs.op_stats().CountFileRead();

@@ -246,10 +246,9 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
   engine::StoreOptions store_options = options.store;
   store_options.create_if_missing = true;
   store_options.read_only = options.read_only;
-  // The kernel keeps the pages it writes through the daemon, and reads a
-  // file from them or through the daemon, except where reads pass through
-  // to the data files.
-  store_options.cache_data_file_writes = options.AsksPassthrough();
+  // The kernel caches the pages it reads and writes through the daemon;
+  // reads passed through to a data file are served from the data file's.
+  store_options.bypass_data_file_cache = !options.AsksPassthrough();
   store_options.holder =
       "ckptfs mount (pid " + std::to_string(getpid()) + ") on " + options.mountpoint;
   engine::Result<std::unique_ptr<engine::Store>> store =

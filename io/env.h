@@ -33,6 +33,12 @@ class File {
   // Reads up to `len` bytes at `offset` into `buf`; fewer only at the end of
   // the file.
   virtual Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const = 0;
+  // Reads as ReadAt does, for bytes that will not be read again through
+  // this file soon (another cache keeps them): where the backend can, past
+  // its cache. The POSIX Env reads with O_DIRECT when `offset`, `len` and
+  // `buf` meet the filesystem's direct I/O alignment (at least a page), and
+  // through the cache otherwise. The default is ReadAt.
+  virtual Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const;
   // Writes `pieces` one after the other starting at `offset`, all of them or
   // an error (a failed write may have written part of them).
   // REQUIRES: the file was opened for writing.

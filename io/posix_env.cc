@@ -1,5 +1,5 @@
 // The POSIX Env: pread, pwritev, fdatasync on local files; O_DIRECT for
-// WriteUncachedAt.
+// ReadUncachedAt and WriteUncachedAt.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -106,6 +106,30 @@ class PosixFile final : public File {
     return Status::OK();
   }
 
+  Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const override {
+    const uint64_t align = DirectAlignment();
+    if (align == 0 || offset % align != 0 || len % align != 0 ||
+        reinterpret_cast<uintptr_t>(buf) % PageSize() != 0) {
+      return ReadAt(offset, len, buf);
+    }
+    size_t done = 0;
+    while (done < len) {
+      const ssize_t n = ::pread(direct_fd_, buf + done, len - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL) {
+        direct_align_.store(0, std::memory_order_relaxed);
+        break;  // refused after all: the rest through the cache
+      }
+      if (n < 0) return Status::IOError(errno, "read " + path());
+      if (n == 0) return done;
+      done += static_cast<size_t>(n);
+      if (done % align != 0) return done;  // the end of the file
+    }
+    if (done == len) return done;
+    CKPTFS_ASSIGN_OR_RETURN(size_t rest, ReadAt(offset + done, len - done, buf + done));
+    return done + rest;
+  }
+
   Status WriteUncachedAt(uint64_t offset, std::string_view data) override {
     const uint64_t align = DirectAlignment();
     const uint64_t end = offset + data.size();
@@ -176,13 +200,13 @@ class PosixFile final : public File {
   }
 
  private:
-  // The alignment of direct writes' offsets and lengths, opening the
-  // O_DIRECT descriptor on the first call: the filesystem's (statx
-  // STATX_DIOALIGN), at least a page, so that a direct write never shares a
-  // cached page with a write through the cache. 0 where the filesystem
-  // offers no direct I/O, asks more than a page of memory alignment, or
-  // refused a direct write (EINVAL).
-  uint64_t DirectAlignment() {
+  // The alignment of direct reads' and writes' offsets and lengths,
+  // opening the O_DIRECT descriptor (with fd_'s access mode) on the first
+  // call: the filesystem's (statx STATX_DIOALIGN), at least a page, so that
+  // a direct write never shares a cached page with a write through the
+  // cache. 0 where the filesystem offers no direct I/O, asks more than a
+  // page of memory alignment, or refused a direct read or write (EINVAL).
+  uint64_t DirectAlignment() const {
     std::call_once(direct_once_, [this] {
       struct statx stx {};
       if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0) return;
@@ -190,7 +214,8 @@ class PosixFile final : public File {
       if (stx.stx_dio_mem_align > PageSize()) return;
       // The same file as fd_ whatever became of its name.
       const std::string self = "/proc/self/fd/" + std::to_string(fd_);
-      direct_fd_ = ::open(self.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+      const int access = ::fcntl(fd_, F_GETFL) & O_ACCMODE;
+      direct_fd_ = ::open(self.c_str(), access | O_DIRECT | O_CLOEXEC);
       if (direct_fd_ < 0) return;
       direct_align_.store(std::max<uint64_t>(stx.stx_dio_offset_align, PageSize()),
                           std::memory_order_relaxed);
@@ -199,9 +224,10 @@ class PosixFile final : public File {
   }
 
   const int fd_;
-  std::once_flag direct_once_;
-  int direct_fd_ = -1;  // set once, under direct_once_
-  std::atomic<uint64_t> direct_align_{0};
+  // Opened on first use, by const methods too.
+  mutable std::once_flag direct_once_;
+  mutable int direct_fd_ = -1;  // set once, under direct_once_
+  mutable std::atomic<uint64_t> direct_align_{0};
 };
 
 class PosixEnv final : public Env {
@@ -264,6 +290,10 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
                               ", expected data up to " + std::to_string(offset + len));
   }
   return Status::OK();
+}
+
+Result<size_t> File::ReadUncachedAt(uint64_t offset, size_t len, char* buf) const {
+  return ReadAt(offset, len, buf);
 }
 
 Status File::WriteUncachedAt(uint64_t offset, std::string_view data) {

@@ -141,5 +141,66 @@ TEST_F(PosixEnvTest, UncachedWritesLeaveOnlyTheRaggedEndsInThePageCache) {
   EXPECT_TRUE(back == bytes);
 }
 
+TEST_F(PosixEnvTest, UncachedReadsReturnWhatReadsThroughTheCacheReturn) {
+  const std::string src = Random((2 << 20) + 300, 3);
+  Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
+  ASSERT_TRUE(w.ok());
+  const std::string_view all(src);
+  ASSERT_TRUE((*w)->WriteAt(0, std::span(&all, 1)).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
+  Result<std::unique_ptr<File>> r = Env::Posix()->Open(dir_ + "/f", OpenMode::kRead);
+  ASSERT_TRUE(r.ok());
+  char* buf = static_cast<char*>(std::aligned_alloc(kPage, 3 << 20));
+  struct Case {
+    uint64_t offset;
+    size_t len, at;  // `at`: where in buf
+  };
+  const Case cases[] = {
+      {0, 1 << 20, 0},              // aligned
+      {1 << 20, 2 << 20, 0},        // aligned, past the end: fewer bytes
+      {4096, 8192, 1},              // unaligned buffer
+      {100, 4096, 0},               // unaligned offset
+      {8192, 5000, 0},              // unaligned length
+      {src.size(), 4096, 0},        // at the end
+      {src.size() + 4096, 4096, 0}, // past it
+  };
+  for (const Case& c : cases) {
+    Result<size_t> n = (*r)->ReadUncachedAt(c.offset, c.len, buf + c.at);
+    ASSERT_TRUE(n.ok()) << c.offset;
+    const size_t want = c.offset >= src.size() ? 0 : std::min(c.len, src.size() - c.offset);
+    ASSERT_EQ(*n, want) << c.offset;
+    EXPECT_TRUE(std::string_view(buf + c.at, *n) == all.substr(std::min(c.offset, src.size()), want))
+        << c.offset;
+  }
+  std::free(buf);
+}
+
+TEST_F(PosixEnvTest, AlignedUncachedReadsLeaveThePageCacheAlone) {
+  if (!DirectIo()) GTEST_SKIP() << dir_ << " offers no direct I/O";
+  const std::string src = Random(1 << 20, 4);
+  {
+    Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
+    ASSERT_TRUE(w.ok());
+    const std::string_view all(src);
+    ASSERT_TRUE((*w)->WriteUncachedAt(0, all).ok());
+    ASSERT_TRUE((*w)->Sync().ok());
+  }
+  std::vector<bool> cached = Cached(dir_ + "/f");
+  ASSERT_EQ(std::count(cached.begin(), cached.end(), true), 0);
+  Result<std::unique_ptr<File>> r = Env::Posix()->Open(dir_ + "/f", OpenMode::kRead);
+  ASSERT_TRUE(r.ok());
+  char* buf = static_cast<char*>(std::aligned_alloc(kPage, 1 << 20));
+  Result<size_t> n = (*r)->ReadUncachedAt(0, 1 << 20, buf);
+  ASSERT_TRUE(n.ok());
+  EXPECT_TRUE(std::string_view(buf, *n) == src);
+  cached = Cached(dir_ + "/f");
+  EXPECT_EQ(std::count(cached.begin(), cached.end(), true), 0);
+  // Through the cache, the pages read stay.
+  ASSERT_TRUE((*r)->ReadAt(0, 1 << 20, buf).ok());
+  cached = Cached(dir_ + "/f");
+  EXPECT_EQ(std::count(cached.begin(), cached.end(), true), 256);
+  std::free(buf);
+}
+
 }  // namespace
 }  // namespace ckptfs::io

@@ -15,8 +15,9 @@ directory, byte for byte:
   - a writer, or a truncation, while a passthrough reader is open fails with
     ETXTBSY, and succeeds once the reader is closed;
   - torch.save / torch.load and np.save / np.load(mmap_mode="r");
-  - on a default mount (no passthrough) the daemon writes data files past
-    the page cache (the kernel caches the file's pages itself), and all of
+  - on a default mount (no passthrough) the daemon writes data files, and
+    reads them in large reads, past the page cache (the kernel caches the
+    file's pages itself), and all of
     the round trips above again; with passthrough the pages it writes stay
     cached, since reads are served from them;
   - a mount by an unprivileged user (no CAP_SYS_ADMIN) falls back to the
@@ -179,7 +180,7 @@ class DaemonWritesTest(lib.MountAndPlainTestCase):
     def test_round_trips_read_and_mmap_as_in_a_plain_directory(self):
         check_round_trips(self)
 
-    def test_data_files_are_written_past_the_page_cache(self):
+    def test_data_files_are_written_and_read_past_the_page_cache(self):
         if not offers_direct_io(self.m.store):
             self.skipTest("no direct I/O on the store's filesystem")
         # Its first 4 MiB go to segments and are copied into the data file
@@ -191,8 +192,12 @@ class DaemonWritesTest(lib.MountAndPlainTestCase):
         self.assertEqual(os.path.getsize(data_file), len(data))
         # Only the page of the last 5 bytes went through the page cache.
         self.assertLessEqual(cached_pages(data_file), 1)
+        # Large reads take its blocks past the page cache too (the kernel
+        # caches the file's pages).
         drop_caches()
         self.assertTrue(read_all(self.m.path("big")) == data)
+        self.assertLessEqual(cached_pages(data_file), 1)
+        drop_caches()
         self.assertTrue(mmap_all(self.m.path("big")) == data)
 
 
