@@ -111,6 +111,15 @@ struct MountOptions {
   // a data file and a durable commit: for stores of few large files.
   // Default: off.
   bool passthrough_writes = false;
+  // Without passthrough, the daemon writes large files' data files, and
+  // reads them in large reads, with direct I/O ("direct_io";
+  // "no_direct_io" turns it off): the kernel caches those files' pages
+  // itself, so the daemon neither copies the bytes into the data files'
+  // page cache nor keeps a second cached copy (engine::StoreOptions::
+  // bypass_data_file_cache). Each write then waits for the disk: fewer
+  // CPU seconds per GiB, but concurrent writers of separate files went
+  // slower on the benchmark's disk (README, "Large files"). Default: on.
+  bool direct_io = true;
   // Every read checks the checksums of what it returns ("verify_reads"),
   // which only the daemon can: turns passthrough off. Default: off.
   bool verify_reads = false;

@@ -54,6 +54,15 @@ TEST(ParseMountOptionsTest, PassthroughTurnsTheWritebackCacheOffAndVerifyReadsPa
   EXPECT_EQ(o.store.data_file_bytes, 0u);
 }
 
+TEST(ParseMountOptionsTest, DirectIoIsOnUnlessTurnedOff) {
+  MountOptions o;
+  EXPECT_TRUE(o.direct_io);
+  ASSERT_TRUE(ParseMountOptions("no_direct_io", &o).ok());
+  EXPECT_FALSE(o.direct_io);
+  ASSERT_TRUE(ParseMountOptions("direct_io", &o).ok());
+  EXPECT_TRUE(o.direct_io);
+}
+
 TEST(ParseMountOptionsTest, ErrorsNameTheOption) {
   MountOptions o;
   engine::Status st = ParseMountOptions("ro,bogus=1", &o);

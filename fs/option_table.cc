@@ -275,6 +275,15 @@ constexpr OptionSpec kOptions[] = {
              "and checksummed by the daemon at each close and fsync; a file smaller than "
              "`data_file_min` is copied into segments instead (a data file created and "
              "deleted, a copy): for stores of mostly large files"},
+    {.name = "direct_io",
+     .type = OptionType::kFlag,
+     .field = kMountField<&MountOptions::direct_io>,
+     .off_name = "no_direct_io",
+     .help = "without `passthrough`, the daemon writes large files' data files, and reads "
+             "them in large reads, with direct I/O (O_DIRECT where the filesystem allows): "
+             "the kernel caches those files' pages already, so the bytes are not copied into "
+             "a second cache; fewer CPU seconds per GiB, but each write waits for the disk "
+             "(see \"Large files\" below); off (`no_direct_io`): through the page cache"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,

@@ -17,7 +17,7 @@ directory, byte for byte:
   - torch.save / torch.load and np.save / np.load(mmap_mode="r");
   - on a default mount (no passthrough) the daemon writes data files, and
     reads them in large reads, past the page cache (the kernel caches the
-    file's pages itself), and all of
+    file's pages itself; `no_direct_io`: through it), and all of
     the round trips above again; with passthrough the pages it writes stay
     cached, since reads are served from them;
   - a mount by an unprivileged user (no CAP_SYS_ADMIN) falls back to the
@@ -199,6 +199,28 @@ class DaemonWritesTest(lib.MountAndPlainTestCase):
         self.assertLessEqual(cached_pages(data_file), 1)
         drop_caches()
         self.assertTrue(mmap_all(self.m.path("big")) == data)
+
+
+class NoDirectIoTest(lib.MountAndPlainTestCase):
+    """no_direct_io: the daemon's writes of data files go through the page
+    cache."""
+    mount_options = ("data_file_min=4M", "no_direct_io")
+
+    @classmethod
+    def setUpClass(cls):
+        harness.require_fuse(root=True)
+        super().setUpClass()
+
+    def test_data_files_are_written_through_the_page_cache(self):
+        data = os.urandom(16 * MiB + 5)
+        lib.write_file(self.m.path("big"), data, fsync=True)
+        data_file = os.path.join(self.m.store, "data",
+                                 "%08d.dat" % os.stat(self.m.path("big")).st_ino)
+        self.assertEqual(os.path.getsize(data_file), len(data))
+        # The bytes copied from segments and those of the writeback.
+        self.assertGreaterEqual(cached_pages(data_file), 16 * MiB // 4096)
+        drop_caches()
+        self.assertTrue(read_all(self.m.path("big")) == data)
 
 
 class PassthroughTest(lib.MountAndPlainTestCase):
