@@ -1051,10 +1051,10 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
 Status StoreImpl::AdoptDirectWrites(Ino ino) { return Adopt(ino, /*sync=*/false); }
 
 Status StoreImpl::Adopt(Ino ino, bool sync) {
-  CKPTFS_RETURN_IF_ERROR(CheckWritable());
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   if (!s->direct || s->purged) return Status::OK();  // direct implies loaded
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
   if (!sync) return AdoptLocked(s.get());
   // The data file's bytes go to disk while they are hashed.
   Status synced;

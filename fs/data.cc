@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/page_aligned_buffer.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/set_id_bits.h"
@@ -21,32 +22,6 @@ using engine::Result;
 using engine::Status;
 
 namespace {
-
-// A page-aligned buffer that grows to the largest size asked of it.
-class PageAlignedBuffer {
- public:
-  PageAlignedBuffer() = default;
-  PageAlignedBuffer(const PageAlignedBuffer&) = delete;
-  PageAlignedBuffer& operator=(const PageAlignedBuffer&) = delete;
-  ~PageAlignedBuffer() { std::free(bytes_); }
-  // At least `size` bytes; what it held before is gone.
-  char* Reserve(size_t size) {
-    if (size > size_) {
-      static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      const size_t want = (size + page - 1) / page * page;
-      std::free(bytes_);
-      bytes_ = static_cast<char*>(std::aligned_alloc(page, want));
-      if (bytes_ == nullptr) throw std::bad_alloc();
-      size_ = want;
-    }
-    return bytes_;
-  }
-  const char* data() const { return bytes_; }
-
- private:
-  char* bytes_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Gives back what an open got (OpenFiles::Release); the last passthrough
 // open of an inode closes its backing id.

@@ -131,6 +131,9 @@ std::string EncodeExtentsPage(const ExtentsPageHeader& h, const std::vector<Exte
 }
 
 Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino, uint64_t from) {
+  // Bytes the kernel wrote to the data file since the last adoption would be
+  // checked against the checksums of the bytes they replaced.
+  CKPTFS_RETURN_IF_ERROR(store.AdoptDirectWrites(ino));
   CKPTFS_ASSIGN_OR_RETURN(Attr a, store.GetAttr(ino));
   if (!S_ISREG(a.mode)) return Status::Errno(ENODATA);
   CKPTFS_ASSIGN_OR_RETURN(std::vector<ExtentInfo> extents, store.GetExtents(ino));

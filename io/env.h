@@ -37,7 +37,8 @@ class File {
   // this file soon (another cache keeps them): where the backend can, past
   // its cache. The POSIX Env reads with O_DIRECT when `offset`, `len` and
   // `buf` meet the filesystem's direct I/O alignment (at least a page), and
-  // through the cache otherwise. The default is ReadAt.
+  // through the cache otherwise. The default, and the POSIX Env's reads
+  // through the cache, are ReadAt and then Evict of what it read.
   virtual Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const;
   // Writes `pieces` one after the other starting at `offset`, all of them or
   // an error (a failed write may have written part of them).

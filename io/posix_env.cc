@@ -14,6 +14,7 @@
 #include <new>
 #include <vector>
 
+#include "base/page_aligned_buffer.h"
 #include "io/env.h"
 
 namespace ckptfs::io {
@@ -33,30 +34,11 @@ std::string Parent(const std::string& path) {
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
 }
 
-uint64_t PageSize() {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  return page;
-}
+uint64_t PageSize() { return PageAlignedBuffer::PageSize(); }
 
-// A buffer of each thread for direct writes from unaligned memory: aligned
-// to the page (direct I/O asks at most that of memory on the filesystems
-// seen so far; a file that asks more writes through the cache), allocated
-// on first use and reused, so that its pages stay mapped.
-class DirectBuffer {
- public:
-  static constexpr size_t kBytes = 1 << 20;
-  static char* Get() {
-    thread_local DirectBuffer buffer;
-    return buffer.bytes_;
-  }
-
- private:
-  DirectBuffer() : bytes_(static_cast<char*>(std::aligned_alloc(PageSize(), kBytes))) {
-    if (bytes_ == nullptr) throw std::bad_alloc();
-  }
-  ~DirectBuffer() { std::free(bytes_); }
-  char* const bytes_;
-};
+// Direct writes from unaligned memory go through a buffer of each thread,
+// in pieces of at most this size.
+constexpr size_t kDirectBufferBytes = 1 << 20;
 
 class PosixFile final : public File {
  public:
@@ -110,7 +92,7 @@ class PosixFile final : public File {
     const uint64_t align = DirectAlignment();
     if (align == 0 || offset % align != 0 || len % align != 0 ||
         reinterpret_cast<uintptr_t>(buf) % PageSize() != 0) {
-      return ReadAt(offset, len, buf);
+      return File::ReadUncachedAt(offset, len, buf);
     }
     size_t done = 0;
     while (done < len) {
@@ -126,7 +108,8 @@ class PosixFile final : public File {
       if (done % align != 0) return done;  // the end of the file
     }
     if (done == len) return done;
-    CKPTFS_ASSIGN_OR_RETURN(size_t rest, ReadAt(offset + done, len - done, buf + done));
+    CKPTFS_ASSIGN_OR_RETURN(size_t rest,
+                            File::ReadUncachedAt(offset + done, len - done, buf + done));
     return done + rest;
   }
 
@@ -143,10 +126,11 @@ class PosixFile final : public File {
     if (!head.empty()) CKPTFS_RETURN_IF_ERROR(WriteAt(offset, std::span(&head, 1)));
     uint64_t at = first;
     while (at < last) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(last - at, DirectBuffer::kBytes));
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(last - at, kDirectBufferBytes));
       const char* src = data.data() + (at - offset);
       if (reinterpret_cast<uintptr_t>(src) % PageSize() != 0) {
-        char* aligned = DirectBuffer::Get();
+        thread_local PageAlignedBuffer buffer;
+        char* aligned = buffer.Reserve(kDirectBufferBytes);
         std::memcpy(aligned, src, n);
         src = aligned;
       }
@@ -293,7 +277,12 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
 }
 
 Result<size_t> File::ReadUncachedAt(uint64_t offset, size_t len, char* buf) const {
-  return ReadAt(offset, len, buf);
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, ReadAt(offset, len, buf));
+  // The whole pages it touched (an eviction keeps partly covered ones).
+  const uint64_t page = PageSize();
+  const uint64_t from = offset / page * page;
+  Evict(from, (offset + n + page - 1) / page * page - from);
+  return n;
 }
 
 Status File::WriteUncachedAt(uint64_t offset, std::string_view data) {

@@ -202,5 +202,31 @@ TEST_F(PosixEnvTest, AlignedUncachedReadsLeaveThePageCacheAlone) {
   std::free(buf);
 }
 
+TEST_F(PosixEnvTest, UnalignedUncachedReadsDropThePagesTheyRead) {
+  if (!DirectIo()) GTEST_SKIP() << dir_ << " offers no direct I/O";
+  const std::string src = Random(1 << 20, 5);
+  {
+    Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
+    ASSERT_TRUE(w.ok());
+    const std::string_view all(src);
+    ASSERT_TRUE((*w)->WriteAt(0, std::span(&all, 1)).ok());
+    ASSERT_TRUE((*w)->Sync().ok());  // clean pages, which an eviction drops
+  }
+  Result<std::unique_ptr<File>> r = Env::Posix()->Open(dir_ + "/f", OpenMode::kRead);
+  ASSERT_TRUE(r.ok());
+  (*r)->Evict(0, src.size());
+  std::vector<bool> cached = Cached(dir_ + "/f");
+  ASSERT_EQ(std::count(cached.begin(), cached.end(), true), 0);
+  // Through the cache (an unaligned offset and length), then dropped.
+  std::string buf(300000, '\0');
+  Result<size_t> n = (*r)->ReadUncachedAt(12345, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  EXPECT_TRUE(std::string_view(buf.data(), *n) == std::string_view(src).substr(12345, buf.size()));
+  // (Readahead may have cached pages past them.)
+  cached = Cached(dir_ + "/f");
+  const size_t first = 12345 / kPage, last = (12345 + buf.size() - 1) / kPage;
+  EXPECT_EQ(std::count(cached.begin() + first, cached.begin() + last + 1, true), 0);
+}
+
 }  // namespace
 }  // namespace ckptfs::io

@@ -182,6 +182,13 @@ class KillPrivTest(unittest.TestCase):
         os.setxattr(p, "security.capability", CAPABILITY)
         write(p)
         out["write_after_set_again"] = self.capability_of(p)
+        # An empty file with a capability (with passthrough_writes the
+        # kernel would write it directly).
+        p = os.path.join(root, "cap_empty")
+        open(p, "wb").close()
+        os.setxattr(p, "security.capability", CAPABILITY)
+        write(p)
+        out["write_empty"] = self.capability_of(p)
         return out
 
     def capability_of(self, p):
@@ -195,7 +202,8 @@ class KillPrivTest(unittest.TestCase):
         mnt = self.capability_steps(self.m.mnt)
         self.assertEqual(mnt, plain)
         self.assertEqual(mnt, {"write": "ENODATA", "truncate": "ENODATA", "chown": "ENODATA",
-                               "read": True, "none": True, "write_after_set_again": "ENODATA"})
+                               "read": True, "none": True, "write_after_set_again": "ENODATA",
+                               "write_empty": "ENODATA"})
 
     def count_write_requests(self, m, n):
         """The WRITE and GETXATTR requests of n 4 KiB write(2)s on mount m

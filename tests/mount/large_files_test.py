@@ -167,15 +167,20 @@ def check_round_trips(test):
             test.assertEqual(os.stat(test.m.path(name)).st_size, len(want))
 
 
-class DaemonWritesTest(lib.MountAndPlainTestCase):
-    """The default mount: no passthrough, the kernel's write-back cache, and
-    every byte written and read through the daemon."""
-    mount_options = ("data_file_min=4M",)
+class RootMountTestCase(lib.MountAndPlainTestCase):
+    """A mount, by root (passthrough and drop_caches need it), and a plain
+    directory."""
 
     @classmethod
     def setUpClass(cls):
         harness.require_fuse(root=True)
         super().setUpClass()
+
+
+class DaemonWritesTest(RootMountTestCase):
+    """The default mount: no passthrough, the kernel's write-back cache, and
+    every byte written and read through the daemon."""
+    mount_options = ("data_file_min=4M",)
 
     def test_round_trips_read_and_mmap_as_in_a_plain_directory(self):
         check_round_trips(self)
@@ -201,15 +206,10 @@ class DaemonWritesTest(lib.MountAndPlainTestCase):
         self.assertTrue(mmap_all(self.m.path("big")) == data)
 
 
-class NoDirectIoTest(lib.MountAndPlainTestCase):
+class NoDirectIoTest(RootMountTestCase):
     """no_direct_io: the daemon's writes of data files go through the page
     cache."""
     mount_options = ("data_file_min=4M", "no_direct_io")
-
-    @classmethod
-    def setUpClass(cls):
-        harness.require_fuse(root=True)
-        super().setUpClass()
 
     def test_data_files_are_written_through_the_page_cache(self):
         data = os.urandom(16 * MiB + 5)
@@ -223,13 +223,8 @@ class NoDirectIoTest(lib.MountAndPlainTestCase):
         self.assertTrue(read_all(self.m.path("big")) == data)
 
 
-class PassthroughTest(lib.MountAndPlainTestCase):
+class PassthroughTest(RootMountTestCase):
     mount_options = ("passthrough", "data_file_min=4M")
-
-    @classmethod
-    def setUpClass(cls):
-        harness.require_fuse(root=True)
-        super().setUpClass()
 
     def pt(self):
         return self.m.stats()["fs"]["passthrough"]
@@ -515,6 +510,49 @@ class PassthroughWritesTest(PassthroughTest):
         self.assertTrue(read_all(p) == model)
         r = verify(p)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+    def test_verify_while_the_kernel_writes_checks_the_bytes_written_so_far(self):
+        p = self.m.path("open_writer")
+        data = bytearray(pattern(4, 12 * MiB + 3))
+        lib.write_file(os.path.join(self.tmp, "open_writer.src"), data)
+        # The writer is a process of its own: a close of its descriptor, as
+        # in the child of a fork that execs, would adopt its writes.
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, p, os.path.join(self.tmp, "open_writer.src")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(writer.stdout.readline().strip(), "written")
+            data[5 * MiB + 100:5 * MiB + 100 + 4096] = b"Y" * 4096
+            data += b"more"
+            adoptions = self.engine()["direct_adoptions"]
+            r = verify(p)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("12.0 MiB checked: every checksum matches", r.stdout)
+            self.assertEqual(self.engine()["direct_adoptions"], adoptions + 1)
+            self.assertEqual(os.stat(p).st_size, len(data))
+        finally:
+            writer.communicate("close\n", timeout=60)
+        self.assertEqual(writer.returncode, 0)
+        drop_caches()
+        self.assertTrue(read_all(p) == data)
+
+
+# Writes argv[2]'s bytes to the new file argv[1] and fsyncs (an adoption);
+# then rewrites 4 KiB in the middle and appends, which the kernel writes to
+# the data file with no request to the daemon; keeps the file open until a
+# line comes on stdin.
+WRITER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, open(sys.argv[2], "rb").read())
+os.fsync(fd)
+os.pwrite(fd, b"Y" * 4096, 5 * 1024 * 1024 + 100)
+os.write(fd, b"more")
+print("written", flush=True)
+sys.stdin.readline()
+os.close(fd)
+"""
 
 
 class UnprivilegedFallbackTest(unittest.TestCase):
