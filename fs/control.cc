@@ -75,6 +75,10 @@ nlohmann::ordered_json EngineJson(const engine::EngineStats& s) {
       {"direct_writes", s.direct_writes},
       {"direct_adoptions", s.direct_adoptions},
       {"direct_adopted_bytes", s.direct_adopted_bytes},
+      {"data_file_writes", s.data_file_writes},
+      {"data_file_write_bytes", s.data_file_write_bytes},
+      {"data_file_reads", s.data_file_reads},
+      {"data_file_read_bytes", s.data_file_read_bytes},
   };
 }
 
@@ -206,6 +210,13 @@ constexpr MetricSpec kMetrics[] = {
      "Times the daemon took such a data file's bytes into the index."},
     {"/engine/direct_adopted_bytes", "direct_adopted_bytes", true,
      "Bytes those adoptions checksummed."},
+    {"/engine/data_file_writes", "data_file_writes", true, "The daemon's writes of data files."},
+    {"/engine/data_file_write_bytes", "data_file_write_bytes", true,
+     "Bytes the daemon wrote to data files."},
+    {"/engine/data_file_reads", "data_file_reads", true,
+     "Blocks the daemon read from data files."},
+    {"/engine/data_file_read_bytes", "data_file_read_bytes", true,
+     "Bytes the daemon read from data files (whole blocks, to check their checksums)."},
     {"/fs/requests", "requests", true, "FUSE requests served, of every kind."},
     {"/fs/errors", "request_errors", true,
      "FUSE requests answered with an error other than ENOENT or ENODATA."},

@@ -191,16 +191,32 @@ class DaemonWritesTest(RootMountTestCase):
         # Its first 4 MiB go to segments and are copied into the data file
         # when it moves there; the rest goes there in the kernel's writeback.
         data = os.urandom(16 * MiB + 5)
+        before = self.m.stats()["engine"]
         lib.write_file(self.m.path("big"), data, fsync=True)
         data_file = os.path.join(self.m.store, "data",
                                  "%08d.dat" % os.stat(self.m.path("big")).st_ino)
         self.assertEqual(os.path.getsize(data_file), len(data))
+        # No byte written to the data file twice (the stats file counts;
+        # a write-back out of order may leave some in segments).
+        after = self.m.stats()["engine"]
+        written = after["data_file_write_bytes"] - before["data_file_write_bytes"]
+        self.assertLessEqual(written, len(data))
+        self.assertGreater(written, len(data) // 2)
         # Only the page of the last 5 bytes went through the page cache.
         self.assertLessEqual(cached_pages(data_file), 1)
         # Large reads take its blocks past the page cache too (the kernel
-        # caches the file's pages).
+        # caches the file's pages), each block read once.
         drop_caches()
+        before = after
         self.assertTrue(read_all(self.m.path("big")) == data)
+        after = self.m.stats()["engine"]
+        # Whole blocks (a block again only where the kernel dropped the
+        # pages of its reply before the reader got to them).
+        read = after["data_file_read_bytes"] - before["data_file_read_bytes"]
+        self.assertGreaterEqual(read, written)
+        self.assertLessEqual(read, 2 * len(data))
+        self.assertGreaterEqual(after["data_file_reads"] - before["data_file_reads"],
+                                written // MiB)
         self.assertLessEqual(cached_pages(data_file), 1)
         drop_caches()
         self.assertTrue(mmap_all(self.m.path("big")) == data)
