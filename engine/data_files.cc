@@ -2,10 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <span>
 #include <thread>
 
 #include "format/format.h"
@@ -137,12 +141,86 @@ Status DataFiles::Truncate(uint64_t ino, uint64_t size) {
   return Status::OK();
 }
 
+namespace {
+
+// The clock the kernel stamps files with (current_time(): the coarse clock,
+// or a finer one on filesystems with fine-grained timestamps).
+int64_t CoarseNowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
 Result<DataFiles::Look> DataFiles::LookAt(uint64_t ino) {
+  const int64_t step = TimestampStep();
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  // Before the stat: a write after it is stamped no earlier than this.
+  const int64_t now = CoarseNowNs();
   Look look;
   CKPTFS_ASSIGN_OR_RETURN(look.size, file->Size());
   CKPTFS_ASSIGN_OR_RETURN(look.modified_ns, file->ModifiedNs());
+  // A stamp is the clock rounded down to a step: once the clock is a step
+  // past this mtime, no write can be stamped with it again.
+  look.settled = step == 0 || (step != kUnknownStep && now - step >= look.modified_ns);
   return look;
+}
+
+int64_t DataFiles::TimestampStep() {
+  std::call_once(timestamp_probe_, [this] {
+    const std::string path = store_dir_ + "/" + format::kDataDirName + "/" + kTimestampProbeName;
+    Result<int64_t> step = ProbeTimestampStep(env_.get(), path);
+    if (step.ok()) {
+      timestamp_step_ = *step;
+    } else {
+      std::fprintf(stderr, "ckptfs: %s: %s; every adoption of direct writes hashes the data file\n",
+                   path.c_str(), step.status().ToString().c_str());
+    }
+  });
+  return timestamp_step_;
+}
+
+Result<int64_t> DataFiles::ProbeTimestampStep(io::Env* env, const std::string& path) {
+  CKPTFS_RETURN_IF_ERROR(env->Remove(path));  // one a crash left
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env->CreateUnsynced(path));
+  Result<int64_t> step = MeasureTimestampStep(f.get());
+  f.reset();
+  Status removed = env->Remove(path);
+  if (!step.ok()) return step;
+  CKPTFS_RETURN_IF_ERROR(removed);
+  return step;
+}
+
+namespace {
+
+// Writes a byte of `f` and returns its mtime after.
+Result<int64_t> Touch(io::File* f) {
+  const std::string_view byte = "x";
+  CKPTFS_RETURN_IF_ERROR(f->WriteAt(0, std::span(&byte, 1)));
+  return f->ModifiedNs();
+}
+
+}  // namespace
+
+Result<int64_t> DataFiles::MeasureTimestampStep(io::File* f) {
+  // Two writes a stat apart that leave the same mtime (in any of three
+  // tries): coarse timestamps.
+  int64_t first = -1;
+  for (int i = 0; i < 3 && first < 0; ++i) {
+    CKPTFS_ASSIGN_OR_RETURN(const int64_t before, Touch(f));
+    CKPTFS_ASSIGN_OR_RETURN(const int64_t after, Touch(f));
+    if (after == before) first = after;
+  }
+  if (first < 0) return int64_t{0};
+  // How far the mtime moves when it first changes: one step.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CKPTFS_ASSIGN_OR_RETURN(const int64_t m, Touch(f));
+    if (m != first) return m > first ? m - first : kUnknownStep;
+  }
+  return kUnknownStep;
 }
 
 Result<std::vector<uint64_t>> DataFiles::BlockChecksums(uint64_t ino, uint64_t size,

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <set>
 #include <string>
@@ -74,13 +75,28 @@ class DataFiles {
   Result<size_t> ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf);
   // Cuts the data file of `ino` to `size` bytes.
   Status Truncate(uint64_t ino, uint64_t size);
-  // The size and modification time of the data file of `ino` now.
+  // The size and modification time of the data file of `ino` now, and
+  // whether a write that comes after this look is sure to change one of
+  // them (`settled`). It is not when the filesystem's timestamps are coarse
+  // (ticks of the clock, or whole seconds; a fine-grained filesystem gives
+  // a write that follows a look a timestamp of its own) and the file was
+  // modified in the current step: a later write in that step would leave
+  // size and mtime as they are.
   struct Look {
     uint64_t size = 0;
     int64_t modified_ns = 0;
-    bool operator==(const Look&) const = default;
+    bool settled = false;
   };
   Result<Look> LookAt(uint64_t ino);
+  // The step of the modification times of the files that `env` makes at
+  // `path` (created, written and deleted to find out, in up to about 3 s):
+  // 0 when a write that follows a look at the file always gets a newer one
+  // (fine-grained timestamps); kUnknownStep when the mtime did not move
+  // within that time.
+  static Result<int64_t> ProbeTimestampStep(io::Env* env, const std::string& path);
+  static constexpr int64_t kUnknownStep = INT64_MAX;
+  // The probe's file in data/.
+  static constexpr char kTimestampProbeName[] = "timestamps.probe";
   // The checksums (format::Checksum) of the blocks of the first `size`
   // bytes of the data file of `ino`, where blocks end at the multiples of
   // `block`, on up to kHashThreads threads. Corruption when the file is
@@ -129,6 +145,10 @@ class DataFiles {
   static constexpr size_t kSyncQueueFiles = 1024;
   static constexpr uint64_t kSyncQueueBytes = 256ull << 20;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
+  // The step of the data files' modification times, measured once on a
+  // file of data/ (kTimestampProbeName).
+  int64_t TimestampStep();
+  static Result<int64_t> MeasureTimestampStep(io::File* f);
   void Forget(uint64_t ino) REQUIRES(mu_);
   // Takes `ino` off every removal queue, or waits until the background
   // thread has deleted it.
@@ -176,6 +196,8 @@ class DataFiles {
   std::thread remover_ GUARDED_BY(mu_);
   std::thread evictor_ GUARDED_BY(mu_);
   Status sync_error_ GUARDED_BY(mu_);
+  std::once_flag timestamp_probe_;
+  int64_t timestamp_step_ = kUnknownStep;  // written once, under timestamp_probe_
   // A file was created since the last sync of data/.
   std::atomic<bool> dir_unsynced_{false};
   // Serializes SyncDirty (as SegmentSet's sync_mu_).

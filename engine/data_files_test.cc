@@ -6,11 +6,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "io/fault_injection.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine {
@@ -210,6 +213,59 @@ TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
   files_->AfterIndexSync(files_->BeforeIndexSync(), /*synced=*/true);
   files_.reset();
   EXPECT_TRUE(std::filesystem::is_empty(tmp_.path() + "/data"));
+}
+
+constexpr int64_t kStepNs = 300'000'000;
+
+// The POSIX Env, and one whose files' timestamps come in steps of kStepNs.
+std::shared_ptr<io::Env> CoarseEnv() {
+  std::shared_ptr<io::FaultInjectionEnv> env = io::FaultInjectionEnv::Make();
+  env->SetTimestampStep(kStepNs);
+  return env;
+}
+
+TEST(DataFilesTimestampsTest, TheProbeMeasuresTheStepOfTheTimestamps) {
+  test::TempDir tmp;
+  const std::string path = tmp.path() + "/probe";
+  Result<int64_t> step = DataFiles::ProbeTimestampStep(CoarseEnv().get(), path);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_EQ(*step, kStepNs);
+  // This machine's filesystem: fine-grained (0), or steps of at most a second.
+  step = DataFiles::ProbeTimestampStep(io::Env::Posix().get(), path);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_LE(*step, 1'000'000'000);
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "the probe's file is left";
+}
+
+TEST(DataFilesTimestampsTest, ALookIsSettledOnlyWhereTheNextWriteChangesIt) {
+  for (const bool coarse : {false, true}) {
+    SCOPED_TRACE(coarse ? "steps of 300 ms" : "this machine's filesystem");
+    test::TempDir tmp;
+    DataFiles files(coarse ? CoarseEnv() : io::Env::Posix(), tmp.path(), /*read_only=*/false);
+    ASSERT_TRUE(files.EnsureDir().ok());
+    ASSERT_TRUE(files.Create(1).ok());
+    int settled = 0;
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_TRUE(files.Write(1, 0, "a").ok());
+      Result<DataFiles::Look> before = files.LookAt(1);
+      ASSERT_TRUE(before.ok()) << before.status().ToString();
+      ASSERT_TRUE(files.Write(1, 0, "b").ok());  // the same size
+      Result<DataFiles::Look> after = files.LookAt(1);
+      ASSERT_TRUE(after.ok()) << after.status().ToString();
+      if (!before->settled) continue;
+      ++settled;
+      EXPECT_NE(after->modified_ns, before->modified_ns) << "a settled look missed a write, round " << i;
+    }
+    if (coarse) {
+      // Written a moment ago: most looks are not settled, until a step has passed.
+      EXPECT_LT(settled, 25);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(2 * kStepNs));
+      Result<DataFiles::Look> later = files.LookAt(1);
+      ASSERT_TRUE(later.ok()) << later.status().ToString();
+      EXPECT_TRUE(later->settled);
+    }
+  }
 }
 
 }  // namespace

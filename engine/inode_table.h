@@ -32,7 +32,8 @@ struct InodeState {
   std::atomic<int> open_count{0};  // handles open on it
   WriteOrder write_order;  // writers take a turn before `mu`
   // Between BeginDirectWrite and EndDirectWrite (pinned meanwhile), with
-  // the data file's size and mtime at the last adoption.
+  // the data file's size and mtime at the last adoption (mtime -1: none, or
+  // one that a later write could repeat: DataFiles::Look::settled).
   bool direct GUARDED_BY(mu) = false;
   uint64_t adopted_size GUARDED_BY(mu) = 0;
   int64_t adopted_ns GUARDED_BY(mu) = -1;

@@ -482,8 +482,10 @@ class Store {
   // nullopt, and nothing changes, otherwise.
   virtual Result<std::optional<std::string>> BeginDirectWrite(Ino ino) = 0;
   // Adopts what the data file holds now; nothing to do when it has not
-  // changed since the last adoption (same size and mtime), or when `ino`
-  // has no direct writes.
+  // changed since the last adoption (same size and mtime, where the
+  // filesystem's timestamps tell every later write apart: on one with
+  // coarse timestamps, an adoption within a step of the last write is
+  // followed by another), or when `ino` has no direct writes.
   virtual Status AdoptDirectWrites(Ino ino) = 0;
   // Adopts a last time and ends.
   virtual Status EndDirectWrite(Ino ino) = 0;

@@ -1044,7 +1044,9 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
   s->adopted_size = look.size;
-  s->adopted_ns = look.modified_ns;
+  // Not settled: a write in the same timestamp step would leave size and
+  // mtime as they are, so the next adoption hashes again.
+  s->adopted_ns = look.settled ? look.modified_ns : -1;
   return Status::OK();
 }
 

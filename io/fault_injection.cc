@@ -47,7 +47,11 @@ class FaultFile final : public File {
     return Status::OK();
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
-  Result<int64_t> ModifiedNs() const override { return base_->ModifiedNs(); }
+  Result<int64_t> ModifiedNs() const override {
+    CKPTFS_ASSIGN_OR_RETURN(const int64_t ns, base_->ModifiedNs());
+    const int64_t step = env_->timestamp_step_.load();
+    return step == 0 ? ns : ns - ns % step;
+  }
   Status Truncate(uint64_t size) override {
     ReaderMutexLock cut(&env_->cut_mu_);
     if (env_->cut()) return Status::OK();  // never reaches the disk

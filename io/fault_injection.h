@@ -2,6 +2,7 @@
 // produce, for tests (as leveldb's fault_injection_test does):
 //   - a chosen write fails with EIO, whole or torn (half of it written);
 //   - a chosen sync fails with EIO;
+//   - coarse timestamps (SetTimestampStep);
 //   - PowerCut(): the moment the machine loses power. The process goes on
 //     as if nothing happened (writes and syncs succeed, so that RocksDB and
 //     the engine close normally), but nothing done after the cut is
@@ -54,6 +55,10 @@ class FaultInjectionEnv final : public Env,
   // (the store) is closed. Errors only on I/O errors of the test machine.
   Result<uint64_t> Restore();
   bool cut() const { return cut_.load(); }
+  // The modification times of the files it writes come in steps of `ns`
+  // (the filesystem's, rounded down), as on a filesystem with coarse
+  // timestamps; 0, the default, leaves them as they are.
+  void SetTimestampStep(int64_t ns) { timestamp_step_ = ns; }
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
@@ -103,6 +108,7 @@ class FaultInjectionEnv final : public Env,
   std::atomic<uint64_t> writes_{0}, syncs_{0};
   std::atomic<uint64_t> fail_write_at_{0}, fail_sync_at_{0};
   std::atomic<bool> fail_write_torn_{false};
+  std::atomic<int64_t> timestamp_step_{0};
   Mutex mu_;  // a leaf lock
   std::map<std::string, Unsynced> files_ GUARDED_BY(mu_);
   std::vector<std::string> created_after_cut_ GUARDED_BY(mu_);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "format/format.h"
+#include "io/fault_injection.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -457,6 +458,39 @@ TEST_F(DataFileTest, DirectWritesAreAdoptedWithChecksumsOfWhatTheDataFileHoldsNo
   ASSERT_TRUE(whole.has_value());
   EXPECT_EQ(whole->size, want.size());
   EXPECT_EQ(s()->EndDirectWrite(f).code(), EINVAL);  // not begun
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
+TEST_F(DataFileTest, WithCoarseTimestampsARewriteInTheStepOfTheLastAdoptionIsAdopted) {
+  // Timestamps in steps of 500 ms: a rewrite of the same size right after
+  // an adoption leaves size and mtime as they were.
+  constexpr auto kStep = std::chrono::milliseconds(500);
+  std::shared_ptr<io::FaultInjectionEnv> env = io::FaultInjectionEnv::Make();
+  env->SetTimestampStep(std::chrono::nanoseconds(kStep).count());
+  options_.env = env;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Ino f = File("f");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  ASSERT_TRUE(path.has_value());
+  // The first look at a data file measures the step (up to a step long).
+  ASSERT_OK(s()->GetAttr(f).status());
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(1, 0, 2 * kMiB), &want));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 1 * kMiB - 2, "rewritten", &want));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));  // checks every block
+  ASSERT_OK_AND_ASSIGN(EngineStats st, s()->GetStats());
+  EXPECT_EQ(st.direct_adoptions, 2u);
+  // A step later the next adoption hashes once more, and then there is
+  // nothing left to do.
+  std::this_thread::sleep_for(2 * kStep);
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
+  EXPECT_EQ(st.direct_adoptions, 3u);
+  ASSERT_OK(s()->EndDirectWrite(f));
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
 }
