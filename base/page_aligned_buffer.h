@@ -34,9 +34,10 @@ class PageAlignedBuffer {
       const size_t page = PageSize();
       const size_t want = std::max(page, (size + page - 1) / page * page);
       std::free(bytes_);
+      size_ = 0;
       bytes_ = static_cast<char*>(std::aligned_alloc(page, want));
-      size_ = bytes_ == nullptr ? 0 : want;
       if (bytes_ == nullptr) throw std::bad_alloc();
+      size_ = want;
     }
     return bytes_;
   }

@@ -127,10 +127,7 @@ Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, ch
 Result<size_t> DataFiles::ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf) {
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
   // Either way the pages go: the session's reply fills the FUSE file's cache.
-  if (bypass_cache_) return file->ReadUncachedAt(offset, len, buf);
-  CKPTFS_ASSIGN_OR_RETURN(size_t n, file->ReadAt(offset, len, buf));
-  file->Evict(offset, n);
-  return n;
+  return bypass_cache_ ? file->ReadUncachedAt(offset, len, buf) : file->ReadAndEvict(offset, len, buf);
 }
 
 Status DataFiles::Truncate(uint64_t ino, uint64_t size) {

@@ -132,7 +132,9 @@ std::string EncodeExtentsPage(const ExtentsPageHeader& h, const std::vector<Exte
 
 Result<std::string> ExtentsXattrValue(engine::Store& store, engine::Ino ino, uint64_t from) {
   // Bytes the kernel wrote to the data file since the last adoption would be
-  // checked against the checksums of the bytes they replaced.
+  // checked against the checksums of the bytes they replaced. Every page
+  // adopts (an fstat when nothing changed): a write between two pages shows
+  // as a new mtime in the next page's header, which the reader detects.
   CKPTFS_RETURN_IF_ERROR(store.AdoptDirectWrites(ino));
   CKPTFS_ASSIGN_OR_RETURN(Attr a, store.GetAttr(ino));
   if (!S_ISREG(a.mode)) return Status::Errno(ENODATA);

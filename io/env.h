@@ -38,8 +38,11 @@ class File {
   // its cache. The POSIX Env reads with O_DIRECT when `offset`, `len` and
   // `buf` meet the filesystem's direct I/O alignment (at least a page), and
   // through the cache otherwise. The default, and the POSIX Env's reads
-  // through the cache, are ReadAt and then Evict of what it read.
+  // through the cache, are ReadAndEvict.
   virtual Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const;
+  // ReadAt, then Evict of the whole pages the read touched: a read through
+  // the backend's cache that leaves none of its pages there.
+  Result<size_t> ReadAndEvict(uint64_t offset, size_t len, char* buf) const;
   // Writes `pieces` one after the other starting at `offset`, all of them or
   // an error (a failed write may have written part of them).
   // REQUIRES: the file was opened for writing.

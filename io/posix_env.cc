@@ -92,7 +92,7 @@ class PosixFile final : public File {
     const uint64_t align = DirectAlignment();
     if (align == 0 || offset % align != 0 || len % align != 0 ||
         reinterpret_cast<uintptr_t>(buf) % PageSize() != 0) {
-      return File::ReadUncachedAt(offset, len, buf);
+      return ReadAndEvict(offset, len, buf);
     }
     size_t done = 0;
     while (done < len) {
@@ -109,7 +109,7 @@ class PosixFile final : public File {
     }
     if (done == len) return done;
     CKPTFS_ASSIGN_OR_RETURN(size_t rest,
-                            File::ReadUncachedAt(offset + done, len - done, buf + done));
+                            ReadAndEvict(offset + done, len - done, buf + done));
     return done + rest;
   }
 
@@ -277,6 +277,10 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
 }
 
 Result<size_t> File::ReadUncachedAt(uint64_t offset, size_t len, char* buf) const {
+  return ReadAndEvict(offset, len, buf);
+}
+
+Result<size_t> File::ReadAndEvict(uint64_t offset, size_t len, char* buf) const {
   CKPTFS_ASSIGN_OR_RETURN(const size_t n, ReadAt(offset, len, buf));
   // The whole pages it touched (an eviction keeps partly covered ones).
   const uint64_t page = PageSize();
