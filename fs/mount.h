@@ -164,6 +164,12 @@ std::string PassthroughPrivilege();
 // comes at mount time (the stats file's fs.passthrough).
 std::string PassthroughSupport();
 
+// The filesystem type of a ckptfs mount in /proc/self/mounts.
+inline constexpr std::string_view kMountType = "fuse.ckptfs";
+
+// `path` made absolute, with its symlinks resolved where it exists, as
+// /proc/self/mounts shows a mountpoint. `what` names it in the error.
+engine::Result<std::string> ResolvePath(const std::string& path, const std::string& what);
 // Makes store_dir and mountpoint absolute. EINVAL when either is empty.
 engine::Status ResolvePaths(MountOptions* options);
 
@@ -173,6 +179,10 @@ engine::Status ResolvePaths(MountOptions* options);
 engine::Status CheckFuseDevice();
 engine::Status CheckMountpoint(const std::string& mountpoint);
 engine::Status CheckStoreDir(const std::string& store_dir);
+// Checked before `ckptfs umount`: the topmost mount on `mountpoint` (a
+// resolved path) is a ckptfs one. ENOENT when the path does not exist,
+// EINVAL when nothing or another filesystem is mounted there (named).
+engine::Status CheckUnmountable(const std::string& mountpoint);
 
 // Called exactly once by ServeMount(): with OK once the filesystem is mounted,
 // or with the reason it could not be.

@@ -9,11 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "fs/mount.h"
 
 namespace ckptfs::fs {
 
+using engine::Result;
 using engine::Status;
 
 Status ParseMountOptions(std::string_view list, MountOptions* options) {
@@ -54,26 +56,24 @@ Status CheckPrivileges(const MountOptions& o, uid_t euid) {
   return Status::OK();
 }
 
+Result<std::string> ResolvePath(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(path, ec);
+  if (ec) return Status::Errno(EINVAL, "bad " + what + " " + path + ": " + ec.message());
+  // Resolve symlinks where the path exists, as /proc/mounts will show it; a
+  // stale mount (ENOTCONN) is normalized as written.
+  auto resolved = std::filesystem::weakly_canonical(abs, ec);
+  std::string out = (ec ? abs.lexically_normal() : resolved).string();
+  // "a/b/" normalizes to "a/b/"; drop the trailing slash.
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 Status ResolvePaths(MountOptions* o) {
   if (o->store_dir.empty()) return Status::Errno(EINVAL, "no store directory given");
   if (o->mountpoint.empty()) return Status::Errno(EINVAL, "no mountpoint given");
-  std::error_code ec;
-  auto store = std::filesystem::absolute(o->store_dir, ec);
-  if (ec) return Status::Errno(EINVAL, "bad store path " + o->store_dir + ": " + ec.message());
-  auto mnt = std::filesystem::absolute(o->mountpoint, ec);
-  if (ec) return Status::Errno(EINVAL, "bad mountpoint " + o->mountpoint + ": " + ec.message());
-  // Resolve symlinks where the path exists, as /proc/mounts will show it.
-  auto canonical = [](const std::filesystem::path& p) {
-    std::error_code ec;
-    auto c = std::filesystem::weakly_canonical(p, ec);
-    return ec ? p.lexically_normal() : c;
-  };
-  o->store_dir = canonical(store).string();
-  o->mountpoint = canonical(mnt).string();
-  // "a/b/" normalizes to "a/b/"; drop the trailing slash.
-  for (std::string* p : {&o->store_dir, &o->mountpoint}) {
-    while (p->size() > 1 && p->back() == '/') p->pop_back();
-  }
+  CKPTFS_ASSIGN_OR_RETURN(o->store_dir, ResolvePath(o->store_dir, "store path"));
+  CKPTFS_ASSIGN_OR_RETURN(o->mountpoint, ResolvePath(o->mountpoint, "mountpoint"));
   return Status::OK();
 }
 
@@ -127,19 +127,48 @@ std::string UnescapeMountField(const std::string& s) {
   return out;
 }
 
-// The source (store) of a ckptfs mount on `mnt`, or "" when there is none.
-std::string CkptfsMountedOn(const std::string& mnt) {
+struct MountEntry {
+  std::string type;
+  std::string source;
+};
+
+// What /proc/self/mounts lists on `mnt`, bottom first.
+std::vector<MountEntry> MountsOn(const std::string& mnt) {
+  std::vector<MountEntry> found;
   std::ifstream mounts("/proc/self/mounts");
-  std::string source, point, type, rest, found;
+  std::string source, point, type, rest;
   while (mounts >> source >> point >> type && std::getline(mounts, rest)) {
-    if (type == "fuse.ckptfs" && UnescapeMountField(point) == mnt) {
-      found = UnescapeMountField(source);
-    }
+    if (UnescapeMountField(point) == mnt) found.push_back({type, UnescapeMountField(source)});
   }
   return found;
 }
 
+// The source (store) of a ckptfs mount on `mnt`, or "" when there is none.
+std::string CkptfsMountedOn(const std::string& mnt) {
+  std::string store;
+  for (const MountEntry& m : MountsOn(mnt)) {
+    if (m.type == kMountType) store = m.source;
+  }
+  return store;
+}
+
 }  // namespace
+
+Status CheckUnmountable(const std::string& mnt) {
+  const std::vector<MountEntry> mounts = MountsOn(mnt);
+  if (mounts.empty()) {
+    struct stat st;
+    if (stat(mnt.c_str(), &st) != 0 && errno == ENOENT) {
+      return Status::Errno(ENOENT, mnt + " does not exist");
+    }
+    return Status::Errno(EINVAL, mnt + " is not mounted");
+  }
+  if (mounts.back().type != kMountType) {
+    return Status::Errno(EINVAL, mnt + " is a " + mounts.back().type + " mount (" +
+                                     mounts.back().source + "), not a ckptfs one; not unmounted");
+  }
+  return Status::OK();
+}
 
 Status CheckMountpoint(const std::string& mnt) {
   if (std::string store = CkptfsMountedOn(mnt); !store.empty()) {

@@ -26,6 +26,7 @@
 
 namespace ckptfs::tools {
 
+using engine::Result;
 using engine::Status;
 
 namespace {
@@ -154,12 +155,18 @@ bool ProcessGone(pid_t pid) {
 }  // namespace
 
 int RunUmount(const std::string& mountpoint_arg) {
-  std::string mountpoint = mountpoint_arg;
-  while (mountpoint.size() > 1 && mountpoint.back() == '/') mountpoint.pop_back();
+  // Only a ckptfs mount: `ckptfs umount` of another filesystem's mountpoint
+  // is a mistake, not a request.
+  Result<std::string> resolved = fs::ResolvePath(mountpoint_arg, "mountpoint");
+  if (!resolved.ok()) return Fail(resolved.status().ToString());
+  const std::string& mountpoint = *resolved;
+  if (Status st = fs::CheckUnmountable(mountpoint); !st.ok()) return Fail(st.ToString());
   const pid_t daemon = DaemonPid(mountpoint);
   if (geteuid() == 0) {
     if (umount2(mountpoint.c_str(), 0) != 0) {
-      return Fail("cannot unmount " + mountpoint + ": " + strerror(errno));
+      const int err = errno;
+      return Fail("cannot unmount " + mountpoint + ": " + strerror(err) +
+                  (err == EBUSY ? " (a file or directory on it is in use)" : ""));
     }
   } else {
     std::fflush(nullptr);

@@ -124,6 +124,26 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
   [[ $out == *"/dev/fuse does not exist"* ]] || ckptfs_fail "no /dev/fuse: message '$out'"
   echo "ok: no /dev/fuse: $out"
 fi
+# Unmount errors likewise: only a ckptfs mount is unmounted.
+expect_umount_error() {  # WHAT PATTERN MOUNTPOINT
+  local out rc=0
+  out=$("$CKPTFS_BIN" umount "$3" 2>&1) || rc=$?
+  expect_eq "$1: exit status" "$rc" 1
+  expect_eq "$1: lines of output" "$(printf '%s\n' "$out" | wc -l)" 1
+  [[ $out == *$2* ]] || ckptfs_fail "$1: message '$out' lacks '$2'"
+  echo "ok: $1: $out"
+}
+expect_umount_error "unmount of a directory" "$tmp/mnt2 is not mounted" "$tmp/mnt2"
+expect_umount_error "unmount of a missing path" "$tmp/nowhere does not exist" "$tmp/nowhere"
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  # Another filesystem stays mounted (a tmpfs in a private mount namespace,
+  # gone with it).
+  out=$(unshare -m sh -c 'mount -t tmpfs ckptfs-test "$1" && "$0" umount "$1"; echo "rc=$?";
+        mountpoint -q "$1" && echo still-mounted' "$CKPTFS_BIN" "$tmp/mnt2" 2>&1)
+  [[ $out == *"is a tmpfs mount (ckptfs-test), not a ckptfs one"*"rc=1"*still-mounted* ]] ||
+    ckptfs_fail "unmount of a tmpfs: '$out'"
+  echo "ok: unmount of a tmpfs refused"
+fi
 ckptfs_is_mounted "$tmp/mnt2" && ckptfs_fail "a failed mount left $tmp/mnt2 mounted"
 [[ ! -e $tmp/s2 ]] || ckptfs_fail "a failed mount created a store"
 [[ -f $tmp/notastore/file && ! -e $tmp/notastore/FORMAT ]] || ckptfs_fail "not-a-store was touched"
