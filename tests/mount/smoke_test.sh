@@ -156,6 +156,18 @@ if err=$( (echo data >"$tmp/mnt3/file") 2>&1); then ckptfs_fail "write under min
 echo "ok: ENOSPC: $err"
 ckptfs_test_umount "$tmp/mnt3"
 
+# A stale mount (its daemon killed) is unmounted by `ckptfs umount` too.
+ckptfs_test_mount "$tmp/s4" "$tmp/mnt4"
+pid=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' \
+  "$tmp/mnt4/.ckptfs/stats")
+kill -9 "$pid"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if err=$(ls "$tmp/mnt4" 2>&1); then ckptfs_fail "a mount without its daemon still lists"; fi
+[[ $err == *"not connected"* ]] || ckptfs_fail "stale mount: '$err'"
+"$CKPTFS_BIN" umount "$tmp/mnt4" || ckptfs_fail "ckptfs umount of a stale mount failed"
+ckptfs_is_mounted "$tmp/mnt4" && ckptfs_fail "the stale mount stayed"
+echo "ok: stale mount unmounted"
+
 # ---- Unmount, remount, compare every byte. ----
 ckptfs_test_umount "$mnt"
 ckptfs_test_mount "$store" "$mnt"
