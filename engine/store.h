@@ -120,8 +120,11 @@ struct EngineStats {
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files
   uint64_t data_file_reads = 0, data_file_read_bytes = 0;    // preads of data files
-  // Direct writes (BeginDirectWrite): files begun, adoptions, bytes hashed.
+  // Direct writes (BeginDirectWrite): files begun, adoptions, bytes hashed,
+  // and the data files read again because a write landed while they were
+  // read.
   uint64_t direct_writes = 0, direct_adoptions = 0, direct_adopted_bytes = 0;
+  uint64_t direct_rereads = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value, as
@@ -485,7 +488,11 @@ class Store {
   // changed since the last adoption (same size and mtime, where the
   // filesystem's timestamps tell every later write apart: on one with
   // coarse timestamps, an adoption within a step of the last write is
-  // followed by another), or when `ino` has no direct writes.
+  // followed by another), or when `ino` has no direct writes. A write that
+  // lands while it reads the data file (another open of the file writes
+  // on) changes size or mtime, and it reads again, up to three times in
+  // all; then it adopts what it read last and the next adoption reads
+  // again. Reads and hashing hold back neither flushes nor other writes.
   virtual Status AdoptDirectWrites(Ino ino) = 0;
   // Adopts a last time and ends.
   virtual Status EndDirectWrite(Ino ino) = 0;

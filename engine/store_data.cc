@@ -989,20 +989,42 @@ Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
 
 Status StoreImpl::AdoptLocked(InodeState* s) {
   const uint64_t ino = s->ino;
-  CKPTFS_ASSIGN_OR_RETURN(DataFiles::Look look, data_files_->LookAt(ino));
-  if (look.size == s->adopted_size && look.modified_ns == s->adopted_ns) return Status::OK();
-  if (look.size > kMaxFileSize) return Status(EFBIG, "data file past the largest file size");
-  // A file smaller than data_file_bytes is stored as a small file written
-  // through the store is: its bytes are copied into segments (inline when
-  // tiny) and the index does not use its data file, which goes at the end
-  // of the direct writes. (Only the daemon shrinks the data file, under the
-  // inode's mutex: the copy reads all of look.size.)
-  const bool copy = look.size < options_.data_file_bytes;
+  // What the data file holds, read while nothing wrote it: a write during
+  // the read (another open of the file writes on) changes its size or
+  // mtime, and it is read again, up to kAdoptReads times; then what was
+  // read last is adopted as not settled, so that the next adoption reads
+  // it again. A file smaller than data_file_bytes is stored as a small file
+  // written through the store is: its bytes are copied into segments
+  // (inline when tiny) and the index does not use its data file, which goes
+  // at the end of the direct writes. Otherwise a checksum per block is
+  // taken of it. (Only the daemon shrinks the data file, under the inode's
+  // mutex: the copy reads all of look.size.)
+  constexpr int kAdoptReads = 3;
+  DataFiles::Look look;
+  bool copy = false;
   std::string bytes;
-  if (copy) {
-    bytes.resize(look.size);
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(ino, 0, bytes.size(), bytes.data()));
-    if (n != bytes.size()) return Status(EIO, "data file " + data_files_->Path(ino) + " is short");
+  std::vector<uint64_t> sums;
+  for (int reads = 1;; ++reads) {
+    CKPTFS_ASSIGN_OR_RETURN(look, data_files_->LookAt(ino));
+    if (reads == 1 && look.size == s->adopted_size && look.modified_ns == s->adopted_ns) {
+      return Status::OK();
+    }
+    if (look.size > kMaxFileSize) return Status(EFBIG, "data file past the largest file size");
+    copy = look.size < options_.data_file_bytes;
+    if (copy) {
+      bytes.resize(look.size);
+      CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(ino, 0, bytes.size(), bytes.data()));
+      if (n != bytes.size()) return Status(EIO, "data file " + data_files_->Path(ino) + " is short");
+    } else {
+      CKPTFS_ASSIGN_OR_RETURN(sums, data_files_->BlockChecksums(ino, look.size, options_.max_record_bytes));
+    }
+    CKPTFS_ASSIGN_OR_RETURN(const DataFiles::Look after, data_files_->LookAt(ino));
+    if (after.size == look.size && after.modified_ns == look.modified_ns) break;
+    if (reads == kAdoptReads) {
+      look.settled = false;
+      break;
+    }
+    counters_.direct_rereads++;
   }
   EpochGate::Guard gate(&io_gate_);
   CommitGate::Write commit(&commit_gate_);
@@ -1012,10 +1034,7 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   uint64_t removed = 0;
   CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
   if (!copy) {
-    // A checksum per block of what the data file holds now.
     const uint64_t max = options_.max_record_bytes;
-    CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
-                            data_files_->BlockChecksums(ino, look.size, max));
     for (uint64_t i = 0; i < sums.size(); ++i) {
       PutDataFileExtent(ino, i * max, std::min(max, look.size - i * max), sums[i], &b);
     }

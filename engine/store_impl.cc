@@ -538,6 +538,7 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.direct_writes = counters_.direct_writes;
   s.direct_adoptions = counters_.direct_adoptions;
   s.direct_adopted_bytes = counters_.direct_adopted_bytes;
+  s.direct_rereads = counters_.direct_rereads;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
     s.live_bytes += static_cast<uint64_t>(seg.live_bytes);

@@ -352,6 +352,7 @@ class StoreImpl final : public Store {
     std::atomic<uint64_t> data_file_writes{0}, data_file_write_bytes{0};
     std::atomic<uint64_t> data_file_reads{0}, data_file_read_bytes{0};
     std::atomic<uint64_t> direct_writes{0}, direct_adoptions{0}, direct_adopted_bytes{0};
+    std::atomic<uint64_t> direct_rereads{0};
   } counters_;
 };
 

@@ -16,7 +16,9 @@ class FaultFile final : public File {
       : File(base->path()), env_(std::move(env)), base_(std::move(base)) {}
 
   Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
-    return base_->ReadAt(offset, len, buf);
+    Result<size_t> n = base_->ReadAt(offset, len, buf);
+    env_->AfterRead(path(), offset);
+    return n;
   }
   Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
     ReaderMutexLock cut(&env_->cut_mu_);
@@ -225,6 +227,21 @@ void FaultInjectionEnv::FailWrite(uint64_t n, bool torn) {
 }
 
 void FaultInjectionEnv::FailSync(uint64_t n) { fail_sync_at_ = syncs_.load() + n; }
+
+void FaultInjectionEnv::SetReadHook(ReadHook hook) {
+  std::shared_ptr<const ReadHook> h = hook ? std::make_shared<const ReadHook>(std::move(hook)) : nullptr;
+  MutexLock l(&mu_);
+  read_hook_ = std::move(h);
+}
+
+void FaultInjectionEnv::AfterRead(const std::string& path, uint64_t offset) {
+  std::shared_ptr<const ReadHook> hook;
+  {
+    MutexLock l(&mu_);
+    hook = read_hook_;
+  }
+  if (hook) (*hook)(path, offset);
+}
 
 Status FaultInjectionEnv::BeforeWrite(const std::string& path, bool* torn) {
   *torn = false;

@@ -3,6 +3,7 @@
 //   - a chosen write fails with EIO, whole or torn (half of it written);
 //   - a chosen sync fails with EIO;
 //   - coarse timestamps (SetTimestampStep);
+//   - another writer acting between two reads (SetReadHook);
 //   - PowerCut(): the moment the machine loses power. The process goes on
 //     as if nothing happened (writes and syncs succeed, so that RocksDB and
 //     the engine close normally), but nothing done after the cut is
@@ -27,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -59,6 +61,10 @@ class FaultInjectionEnv final : public Env,
   // (the filesystem's, rounded down), as on a filesystem with coarse
   // timestamps; 0, the default, leaves them as they are.
   void SetTimestampStep(int64_t ns) { timestamp_step_ = ns; }
+  // Runs `hook` after each read of a file it opened, with the file's path
+  // and the read's offset, before the read returns; an empty hook: none.
+  using ReadHook = std::function<void(const std::string& path, uint64_t offset)>;
+  void SetReadHook(ReadHook hook);
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
@@ -100,6 +106,8 @@ class FaultInjectionEnv final : public Env,
   void Forget(const std::string& path);
   void Renamed(const std::string& from, const std::string& to);
   Status Drop(const std::string& path, const Unsynced& u, uint64_t* dropped);
+  // Runs the read hook, if any, outside mu_.
+  void AfterRead(const std::string& path, uint64_t offset);
 
   const std::shared_ptr<Env> base_;
   // Shared by writes and syncs, exclusive for PowerCut. Lock order: before mu_.
@@ -114,6 +122,7 @@ class FaultInjectionEnv final : public Env,
   std::vector<std::string> created_after_cut_ GUARDED_BY(mu_);
   // Made by CreateUnsynced before the cut, their directory not synced since.
   std::set<std::string> unsynced_names_ GUARDED_BY(mu_);
+  std::shared_ptr<const ReadHook> read_hook_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckptfs::io

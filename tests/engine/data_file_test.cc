@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -565,6 +566,76 @@ TEST_F(DataFileTest, ManySmallDirectFilesWithoutAnFsyncSyncOnTheirOwn) {
   EXPECT_EQ(after.fsyncs, before.fsyncs);  // none asked for
   ASSERT_NO_FATAL_FAILURE(Reopen());
   EXPECT_EQ(count(), 0);
+}
+
+TEST_F(DataFileTest, AWriteWhileAnAdoptionReadsTheDataFileIsAdoptedToo) {
+  // Another open of the file writes on while a close adopts the data file.
+  // The adoption sees the write (size or mtime changed) and reads the data
+  // file again: the checksums in the index are those of the bytes in it.
+  std::shared_ptr<io::FaultInjectionEnv> env = io::FaultInjectionEnv::Make();
+  options_.env = env;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  Ino f = File("f");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, s()->BeginDirectWrite(f));
+  ASSERT_TRUE(path.has_value());
+  std::string want;
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(1, 0, 2 * kMiB), &want));
+  // Right after the adoption read the first block: a rewrite in it (the
+  // checksum taken is of the old bytes) and an append (which changes the
+  // size, on any filesystem's timestamps).
+  std::atomic<int> fired{0};
+  env->SetReadHook([&](const std::string& p, uint64_t offset) {
+    if (p != *path || offset != 0 || fired.exchange(1) != 0) return;
+    WriteDirectly(*path, 100, "rewritten while hashed", &want);
+    WriteDirectly(*path, want.size(), PatternData(2, 0, 100 * kKiB), &want);
+  });
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  EXPECT_EQ(fired.load(), 1);
+  ASSERT_OK_AND_ASSIGN(EngineStats st, s()->GetStats());
+  EXPECT_EQ(st.direct_adoptions, 1u);
+  EXPECT_EQ(st.direct_rereads, 1u);
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, want.size());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));  // checks every block
+
+  // A rewrite alone (same size) is seen by its mtime where this machine's
+  // timestamps tell a write after a look apart.
+  ASSERT_OK_AND_ASSIGN(const int64_t step,
+                       DataFiles::ProbeTimestampStep(io::Env::Posix().get(), dir_.path() + "/probe"));
+  uint64_t rereads = 1;
+  if (step == 0) {
+    ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 3 * kMiB / 2, "moved on", &want));
+    fired = 0;
+    env->SetReadHook([&](const std::string& p, uint64_t offset) {
+      if (p != *path || offset != 0 || fired.exchange(1) != 0) return;
+      WriteDirectly(*path, 200, "rewritten in place", &want);
+    });
+    ASSERT_OK(s()->AdoptDirectWrites(f));
+    ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
+    EXPECT_EQ(st.direct_rereads, ++rereads);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  }
+
+  // A writer that never stops: the adoption gives up after three reads and
+  // adopts the last; the next adoption reads again.
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, "one more", &want));
+  uint64_t seed = 3;
+  env->SetReadHook([&](const std::string& p, uint64_t offset) {
+    if (p != *path || offset != 0) return;
+    WriteDirectly(*path, want.size(), PatternData(seed++, 0, 10 * kKiB), &want);
+  });
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
+  EXPECT_EQ(st.direct_rereads, rereads + 2);
+  EXPECT_EQ(seed, 6u);
+  env->SetReadHook(nullptr);
+  ASSERT_OK(s()->AdoptDirectWrites(f));
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, want.size());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+  ASSERT_OK(s()->EndDirectWrite(f));
+  ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
+  EXPECT_EQ(st.direct_rereads, rereads + 2);
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
 }
 
 TEST_F(DataFileTest, AdoptionFollowsTheSizeAcrossDataFileBytes) {
