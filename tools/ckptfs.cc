@@ -9,6 +9,7 @@
 //   ckptfs info [--json] PATH...
 //   ckptfs verify [--json] PATH...
 //   ckptfs --version
+#include <sys/stat.h>
 #include <sys/utsname.h>
 
 #include <CLI/CLI.hpp>
@@ -134,14 +135,28 @@ int Main(int argc, char** argv) {
   // mount(8) mounts a filesystem of type fuse.ckptfs (an fstab line, `mount
   // -t fuse.ckptfs`, a systemd .mount unit) through libfuse's mount.fuse3,
   // which runs `ckptfs STORE MOUNTPOINT -o OPTIONS`: a first argument that
-  // is no subcommand makes the command line a mount's.
+  // is no subcommand makes the command line a mount's. So that a mistyped
+  // command (`ckptfs stats DIR`) does not create a store of that name and
+  // mount it, that argument must name a store: a path with a '/', or one
+  // that exists.
   std::vector<char*> args(argv, argv + argc);
-  auto is_subcommand = [&](const std::string& name) {
-    const std::vector<CLI::App*> subs = app.get_subcommands([](CLI::App*) { return true; });
-    return std::any_of(subs.begin(), subs.end(),
-                       [&](const CLI::App* sub) { return sub->get_name() == name; });
-  };
-  if (argc >= 3 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  if (argc >= 3 && argv[1][0] != '-' &&
+      std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+    const std::string first = argv[1];
+    struct stat st;
+    if (first.find('/') == std::string::npos && ::stat(first.c_str(), &st) != 0) {
+      std::string list;
+      for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+      std::fprintf(stderr,
+                   "ckptfs: unknown command '%s' (commands: %s; a store to mount without "
+                   "'mount' is a path with a '/' or one that exists)\n",
+                   first.c_str(), list.c_str());
+      return 1;
+    }
     static char kMount[] = "mount";
     args.insert(args.begin() + 1, kMount);
   }

@@ -117,6 +117,14 @@ expect_mount_error "missing mountpoint" "does not exist" "$tmp/s2" "$tmp/nowhere
 expect_mount_error "not a store" "not a ckptfs store" "$tmp/notastore" "$tmp/mnt2"
 expect_mount_error "unknown option" "unknown mount option 'bogus'" -o bogus=1 "$tmp/s2" "$tmp/mnt2"
 expect_mount_error "malformed option" "'cache_size'" -o cache_size=lots "$tmp/s2" "$tmp/mnt2"
+# A mistyped command is not taken for the mount(8) form (STORE MOUNTPOINT):
+# no store named after it is made, nothing is mounted.
+out=$(cd "$tmp" && "$CKPTFS_BIN" stats "$tmp/mnt2" 2>&1) && ckptfs_fail "ckptfs stats DIR succeeded"
+expect_eq "mistyped command: lines of output" "$(printf '%s\n' "$out" | wc -l)" 1
+[[ $out == *"unknown command 'stats'"* ]] || ckptfs_fail "mistyped command: message '$out'"
+[[ ! -e $tmp/stats ]] || ckptfs_fail "mistyped command made a store $tmp/stats"
+if mountpoint -q "$tmp/mnt2"; then ckptfs_fail "mistyped command mounted $tmp/mnt2"; fi
+echo "ok: mistyped command: $out"
 if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
   # Without /dev/fuse (hidden by a tmpfs in a private mount namespace).
   out=$(unshare -m sh -c 'mount -t tmpfs tmpfs /dev && exec "$0" mount "$1" "$2"' \
