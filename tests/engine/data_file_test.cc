@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -580,12 +581,17 @@ TEST_F(DataFileTest, AWriteWhileAnAdoptionReadsTheDataFileIsAdoptedToo) {
   ASSERT_TRUE(path.has_value());
   std::string want;
   ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, PatternData(1, 0, 2 * kMiB), &want));
-  // Right after the adoption read the first block: a rewrite in it (the
-  // checksum taken is of the old bytes) and an append (which changes the
-  // size, on any filesystem's timestamps).
+  // Runs `act` once, right after the adoption has read the first block.
   std::atomic<int> fired{0};
-  env->SetReadHook([&](const std::string& p, uint64_t offset) {
-    if (p != *path || offset != 0 || fired.exchange(1) != 0) return;
+  auto after_first_block = [&](std::function<void()> act) {
+    fired = 0;
+    env->SetReadHook([&, act](const std::string& p, uint64_t offset) {
+      if (p == *path && offset == 0 && fired.exchange(1) == 0) act();
+    });
+  };
+  // A rewrite in the first block (the checksum taken is of the old bytes)
+  // and an append (which changes the size, on any filesystem's timestamps).
+  after_first_block([&] {
     WriteDirectly(*path, 100, "rewritten while hashed", &want);
     WriteDirectly(*path, want.size(), PatternData(2, 0, 100 * kKiB), &want);
   });
@@ -604,11 +610,7 @@ TEST_F(DataFileTest, AWriteWhileAnAdoptionReadsTheDataFileIsAdoptedToo) {
   uint64_t rereads = 1;
   if (step == 0) {
     ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 3 * kMiB / 2, "moved on", &want));
-    fired = 0;
-    env->SetReadHook([&](const std::string& p, uint64_t offset) {
-      if (p != *path || offset != 0 || fired.exchange(1) != 0) return;
-      WriteDirectly(*path, 200, "rewritten in place", &want);
-    });
+    after_first_block([&] { WriteDirectly(*path, 200, "rewritten in place", &want); });
     ASSERT_OK(s()->AdoptDirectWrites(f));
     ASSERT_OK_AND_ASSIGN(st, s()->GetStats());
     EXPECT_EQ(st.direct_rereads, ++rereads);
