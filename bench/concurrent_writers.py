@@ -14,32 +14,24 @@ The files are removed at the end.
 """
 import argparse
 import os
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import disk_of, proc_cpu_s  # noqa: E402
 
 MIB = 1 << 20
 
 
-def disk_of(path):
-    """The /proc/diskstats name of the block device holding `path`."""
-    dev = os.stat(path).st_dev
-    link = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    return os.path.basename(link)
-
-
 def sectors_written(disk):
+    """Sectors written to `disk` ("MAJ:MIN") since boot."""
     with open("/proc/diskstats") as f:
         for line in f:
             fields = line.split()
-            if fields[2] == disk:
+            if f"{fields[0]}:{fields[1]}" == disk:
                 return int(fields[9])
     raise SystemExit(f"concurrent_writers: no disk {disk} in /proc/diskstats")
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -63,7 +55,7 @@ def main():
         spans[k] = (began, time.perf_counter() - t0)
         os.close(fd)
 
-    cpu0 = cpu_seconds(a.daemon_pid) if a.daemon_pid else None
+    cpu0 = proc_cpu_s(a.daemon_pid) if a.daemon_pid else None
     s0 = sectors_written(disk)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=write, args=(k,)) for k in range(a.writers)]
@@ -77,7 +69,7 @@ def main():
     line = (f"{a.writers} writers x {a.mib} MiB: {seconds:.2f} s, {total / seconds / 1e6:.0f} MB/s; "
             f"disk {disk} took {written:.0f} MiB")
     if cpu0 is not None:
-        line += f"; daemon CPU {cpu_seconds(a.daemon_pid) - cpu0:.2f} s"
+        line += f"; daemon CPU {proc_cpu_s(a.daemon_pid) - cpu0:.2f} s"
     print(line)
     print("fsyncs (s):", " ".join(f"{b:.2f}-{e:.2f}" for b, e in sorted(spans)))
     for k in range(a.writers):
