@@ -119,13 +119,21 @@ Status DataFiles::Write(uint64_t ino, uint64_t offset, std::string_view data) {
   return Status::OK();
 }
 
+Result<std::shared_ptr<io::File>> DataFiles::GetToRead(uint64_t ino) {
+  Result<std::shared_ptr<io::File>> file = Get(ino);
+  if (!file.ok() && file.status().code() == ENOENT) {
+    return Status::Corruption("data file " + Path(ino) + " is missing");
+  }
+  return file;
+}
+
 Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf) {
-  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, GetToRead(ino));
   return file->ReadAt(offset, len, buf);
 }
 
 Result<size_t> DataFiles::ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf) {
-  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
+  CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, GetToRead(ino));
   // Either way the pages go: the session's reply fills the FUSE file's cache.
   return bypass_cache_ ? file->ReadUncachedAt(offset, len, buf) : file->ReadAndEvict(offset, len, buf);
 }

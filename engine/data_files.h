@@ -145,6 +145,9 @@ class DataFiles {
   static constexpr size_t kSyncQueueFiles = 1024;
   static constexpr uint64_t kSyncQueueBytes = 256ull << 20;
   Result<std::shared_ptr<io::File>> Get(uint64_t ino);
+  // Get for a read of bytes the index points at: a data file that is gone
+  // is damage (EIO, "missing"), not a name the caller got wrong.
+  Result<std::shared_ptr<io::File>> GetToRead(uint64_t ino);
   // The step of the data files' modification times, measured once on a
   // file of data/ (kTimestampProbeName).
   int64_t TimestampStep();

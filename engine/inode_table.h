@@ -37,6 +37,10 @@ struct InodeState {
   bool direct GUARDED_BY(mu) = false;
   uint64_t adopted_size GUARDED_BY(mu) = 0;
   int64_t adopted_ns GUARDED_BY(mu) = -1;
+  // StoreImpl::index_syncs_ when the file's first bytes were written since
+  // it was empty (0: not known, as for a file written before the store
+  // was opened): a later value there means its bytes may have been synced.
+  uint64_t first_write_syncs GUARDED_BY(mu) = 0;
   // Guarded by the mutex of the InodeTable shard that holds this entry
   // (which the analysis cannot name from here).
   int pins = 0;

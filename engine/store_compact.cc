@@ -15,14 +15,21 @@
 //      it unsealed but no longer the newest file, which Open treats as
 //      sealed too.
 //   3. Scan the extents family for the inodes with extents in the victims.
-//      Per inode, under its mutex, re-read its extents, copy each record they
-//      use (read, verify, append through SegmentSet) and repoint the extents
-//      plus the segment accounting in one WriteBatch. A crash before the
-//      commit leaves only unreferenced records (dead space); after it, the
-//      old records are unreferenced instead. No other operation adds a
-//      reference into a sealed segment: writes append to the active segment,
-//      and splitting an extent (overwrite, truncate) happens under the same
-//      inode mutex, so once an inode is done it stays done.
+//      Per inode, under its mutex, re-read its extents and copy each record
+//      they use (read, verify, append through SegmentSet), building the
+//      WriteBatch that repoints the extents plus the segment accounting.
+//      Every 64 MiB of copies, and at the end of the round, the segments
+//      are synced, then each inode's batch is committed under its mutex if
+//      its extents are still those copied; an inode changed meanwhile has
+//      its copies counted as dead space and is copied again, synced and
+//      committed under its mutex. So no batch reaches the index log before
+//      its copies are durable, whatever order the kernel writes pages back
+//      in. A crash before the commit leaves only unreferenced records (dead
+//      space); after it, the old records are unreferenced instead. No other
+//      operation adds a reference into a sealed segment: writes append to
+//      the active segment, and splitting an extent (overwrite, truncate)
+//      happens under the same inode mutex and changes the extents, so once
+//      an inode is done it stays done.
 //   4. Sync the new segments and the index log (group commit).
 //   5. io_gate_.Drain(): no read that looked up an old extent still runs.
 //   6. Check that no extent points into the victim, delete its segments key
@@ -220,10 +227,28 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
     // 3. Inodes with extents in this round's victims.
     std::set<uint64_t> inos, unused;
     CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &unused));
+    // Copies already made are committed (or accounted as dead) before an
+    // error returns.
+    auto compact = [&](uint64_t ino, bool now = false) {
+      Status st = CompactInode(ino, round, &run, now);
+      std::set<uint64_t> ignored;
+      if (!st.ok()) (void)CommitCopies(round, &run, &ignored);
+      return st;
+    };
     for (uint64_t ino : inos) {
       if (cs.cancel) return Status(ECANCELED, "store is closing");
-      CKPTFS_RETURN_IF_ERROR(CompactInode(ino, round, &run));
+      CKPTFS_RETURN_IF_ERROR(compact(ino));
+      if (run.pending_bytes >= kBatchBytes) {
+        std::set<uint64_t> changed;
+        CKPTFS_RETURN_IF_ERROR(CommitCopies(round, &run, &changed));
+        for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
+      }
     }
+    // An inode changed between its copy and its commit is copied again,
+    // this time synced and committed under its mutex.
+    std::set<uint64_t> changed;
+    CKPTFS_RETURN_IF_ERROR(CommitCopies(round, &run, &changed));
+    for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
     // 4. The new records and the index batches that point at them are
     // durable before any old file goes.
     CKPTFS_RETURN_IF_ERROR(syncer_->Sync());
@@ -284,7 +309,8 @@ Status StoreImpl::FindExtentsIn(const std::set<uint64_t>& segments, std::set<uin
   return FromRocks(it->status(), "scan extents");
 }
 
-Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run) {
+Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run,
+                               bool now) {
   for (;;) {
     bool more = false;
     {
@@ -303,9 +329,8 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
         groups[{e.value.segment_id, e.value.record_offset}].push_back(&e);
       }
       if (groups.empty()) return Status::OK();
-      rocksdb::WriteBatch b;
-      StatDeltas deltas;
-      CommitGate::Write commit(&commit_gate_);  // a flush waits for the commit below
+      PendingRepoint p;
+      p.ino = ino;
       const uint64_t copied_before = run->copied;
       for (const auto& [where, group] : groups) {
         if (compaction_->cancel) return Status(ECANCELED, "store is closing");
@@ -315,7 +340,8 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
         }
         if (run->failed.count(where.first)) continue;
         bool bad_source = false;
-        Status st = CopyRecord(ino, group, &b, &deltas, run, &bad_source);
+        CopiedRecord r;
+        Status st = CopyRecord(ino, group, &r.puts, &r.deltas, run, &bad_source);
         if (!st.ok() && bad_source) {
           // Unreadable or damaged: keep the extent and its segment (fsck names it).
           run->failed.insert(where.first);
@@ -324,11 +350,31 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
           continue;
         }
         CKPTFS_RETURN_IF_ERROR(st);
+        for (const Extent* e : group) {
+          r.expect.emplace_back(format::ExtentKey(ino, e->offset), format::EncodeExtent(e->value));
+        }
+        p.records.push_back(std::move(r));
       }
-      if (b.Count() > 0) {
+      if (!p.records.empty() && now) {
+        CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
+        rocksdb::WriteBatch b;
+        StatDeltas deltas;
+        for (const CopiedRecord& r : p.records) {
+          for (const auto& [key, value] : r.puts) b.Put(cf_extents_, key, value);
+          MergeDeltas(r.deltas, &deltas);
+        }
         EmitDeltas(deltas, &b, cf_segments_);
         CKPTFS_RETURN_IF_ERROR(Commit(&b));
+      } else if (!p.records.empty()) {
+        run->pending.push_back(std::move(p));
+        run->pending_bytes += run->copied - copied_before;
       }
+    }
+    // The next batch of this inode re-reads its extents: this one is
+    // committed first.
+    if (more && !now) {
+      std::set<uint64_t> changed;
+      CKPTFS_RETURN_IF_ERROR(CommitCopies(victims, run, &changed));
     }
     // Bandwidth limit, outside the inode lock.
     if (run->options.bytes_per_sec > 0) {
@@ -342,9 +388,56 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
   }
 }
 
+Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* run,
+                               std::set<uint64_t>* changed) {
+  std::vector<PendingRepoint> pending = std::move(run->pending);
+  run->pending.clear();
+  run->pending_bytes = 0;
+  if (pending.empty()) return Status::OK();
+  Status synced = segments_->SyncDirty();
+  for (const PendingRepoint& p : pending) {
+    InodeRef s(&inodes_, p.ino);
+    MutexLock l(&s->mu);
+    rocksdb::WriteBatch b;
+    StatDeltas deltas;
+    bool was_changed = false;
+    for (const CopiedRecord& r : p.records) {
+      bool same = synced.ok() && !s->purged;
+      for (const auto& [key, value] : r.expect) {
+        if (!same) break;
+        std::string now;
+        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_extents_, key, &now);
+        if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read extent");
+        same = rs.ok() && now == value;
+      }
+      if (same) {
+        for (const auto& [key, value] : r.puts) b.Put(cf_extents_, key, value);
+        MergeDeltas(r.deltas, &deltas);
+        continue;
+      }
+      // The copy stays unreferenced and the victim as it is; the
+      // accounting says so.
+      was_changed = true;
+      StatDeltas dead;
+      for (const auto& [id, st] : r.deltas) {
+        if (victims.count(id)) continue;
+        format::SegmentStat& d = dead[id];
+        d.dead = st.live + st.dead;  // every byte appended, none referenced
+        d.sealed = st.sealed;
+        d.size = st.size;
+      }
+      MergeDeltas(dead, &deltas);
+    }
+    EmitDeltas(deltas, &b, cf_segments_);
+    if (b.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
+    if (was_changed && synced.ok() && !s->purged) changed->insert(p.ino);
+  }
+  return synced;
+}
+
 Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
-                             rocksdb::WriteBatch* b, StatDeltas* deltas, CompactRun* run,
-                             bool* bad_source) {
+                             std::vector<std::pair<std::string, std::string>>* puts,
+                             StatDeltas* deltas, CompactRun* run, bool* bad_source) {
   const format::ExtentValue& ev = group.front()->value;
   const uint64_t old_seg = ev.segment_id;
   const size_t n = format::kRecordHeaderSize + ev.stored_len;
@@ -397,7 +490,7 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
       format::ExtentValue nv = e->value;
       nv.segment_id = ar.segment_id;
       nv.record_offset = ar.offset;
-      b->Put(cf_extents_, format::ExtentKey(ino, e->offset), format::EncodeExtent(nv));
+      puts->emplace_back(format::ExtentKey(ino, e->offset), format::EncodeExtent(nv));
     }
     auto& d = local[ar.segment_id];
     d.live += static_cast<int64_t>(referenced);
@@ -433,17 +526,14 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
         nv.codec = pr.header.codec;
         nv.checksum = pr.header.payload_checksum;
         nv.skip = sorted[k]->value.skip - a;
-        b->Put(cf_extents_, format::ExtentKey(ino, sorted[k]->offset), format::EncodeExtent(nv));
+        puts->emplace_back(format::ExtentKey(ino, sorted[k]->offset), format::EncodeExtent(nv));
       }
       local[ar.segment_id].live += static_cast<int64_t>(z - a);
       run->copied += format::kRecordHeaderSize + pr.header.stored_len;
       i = j;
     }
   }
-  for (const auto& [id, d] : local) {
-    auto& t = (*deltas)[id];
-    t = format::MergeSegmentStat(t, d);
-  }
+  MergeDeltas(local, deltas);
   run->done += referenced;
   if (run->options.progress) run->options.progress(run->done, run->total);
   return Status::OK();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "base/mutex.h"
 #include "engine/store.h"
+#include "format/format.h"
 
 namespace ckptfs::engine {
 
@@ -33,6 +35,21 @@ struct CompactionState {
   bool thread_stop GUARDED_BY(thread_mu) = false;
 };
 
+// One victim record's copy, appended and not yet pointed at: committed
+// once the copies are synced, and only if the extents that used the record
+// are still those copied.
+struct CopiedRecord {
+  std::vector<std::pair<std::string, std::string>> expect;  // extent key -> value copied
+  std::vector<std::pair<std::string, std::string>> puts;    // extent key -> value repointed
+  std::map<uint64_t, format::SegmentStat> deltas;           // the accounting of the move
+};
+
+// The copies of one inode's records (StoreImpl::CommitCopies).
+struct PendingRepoint {
+  uint64_t ino = 0;
+  std::vector<CopiedRecord> records;
+};
+
 // Bookkeeping of one Compact() call.
 struct CompactRun {
   CompactOptions options;
@@ -43,6 +60,8 @@ struct CompactRun {
   std::set<uint64_t> failed;   // victims with unreadable data: kept
   std::vector<std::string> errors;
   std::string scratch;         // read buffer
+  std::vector<PendingRepoint> pending;  // copied, not committed (StoreImpl::CommitCopies)
+  uint64_t pending_bytes = 0;           // record bytes those copies appended
 };
 
 }  // namespace ckptfs::engine

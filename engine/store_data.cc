@@ -61,6 +61,13 @@ void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
   }
 }
 
+void StoreImpl::MergeDeltas(const StatDeltas& from, StatDeltas* to) {
+  for (const auto& [id, d] : from) {
+    format::SegmentStat& t = (*to)[id];
+    t = format::MergeSegmentStat(t, d);
+  }
+}
+
 Status StoreImpl::CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
   if (extent_maps_.Collect(ino, start, end, out) == ExtentMapCache::Lookup::kHeld) {
@@ -318,6 +325,12 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s));
   format::InodeValue v = s->attr;
   const uint64_t new_size = std::max(v.size, end);
+  // Read before the commit: a sync that begins after it counts as having
+  // begun after this write.
+  const uint64_t syncs = index_syncs_.load();
+  const uint64_t first_write_syncs = v.size == 0 ? syncs : s->first_write_syncs;
+  // Whether bytes this write moves may be durable where they are.
+  const bool moved_may_be_synced = first_write_syncs == 0 || first_write_syncs != syncs;
   rocksdb::WriteBatch b;
   StatDeltas deltas;
 
@@ -375,6 +388,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     const bool move = v.data_file_end == 0 && threshold != 0 && w_end >= threshold &&
                       w_off <= v.size && w_end > v.size && v.size <= threshold;
     if (move) CKPTFS_RETURN_IF_ERROR(MoveToDataFileLocked(s, w_off, &v, &b, &deltas));
+    const bool folds = !folded.empty();
     // Bytes at or past the data file's end go there; the data file is never
     // written in place, so bytes below it go to segments.
     const uint64_t split = v.data_file_end == 0 && !move
@@ -388,6 +402,12 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
       v.data_file_end = w_end;
     }
     v.data_bytes = v.data_bytes - removed + w_data.size();
+    // Bytes that may have been synced where they were are synced where they
+    // go before the batch that points there is written: the kernel may
+    // write the index log's pages back before the store's, and a power cut
+    // must not leave them pointing at lost bytes.
+    if (moved_may_be_synced && move) CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
+    if (moved_may_be_synced && folds) CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   }
   Timespec now = Now();
   v.size = new_size;
@@ -397,6 +417,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   EmitDeltas(deltas, &b, cf_segments_);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
+  s->first_write_syncs = first_write_syncs;
   counters_.writes++;
   counters_.write_bytes += data.size();
   return data.size();

@@ -449,6 +449,7 @@ Status StoreImpl::FlushDurable() {
   // segments_ is null when Init failed before opening them (e.g. a segment
   // with a damaged header); Close() still runs then.
   if (segments_ == nullptr) return FromRocks(db_->SyncWAL(), "sync index log");
+  index_syncs_.fetch_add(1);  // before any batch it makes durable is read back
   // The bulk of the segment bytes while writes go on, then, with no write
   // between its append and its commit, what was appended meanwhile and the
   // index log: no batch becomes durable before the records it points at.

@@ -255,6 +255,8 @@ class StoreImpl final : public Store {
                          char* buf);
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
                          rocksdb::ColumnFamilyHandle* cf);
+  // Adds `from` into `*to`, segment by segment (format::MergeSegmentStat).
+  static void MergeDeltas(const StatDeltas& from, StatDeltas* to);
   // Fetches verified, decoded records, from the cache or with planned reads.
   // kWholeOnce: the caller uses each record whole and will not ask for it
   // again soon, so records read for it are not cached.
@@ -268,14 +270,27 @@ class StoreImpl final : public Store {
   // decoded, since it may point into any of them.
   Status FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
                        std::set<uint64_t>* used);
-  // Moves the extents of `ino` that point into `victims` to new records.
-  Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run);
+  // Copies the records of `ino` that its extents in `victims` use, and
+  // queues the batch that points the extents at the copies (run->pending);
+  // with `now`, syncs the copies and commits it under the inode's mutex.
+  Status CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run,
+                      bool now = false);
+  // Syncs the segments, then, per inode under its mutex, repoints the
+  // extents of each copied record that are still those copied; adds to
+  // `changed` the inodes with a record whose were not (its copy stays as
+  // dead space). No extent points at a copy before the copy is durable: a
+  // power cut after the index log reached the disk ahead of the segments
+  // (the kernel writes pages back in its own order) must not leave an
+  // fsynced file pointing at lost copies.
+  Status CommitCopies(const std::set<uint64_t>& victims, CompactRun* run,
+                      std::set<uint64_t>* changed);
   // Copies one victim record whose windows `group` (extents of `ino`) uses.
   // REQUIRES: the mu of `ino`'s InodeState is held (not checked: the
   // function gets the number, not the state).
   // `*bad_source` tells a damaged or unreadable old record from other errors.
-  Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, rocksdb::WriteBatch* b,
-                    StatDeltas* deltas, CompactRun* run, bool* bad_source);
+  Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
+                    std::vector<std::pair<std::string, std::string>>* puts, StatDeltas* deltas,
+                    CompactRun* run, bool* bad_source);
   // Compact() once the caller holds the compaction lock.
   Result<CompactReport> CompactLocked(const CompactOptions& options) REQUIRES(compaction_->mu);
   // One look of background compaction: compacts when the dead bytes or an
@@ -321,6 +336,11 @@ class StoreImpl final : public Store {
   std::atomic<SegmentSet*> flush_segments_{nullptr};
   // Appends-then-commits against FlushDurable (engine/commit_gate.h).
   CommitGate commit_gate_;
+  // Index log syncs begun (FlushDurable), from 1. A write that moves a
+  // file's earlier bytes (an inline head into a record, a staged start into
+  // the file's data file) syncs the bytes' new place before its batch when
+  // one began since the file's first write (InodeState::first_write_syncs).
+  std::atomic<uint64_t> index_syncs_{1};
   std::unique_ptr<CompactionState> compaction_ = std::make_unique<CompactionState>();
 
   static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time

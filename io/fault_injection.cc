@@ -206,7 +206,7 @@ class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus Wrap(const std::string& f, uint64_t size, rocksdb::IOStatus s,
                          std::unique_ptr<rocksdb::FSWritableFile>* r) {
     if (!s.ok()) return s;
-    env_->Track(f, size);
+    env_->Track(f, size, /*index=*/true);
     if (env_->cut()) env_->CreatedAfterCut(f);
     *r = std::make_unique<FaultIndexFile>(env_, f, std::move(*r));
     return s;
@@ -262,11 +262,12 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path, bool segment) {
   return Status::OK();
 }
 
-void FaultInjectionEnv::Track(const std::string& path, uint64_t size) {
+void FaultInjectionEnv::Track(const std::string& path, uint64_t size, bool index) {
   MutexLock l(&mu_);
   Unsynced& u = files_[path];
   u = Unsynced{};
   u.size = u.synced_size = size;
+  u.index = index;
 }
 
 void FaultInjectionEnv::RecordWrite(const std::string& path, uint64_t offset, uint64_t length) {
@@ -347,6 +348,8 @@ Status FaultInjectionEnv::Drop(const std::string& path, const Unsynced& u, uint6
 void FaultInjectionEnv::PowerCut() {
   WriterMutexLock cut(&cut_mu_);
   cut_ = true;
+  MutexLock l(&mu_);
+  for (auto& [path, u] : files_) u.size_at_cut = u.size;
 }
 
 void FaultInjectionEnv::CreatedAfterCut(const std::string& path) {
@@ -354,7 +357,7 @@ void FaultInjectionEnv::CreatedAfterCut(const std::string& path) {
   created_after_cut_.push_back(path);
 }
 
-Result<uint64_t> FaultInjectionEnv::Restore() {
+Result<uint64_t> FaultInjectionEnv::Restore(IndexTail index_tail) {
   WriterMutexLock cut(&cut_mu_);
   MutexLock l(&mu_);
   uint64_t dropped = 0;
@@ -365,7 +368,15 @@ Result<uint64_t> FaultInjectionEnv::Restore() {
     files_.erase(path);
   }
   unsynced_names_.clear();
-  for (const auto& [path, u] : files_) CKPTFS_RETURN_IF_ERROR(Drop(path, u, &dropped));
+  for (auto& [path, u] : files_) {
+    if (u.index && index_tail == IndexTail::kWritten) {
+      // What the index appended before the cut reached the disk; what it
+      // appended after did not.
+      u.writes.clear();
+      u.synced_size = std::max(u.synced_size, std::min(u.size, u.size_at_cut));
+    }
+    CKPTFS_RETURN_IF_ERROR(Drop(path, u, &dropped));
+  }
   for (auto& [path, u] : files_) {
     u.size = u.synced_size;
     u.writes.clear();

@@ -14,7 +14,12 @@
 //     again. Restore(), the reboot,
 //     then drops every byte that was not synced before the cut, in segment
 //     files and in the files of the RocksDB index (through
-//     IndexFileSystem()), and the store can be reopened.
+//     IndexFileSystem()), and the store can be reopened. With
+//     IndexTail::kWritten the index's files keep what was written to them
+//     before the cut, synced or not, as when the kernel had written the
+//     index log's pages back on its own, and the store's files lose
+//     their unsynced bytes all the same: the worst order in which a page
+//     cache can reach the disk.
 //
 // Before the cut, writes and the names of files made by CreateUnsynced()
 // whose directory has not been synced since (SyncDir) can be lost: Restore()
@@ -52,10 +57,15 @@ class FaultInjectionEnv final : public Env,
   void FailSync(uint64_t n);
   // Cuts the power: see the header comment.
   void PowerCut();
+  // What the index's files keep of their unsynced bytes at the reboot.
+  enum class IndexTail {
+    kLost,     // nothing: only synced bytes survive, as in the store's files
+    kWritten,  // every byte written before the cut
+  };
   // The reboot after PowerCut(): drops what was not durable at the cut and
   // returns how many bytes that was. Call it once every user of the Env
   // (the store) is closed. Errors only on I/O errors of the test machine.
-  Result<uint64_t> Restore();
+  Result<uint64_t> Restore(IndexTail index_tail = IndexTail::kLost);
   bool cut() const { return cut_.load(); }
   // The modification times of the files it writes come in steps of `ns`
   // (the filesystem's, rounded down), as on a filesystem with coarse
@@ -83,6 +93,8 @@ class FaultInjectionEnv final : public Env,
     uint64_t size = 0;         // bytes written so far (logical end)
     uint64_t synced_size = 0;  // bytes on disk for sure
     std::vector<std::pair<uint64_t, uint64_t>> writes;  // (offset, length) not yet synced
+    bool index = false;        // a file of the RocksDB index (appended to only)
+    uint64_t size_at_cut = 0;  // `size` when the power was cut
   };
 
   FaultInjectionEnv();
@@ -95,8 +107,9 @@ class FaultInjectionEnv final : public Env,
   Status BeforeSync(const std::string& path, bool segment) REQUIRES_SHARED(cut_mu_);
   // A file made after the cut: Restore() removes it.
   void CreatedAfterCut(const std::string& path);
-  // Starts tracking `path`, whose first `size` bytes are durable.
-  void Track(const std::string& path, uint64_t size);
+  // Starts tracking `path`, whose first `size` bytes are durable; `index`:
+  // a file of the RocksDB index.
+  void Track(const std::string& path, uint64_t size, bool index = false);
   void RecordWrite(const std::string& path, uint64_t offset, uint64_t length);
   // How many writes of `path` a sync starting now covers; MarkSynced(path, n)
   // after the sync succeeded forgets them.
