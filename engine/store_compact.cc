@@ -45,6 +45,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "engine/index_db.h"
 #include "engine/store_impl.h"
@@ -359,10 +360,7 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
         CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
         rocksdb::WriteBatch b;
         StatDeltas deltas;
-        for (const CopiedRecord& r : p.records) {
-          for (const auto& [key, value] : r.puts) b.Put(cf_extents_, key, value);
-          MergeDeltas(r.deltas, &deltas);
-        }
+        for (const CopiedRecord& r : p.records) AddCopy(r, &b, &deltas);
         EmitDeltas(deltas, &b, cf_segments_);
         CKPTFS_RETURN_IF_ERROR(Commit(&b));
       } else if (!p.records.empty()) {
@@ -401,18 +399,24 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
     rocksdb::WriteBatch b;
     StatDeltas deltas;
     bool was_changed = false;
+    // The inode's extents now, read once: no batch of it commits while its
+    // mutex is held.
+    const bool live = synced.ok() && !s->purged;
+    std::vector<Extent> ex;
+    std::unordered_map<uint64_t, const Extent*> at;  // offset -> extent
+    if (live) {
+      CKPTFS_RETURN_IF_ERROR(CollectExtents(p.ino, 0, kMaxExtentEnd, &ex));
+      at.reserve(ex.size());
+      for (const Extent& e : ex) at.emplace(e.offset, &e);
+    }
     for (const CopiedRecord& r : p.records) {
-      bool same = synced.ok() && !s->purged;
-      for (const auto& [key, value] : r.expect) {
-        if (!same) break;
-        std::string now;
-        rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_extents_, key, &now);
-        if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read extent");
-        same = rs.ok() && now == value;
-      }
+      const bool same =
+          live && std::all_of(r.expect.begin(), r.expect.end(), [&at](const auto& kv) {
+            const auto it = at.find(format::GetBE64(kv.first.data() + 8));
+            return it != at.end() && format::EncodeExtent(it->second->value) == kv.second;
+          });
       if (same) {
-        for (const auto& [key, value] : r.puts) b.Put(cf_extents_, key, value);
-        MergeDeltas(r.deltas, &deltas);
+        AddCopy(r, &b, &deltas);
         continue;
       }
       // The copy stays unreferenced and the victim as it is; the
@@ -430,9 +434,14 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
     }
     EmitDeltas(deltas, &b, cf_segments_);
     if (b.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
-    if (was_changed && synced.ok() && !s->purged) changed->insert(p.ino);
+    if (was_changed && live) changed->insert(p.ino);
   }
   return synced;
+}
+
+void StoreImpl::AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDeltas* deltas) {
+  for (const auto& [key, value] : r.puts) b->Put(cf_extents_, key, value);
+  MergeDeltas(r.deltas, deltas);
 }
 
 Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,

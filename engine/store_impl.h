@@ -284,6 +284,9 @@ class StoreImpl final : public Store {
   // fsynced file pointing at lost copies.
   Status CommitCopies(const std::set<uint64_t>& victims, CompactRun* run,
                       std::set<uint64_t>* changed);
+  // Adds the repointing of copied record `r` and its accounting to `b` and
+  // `deltas`.
+  void AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDeltas* deltas);
   // Copies one victim record whose windows `group` (extents of `ino`) uses.
   // REQUIRES: the mu of `ino`'s InodeState is held (not checked: the
   // function gets the number, not the state).
