@@ -4,9 +4,10 @@ so that --report-only can rebuild them from results.json."""
 
 import json
 import os
+import statistics
 
 from measure import GIB, MB, MIB, human_size, log, summarize
-from workloads import CHUNK_BYTES, CHUNK_NAMES, RESTORE_THREADS, STEPS_VARIANTS
+from workloads import CHUNK_BYTES, CHUNK_NAMES, PIECE, RESTORE_THREADS, STEPS_VARIANTS
 
 
 def fmt_spread(s, fmt="%.0f"):
@@ -50,6 +51,12 @@ def compute_summary(results):
             S["big"]["%s_cpu_s_per_GiB" % phase] = summarize(
                 [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big["ckptfs"]
                  if phase in r and r[phase]["daemon_cpu_s"] is not None])
+            # The median and the highest of each run's pieces (workloads.PieceCpu).
+            piece_runs = [r[phase]["daemon_cpu_s_per_GiB_pieces"] for r in big["ckptfs"]
+                          if r.get(phase, {}).get("daemon_cpu_s_per_GiB_pieces")]
+            S["big"]["%s_cpu_piece_median" % phase] = summarize(
+                [statistics.median(p) for p in piece_runs])
+            S["big"]["%s_cpu_piece_max" % phase] = summarize([max(p) for p in piece_runs])
             S["big"]["%s_peak_rss_MiB" % phase] = summarize(
                 [r[phase]["daemon_peak_rss_kb"] / 1024 for r in big["ckptfs"]
                  if phase in r and r[phase].get("daemon_peak_rss_kb") is not None])
@@ -329,15 +336,20 @@ def render_markdown(results):
         L.append("")
         L.append("## 7. Daemon resources during workload 1")
         L.append("")
-        L.append("| phase | daemon CPU s/GiB | daemon peak RSS (VmHWM, MiB) "
-                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |")
-        L.append("|---|---:|---:|---:|---:|")
+        L.append("| phase | daemon CPU s/GiB | per %d MiB piece: median / highest "
+                 "| daemon peak RSS (VmHWM, MiB) "
+                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |" % (PIECE // MIB))
+        L.append("|---|---:|---:|---:|---:|---:|")
         for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
                              ("warm_read", "warm read"), ("mmap_read", "cold read through mmap")):
             if s["%s_cpu_s_per_GiB" % phase] is None:
                 continue  # results from before the phase existed
-            L.append("| %s | %s | %s | %s | %s |" % (
-                label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"),
+            pieces = "n/a"
+            if s.get("%s_cpu_piece_median" % phase):
+                pieces = "%s / %s" % (fmt_spread(s["%s_cpu_piece_median" % phase], "%.2f"),
+                                      fmt_spread(s["%s_cpu_piece_max" % phase], "%.2f"))
+            L.append("| %s | %s | %s | %s | %s | %s |" % (
+                label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"), pieces,
                 fmt_spread(s["%s_peak_rss_MiB" % phase]),
                 fmt_spread(s["ckptfs_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
                 fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
@@ -346,7 +358,9 @@ def render_markdown(results):
                  "mounted fresh for the write; the read daemon for the cold+warm reads; "
                  "another for the read through mmap. "
                  "App CPU is the benchmark process itself (user+system: the kernel's "
-                 "copies and FUSE round trips are charged here).")
+                 "copies and FUSE round trips are charged here). "
+                 "The pieces split each read into %d MiB pieces: the median piece is "
+                 "the daemon's steady cost per byte, the highest its worst burst." % (PIECE // MIB))
     return "\n".join(L) + "\n"
 
 

@@ -40,6 +40,27 @@ WORKLOADS = ("big", "layout", "frameworks", "sweep", "scaling", "disk", "pieces"
 
 # Workload 1: one big file
 
+PIECE = 512 * MIB  # the reads' daemon CPU is also taken per piece of this size
+
+
+class PieceCpu:
+    """The daemon's CPU s/GiB over each PIECE of a read (tick() after every
+    MiB), to tell a steady cost per byte from bursts in some pieces."""
+
+    def __init__(self, cpu_s):
+        self.cpu_s = cpu_s
+        self.per_gib = []
+        self.blocks = 0
+        self.c0 = cpu_s()
+
+    def tick(self):
+        self.blocks += 1
+        if self.blocks % (PIECE // MIB) == 0:
+            c = self.cpu_s()
+            if c is not None and self.c0 is not None:
+                self.per_gib.append((c - self.c0) / (PIECE / GIB))
+            self.c0 = c
+
 
 def big_write(path, size, base):
     """1 MiB writes, fsync, close. Each block carries its index in its first 8 bytes."""
@@ -58,8 +79,9 @@ def big_write(path, size, base):
         os.close(fd)
 
 
-def big_read(path, size, base):
-    """1 MiB reads to EOF; checks every block's index and three blocks in full."""
+def big_read(path, size, base, tick=None):
+    """1 MiB reads to EOF; checks every block's index and three blocks in full;
+    calls tick() after each block."""
     nblocks = size // MIB
     full_check = {0, nblocks // 2, nblocks - 1}
     buf = bytearray(MIB)
@@ -82,14 +104,16 @@ def big_read(path, size, base):
                 raise BenchError("%s: block %d differs from what was written" % (path, i))
             total += got
             i += 1
+            if tick:
+                tick()
     if total != size:
         raise BenchError("%s: read %d bytes, expected %d" % (path, total, size))
 
 
-def big_mmap_read(path, size, base):
+def big_mmap_read(path, size, base, tick=None):
     """Copies the file out of a read-only mapping 1 MiB at a time, as a
-    safetensors load does: every byte arrives by page fault. Checks as
-    big_read does."""
+    safetensors load does: every byte arrives by page fault. Checks and
+    calls tick() as big_read does."""
     nblocks = size // MIB
     full_check = {0, nblocks // 2, nblocks - 1}
     with open(path, "rb", buffering=0) as f:
@@ -103,6 +127,8 @@ def big_mmap_read(path, size, base):
                 if i in full_check and block[8:] != base[8:]:
                     raise BenchError("%s: mapped block %d differs from what was written"
                                      % (path, i))
+                if tick:
+                    tick()
 
 
 def run_big_ckptfs(b, rep):
@@ -121,8 +147,10 @@ def run_big_ckptfs(b, rep):
     out["remount_s"] = b.fs.mount(store, mnt)
     e0 = b.fs.engine_stats()
     with Meter(b.fs.pid) as m:
-        big_read(path, b.big_size, b.big_base)
+        pieces = PieceCpu(b.fs.cpu_s)
+        big_read(path, b.big_size, b.big_base, pieces.tick)
     out["cold_read"] = m.as_dict()
+    out["cold_read"]["daemon_cpu_s_per_GiB_pieces"] = pieces.per_gib
     out["cold_read"]["engine_delta"] = delta(e0, b.fs.engine_stats())
     e0 = b.fs.engine_stats()
     with Meter(b.fs.pid) as m:
@@ -137,8 +165,10 @@ def run_big_ckptfs(b, rep):
     b.fs.mount(store, mnt)
     e0 = b.fs.engine_stats()
     with Meter(b.fs.pid) as m:
-        big_mmap_read(path, b.big_size, b.big_base)
+        pieces = PieceCpu(b.fs.cpu_s)
+        big_mmap_read(path, b.big_size, b.big_base, pieces.tick)
     out["mmap_read"] = m.as_dict()
+    out["mmap_read"]["daemon_cpu_s_per_GiB_pieces"] = pieces.per_gib
     out["mmap_read"]["engine_delta"] = delta(e0, b.fs.engine_stats())
     out["mmap_read"]["daemon_peak_rss_kb"] = b.fs.peak_rss_kb()
     b.fs.umount()

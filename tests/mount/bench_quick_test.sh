@@ -56,6 +56,9 @@ for v in ("plain", "ckptfs", "ckptfs-nocompact"):
 for v in ("ckptfs", "ckptfs-nocompact"):
     positive(S["steps"], v + "_space_ratio")
 positive(S["big"], "write_peak_rss_MiB")
+for phase in ("cold_read", "mmap_read"):  # one 512 MiB piece in a quick run
+    positive(S["big"], phase + "_cpu_piece_median")
+    positive(S["big"], phase + "_cpu_piece_max")
 assert S["layout"]["plain_backing_files"]["median"] == r["layout"]["dirs"] * 5
 assert 0 < S["layout"]["ckptfs_backing_files"]["median"] <= 32, S["layout"]["ckptfs_backing_files"]
 for label in [s["label"] for s in r["sweep"]["settings"]] + ["plain"]:
