@@ -4,6 +4,7 @@
 #include "format/format.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -595,6 +596,24 @@ TEST(Coding, ChecksumIsXxh3_64) {
   // Values printed by `xxhsum -H3`.
   EXPECT_EQ(Checksum(""), 0x2d06800538d394c2ull);
   EXPECT_EQ(Checksum(kHelloData), kHelloChecksum);
+}
+
+TEST(Coding, ChecksumIsXxh3_64AtEveryLengthClass) {
+  // Checksum may run other instructions than libxxhash's XXH3_64bits (the
+  // x86-64 dispatcher); the value must be the same at every length class of
+  // XXH3 (0, 1-3, 4-8, 9-16, 17-128, 129-240, stripes, blocks) and offset.
+  std::mt19937_64 rng(7);
+  std::string data((1u << 20) + 4099, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 2100; ++n) lengths.push_back(n);
+  for (size_t n : {4095u, 4096u, 4097u, 65536u + 3, 1u << 20}) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (size_t at : {0u, 1u, 13u}) {
+      const std::string_view piece(data.data() + at, n);
+      ASSERT_EQ(Checksum(piece), XXH3_64bits(piece.data(), piece.size())) << "length " << n << " at " << at;
+    }
+  }
 }
 
 TEST(Keys, ByteOrderIsNumericOrder) {
