@@ -119,6 +119,23 @@ def wait_quiet():
             return waited
 
 
+# Where the guest's kernel hands free memory back to its host (free page
+# reporting with this counter, as on the benchmark VM): a page handed back
+# costs a fault in the host at its next first touch, charged to whoever
+# touches it (for a read through FUSE, the daemon's copy into the page cache).
+REPORTED_KIB = "/sys/module/page_reporting/parameters/reported_kib"
+
+
+def reported_kib():
+    """KiB of free memory the guest has reported to its host so far; None where
+    the kernel does not count them."""
+    try:
+        with open(REPORTED_KIB) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 class Meter:
     """Wall time, host CPU busy fraction, our own CPU (with children such as dd),
     a daemon's CPU, and the CPU that everything else on the host used, over a phase."""
@@ -132,6 +149,7 @@ class Meter:
         self.h0 = host_cpu()
         self.c0 = os.times()
         self.d0 = proc_cpu_s(self.pid) if self.pid else None
+        self.r0 = reported_kib()
         self.t0 = time.perf_counter()
         return self
 
@@ -140,6 +158,8 @@ class Meter:
         h1 = host_cpu()
         c1 = os.times()
         d1 = proc_cpu_s(self.pid) if self.pid else None
+        r1 = reported_kib()
+        self.reported_mib = (r1 - self.r0) / 1024 if (r1 is not None and self.r0 is not None) else None
         dt = h1[1] - self.h0[1]
         self.host_busy = (h1[0] - self.h0[0]) / dt if dt > 0 else None
         self.client_cpu_s = sum(getattr(c1, f) - getattr(self.c0, f) for f in
@@ -156,6 +176,7 @@ class Meter:
         return {"seconds": self.seconds, "host_cpu_busy": self.host_busy,
                 "client_cpu_s": self.client_cpu_s, "daemon_cpu_s": self.daemon_cpu_s,
                 "other_cpu_cores": self.other_cores, "quiet_wait_s": self.quiet_wait_s,
+                "reported_to_host_MiB": self.reported_mib,
                 # A sync phase's "other" CPU is mostly the kernel writing back our own
                 # pages: it says nothing about neighbours.
                 "counts_for_contention": self.quiet}

@@ -57,6 +57,8 @@ def compute_summary(results):
             S["big"]["%s_cpu_piece_median" % phase] = summarize(
                 [statistics.median(p) for p in piece_runs])
             S["big"]["%s_cpu_piece_max" % phase] = summarize([max(p) for p in piece_runs])
+            S["big"]["%s_reported_MiB" % phase] = summarize(
+                [r[phase].get("reported_to_host_MiB") for r in big["ckptfs"] if phase in r])
             S["big"]["%s_peak_rss_MiB" % phase] = summarize(
                 [r[phase]["daemon_peak_rss_kb"] / 1024 for r in big["ckptfs"]
                  if phase in r and r[phase].get("daemon_peak_rss_kb") is not None])
@@ -338,8 +340,9 @@ def render_markdown(results):
         L.append("")
         L.append("| phase | daemon CPU s/GiB | per %d MiB piece: median / highest "
                  "| daemon peak RSS (VmHWM, MiB) "
-                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain |" % (PIECE // MIB))
-        L.append("|---|---:|---:|---:|---:|---:|")
+                 "| app CPU s/GiB, ckptfs | app CPU s/GiB, plain "
+                 "| MiB the guest reported free to its host |" % (PIECE // MIB))
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
         for phase, label in (("write", "write + fsync"), ("cold_read", "cold read"),
                              ("warm_read", "warm read"), ("mmap_read", "cold read through mmap")):
             if s["%s_cpu_s_per_GiB" % phase] is None:
@@ -348,11 +351,12 @@ def render_markdown(results):
             if s.get("%s_cpu_piece_median" % phase):
                 pieces = "%s / %s" % (fmt_spread(s["%s_cpu_piece_median" % phase], "%.2f"),
                                       fmt_spread(s["%s_cpu_piece_max" % phase], "%.2f"))
-            L.append("| %s | %s | %s | %s | %s | %s |" % (
+            L.append("| %s | %s | %s | %s | %s | %s | %s |" % (
                 label, fmt_spread(s["%s_cpu_s_per_GiB" % phase], "%.2f"), pieces,
                 fmt_spread(s["%s_peak_rss_MiB" % phase]),
                 fmt_spread(s["ckptfs_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
-                fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f")))
+                fmt_spread(s["plain_%s_app_cpu_s_per_GiB" % phase], "%.2f"),
+                fmt_spread(s.get("%s_reported_MiB" % phase))))
         L.append("")
         L.append("Peak RSS is the daemon's VmHWM since its mount: the write daemon is "
                  "mounted fresh for the write; the read daemon for the cold+warm reads; "
@@ -360,7 +364,10 @@ def render_markdown(results):
                  "App CPU is the benchmark process itself (user+system: the kernel's "
                  "copies and FUSE round trips are charged here). "
                  "The pieces split each read into %d MiB pieces: the median piece is "
-                 "the daemon's steady cost per byte, the highest its worst burst." % (PIECE // MIB))
+                 "the daemon's steady cost per byte, the highest its worst burst. "
+                 "The last column is the free memory the guest's kernel handed back to its "
+                 "host during the phase (free page reporting, where the kernel counts it): "
+                 "the next first touch of such a page costs a fault in the host." % (PIECE // MIB))
     return "\n".join(L) + "\n"
 
 
