@@ -19,6 +19,13 @@ constexpr uint64_t kMaxFileSize = 1ull << 60;
 // kPrefetchBytes of their segment.
 constexpr uint64_t kSequentialReadBytes = 512 << 10;
 constexpr uint64_t kPrefetchBytes = 4 << 20;
+// Writes of one file may arrive out of order (the kernel's write-back sends
+// up to 64 MiB of a file's pages at once, and threads race for them): one
+// past the end leaves a gap that an earlier one fills later, so the file can
+// pass data_file_bytes without a write at its end that crosses it. Such a
+// file still moves to its data file at its next write at its end while it
+// is at most this many bytes past data_file_bytes (which bounds the copy).
+constexpr uint64_t kLateMoveBytes = 64ull << 20;
 
 std::string KeyName(uint64_t segment_id, uint64_t offset) {
   return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
@@ -382,11 +389,12 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     const uint64_t w_end = w_off + w_data.size();
     CKPTFS_RETURN_IF_ERROR(PunchLocked(s, w_off, w_end, &b, &deltas, &removed));
     // A file that this write at its end takes past data_file_bytes moves to
-    // a data file of its own (its bytes so far are copied once). After the
+    // a data file of its own (its bytes so far are copied once); so does one
+    // that writes out of order took past it (kLateMoveBytes). After the
     // punch, which puts the left piece of an extent cut at w_off.
     const uint64_t threshold = options_.data_file_bytes;
     const bool move = v.data_file_end == 0 && threshold != 0 && w_end >= threshold &&
-                      w_off <= v.size && w_end > v.size && v.size <= threshold;
+                      w_off <= v.size && w_end > v.size && v.size <= threshold + kLateMoveBytes;
     if (move) CKPTFS_RETURN_IF_ERROR(MoveToDataFileLocked(s, w_off, &v, &b, &deltas));
     const bool folds = !folded.empty();
     // Bytes at or past the data file's end go there; the data file is never

@@ -171,6 +171,43 @@ TEST_F(DataFileTest, AFileGrowingPastTheThresholdMovesToItsDataFile) {
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
 }
 
+TEST_F(DataFileTest, AFileThatWritesOutOfOrderTookPastTheThresholdMovesAtItsNextWriteAtItsEnd) {
+  // As the kernel's write-back can deliver them: the write that crosses the
+  // threshold arrives before the one below it, past the end (a gap).
+  Ino f = File("f");
+  std::string want;
+  const std::string data = PatternData(3, 0, 2 * kMiB);
+  auto put = [&](uint64_t from, uint64_t to) {
+    ASSERT_NO_FATAL_FAILURE(Write(f, from, data.substr(from, to - from), &want));
+  };
+  ASSERT_NO_FATAL_FAILURE(put(0, 900 * kKiB));
+  ASSERT_NO_FATAL_FAILURE(put(1 * kMiB + 100 * kKiB, 1 * kMiB + 200 * kKiB));  // past the end
+  ASSERT_NO_FATAL_FAILURE(put(900 * kKiB, 1 * kMiB + 100 * kKiB));             // the gap
+  EXPECT_EQ(LayoutOf(f).data_file_bytes, 0u);  // no write at its end crossed the threshold
+  ASSERT_NO_FATAL_FAILURE(put(1 * kMiB + 200 * kKiB, 2 * kMiB));  // at its end: it moves
+  Layout l = LayoutOf(f);
+  EXPECT_EQ(l.data_file_bytes, want.size());
+  EXPECT_EQ(l.segment_bytes + l.inline_bytes, 0u);
+  EXPECT_EQ(DataFileSize(f), static_cast<int64_t>(want.size()));
+  ASSERT_OK_AND_ASSIGN(std::optional<WholeDataFile> whole, s()->WholeDataFileOf(f));
+  EXPECT_TRUE(whole.has_value());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+
+  // A file that got far past the threshold in segments stays there: the
+  // move would copy all of it in one write.
+  Ino far = File("far");
+  std::string want_far;
+  ASSERT_NO_FATAL_FAILURE(Write(far, 0, data.substr(0, 100 * kKiB), &want_far));
+  const uint64_t past = DataFileOptions().data_file_bytes + 64 * kMiB + 1;
+  ASSERT_NO_FATAL_FAILURE(Write(far, past, "x", &want_far));
+  ASSERT_NO_FATAL_FAILURE(Write(far, past + 1, data.substr(0, 100 * kKiB), &want_far));
+  EXPECT_EQ(LayoutOf(far).data_file_bytes, 0u);
+  EXPECT_EQ(DataFileSize(far), -1);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(far, want_far));
+  ASSERT_NO_FATAL_FAILURE(ExpectFsckClean());
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(f, want));
+}
+
 TEST_F(DataFileTest, OverwritesInTheMiddleGoToSegmentsAndNeverRewriteTheDataFile) {
   Ino f = File("f");
   std::string want;
