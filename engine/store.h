@@ -333,6 +333,18 @@ const char* KeptReasonName(KeptSegment::Reason r);
 // One line that says why `k` was kept, e.g. "segment 3: dead 12% below the
 // ratio 30%"; `dead_ratio` is the compaction's CompactOptions::dead_ratio.
 std::string DescribeKept(const KeptSegment& k, double dead_ratio);
+// Whether a compaction at `dead_ratio` takes a segment that holds `live` and
+// `dead` logical bytes: nothing in it is live, or its dead fraction
+// dead / (live + dead) reaches the ratio. (It leaves the active and the
+// newest segment alone while they hold no dead bytes.)
+bool CompactionTakes(uint64_t live, uint64_t dead, double dead_ratio);
+// The dead bytes, over all segments, at which background compaction with
+// `o` starts a pass while the segments hold `live` bytes: the smaller of
+// background_compact_dead_bytes and the larger of `live` and
+// background_compact_min_dead_bytes. 0 when it is off
+// (background_compact_dead_bytes 0). The pass rewrites the segments that
+// CompactionTakes at CompactOptions' default dead ratio; with none, it waits.
+uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live);
 
 struct CompactReport {
   uint64_t segments_rewritten = 0;  // segments retired (file deleted)

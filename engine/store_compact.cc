@@ -88,7 +88,7 @@ Choice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active, 
     if (open_end && dead == 0) {
       k.reason = KeptSegment::Reason::kNothingDead;
       c.kept.push_back(k);
-    } else if (live == 0 || frac >= dead_ratio) {
+    } else if (CompactionTakes(live, dead, dead_ratio)) {
       c.victims.push_back({seg.id, live, live == 0 ? 1.0 : frac, seg.file_bytes});
     } else {
       c.kept.push_back(k);
@@ -122,6 +122,16 @@ const char* KeptReasonName(KeptSegment::Reason r) {
     case KeptSegment::Reason::kStillReferenced: return "still_referenced";
   }
   return "unknown";
+}
+
+bool CompactionTakes(uint64_t live, uint64_t dead, double dead_ratio) {
+  return live == 0 || static_cast<double>(dead) / static_cast<double>(live + dead) >= dead_ratio;
+}
+
+uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live) {
+  if (o.background_compact_dead_bytes == 0) return 0;
+  return std::min(o.background_compact_dead_bytes,
+                  std::max(live, o.background_compact_min_dead_bytes));
 }
 
 std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
@@ -606,9 +616,7 @@ Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
   }
   // The absolute threshold, or dead space larger than the live data (and the
   // floor): whichever comes first.
-  const uint64_t threshold =
-      std::min(options_.background_compact_dead_bytes,
-               std::max(live, options_.background_compact_min_dead_bytes));
+  const uint64_t threshold = BackgroundCompactThreshold(options_, live);
   CompactOptions o;
   o.bytes_per_sec = options_.background_compact_bytes_per_sec;
   // Only when a pass would take something: dead bytes spread thinly over

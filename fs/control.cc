@@ -90,6 +90,16 @@ MountOptions EffectiveOptions(const Filesystem& fs) {
   return o;
 }
 
+// Whether background compaction runs (never on a read-only mount) and the
+// dead bytes, over all segments, at which it starts a pass while the
+// segments hold `live` bytes (engine::BackgroundCompactThreshold; 0 when off).
+nlohmann::ordered_json BackgroundCompactionJson(const Filesystem& fs, uint64_t live) {
+  const uint64_t threshold =
+      fs.options().read_only ? 0
+                             : engine::BackgroundCompactThreshold(fs.store().GetOptions(), live);
+  return {{"enabled", threshold != 0}, {"threshold_dead_bytes", threshold}};
+}
+
 nlohmann::ordered_json OptionsJson(const MountOptions& o) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const OptionSpec& spec : OptionTable()) {
@@ -139,12 +149,18 @@ nlohmann::ordered_json RunJson(const FileRun::Summary& run) {
 Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
   CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
-  uint64_t segments = 0, file_bytes = 0, live = 0, dead = 0;
+  uint64_t segments = 0, file_bytes = 0, live = 0, dead = 0, reclaimable = 0;
+  const double default_ratio = engine::CompactOptions().dead_ratio;
   for (const engine::SegmentInfo& seg : list) {  // counters ListSegments checked
+    const auto seg_live = static_cast<uint64_t>(seg.live_bytes);
+    const auto seg_dead = static_cast<uint64_t>(seg.dead_bytes);
     segments++;
     file_bytes += seg.file_bytes;
-    live += static_cast<uint64_t>(seg.live_bytes);
-    dead += static_cast<uint64_t>(seg.dead_bytes);
+    live += seg_live;
+    dead += seg_dead;
+    if (seg_dead > 0 && engine::CompactionTakes(seg_live, seg_dead, default_ratio)) {
+      reclaimable += seg_dead;
+    }
   }
   const double ratio = live + dead == 0 || file_bytes == 0
                            ? 1.0
@@ -164,6 +180,7 @@ Result<nlohmann::ordered_json> SummaryJson(engine::Store& store) {
            {"segment_file_bytes", file_bytes},
            {"live_bytes", live},
            {"dead_bytes", dead},
+           {"reclaimable_bytes", reclaimable},
            {"compression_ratio", ratio},
            {"index_bytes", n.index_bytes},
            {"data_files", n.data_files},
@@ -244,6 +261,10 @@ constexpr MetricSpec kMetrics[] = {
     {"/storage/live_bytes", "live_bytes", false, "Logical bytes of the records files still use."},
     {"/storage/dead_bytes", "dead_bytes", false,
      "Logical bytes of records no file uses; compaction reclaims them."},
+    {"/storage/reclaimable_bytes", "reclaimable_bytes", false,
+     "Dead bytes of the segments a compaction at the default dead ratio would rewrite."},
+    {"/background_compaction/threshold_dead_bytes", "background_compaction_threshold_dead_bytes",
+     false, "Dead bytes at which background compaction starts; 0 when it is off."},
     {"/storage/compression_ratio", "compression_ratio", false,
      "Logical record bytes per segment file byte."},
     {"/storage/index_bytes", "index_bytes", false, "Bytes of the index on disk."},
@@ -555,6 +576,8 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
        }},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
+  j["background_compaction"] =
+      BackgroundCompactionJson(fs, j["storage"]["live_bytes"].get<uint64_t>());
   return j;
 }
 
@@ -614,6 +637,8 @@ std::string LastCompactionLines(const engine::CompactionRecord& c) {
          "last_compaction.seconds=" + secs + "\n" + "last_compaction.segments=" + ids + "\n" +
          "last_compaction.errors=" + std::to_string(r.errors.size()) + "\n" + kept;
 }
+
+std::string DefaultOptionsJson() { return OptionsJson(MountOptions()).dump(); }
 
 Result<std::string> StoreSummaryJson(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json j, SummaryJson(store));

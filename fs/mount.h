@@ -118,7 +118,7 @@ struct MountOptions {
   // page cache nor keeps a second cached copy (engine::StoreOptions::
   // bypass_data_file_cache). Each write then waits for the disk: fewer
   // CPU seconds per GiB, but concurrent writers of separate files went
-  // slower on the benchmark's disk (README, "Large files"). Default: on.
+  // slower on the benchmark's disk (docs/LARGE_FILES.md). Default: on.
   bool direct_io = true;
   // Every read checks the checksums of what it returns ("verify_reads"),
   // which only the daemon can: turns passthrough off. Default: off.
@@ -197,15 +197,23 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready);
 // What the store holds and what it takes on disk, as the JSON object text
 // {"namespace": {files, directories, symlinks, other, logical_bytes},
 //  "storage": {segments, segment_file_bytes, live_bytes, dead_bytes,
-//              compression_ratio, index_bytes},
+//              reclaimable_bytes, compression_ratio, index_bytes,
+//              data_files, data_file_bytes},
 //  "last_compaction": {...}}  (only after a compaction in this process)
 // where compression_ratio = (live_bytes + dead_bytes) / segment_file_bytes:
 // the logical bytes the segment files hold over the bytes they take (record
 // headers count as taken, so an uncompressed store shows a little under 1;
-// 1 when the segments hold nothing). The stats file of a mount embeds these
-// objects; `ckptfs stat STORE` prints them for a store that is not mounted.
+// 1 when the segments hold nothing), and reclaimable_bytes are the dead
+// bytes of the segments that a compaction at CompactOptions' default dead
+// ratio would rewrite (engine::CompactionTakes). The stats file of a mount
+// embeds these objects; `ckptfs stat STORE` prints them for a store that is
+// not mounted.
 // Scans the index's inodes (Store::CountNamespace). Fails with the error of
 // CountNamespace or ListSegments, never showing zeros for what is unknown.
 engine::Result<std::string> StoreSummaryJson(engine::Store& store);
+// The stats file's "options" object for a mount with every option at its
+// default, as JSON object text: what `ckptfs stat` compares a mount's
+// options with to name those that were changed.
+std::string DefaultOptionsJson();
 
 }  // namespace ckptfs::fs

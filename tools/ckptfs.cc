@@ -2,7 +2,7 @@
 //
 //   ckptfs mount [-f] [-d] [-o opt[,opt...]] STORE MOUNTPOINT
 //   ckptfs umount MOUNTPOINT
-//   ckptfs stat [--json] STORE|MOUNTPOINT
+//   ckptfs stat [--all | --json] STORE|MOUNTPOINT
 //   ckptfs stat --watch [--interval S] MOUNTPOINT
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs warmup [--threads N] [--json] PATH...
@@ -61,9 +61,15 @@ int Main(int argc, char** argv) {
 
   std::string stat_point;
   bool stat_json = false;
+  bool stat_all = false;
   CLI::App* stat =
       app.add_subcommand("stat", "Show the statistics of a mount or an unmounted store");
-  stat->add_flag("--json", stat_json, "Print JSON");
+  stat->footer(
+      "By default a summary of at most 25 lines: the store and the mount, files and bytes, "
+      "segment space (live, dead, data files), what compaction would do, read and write rates "
+      "since the mount, FUSE requests per file of the last save and restore, and passthrough.");
+  CLI::Option* stat_json_flag = stat->add_flag("--json", stat_json, "Print the statistics as JSON");
+  stat->add_flag("--all", stat_all, "Print every counter, one line each")->excludes(stat_json_flag);
   bool stat_watch = false;
   double stat_interval = 1.0;
   stat->add_flag("--watch", stat_watch, "Redraw the mount's live rates until interrupted");
@@ -189,13 +195,13 @@ int Main(int argc, char** argv) {
   }
   if (*umount) return ckptfs::tools::RunUmount(umount_point);
   if (*stat && stat_watch) {
-    if (stat_json) {
-      std::fprintf(stderr, "ckptfs: stat: --watch and --json do not go together\n");
+    if (stat_json || stat_all) {
+      std::fprintf(stderr, "ckptfs: stat: --watch goes with neither --json nor --all\n");
       return 1;
     }
     return ckptfs::tools::RunStatWatch(stat_point, stat_interval);
   }
-  if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json);
+  if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json, stat_all);
   if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run, compact_json);
   if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);

@@ -26,8 +26,10 @@ int RunMount(fs::MountOptions options, bool foreground);
 // `ckptfs umount`: unmounts and waits for the daemon to close the store.
 int RunUmount(const std::string& mountpoint);
 // `ckptfs stat` (tools/stat_command.cc): prints MOUNT/.ckptfs/stats, or the
-// contents and footprint of a store that is not mounted, for people or as JSON.
-int RunStat(const std::string& path, bool json);
+// contents and footprint of a store that is not mounted: a summary for
+// people (at most 25 lines), every field (`all`) or the JSON (`json`, which
+// wins over `all`).
+int RunStat(const std::string& path, bool json, bool all);
 // Redraws the mount's rates (requests/s by kind, MB/s read and written,
 // backing reads, cache hit ratio, dead bytes) every `interval_s` until
 // SIGINT or SIGTERM: in place on a terminal, one line each otherwise.

@@ -1,8 +1,10 @@
 // `ckptfs stat STORE|MOUNTPOINT`: statistics for people (or JSON). On a
-// mountpoint it prints MOUNT/.ckptfs/stats; on a store that is not mounted it
-// opens the store read-only and prints the same "namespace" and "storage"
-// objects (fs::StoreSummaryJson). `--watch` on a mountpoint redraws the
-// rates between two reads of the stats file every interval.
+// mountpoint it reads MOUNT/.ckptfs/stats; on a store that is not mounted it
+// opens the store read-only and reads the same "namespace" and "storage"
+// objects (fs::StoreSummaryJson). By default it prints a summary of at most
+// kMaxSummaryLines lines (tools/stat_summary.h); `--all` every field, one
+// line each; `--json` the JSON as read. `--watch` on a mountpoint redraws
+// the rates between two reads of the stats file every interval.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include "fs/mount.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
+#include "tools/stat_summary.h"
 
 namespace ckptfs::tools {
 namespace {
@@ -235,7 +238,7 @@ int RunStatWatch(const std::string& path, double interval_s) {
   return 0;
 }
 
-int RunStat(const std::string& path, bool json) {
+int RunStat(const std::string& path, bool json, bool all) {
   std::string text;
   if (Exists(path + "/.ckptfs/stats")) {
     if (!ReadMountStats(path, &text)) return 1;
@@ -254,6 +257,12 @@ int RunStat(const std::string& path, bool json) {
   if (!ParseStats(text, &j)) {
     std::fprintf(stderr, "ckptfs: the statistics of %s are not valid JSON\n", path.c_str());
     return 1;
+  }
+  if (!all) {
+    const nlohmann::ordered_json defaults = nlohmann::ordered_json::parse(
+        fs::DefaultOptionsJson(), nullptr, /*allow_exceptions=*/false);
+    for (const std::string& line : SummaryLines(j, defaults)) std::printf("%s\n", line.c_str());
+    return 0;
   }
   std::vector<std::pair<std::string, std::string>> rows;
   Flatten(j, "", &rows);

@@ -788,6 +788,26 @@ TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
   ASSERT_NO_FATAL_FAILURE(ExpectFsckClean(dir_.store()));
 }
 
+// The rules the stats file reports with: which segments a compaction
+// takes, and the dead bytes at which background compaction starts.
+TEST(CompactRulesTest, TakesAndBackgroundThreshold) {
+  EXPECT_TRUE(CompactionTakes(0, 0, 0.3));  // nothing live
+  EXPECT_TRUE(CompactionTakes(0, 5, 0.3));
+  EXPECT_TRUE(CompactionTakes(7, 3, 0.3));  // exactly the ratio
+  EXPECT_FALSE(CompactionTakes(8, 2, 0.3));
+  EXPECT_FALSE(CompactionTakes(5, 0, 0.3));
+  EXPECT_TRUE(CompactionTakes(5, 5, 0.5));
+
+  StoreOptions o;
+  o.background_compact_dead_bytes = 0;
+  EXPECT_EQ(BackgroundCompactThreshold(o, 10 * kMiB), 0u);  // off
+  o.background_compact_dead_bytes = 1ull << 30;
+  o.background_compact_min_dead_bytes = 64 * kMiB;
+  EXPECT_EQ(BackgroundCompactThreshold(o, 10 * kMiB), 64 * kMiB);    // the floor
+  EXPECT_EQ(BackgroundCompactThreshold(o, 100 * kMiB), 100 * kMiB);  // the live bytes
+  EXPECT_EQ(BackgroundCompactThreshold(o, 2ull << 30), 1ull << 30);  // the absolute bound
+}
+
 // Writers append to the active segment while compaction seals and rewrites
 // it, again and again: every byte reads back, and fsck finds it clean.
 TEST_F(CompactDetailTest, WritersDuringTheSealOfTheActiveSegment) {

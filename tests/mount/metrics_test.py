@@ -99,6 +99,10 @@ class MetricsTest(lib.MountAndPlainTestCase):
                          stats["storage"]["segment_file_bytes"])
         self.assertEqual(self.value(now, "ckptfs_write_bytes_total"),
                          stats["engine"]["write_bytes"])
+        self.assertEqual(self.value(now, "ckptfs_reclaimable_bytes"),
+                         stats["storage"]["reclaimable_bytes"])
+        self.assertEqual(self.value(now, "ckptfs_background_compaction_threshold_dead_bytes"),
+                         stats["background_compaction"]["threshold_dead_bytes"])
 
     def test_listed_and_read_only(self):
         self.assertIn("metrics", os.listdir(self.m.path(".ckptfs")))

@@ -67,7 +67,9 @@ grep -q '"lookups"' "$mnt/.ckptfs/stats" || ckptfs_fail "stats has no request co
 # Whole outputs first: grep -q stops reading at its match, which would end
 # the writer with SIGPIPE under pipefail.
 stat_text=$("$CKPTFS_BIN" stat "$mnt") || ckptfs_fail "ckptfs stat failed"
-grep -q '^fs.ops.writes:' <<<"$stat_text" || ckptfs_fail "ckptfs stat output"
+grep -q '^requests:' <<<"$stat_text" || ckptfs_fail "ckptfs stat output"
+stat_text=$("$CKPTFS_BIN" stat --all "$mnt") || ckptfs_fail "ckptfs stat --all failed"
+grep -q '^fs.ops.writes:' <<<"$stat_text" || ckptfs_fail "ckptfs stat --all output"
 stat_json=$("$CKPTFS_BIN" stat --json "$mnt") || ckptfs_fail "ckptfs stat --json failed"
 grep -q '"mountpoint"' <<<"$stat_json" || ckptfs_fail "ckptfs stat --json"
 echo "coalesce_gap=0" >"$mnt/.ckptfs/config"
