@@ -16,16 +16,22 @@ Workloads (see bench/README.md for how to read the figures):
   cloud       layout's cold restore with the reader and the daemon in a cgroup
               whose disk reads are throttled to 3,000 IOPS and 250 MB/s
 
+The FUSE floor, libfuse's example passthrough_hp (--nopassthrough) over a
+directory on the same disk (--fuse-floor), is a third column of big and layout:
+what any FUSE filesystem costs here.
+
 Every measurement is repeated --reps times; ckptfs and the plain directory
-alternate (and swap order every repetition) so that drift on the machine hits
-both alike. Medians are reported with the min-max spread; ratios are
-ckptfs/plain as throughput (>1 means ckptfs is faster).
+(and the floor) alternate (and rotate their order every repetition) so that
+drift on the machine hits all alike. Medians are reported with the min-max
+spread; ratios are ckptfs/plain and ckptfs/floor as throughput (>1 means
+ckptfs is faster).
 
 Needs root (drop_caches, mounting). Run with /usr/bin/python3.
 """
 
 # This file is the command line. The rest, by concern: target.py (the ckptfs
-# mount, through the tests' mount harness, and the plain directory),
+# mount and the FUSE floor, through the tests' mount harness, and the plain
+# directory),
 # workloads.py, measure.py (Meter, the machine, units) and report.py (the
 # summary, results.md and the plots).
 
@@ -43,7 +49,7 @@ import time
 import measure
 from measure import GIB, BenchError, fs_of, human_size, log
 from report import report_only, write_report
-from target import BUILD_HINT, DEFAULT_CKPTFS, REPO, wipe
+from target import BUILD_HINT, DEFAULT_CKPTFS, MOUNTPOINT, REPO, wipe
 from workloads import DEFAULT_SWEEP, WORKLOADS, Bench, run_all
 
 
@@ -77,6 +83,9 @@ def environment(b):
         "ckptfs": b.fs.binary,
         "ckptfs_rev": rev,
         "mount_opts": ",".join(b.fs.base_opts),
+        "fuse_floor": b.floor.binary if b.floor else None,
+        "fuse_floor_command": (" ".join(("passthrough_hp",) + b.floor.ARGS + ("SRC", "MNT"))
+                               if b.floor else None),
         "reps": args.reps,
         "quick": args.quick,
         "big_size": b.big_size,
@@ -87,6 +96,12 @@ def environment(b):
         "loadavg_start": open("/proc/loadavg").read().split()[:3],
         "argv": sys.argv,
     }
+
+
+def default_fuse_floor(ckptfs):
+    """BUILD/bench/passthrough_hp for the ckptfs binary BUILD/tools/ckptfs."""
+    build = os.path.dirname(os.path.dirname(os.path.realpath(ckptfs)))
+    return os.path.join(build, "bench", "passthrough_hp")
 
 
 def main():
@@ -107,6 +122,10 @@ def main():
     ap.add_argument("--mount-opts", default="",
                     help="extra -o options for every ckptfs mount, e.g. threads=4")
     ap.add_argument("--ckptfs", default=DEFAULT_CKPTFS, help="the ckptfs binary (default %(default)s)")
+    ap.add_argument("--fuse-floor", metavar="PATH",
+                    help="libfuse's passthrough_hp for the FUSE floor column (default: "
+                         "bench/passthrough_hp of the ckptfs binary's build dir; "
+                         "the column is left out when it is not there)")
     ap.add_argument("--work", default="/tmp/ckptfs-bench-work",
                     help="work dir; the plain dir and the store live here (default %(default)s)")
     ap.add_argument("--out", default="/tmp/ckptfs-bench", help="results dir (default %(default)s)")
@@ -140,6 +159,12 @@ def main():
     if not os.access(args.ckptfs, os.X_OK):
         sys.exit("mount_bench: no ckptfs binary at %s; build it with:\n  %s"
                  % (args.ckptfs, BUILD_HINT))
+    if args.fuse_floor is None:
+        args.fuse_floor = default_fuse_floor(args.ckptfs)
+    if not os.access(args.fuse_floor, os.X_OK):
+        log("no FUSE floor: no passthrough_hp at %s (ninja -C BUILD passthrough_hp); "
+            "leaving its column out" % args.fuse_floor)
+        args.fuse_floor = None
 
     if args.priority:
         # Inherited by every child: dd, `ckptfs mount` and so the daemons.
@@ -152,8 +177,14 @@ def main():
     b = Bench(args)
     os.makedirs(b.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
-    if not b.fs.unmount_leftover(b.path("mnt")):
-        sys.exit("mount_bench: cannot unmount %s" % b.path("mnt"))
+    mounts = [(b.fs, b.path(MOUNTPOINT["ckptfs"]))]
+    if b.floor:
+        mounts.append((b.floor, b.path(MOUNTPOINT["floor"])))
+    for m, mnt in mounts:
+        if not m.unmount_leftover(mnt):
+            sys.exit("mount_bench: cannot unmount %s" % mnt)
+    if b.floor:
+        wipe(b.floor.log_path)
     need = (2 * b.big_size + 2 * GIB) if ("big" in args.workloads or "disk" in args.workloads) \
         else GIB
     free = shutil.disk_usage(b.work).free
@@ -186,13 +217,16 @@ def main():
         ok = True
     finally:
         try:
-            b.fs.umount()
+            for m, _ in mounts:
+                m.umount()
+            if b.floor:
+                b.results["env"]["fuse_floor_output"] = b.floor.output()
         finally:
-            if b.fs.unmount_leftover(b.path("mnt")) and not args.keep:
+            if all([m.unmount_leftover(mnt) for m, mnt in mounts]) and not args.keep:
                 for name in ("store-big", "plain-big", "store-layout", "plain-layout",
                              "store-probe", "dd.bin", "warm-up.bin", "store-fw", "plain-fw",
                              "store-scaling", "plain-scaling", "store-pieces",
-                             "plain-pieces"):
+                             "plain-pieces", "floor-big", "floor-layout", "floor.log"):
                     p = b.path(name)
                     if os.path.isdir(p):
                         shutil.rmtree(p, ignore_errors=True)

@@ -7,7 +7,8 @@ import os
 import statistics
 
 from measure import GIB, MB, MIB, human_size, log, summarize
-from workloads import CHUNK_BYTES, CHUNK_NAMES, PIECE, RESTORE_THREADS, STEPS_VARIANTS
+from workloads import (CHUNK_BYTES, CHUNK_NAMES, FLOOR_BIG_PHASES, FLOOR_LAYOUT_KEYS, PIECE,
+                       RESTORE_THREADS, STEPS_VARIANTS)
 
 
 def fmt_spread(s, fmt="%.0f"):
@@ -32,6 +33,33 @@ def fmt_pct(r):
     return "n/a" if r is None else "%.0f%%" % (100 * r)
 
 
+def table_row(*cells):
+    return "|" + "|".join((" %s " % c) if c else " " for c in cells) + "|"
+
+
+def compare_head(first, floor, rest=()):
+    """The head of a table whose columns are `first`, plain, [FUSE floor],
+    ckptfs, ckptfs/plain, [ckptfs/floor], then `rest`."""
+    cols = ([first, "plain"] + (["FUSE floor"] if floor else []) + ["ckptfs", "ckptfs/plain"] +
+            (["ckptfs/floor"] if floor else []) + list(rest))
+    return [table_row(*cols), "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
+
+
+def compare_cells(p, c, f, floor, fmt="%.0f", ratios=True):
+    """The cells plain, [FUSE floor], ckptfs, ckptfs/plain, [ckptfs/floor]: a
+    summary (or None) printed with fmt_spread, text as it is ("": not
+    measured); a ratio only between two summaries."""
+    def cell(v):
+        return v if isinstance(v, str) else fmt_spread(v, fmt)
+
+    def ratio_cell(a, b):
+        return "" if not ratios or isinstance(a, str) or isinstance(b, str) \
+            else fmt_ratio(ratio(a, b))
+    if not floor:
+        return [cell(p), cell(c), ratio_cell(c, p)]
+    return [cell(p), cell(f), cell(c), ratio_cell(c, p), ratio_cell(c, f)]
+
+
 # Phases of workload 1, in the order they run.
 BIG_PHASES = ("write", "cold_read", "warm_read", "mmap_read")
 
@@ -43,10 +71,16 @@ def compute_summary(results):
         big = R["big"]
         size = big["size_bytes"]
         S["big"] = {}
-        for who in ("ckptfs", "plain"):
+        for who in present(big):
             for phase in BIG_PHASES:
                 S["big"]["%s_%s_MBps" % (who, phase)] = summarize(
                     [size / MB / r[phase]["seconds"] for r in big[who] if phase in r])
+                S["big"]["%s_%s_app_cpu_s_per_GiB" % (who, phase)] = summarize(
+                    [r[phase]["client_cpu_s"] / (size / GIB) for r in big[who] if phase in r])
+        for phase in FLOOR_BIG_PHASES:
+            S["big"]["floor_%s_daemon_cpu_s_per_GiB" % phase] = summarize(
+                [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big.get("floor", [])
+                 if r[phase]["daemon_cpu_s"] is not None])
         for phase in BIG_PHASES:
             S["big"]["%s_cpu_s_per_GiB" % phase] = summarize(
                 [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big["ckptfs"]
@@ -62,16 +96,13 @@ def compute_summary(results):
             S["big"]["%s_peak_rss_MiB" % phase] = summarize(
                 [r[phase]["daemon_peak_rss_kb"] / 1024 for r in big["ckptfs"]
                  if phase in r and r[phase].get("daemon_peak_rss_kb") is not None])
-            for who in ("ckptfs", "plain"):
-                S["big"]["%s_%s_app_cpu_s_per_GiB" % (who, phase)] = summarize(
-                    [r[phase]["client_cpu_s"] / (size / GIB) for r in big[who] if phase in r])
         for phase in ("write", "read"):
             S["big"]["dd_%s_MBps" % phase] = summarize(
                 [size / MB / r[phase]["seconds"] for r in big["dd"]])
     if "layout" in R:
         lay = R["layout"]
         S["layout"] = {}
-        for who in ("ckptfs", "plain"):
+        for who in present(lay):
             runs = lay[who]
             S["layout"]["%s_create_files_per_s" % who] = summarize(
                 [r["files"] / r["create"]["seconds"] for r in runs])
@@ -85,9 +116,10 @@ def compute_summary(results):
                  if "restore_parallel" in r])
             S["layout"]["%s_restore_MBps" % who] = summarize(
                 [r["bytes"] / MB / r["restore"]["seconds"] for r in runs])
-            S["layout"]["%s_backing_files" % who] = summarize([r["store_files"] for r in runs])
+            S["layout"]["%s_backing_files" % who] = summarize(
+                [r["store_files"] for r in runs if "store_files" in r])
             S["layout"]["%s_allocated_MiB" % who] = summarize(
-                [r["store_allocated_bytes"] / MIB for r in runs])
+                [r["store_allocated_bytes"] / MIB for r in runs if "store_allocated_bytes" in r])
         for key in ("backing_reads", "coalesced_reads", "cache_hits", "backing_read_bytes"):
             S["layout"]["ckptfs_restore_" + key] = summarize(
                 [r["restore"]["engine_delta"].get(key) for r in lay["ckptfs"]])
@@ -179,6 +211,11 @@ def compute_summary(results):
     return S
 
 
+def present(section):
+    """The sides a workload's results hold: ckptfs, plain and, when it ran, the floor."""
+    return [who for who in ("ckptfs", "plain", "floor") if who in section]
+
+
 def iter_meters(obj, skip_keys=()):
     """Every Meter record (a dict with "other_cpu_cores") inside the results,
     leaving out the subtrees under `skip_keys`."""
@@ -209,6 +246,18 @@ def render_markdown(results):
                 ", --priority (nice -20, realtime I/O)" if env.get("priority") else ""))
     L.append("Ratios are ckptfs/plain as throughput (>1: ckptfs faster); \"% of disk\" is "
              "relative to dd with O_DIRECT on the same disk.")
+    if env.get("fuse_floor"):
+        L.append("")
+        L.append("FUSE floor (workloads 1 and 2): libfuse's example passthrough_hp (%s) "
+                 "mirroring a directory on the same disk, run as `%s`: every read and "
+                 "write through its daemon (no kernel passthrough), with the kernel's "
+                 "write-back cache, splice, entry and attribute timeouts of 86400 s and "
+                 "libfuse's default worker threads, as ckptfs's default mount serves files. "
+                 "It is what any FUSE filesystem costs here; ckptfs/floor is a throughput "
+                 "ratio too. Cold: caches dropped and the floor remounted, as for ckptfs."
+                 % (env["fuse_floor"], env["fuse_floor_command"]))
+        if env.get("fuse_floor_output"):
+            L.append("passthrough_hp said: %s" % " / ".join(env["fuse_floor_output"][:3]))
     oc = S.get("other_cpu_cores")
     if oc:
         L.append("")
@@ -225,12 +274,12 @@ def render_markdown(results):
     if "big" in S and R["big"]["ckptfs"]:
         s = S["big"]
         size = R["big"]["size_bytes"]
+        floor = "floor" in R["big"]
         L.append("")
         L.append("## 1. Big file: %s in 1 MiB writes + fsync, 1 MiB reads (MB/s)"
                  % human_size(size))
         L.append("")
-        L.append("| phase | plain | ckptfs | ckptfs/plain | plain % of disk | ckptfs % of disk |")
-        L.append("|---|---:|---:|---:|---:|---:|")
+        L += compare_head("phase", floor, ("plain % of disk", "ckptfs % of disk"))
         for phase, label, dd in (("write", "write + fsync", "dd_write_MBps"),
                                  ("cold_read", "cold read", "dd_read_MBps"),
                                  ("warm_read", "warm read", "dd_read_MBps"),
@@ -238,9 +287,15 @@ def render_markdown(results):
             p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
             if p is None and c is None:
                 continue  # results from before the phase existed
-            L.append("| %s | %s | %s | %s | %s | %s |" % (
-                label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
-                fmt_pct(ratio(p, s.get(dd))), fmt_pct(ratio(c, s.get(dd)))))
+            f = s.get("floor_%s_MBps" % phase) if phase in FLOOR_BIG_PHASES else ""
+            L.append(table_row(label, *compare_cells(p, c, f, floor),
+                               fmt_pct(ratio(p, s.get(dd))), fmt_pct(ratio(c, s.get(dd)))))
+        if floor:
+            L.append("")
+            L.append("The FUSE floor's daemon used %s CPU s/GiB (write, cold read, warm "
+                     "read; near 0 where kernel passthrough carries the data)." % ", ".join(
+                         fmt_spread(s["floor_%s_daemon_cpu_s_per_GiB" % phase], "%.2f")
+                         for phase in FLOOR_BIG_PHASES))
     if "layout" in S and not R["layout"].get("only_built_for_sweep"):
         s = S["layout"]
         lay = R["layout"]
@@ -249,40 +304,38 @@ def render_markdown(results):
         L.append("## 2. Per-parameter layout: %d dirs x (.zarray + %d x %d KiB chunks) "
                  "= %d files" % (lay["dirs"], len(CHUNK_NAMES), CHUNK_BYTES // 1024, nfiles))
         L.append("")
-        L.append("| metric | plain | ckptfs | ckptfs/plain |")
-        L.append("|---|---:|---:|---:|")
+        floor = "floor" in lay
+
+        def row(label, p, c, fmt="%.0f", ratios=True, f=""):
+            L.append(table_row(label, *compare_cells(p, c, f, floor, fmt, ratios)))
+        L += compare_head("metric", floor)
         for key, label in (("create_files_per_s", "create, files/s"),
                            ("create_sync_files_per_s", "create + sync, files/s"),
                            ("restore_files_per_s", "cold restore, files/s"),
                            ("restore_MBps", "cold restore, MB/s"),
                            ("restore_parallel_files_per_s",
                             "cold restore, %d threads, files/s" % RESTORE_THREADS)):
-            p, c = s["plain_" + key], s["ckptfs_" + key]
-            L.append("| %s | %s | %s | %s |" % (label, fmt_spread(p), fmt_spread(c),
-                                                fmt_ratio(ratio(c, p))))
-        L.append("| files in backing directory | %s | %s | |" % (
-            fmt_spread(s["plain_backing_files"]), fmt_spread(s["ckptfs_backing_files"])))
-        L.append("| disk allocated, MiB | %s | %s | |" % (
-            fmt_spread(s["plain_allocated_MiB"], "%.1f"),
-            fmt_spread(s["ckptfs_allocated_MiB"], "%.1f")))
-        L.append("| FUSE requests per file, create | | %s | |"
-                 % fmt_spread(s.get("ckptfs_create_requests_per_file"), "%.2f"))
-        L.append("| FUSE requests per file, cold restore | | %s | |"
-                 % fmt_spread(s.get("ckptfs_restore_requests_per_file"), "%.2f"))
+            row(label, s["plain_" + key], s["ckptfs_" + key],
+                f=s.get("floor_" + key) if key in FLOOR_LAYOUT_KEYS else "")
+        row("files in backing directory", s["plain_backing_files"], s["ckptfs_backing_files"],
+            ratios=False)
+        row("disk allocated, MiB", s["plain_allocated_MiB"], s["ckptfs_allocated_MiB"], "%.1f",
+            ratios=False)
+        row("FUSE requests per file, create", "", s.get("ckptfs_create_requests_per_file"),
+            "%.2f")
+        row("FUSE requests per file, cold restore", "",
+            s.get("ckptfs_restore_requests_per_file"), "%.2f")
         warm = s.get("ckptfs_restore_warm_files_per_s")
         if warm:
-            L.append("| restore after `ckptfs warmup`, files/s (vs plain cold) | %s | %s | %s |"
-                     % (fmt_spread(s["plain_restore_files_per_s"]), fmt_spread(warm),
-                        fmt_ratio(ratio(warm, s["plain_restore_files_per_s"]))))
-            L.append("| FUSE requests per file, restore after warmup | | %s | |"
-                     % fmt_spread(s.get("ckptfs_restore_warm_requests_per_file"), "%.2f"))
-            L.append("| `ckptfs warmup` seconds (backing MB read) | | %s (%s) | |"
-                     % (fmt_spread(s.get("ckptfs_warmup_s"), "%.2f"),
-                        fmt_spread(s.get("ckptfs_warmup_backing_MB"), "%.1f")))
-        L.append("| backing_reads during restore | | %s | |"
-                 % fmt_spread(s["ckptfs_restore_backing_reads"]))
-        L.append("| coalesced_reads during restore | | %s | |"
-                 % fmt_spread(s["ckptfs_restore_coalesced_reads"]))
+            row("restore after `ckptfs warmup`, files/s (vs plain cold)",
+                s["plain_restore_files_per_s"], warm)
+            row("FUSE requests per file, restore after warmup", "",
+                s.get("ckptfs_restore_warm_requests_per_file"), "%.2f")
+            row("`ckptfs warmup` seconds (backing MB read)", "", "%s (%s)" % (
+                fmt_spread(s.get("ckptfs_warmup_s"), "%.2f"),
+                fmt_spread(s.get("ckptfs_warmup_backing_MB"), "%.1f")))
+        row("backing_reads during restore", "", s["ckptfs_restore_backing_reads"])
+        row("coalesced_reads during restore", "", s["ckptfs_restore_coalesced_reads"])
         L.append("")
         L.append("Restore lists the checkpoint dir, then reads each array: its .zarray "
                  "(parsed), then the chunks it names; with one thread, or with %d threads "

@@ -1,13 +1,15 @@
-"""What mount_bench.py measures: a ckptfs mount, mounted and unmounted through
-the mount harness of the tests (tests/mount/ckptfs_harness.py), which
-always unmounts, also on errors, Ctrl-C, SIGTERM and SIGKILL; and the plain
-directory beside it."""
+"""What mount_bench.py measures: a ckptfs mount; the plain directory beside
+it; and the FUSE floor, libfuse's example passthrough_hp mirroring a
+directory on the same disk. Both mounts are mounted and unmounted through the
+mount harness of the tests (tests/mount/ckptfs_harness.py), which always
+unmounts, also on errors, Ctrl-C, SIGTERM and SIGKILL."""
 
 import os
 import shutil
 import sys
+import time
 
-from measure import BenchError, log, proc_cpu_s, proc_status_kb
+from measure import BenchError, drop_caches, log, proc_cpu_s, proc_status_kb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CKPTFS = os.path.join(REPO, "build-bench", "tools", "ckptfs")
@@ -28,15 +30,45 @@ def wipe(path):
         os.unlink(path)
 
 
-class Ckptfs:
+class Daemon:
+    """What the two mounts have in common: one mount at a time, its daemon's
+    pid, CPU and peak memory, and a cold start."""
+
+    pid = None  # the daemon's pid while mounted
+    umount_binary = None  # unmounts with `BINARY umount MNT`; None: fusermount3 -u
+
+    def peak_rss_kb(self):
+        return proc_status_kb(self.pid, "VmHWM") if self.pid else None
+
+    def cpu_s(self):
+        return proc_cpu_s(self.pid) if self.pid else None
+
+    def remount_cold(self):
+        """Unmounts, drops the caches and mounts the same again, so that
+        neither the kernel nor the daemon holds anything of it."""
+        where = self.where()
+        self.umount()
+        drop_caches()
+        self.mount(*where)
+
+    def unmount_leftover(self, mnt):
+        """Unmounts what an earlier, killed run may have left mounted at `mnt`."""
+        if harness.is_mounted(mnt):
+            log("unmounting a leftover mount at %s" % mnt)
+            harness.fuse_unmount(mnt, binary=self.umount_binary)
+        return not harness.is_mounted(mnt)
+
+
+class Ckptfs(Daemon):
     """Mounts one store at a time at one mountpoint, with the same options
     (`base_opts`, "k=v" strings) for every mount."""
 
     def __init__(self, binary, base_opts, read_ahead_kb=None):
-        self.binary = binary
+        self.binary = self.umount_binary = binary
         self.base_opts = base_opts
         self.read_ahead_kb = read_ahead_kb  # set the mount's bdi readahead when not None
         self.m = None  # the harness.Mount while mounted
+        self.extra_opts = ()
 
     @property
     def mnt(self):
@@ -46,6 +78,10 @@ class Ckptfs:
     def pid(self):
         """The daemon's pid while mounted."""
         return self.m.pid if self.m else None
+
+    def where(self):
+        """mount()'s arguments for the store mounted now."""
+        return self.m.store, self.m.mnt, self.extra_opts
 
     def mount(self, store, mnt, extra_opts=()):
         """Mounts `store` on `mnt`; returns the seconds `ckptfs mount` took."""
@@ -57,6 +93,7 @@ class Ckptfs:
         except harness.HarnessError as e:
             raise BenchError(str(e))
         self.m = m
+        self.extra_opts = tuple(extra_opts)
         if self.read_ahead_kb is not None:
             with open(self.bdi_path("read_ahead_kb"), "w") as f:
                 f.write("%d\n" % self.read_ahead_kb)
@@ -91,12 +128,6 @@ class Ckptfs:
         """MNT/.ckptfs/config as a dict."""
         return self.m.config()
 
-    def peak_rss_kb(self):
-        return proc_status_kb(self.pid, "VmHWM") if self.pid else None
-
-    def cpu_s(self):
-        return proc_cpu_s(self.pid) if self.pid else None
-
     def umount(self):
         """Unmounts and waits for the daemon to exit. Returns seconds taken."""
         if not self.m:
@@ -108,33 +139,112 @@ class Ckptfs:
             log("unmount of %s: %s" % (m.mnt, e))
         return m.unmount_seconds
 
-    def unmount_leftover(self, mnt):
-        """Unmounts what an earlier, killed run may have left mounted at `mnt`."""
-        if harness.is_mounted(mnt):
-            log("unmounting a leftover mount at %s" % mnt)
-            harness.fuse_unmount(mnt, binary=self.binary)
-        return not harness.is_mounted(mnt)
+
+class FuseFloor(Daemon):
+    """The FUSE floor: libfuse's example passthrough_hp (bench/CMakeLists.txt
+    builds it) mirroring a source directory, one at a time, as ckptfs's
+    default mount serves files: through the daemon (`--nopassthrough`), with
+    the kernel's write-back cache and long cache timeouts: what any FUSE
+    filesystem costs on this kernel. It runs in the foreground, so that the
+    benchmark holds its pid; its output goes to `log_path`."""
+
+    ARGS = ("--foreground", "--nopassthrough")
+
+    def __init__(self, binary, log_path):
+        self.binary = binary
+        self.log_path = log_path
+        self.mounted = None  # (source, mountpoint) while mounted
+        self.pid = None
+
+    @property
+    def mnt(self):
+        return self.mounted[1] if self.mounted else None
+
+    def command(self, src, mnt):
+        return [self.binary] + list(self.ARGS) + [src, mnt]
+
+    def where(self):
+        return self.mounted
+
+    def mount(self, src, mnt):
+        """Mirrors `src` on `mnt`; returns the seconds until the mount was up."""
+        if self.mounted:
+            raise BenchError("already mounted at %s" % self.mnt)
+        try:
+            self.pid, seconds = harness.session().mount_command(
+                self.command(src, mnt), mnt, self.log_path, source=src)
+        except harness.HarnessError as e:
+            raise BenchError(str(e))
+        self.mounted = (src, mnt)
+        return seconds
+
+    def output(self):
+        """What the daemons wrote to their log, the harness's command lines left out."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return [l.rstrip() for l in f if l.strip() and not l.startswith("====")]
+        except FileNotFoundError:
+            return []
+
+    def umount(self):
+        """Unmounts (fusermount3 -u, retried while busy, then -uz) and waits for
+        the daemon to exit. Returns seconds taken."""
+        if not self.mounted:
+            return 0.0
+        mnt, self.mounted, self.pid = self.mnt, None, None
+        t0 = time.monotonic()
+        try:
+            harness.session().unmount(mnt)
+        except harness.HarnessError as e:
+            log("unmount of %s: %s" % (mnt, e))
+        return time.monotonic() - t0
+
+
+def mount_of(b, who):
+    """The mount behind `who` ("ckptfs" or "floor"); None for the plain directory."""
+    return {"ckptfs": b.fs, "floor": b.floor}.get(who)
+
+
+def daemon_pid(b, who):
+    """The pid of the daemon serving `who` (None for the plain directory)."""
+    m = mount_of(b, who)
+    return m.pid if m else None
+
+
+def make_cold(b, who):
+    """Before a cold read: the caches dropped and a mount started afresh."""
+    m = mount_of(b, who)
+    if m:
+        m.remount_cold()
+    else:
+        drop_caches()
+
+
+# Where fresh_target puts each one's files, and the mountpoint of the mounts.
+BACKING = {"ckptfs": "store-", "floor": "floor-", "plain": "plain-"}
+MOUNTPOINT = {"ckptfs": "mnt", "floor": "mnt-floor"}
 
 
 def fresh_target(b, who, name, extra_opts=()):
-    """An empty place to write to: a fresh store mounted at WORK/mnt for "ckptfs"
-    (the store is WORK/store-NAME, mounted with `extra_opts` besides the
-    bench's own), else the plain directory WORK/plain-NAME."""
-    if who == "ckptfs":
-        store = b.path("store-" + name)
-        wipe(store)
-        b.fs.mount(store, b.path("mnt"), extra_opts)
-        return b.path("mnt")
-    d = b.path("plain-" + name)
+    """An empty place to write to: for "ckptfs" a fresh store WORK/store-NAME
+    mounted at WORK/mnt (with `extra_opts` besides the bench's own); for
+    "floor" the fresh directory WORK/floor-NAME mirrored at WORK/mnt-floor;
+    else the plain directory WORK/plain-NAME."""
+    d = b.path(BACKING[who] + name)
     wipe(d)
+    if who == "ckptfs":
+        b.fs.mount(d, b.path(MOUNTPOINT[who]), extra_opts)
+        return b.path(MOUNTPOINT[who])
     os.makedirs(d)
+    if who == "floor":
+        b.floor.mount(d, b.path(MOUNTPOINT[who]))
+        return b.path(MOUNTPOINT[who])
     return d
 
 
 def remove_target(b, who, name):
-    """Undoes fresh_target: unmounts and deletes the store, or the plain directory."""
-    if who == "ckptfs":
-        b.fs.umount()
-        wipe(b.path("store-" + name))
-    else:
-        wipe(b.path("plain-" + name))
+    """Undoes fresh_target: unmounts, and deletes the store or the directory."""
+    m = mount_of(b, who)
+    if m:
+        m.umount()
+    wipe(b.path(BACKING[who] + name))

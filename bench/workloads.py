@@ -1,7 +1,7 @@
 """The workloads of mount_bench.py (bench/README.md numbers them): each runs
-against the ckptfs mount or the plain directory and returns its raw
-measurements; run_all alternates the two and rotates the order every
-repetition."""
+against the ckptfs mount or the plain directory (workloads 1 and 2 also on
+the FUSE floor) and returns its raw measurements; run_all alternates them and
+rotates the order every repetition."""
 
 import itertools
 import json
@@ -16,7 +16,7 @@ import time
 
 from measure import (GIB, MIB, BenchError, Meter, ReadThrottle, allocated_bytes, count_files,
                      drop_caches, human_size, log, parse_size)
-from target import Ckptfs, fresh_target, remove_target, wipe
+from target import Ckptfs, FuseFloor, daemon_pid, fresh_target, make_cold, remove_target, wipe
 
 ZARRAY = {
     "chunks": [128, 32],
@@ -178,27 +178,34 @@ def run_big_ckptfs(b, rep):
     return out
 
 
-def run_big_plain(b, rep):
-    d = b.path("plain-big")
-    wipe(d)
-    os.makedirs(d)
+# What the FUSE floor measures of workloads 1 and 2 (report.py's floor cells).
+FLOOR_BIG_PHASES = ("write", "cold_read", "warm_read")
+FLOOR_LAYOUT_KEYS = ("create_files_per_s", "create_sync_files_per_s", "restore_files_per_s",
+                     "restore_MBps")
+
+
+def run_big_dir(b, rep, who):
+    """Workload 1 on the plain directory, or on the FUSE floor (its write
+    and its cold and warm reads: the floor leaves the read through mmap out)."""
+    d = fresh_target(b, who, "big")
     path = os.path.join(d, "big.bin")
     out = {"rep": rep}
-    with Meter() as m:
-        big_write(path, b.big_size, b.big_base)
-    out["write"] = m.as_dict()
-    drop_caches()
-    with Meter() as m:
-        big_read(path, b.big_size, b.big_base)
-    out["cold_read"] = m.as_dict()
-    with Meter() as m:
-        big_read(path, b.big_size, b.big_base)
-    out["warm_read"] = m.as_dict()
-    drop_caches()
-    with Meter() as m:
-        big_mmap_read(path, b.big_size, b.big_base)
-    out["mmap_read"] = m.as_dict()
-    wipe(d)
+    try:
+        with Meter(daemon_pid(b, who)) as m:
+            big_write(path, b.big_size, b.big_base)
+        out["write"] = m.as_dict()
+        make_cold(b, who)
+        for phase in ("cold_read", "warm_read"):
+            with Meter(daemon_pid(b, who)) as m:
+                big_read(path, b.big_size, b.big_base)
+            out[phase] = m.as_dict()
+        if who == "plain":
+            make_cold(b, who)
+            with Meter() as m:
+                big_mmap_read(path, b.big_size, b.big_base)
+            out["mmap_read"] = m.as_dict()
+    finally:
+        remove_target(b, who, "big")
     return out
 
 
@@ -368,30 +375,35 @@ def run_layout_ckptfs(b, rep, keep):
     return out
 
 
-def run_layout_plain(b, rep, keep):
-    d = b.path("plain-layout")
-    wipe(d)
+def run_layout_dir(b, rep, who, keep=False):
+    """Workload 2 on the plain directory (kept for the sweep with `keep`), or
+    on the FUSE floor (create, create + sync and the single-threaded cold
+    restore)."""
+    d = fresh_target(b, who, "layout")
     root = os.path.join(d, "checkpoint")
     out = {"rep": rep}
-    with Meter() as m:
-        layout_create(b, root)
-    out["create"] = m.as_dict()
-    with Meter(quiet=False) as m:
-        os.sync()
-    out["create_sync"] = m.as_dict()
-    drop_caches()
-    with Meter() as m:
-        files, nbytes = layout_restore(b, root)
-    out["restore"] = m.as_dict()
-    out["files"], out["bytes"] = files, nbytes
-    drop_caches()
-    with Meter() as m:
-        layout_restore(b, root, RESTORE_THREADS)
-    out["restore_parallel"] = m.as_dict()
-    out["store_files"] = count_files(d)
-    out["store_allocated_bytes"] = allocated_bytes(d)
-    if not keep:
-        wipe(d)
+    try:
+        with Meter(daemon_pid(b, who)) as m:
+            layout_create(b, root)
+        out["create"] = m.as_dict()
+        with Meter(daemon_pid(b, who), quiet=False) as m:
+            os.sync()
+        out["create_sync"] = m.as_dict()
+        make_cold(b, who)
+        with Meter(daemon_pid(b, who)) as m:
+            files, nbytes = layout_restore(b, root)
+        out["restore"] = m.as_dict()
+        out["files"], out["bytes"] = files, nbytes
+        if who == "plain":
+            drop_caches()
+            with Meter() as m:
+                layout_restore(b, root, RESTORE_THREADS)
+            out["restore_parallel"] = m.as_dict()
+            out["store_files"] = count_files(d)
+            out["store_allocated_bytes"] = allocated_bytes(d)
+    finally:
+        if who == "floor" or not keep:
+            remove_target(b, who, "layout")
     return out
 
 
@@ -469,16 +481,11 @@ def run_frameworks(b, rep, who):
     for write, read, n in (("torch-save", "torch-load", b.torch_mib),
                            ("zarr-write", "zarr-read", b.zarr_arrays)):
         d = fresh_target(b, who, "fw")
-        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+        with Meter(daemon_pid(b, who)) as m:
             res = framework_phase(write, d, n)
         out[write] = dict(m.as_dict(), **res)
-        if who == "ckptfs":
-            b.fs.umount()
-            drop_caches()
-            b.fs.mount(b.path("store-fw"), d)
-        else:
-            drop_caches()
-        with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+        make_cold(b, who)
+        with Meter(daemon_pid(b, who)) as m:
             res = framework_phase(read, d, n)
         out[read] = dict(m.as_dict(), **res)
         remove_target(b, who, "fw")
@@ -529,7 +536,7 @@ def run_scaling(b, rep, who):
     d = fresh_target(b, who, "scaling")
     try:
         for n in SCALING_WRITERS:
-            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            with Meter(daemon_pid(b, who)) as m:
                 seconds, nbytes = scaling_write(d, n, b.scaling_bytes, b.big_base)
             r = m.as_dict()
             r.update({"writers": n, "seconds": seconds, "bytes": nbytes})
@@ -581,7 +588,7 @@ def run_pieces(b, rep, who):
         for piece in PIECES:
             path = os.path.join(d, "pieces-%d.bin" % piece)
             q0 = b.fs.requests() if who == "ckptfs" else None
-            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            with Meter(daemon_pid(b, who)) as m:
                 pieces_write(path, b.pieces_bytes, piece, b.big_base)
             r = m.as_dict()
             r.update({"piece": piece, "bytes": b.pieces_bytes})
@@ -617,7 +624,7 @@ def run_cloud(b, rep, who):
             root = os.path.join(b.path("plain-layout"), "checkpoint")
         t.join(os.getpid())
         try:
-            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            with Meter(daemon_pid(b, who)) as m:
                 files, nbytes = layout_restore(b, root)
         finally:
             if who == "ckptfs":
@@ -657,7 +664,7 @@ def run_steps(b, rep, variant):
         for step in range(STEPS):
             d = os.path.join(root, "step%d" % step)
             os.mkdir(d)
-            with Meter(b.fs.pid if who == "ckptfs" else None) as m:
+            with Meter(daemon_pid(b, who)) as m:
                 for i in range(STEP_SHARDS):
                     big_write(os.path.join(d, "shard%d.bin" % i), shard, b.big_base)
             if step >= 2:
@@ -709,6 +716,9 @@ class Bench:
         self.steps_bytes = (96 * MIB if args.quick else 384 * MIB)
         base_opts = [o for o in (args.mount_opts or "").split(",") if o]
         self.fs = Ckptfs(os.path.realpath(args.ckptfs), base_opts, args.fuse_read_ahead_kb)
+        # The FUSE floor's column, when its binary is there (mount_bench.py checks).
+        self.floor = (FuseFloor(os.path.realpath(args.fuse_floor), self.path("floor.log"))
+                      if args.fuse_floor else None)
         rng = random.Random(42)
         self.big_base = rng.randbytes(MIB)
         self.chunk_pool = [rng.randbytes(CHUNK_BYTES) for _ in range(64)]
@@ -729,6 +739,8 @@ def run_all(b):
     R = b.results
     if "big" in wl or "disk" in wl:
         R["big"] = {"size_bytes": b.big_size, "ckptfs": [], "plain": [], "dd": []}
+        if "big" in wl and b.floor:
+            R["big"]["floor"] = []
         # The first large write of a run on this VM's disk runs at a third of
         # the later ones' speed whichever side makes it (the host allocates
         # behind the virtual disk): an untimed one goes first.
@@ -743,22 +755,32 @@ def run_all(b):
             if "disk" in wl:
                 items.append("dd")
             if "big" in wl:
-                items += ["ckptfs", "plain"]
+                items += ["ckptfs", "plain"] + (["floor"] if b.floor else [])
             for who in order_for(rep, items):
                 log("big %s: rep %d/%d, %s" % (human_size(b.big_size), rep + 1, args.reps, who))
-                fn = {"ckptfs": run_big_ckptfs, "plain": run_big_plain, "dd": run_dd}[who]
-                R["big"][who].append(fn(b, rep))
+                if who == "ckptfs":
+                    R["big"][who].append(run_big_ckptfs(b, rep))
+                elif who == "dd":
+                    R["big"][who].append(run_dd(b, rep))
+                else:
+                    R["big"][who].append(run_big_dir(b, rep, who))
     sweep_needs_tree = "sweep" in wl or "cloud" in wl
     if "layout" in wl or sweep_needs_tree:
         R["layout"] = {"dirs": b.dirs, "files_per_dir": 1 + len(CHUNK_NAMES),
                        "chunk_bytes": CHUNK_BYTES, "ckptfs": [], "plain": []}
         reps = args.reps if "layout" in wl else 1
+        items = ["ckptfs", "plain"]
+        if "layout" in wl and b.floor:
+            items.append("floor")
+            R["layout"]["floor"] = []
         for rep in range(reps):
             keep = sweep_needs_tree and rep == reps - 1
-            for who in order_for(rep, ["ckptfs", "plain"]):
+            for who in order_for(rep, items):
                 log("layout %d dirs: rep %d/%d, %s" % (b.dirs, rep + 1, reps, who))
-                fn = run_layout_ckptfs if who == "ckptfs" else run_layout_plain
-                R["layout"][who].append(fn(b, rep, keep))
+                if who == "ckptfs":
+                    R["layout"][who].append(run_layout_ckptfs(b, rep, keep))
+                else:
+                    R["layout"][who].append(run_layout_dir(b, rep, who, keep))
         if "layout" not in wl:
             R["layout"]["only_built_for_sweep"] = True
     if sweep_needs_tree:

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # bench/mount_bench.py --quick end to end: every workload runs against a real
-# mount and a plain directory, and the outputs exist and parse: results.json
-# (complete, a summary for every workload), results.md (a section per
-# workload), coalescing.png and scaling.png (PNG images that load), and
-# --report-only rebuilds the same results.md from the JSON.
+# mount and a plain directory, workloads 1 and 2 also against the FUSE floor
+# ($CKPTFS_FUSE_FLOOR, bench/'s passthrough_hp), and the outputs exist and
+# parse: results.json (complete, a summary for every workload, the floor's
+# figures), results.md (a section per workload, the floor's column),
+# coalescing.png and scaling.png (PNG images that load), and --report-only
+# rebuilds the same results.md from the JSON.
 set -euo pipefail
 source "$(dirname "$0")/ckptfs_mount_lib.sh"  # exits 77 (skipped) without /dev/fuse
 ckptfs_require_root  # drop_caches
+floor=${CKPTFS_FUSE_FLOOR:-}
+[ -x "$floor" ] || ckptfs_fail "no passthrough_hp at '$floor' (CKPTFS_FUSE_FLOOR): ninja passthrough_hp"
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(ckptfs_test_tmpdir)
@@ -15,12 +19,14 @@ out=$tmp/out
 
 start=$SECONDS
 /usr/bin/python3 "$repo/bench/mount_bench.py" --quick --ckptfs "$CKPTFS_BIN" \
-  --work "$work" --out "$out" >"$tmp/bench.log" 2>&1 || {
+  --fuse-floor "$floor" --work "$work" --out "$out" >"$tmp/bench.log" 2>&1 || {
   tail -40 "$tmp/bench.log"
   ckptfs_fail "mount_bench.py --quick failed"
 }
 echo "mount_bench.py --quick took $((SECONDS - start)) s"
-if ckptfs_is_mounted "$work/mnt"; then ckptfs_fail "the benchmark left a mount behind"; fi
+for mnt in "$work/mnt" "$work/mnt-floor"; do
+  if ckptfs_is_mounted "$mnt"; then ckptfs_fail "the benchmark left a mount behind at $mnt"; fi
+done
 
 /usr/bin/python3 - "$out" <<'PY'
 import json, os, sys
@@ -51,6 +57,10 @@ for key in ("create_requests_per_file", "restore_requests_per_file", "restore_wa
             "warmup_s"):
     positive(S["layout"], "ckptfs_" + key)
 positive(S["big"], "dd_write_MBps")
+for phase in ("write", "cold_read"):  # the FUSE floor
+    positive(S["big"], "floor_%s_MBps" % phase)
+for key in ("create_files_per_s", "restore_files_per_s"):
+    positive(S["layout"], "floor_" + key)
 for v in ("plain", "ckptfs", "ckptfs-nocompact"):
     positive(S["steps"], v + "_MBps")
 for v in ("ckptfs", "ckptfs-nocompact"):
@@ -71,6 +81,10 @@ for n, title in ((1, "Big file"), (2, "Per-parameter layout"), (3, "Real framewo
                  (10, "Keep the last step")):
     assert ("## %d. %s" % (n, title)) in md, "results.md lacks section %d" % n
 assert "n/a" not in md.split("## 1.")[1].split("## 2.")[0], "big-file table has gaps"
+for n in (1, 2):
+    section = md.split("## %d." % n)[1].split("## ")[0]
+    assert "| FUSE floor |" in section and "| ckptfs/floor |" in section, \
+        "results.md section %d lacks the FUSE floor's column" % n
 
 for png in ("coalescing.png", "scaling.png"):
     path = os.path.join(out, png)

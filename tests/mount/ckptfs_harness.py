@@ -26,7 +26,9 @@ Command line (the bash tests through ckptfs_mount_lib.sh, gpu/test_mount.h):
 The binary is $CKPTFS_BIN (or Mount's `binary`). Mounting runs `ckptfs mount`
 and returns once the mount is up; unmounting runs `ckptfs umount` (retried
 while busy, then `fusermount3 -uz`) and waits for the daemon to exit, so
-that the store is closed and can be mounted again at once.
+that the store is closed and can be mounted again at once. Another FUSE
+daemon (bench/'s FUSE floor, libfuse's passthrough_hp) is mounted with
+session().mount_command and unmounted the same way (`fusermount3 -u`).
 
 Sessions. Every process that mounts through the harness owns a session: a
 directory /tmp/ckptfs-harness.XXXXXX that records its mounts and temporary
@@ -252,6 +254,30 @@ def fuse_unmount(mnt, lazy_only=False, binary=None, env=None):
     return not is_mounted(mnt)
 
 
+def start_foreground(cmd, mnt, log_path, env=None, on_start=None):
+    """Starts `cmd`, a FUSE daemon that stays in the foreground, in a session
+    of its own with its output appended to `log_path`; calls on_start(Popen);
+    returns the Popen once `mnt` is mounted. Raises HarnessError when the
+    daemon exits first or the mount does not come up in MOUNT_TIMEOUT_S (the
+    daemon is killed then)."""
+    with open(log_path, "a") as out:
+        out.write("\n==== %s\n" % " ".join(cmd))
+        out.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True, env=env)
+    if on_start:
+        on_start(proc)
+    deadline = time.monotonic() + MOUNT_TIMEOUT_S
+    while not is_mounted(mnt):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if not is_mounted(mnt):
+                proc.kill()
+                proc.wait()
+            raise HarnessError("%s did not mount; see %s" % (" ".join(cmd), log_path))
+        time.sleep(0.05)
+    return proc
+
+
 # ---------------------------------------------------------------------------
 # Sessions
 
@@ -448,16 +474,26 @@ class Session:
         os.makedirs(log_dir, exist_ok=True)
         wrapper = shlex.split(os.environ.get("CKPTFS_TEST_DAEMON_WRAPPER", ""))
         cmd = wrapper + cmd[:2] + ["-f"] + cmd[2:]
-        with open(os.path.join(log_dir, "daemon.log"), "a") as out:
-            out.write("\n==== %s\n" % " ".join(cmd))
-            out.flush()
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    start_new_session=True, env=self.sanitizer_env())
-        deadline = time.monotonic() + MOUNT_TIMEOUT_S
-        while not is_mounted(mnt):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise HarnessError("%s did not mount; see %s" % (" ".join(cmd), log_dir))
-            time.sleep(0.05)
+        start_foreground(cmd, mnt, os.path.join(log_dir, "daemon.log"), self.sanitizer_env())
+
+    def mount_command(self, cmd, mnt, log_path, **fields):
+        """Mounts `mnt` with `cmd`, a FUSE daemon other than ckptfs that stays
+        in the foreground (the benchmark's passthrough_hp), its output
+        appended to `log_path`. Recorded (with `fields`) like a ckptfs mount:
+        unmount() and the guardian unmount it with fusermount3 and end its
+        daemon. Returns (daemon pid, seconds until the mount was up)."""
+        mnt = os.path.abspath(mnt)
+        os.makedirs(mnt, exist_ok=True)
+        self.record_mount(mnt, binary=None, pid=None, pid_start=None, **fields)
+        t0 = time.monotonic()
+        try:
+            proc = start_foreground(cmd, mnt, log_path, on_start=lambda p: self.record_mount(
+                mnt, binary=None, pid=p.pid, pid_start=process_start(p.pid), **fields))
+        except HarnessError:
+            if not is_mounted(mnt):
+                self.forget_mount(mnt)
+            raise
+        return proc.pid, time.monotonic() - t0
 
     def unmount(self, mnt, lazy=False, daemon_exit_s=DAEMON_EXIT_S):
         """Unmounts `mnt`, waits for its daemon to exit (SIGKILL after
