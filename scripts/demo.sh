@@ -1,49 +1,61 @@
 #!/usr/bin/env bash
-# The main job, end to end: install what is missing, build, mount a fresh
-# store, save and restore a real PyTorch checkpoint and a per-parameter zarr
-# checkpoint through the mount, show the figures, unmount.
-# Usage: scripts/demo.sh [WORKDIR]     (default: /tmp/ckptfs-demo)
+# The main job, end to end, in at most 40 lines: installs what is missing,
+# builds, mounts a fresh store, saves and restores a PyTorch checkpoint and a
+# per-parameter zarr tree on ckptfs and on a plain directory beside it, checks
+# the bytes, and prints the times side by side (scripts/demo.py).
+#
+# Usage: scripts/demo.sh [WORKDIR]      (default: /tmp/ckptfs-demo; run as root)
+#   CKPTFS_DEMO_BIN=PATH   use this built ckptfs: no install, no build
+#   CKPTFS_DEMO_MIB=N      the torch state dict's size in MiB (default 256)
+#   CKPTFS_DEMO_ARRAYS=N   the zarr tree's arrays, 5 files each (default 1000)
+#
+# WORKDIR is emptied first; it must be missing, empty or an earlier demo's.
+# Install and build output go to WORKDIR/install.log and WORKDIR/build.log. At
+# the end the store stays in WORKDIR/store and the plain copies are removed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=${1:-/tmp/ckptfs-demo}
-bash "$root/scripts/install-deps.sh"
-cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C "$root/build" ckptfs >/dev/null
-bin="$root/build/tools/ckptfs"
+work=$(realpath -m "${1:-/tmp/ckptfs-demo}")
 
-rm -rf "$work"
-mkdir -p "$work/mnt"
-cleanup() { fusermount3 -u "$work/mnt" 2>/dev/null || fusermount3 -uz "$work/mnt" 2>/dev/null || true; }
-trap cleanup EXIT
+fail() {
+  echo "ckptfs demo: $*" >&2
+  exit 1
+}
 
-"$bin" mount "$work/store" "$work/mnt"
-echo "mounted store $work/store on $work/mnt"
-/usr/bin/python3 - "$work/mnt" <<'PY'
-import os, sys, time
-import numpy as np, torch, zarr
-mnt = sys.argv[1]
-torch.manual_seed(0)
-state = {f"layer{i}.weight": torch.randn(256, 256) for i in range(300)}
-state.update({f"layer{i}.bias": torch.randn(256).to(torch.bfloat16) for i in range(300)})
-t = time.time(); torch.save(state, f"{mnt}/model.pt"); os.sync(); ts = time.time() - t
-t = time.time(); back = torch.load(f"{mnt}/model.pt"); tl = time.time() - t
-assert all(torch.equal(state[k], back[k]) for k in state), "torch round trip differs"
-size = os.path.getsize(f"{mnt}/model.pt")
-print(f"torch.save {size/2**20:.1f} MiB in {ts:.2f}s, torch.load in {tl:.2f}s: identical")
-root = zarr.open_group(f"{mnt}/orbax_step_1", mode="w")
-arrays = {f"param_{i}": np.random.default_rng(i).standard_normal((64, 64)).astype(np.float32) for i in range(500)}
-t = time.time()
-for k, v in arrays.items():
-    root.create_dataset(k, data=v, chunks=(32, 32))
-tz = time.time() - t
-g = zarr.open_group(f"{mnt}/orbax_step_1", mode="r")
-assert all(np.array_equal(g[k][:], v) for k, v in arrays.items()), "zarr round trip differs"
-print(f"zarr per-parameter layout: {len(arrays)} arrays ({len(arrays)*5} files) in {tz:.2f}s: identical")
-PY
-echo
-"$bin" stat "$work/mnt"
-echo
-echo "files in the store directory: $(find "$work/store" -type f | wc -l)"
-"$bin" umount "$work/mnt"
-trap - EXIT
-echo "unmounted; store kept in $work/store"
+# step LABEL LOG COMMAND...: runs COMMAND with its output in LOG; one line.
+step() {
+  local label=$1 log=$2
+  shift 2
+  printf '%s... ' "$label"
+  if "$@" >"$log" 2>&1; then
+    echo "done"
+  else
+    echo failed
+    fail "$label failed; see $log"
+  fi
+}
+
+build() {
+  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+    ninja -C "$root/build" ckptfs
+}
+
+if [ -d "$work" ] && [ -n "$(ls -A "$work")" ] && [ ! -e "$work/.ckptfs-demo" ]; then
+  fail "$work is not empty and not an earlier demo's directory; name another"
+fi
+# Not across mounts: a store left mounted there stays whole.
+rm -rf --one-file-system "$work" 2>/dev/null || fail "cannot empty $work: is something mounted there?"
+mkdir -p "$work"
+touch "$work/.ckptfs-demo"
+
+if [ -n "${CKPTFS_DEMO_BIN:-}" ]; then
+  bin=$(realpath -m "$CKPTFS_DEMO_BIN")
+  [ -x "$bin" ] || fail "CKPTFS_DEMO_BIN=$CKPTFS_DEMO_BIN is not an executable"
+  echo "using ckptfs binary $bin (CKPTFS_DEMO_BIN): no install, no build"
+else
+  step "installing dependencies" "$work/install.log" bash "$root/scripts/install-deps.sh"
+  step "building ckptfs" "$work/build.log" build
+  bin=$root/build/tools/ckptfs
+fi
+
+exec /usr/bin/python3 "$root/scripts/demo.py" --bin "$bin" \
+  --mib "${CKPTFS_DEMO_MIB:-256}" --arrays "${CKPTFS_DEMO_ARRAYS:-1000}" "$work"
