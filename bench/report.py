@@ -337,6 +337,14 @@ def render_markdown(results):
         row("backing_reads during restore", "", s["ckptfs_restore_backing_reads"])
         row("coalesced_reads during restore", "", s["ckptfs_restore_coalesced_reads"])
         L.append("")
+        floor_dirs = sorted({r.get("dirs", lay["dirs"]) for r in lay.get("floor", [])})
+        if floor_dirs and floor_dirs != [lay["dirs"]]:
+            L.append("The FUSE floor's tree has %s dirs (%s files): its daemon holds a file "
+                     "descriptor for every inode the kernel knows, and this machine allows it "
+                     "fewer than the full tree needs. Its figures are per file." % (
+                         "/".join(str(n) for n in floor_dirs),
+                         "/".join(str(n * lay["files_per_dir"]) for n in floor_dirs)))
+            L.append("")
         L.append("Restore lists the checkpoint dir, then reads each array: its .zarray "
                  "(parsed), then the chunks it names; with one thread, or with %d threads "
                  "taking one array at a time (as tensorstore or a zarr thread pool do). "

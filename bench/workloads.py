@@ -256,11 +256,12 @@ def dir_name(i):
     return "params.layer_%05d.kernel" % i
 
 
-def layout_create(b, root):
-    """Plain Python writes, the way a zarr store writes: makedirs, open/write/close."""
+def layout_create(b, root, dirs=None):
+    """Plain Python writes, the way a zarr store writes: makedirs, open/write/close.
+    `dirs` arrays (default b.dirs)."""
     meta = json.dumps(ZARRAY, indent=4, sort_keys=True).encode()
     os.makedirs(root)
-    for i in range(b.dirs):
+    for i in range(dirs or b.dirs):
         d = os.path.join(root, dir_name(i))
         os.makedirs(d)
         with open(os.path.join(d, ".zarray"), "wb") as f:
@@ -296,13 +297,15 @@ def restore_array(b, root, name):
     return files, nbytes
 
 
-def layout_restore(b, root, threads=1):
+def layout_restore(b, root, threads=1, dirs=None):
     """Lists the checkpoint dir and restores every array, with one thread or with
     `threads` threads taking one array at a time (as tensorstore/orbax and zarr
-    with a thread pool do). Returns (files, bytes)."""
+    with a thread pool do); `dirs` arrays are expected (default b.dirs).
+    Returns (files, bytes)."""
     names = sorted(os.listdir(root))
-    if len(names) != b.dirs:
-        raise BenchError("%s holds %d entries, expected %d" % (root, len(names), b.dirs))
+    if len(names) != (dirs or b.dirs):
+        raise BenchError("%s holds %d entries, expected %d" % (root, len(names),
+                                                               dirs or b.dirs))
     if threads == 1:
         done = [restore_array(b, root, name) for name in names]
     else:
@@ -375,23 +378,36 @@ def run_layout_ckptfs(b, rep, keep):
     return out
 
 
+def floor_layout_dirs(b):
+    """The arrays of the FUSE floor's tree: b.dirs, or fewer where its daemon
+    would run out of file descriptors (passthrough_hp holds one for every
+    inode the kernel knows: a directory and 5 files an array, and the limit
+    is the hard RLIMIT_NOFILE, with 2,000 to spare)."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        return b.dirs
+    return max(1, min(b.dirs, (hard - 2000) // (1 + len(CHUNK_NAMES) + 1)))
+
+
 def run_layout_dir(b, rep, who, keep=False):
     """Workload 2 on the plain directory (kept for the sweep with `keep`), or
     on the FUSE floor (create, create + sync and the single-threaded cold
-    restore)."""
+    restore, of floor_layout_dirs arrays)."""
     d = fresh_target(b, who, "layout")
     root = os.path.join(d, "checkpoint")
-    out = {"rep": rep}
+    dirs = floor_layout_dirs(b) if who == "floor" else b.dirs
+    out = {"rep": rep, "dirs": dirs}
     try:
         with Meter(daemon_pid(b, who)) as m:
-            layout_create(b, root)
+            layout_create(b, root, dirs)
         out["create"] = m.as_dict()
         with Meter(daemon_pid(b, who), quiet=False) as m:
             os.sync()
         out["create_sync"] = m.as_dict()
         make_cold(b, who)
         with Meter(daemon_pid(b, who)) as m:
-            files, nbytes = layout_restore(b, root)
+            files, nbytes = layout_restore(b, root, dirs=dirs)
         out["restore"] = m.as_dict()
         out["files"], out["bytes"] = files, nbytes
         if who == "plain":
