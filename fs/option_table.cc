@@ -88,7 +88,7 @@ constexpr std::string_view kFstabPrefix = "x-";
 constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10;
 
 // The table. Keep help texts to what a user needs to choose a value; the
-// README's table is generated from them (see OptionsMarkdown).
+// option table of docs/OPTIONS.md is generated from them (see OptionsMarkdown).
 constexpr OptionSpec kOptions[] = {
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
@@ -257,7 +257,7 @@ constexpr OptionSpec kOptions[] = {
      .off_name = "no_writeback_cache",
      .help = "the kernel's write-back cache: writes gather in the page cache and reach the "
              "store at close, fsync or writeback, so small writes cost no request each (see "
-             "\"Small writes\" below); off (`no_writeback_cache`): every write(2) is in the "
+             "docs/PERFORMANCE.md); off (`no_writeback_cache`): every write(2) is in the "
              "store before it returns, one request each"},
     {.name = "passthrough",
      .type = OptionType::kFlag,
@@ -266,7 +266,7 @@ constexpr OptionSpec kOptions[] = {
              "`data_file_min`) are passed through by the kernel: reads and mmap page faults "
              "go straight to the data file at the disk's speed, checked by `ckptfs verify` "
              "and fsck instead of on every read; turns `writeback_cache` off, costs an OPEN "
-             "and a RELEASE per open, needs root and Linux 6.9+ (see \"Large files\" below)"},
+             "and a RELEASE per open, needs root and Linux 6.9+ (see docs/LARGE_FILES.md)"},
     {.name = "passthrough_writes",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::passthrough_writes>,
@@ -283,7 +283,7 @@ constexpr OptionSpec kOptions[] = {
              "them in large reads, with direct I/O (O_DIRECT where the filesystem allows): "
              "the kernel caches those files' pages already, so the bytes are not copied into "
              "a second cache; fewer CPU seconds per GiB, but each write waits for the disk "
-             "(see \"Large files\" below); off (`no_direct_io`): through the page cache"},
+             "(see docs/LARGE_FILES.md); off (`no_direct_io`): through the page cache"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,

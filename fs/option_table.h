@@ -2,7 +2,7 @@
 // while mounted, help and the older names still accepted. It drives `-o`
 // parsing (ParseMountOption), MOUNT/.ckptfs/config (the effective settings
 // it shows and the run-time ones it changes), the options in the stats file,
-// `ckptfs mount --help` and the README's option table, which
+// `ckptfs mount --help` and the option table of docs/OPTIONS.md, which
 // fs/option_table_test.cc checks against OptionsMarkdown().
 //
 // Defaults are not written here: they are the values of a default
@@ -97,7 +97,7 @@ std::string OptionLines(const MountOptions& options);
 engine::Status ApplyRuntimeOption(engine::Store& store, std::string_view key,
                                   std::string_view value);
 
-// The README's option table (Markdown, with the older names below it).
+// The option table of docs/OPTIONS.md (Markdown, with the older names below it).
 std::string OptionsMarkdown();
 
 }  // namespace ckptfs::fs

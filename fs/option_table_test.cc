@@ -15,33 +15,33 @@
 namespace ckptfs::fs {
 namespace {
 
-constexpr std::string_view kReadmeBegin =
+constexpr std::string_view kDocBegin =
     "<!-- BEGIN option table: generated from fs/option_table.cc; "
-    "CKPTFS_UPDATE_README=1 fs_option_table_test rewrites it -->\n";
-constexpr std::string_view kReadmeEnd = "<!-- END option table -->\n";
+    "CKPTFS_UPDATE_DOCS=1 fs_option_table_test rewrites it -->\n";
+constexpr std::string_view kDocEnd = "<!-- END option table -->\n";
 
-TEST(OptionTableTest, ReadmeShowsTheGeneratedTable) {
-  const std::string path = std::string(CKPTFS_SOURCE_DIR) + "/README.md";
+TEST(OptionTableTest, OptionsDocShowsTheGeneratedTable) {
+  const std::string path = std::string(CKPTFS_SOURCE_DIR) + "/docs/OPTIONS.md";
   std::ifstream in(path);
   ASSERT_TRUE(in) << "cannot read " << path;
   std::stringstream buf;
   buf << in.rdbuf();
-  std::string readme = buf.str();
-  const size_t begin = readme.find(kReadmeBegin);
-  ASSERT_NE(begin, std::string::npos) << "README.md lacks the line " << kReadmeBegin;
-  const size_t body = begin + kReadmeBegin.size();
-  const size_t end = readme.find(kReadmeEnd, body);
-  ASSERT_NE(end, std::string::npos) << "README.md lacks the line " << kReadmeEnd;
+  std::string doc = buf.str();
+  const size_t begin = doc.find(kDocBegin);
+  ASSERT_NE(begin, std::string::npos) << "docs/OPTIONS.md lacks the line " << kDocBegin;
+  const size_t body = begin + kDocBegin.size();
+  const size_t end = doc.find(kDocEnd, body);
+  ASSERT_NE(end, std::string::npos) << "docs/OPTIONS.md lacks the line " << kDocEnd;
   const std::string want = OptionsMarkdown();
-  if (readme.compare(body, end - body, want) == 0) return;
-  if (const char* update = std::getenv("CKPTFS_UPDATE_README"); update && *update == '1') {
-    readme.replace(body, end - body, want);
-    std::ofstream(path) << readme;
+  if (doc.compare(body, end - body, want) == 0) return;
+  if (const char* update = std::getenv("CKPTFS_UPDATE_DOCS"); update && *update == '1') {
+    doc.replace(body, end - body, want);
+    std::ofstream(path) << doc;
     std::printf("rewrote the option table in %s\n", path.c_str());
     return;
   }
-  ADD_FAILURE() << "README.md's option table differs from fs/option_table.cc; run "
-                   "CKPTFS_UPDATE_README=1 fs_option_table_test to rewrite it. It should be:\n"
+  ADD_FAILURE() << "docs/OPTIONS.md's option table differs from fs/option_table.cc; run "
+                   "CKPTFS_UPDATE_DOCS=1 fs_option_table_test to rewrite it. It should be:\n"
                 << want;
 }
 

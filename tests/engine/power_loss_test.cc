@@ -4,7 +4,7 @@
 // overwrites, truncates, unlinks, fsyncs), with compaction and free-on-delete
 // running, cuts the power at a random moment (every byte not yet synced is
 // dropped, in segment files and in the index), reopens, and checks what the
-// README's durability contract promises:
+// durability contract (docs/DURABILITY.md) promises:
 //   - every file that was fsynced and not changed since reads back
 //     byte-identical;
 //   - every file reads back as one of the versions it had (an index batch is

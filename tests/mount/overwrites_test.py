@@ -2,7 +2,7 @@
 """Random small overwrites with the default mount options, and with the
 kernel's write-back cache: the store stays within a few times the file's
 size, and the daemon's memory within the bound
-the README states.
+docs/DESIGN.md ("Memory") states.
 
 A 64 MiB file is overwritten 100,000 times at random offsets with pieces of
 512 B to 8 KiB (about 400 MiB in all), as h5py does when it rewrites slices.
@@ -40,7 +40,7 @@ STORE_BOUND = 5 * FILE_BYTES
 # the writes above (seconds instead of a minute): more is overwritten while
 # a check waits. About 8.4 times here.
 STORE_BOUND_WRITEBACK = 10 * FILE_BYTES
-# The README's "Daemon memory" paragraph: about 390 MiB with the defaults.
+# docs/DESIGN.md's "Memory" section: about 390 MiB with the defaults.
 RSS_BOUND = 390 * MiB
 BIN = os.environ.get("CKPTFS_BIN")
 
