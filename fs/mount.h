@@ -153,6 +153,9 @@ engine::Status ParseMountOptions(std::string_view list, MountOptions* options);
 std::string MountOptionsHelp();
 // Whether `name` names a mount option whose value is a size in bytes.
 bool IsSizeOption(std::string_view name);
+// A size as a mount option takes it, in the largest unit that divides it
+// exactly: "4M", "1G", "4097".
+std::string HumanSize(uint64_t v);
 
 // The version of the libfuse linked in (fuse_pkgversion()), e.g. "3.17.2".
 std::string LibfuseVersion();

@@ -311,19 +311,6 @@ std::string_view Placeholder(OptionType type) {
   return "";
 }
 
-std::string HumanSize(uint64_t v) {
-  static constexpr struct {
-    int shift;
-    char unit;
-  } kUnits[] = {{40, 'T'}, {30, 'G'}, {20, 'M'}, {10, 'K'}};
-  for (const auto& u : kUnits) {
-    if (v != 0 && v % (uint64_t{1} << u.shift) == 0) {
-      return std::to_string(v >> u.shift) + u.unit;
-    }
-  }
-  return std::to_string(v);
-}
-
 // What a value of `spec` must look like, for error messages.
 std::string Expected(const OptionSpec& spec) {
   const bool has_min = spec.min > 0, has_max = spec.max != UINT64_MAX;
@@ -620,6 +607,19 @@ std::string OptionsMarkdown() {
   out += "\nAccepted and ignored, for `/etc/fstab` and mount(8): " +
          FstabOptionList(/*markdown=*/true) + ".\n";
   return out;
+}
+
+std::string HumanSize(uint64_t v) {
+  static constexpr struct {
+    int shift;
+    char unit;
+  } kUnits[] = {{40, 'T'}, {30, 'G'}, {20, 'M'}, {10, 'K'}};
+  for (const auto& u : kUnits) {
+    if (v != 0 && v % (uint64_t{1} << u.shift) == 0) {
+      return std::to_string(v >> u.shift) + u.unit;
+    }
+  }
+  return std::to_string(v);
 }
 
 }  // namespace ckptfs::fs

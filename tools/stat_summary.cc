@@ -81,16 +81,6 @@ std::string Duration(double seconds) {
   return Printf("%" PRIu64 "d%02" PRIu64 "h", s / 86400, s % 86400 / 3600);
 }
 
-// A size as a mount option takes it: "4M", "1G", "4097".
-std::string OptionSize(uint64_t n) {
-  static const char kUnits[] = {'T', 'G', 'M', 'K'};
-  for (int i = 0; i < 4; ++i) {
-    const uint64_t unit = 1ull << (10 * (4 - i));
-    if (n != 0 && n % unit == 0) return std::to_string(n / unit) + kUnits[i];
-  }
-  return std::to_string(n);
-}
-
 // The options of `options` whose values differ from `defaults`, as
 // `ckptfs mount -o` would take them: "passthrough,compression=3".
 std::string ChangedOptions(const Json& options, const Json& defaults) {
@@ -101,7 +91,7 @@ std::string ChangedOptions(const Json& options, const Json& defaults) {
     if (it->is_boolean()) {
       if (!it->get<bool>()) o += "=0";
     } else if (it->is_number_unsigned() && fs::IsSizeOption(it.key())) {
-      o += "=" + OptionSize(it->get<uint64_t>());
+      o += "=" + fs::HumanSize(it->get<uint64_t>());
     } else {
       o += "=" + it->dump();
     }
