@@ -127,7 +127,15 @@ Result<size_t> FillDir(Request& r, DirHandle& h, uint64_t off, bool plus, std::v
     }));
     for (const DirEntry& d : entries) {
       fuse_entry_param e{};
-      if (plus) {
+      // A file the kernel already knows gets its name only (no nodeid: the
+      // kernel then leaves its inode alone). Its attributes could be older
+      // than a write that lands while this reply is on its way; if the
+      // kernel evicted the inode meanwhile it would build a new one from
+      // them, and with the write-back cache it trusts that size from then
+      // on. A file it does not know could only go so if a LOOKUP, a write,
+      // a close and an eviction all fell within the reply's way.
+      const bool known_file = plus && S_ISREG(d.type) && fs.lookups().Get(d.ino) > 0;
+      if (plus && !known_file) {
         Result<Attr> a = fs.GetAttr(d.ino);
         if (!a.ok()) {
           const int err = a.status().code();
@@ -143,7 +151,7 @@ Result<size_t> FillDir(Request& r, DirHandle& h, uint64_t off, bool plus, std::v
         e.attr.st_mode = d.type;
       }
       if (!Add(r, buf, used, plus, d.name.c_str(), e, next + 1)) {
-        if (plus) {
+        if (plus && !known_file) {
           counted->pop_back();
           fs.Forget(d.ino, 1);
         }
