@@ -251,6 +251,20 @@ class PassthroughTest(RootMountTestCase):
     def pt(self):
         return self.m.stats()["fs"]["passthrough"]
 
+    def open_passthrough_reader(self, path):
+        """A read-only fd of `path` that the kernel passes through. The
+        kernel sends a writer's RELEASE after its close(2) has returned, and
+        until the daemon has it a new reader is the daemon's (open_files.h):
+        so a reader opened at once after a write may be, and is retried."""
+        for _ in range(100):
+            before = self.pt()["passthrough_opens"]
+            fd = os.open(path, os.O_RDONLY)
+            if self.pt()["passthrough_opens"] > before:
+                return fd
+            os.close(fd)
+            time.sleep(0.02)
+        self.fail("%s: no read-only open was passed through" % path)
+
     def engine_reads(self):
         """Reads of file data the daemon served (reads of the stats file
         are not among them)."""
@@ -315,7 +329,7 @@ class PassthroughTest(RootMountTestCase):
         p = self.m.path("busy")
         data = os.urandom(6 * MiB)
         lib.write_file(p, data)
-        reader = os.open(p, os.O_RDONLY)
+        reader = self.open_passthrough_reader(p)
         try:
             self.assertEqual(os.pread(reader, 100, 0), data[:100])
             for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
