@@ -714,28 +714,26 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
     if (from >= to) continue;
     if (from > pos) std::memset(buf + (pos - offset), 0, from - pos);  // hole
     if (e.value.in_data_file) {
-      // A block read whole lands in place; a window of one goes through a
-      // buffer of this thread. Either way its checksum is checked first.
+      // A block read whole lands in place; a window of one comes from the
+      // blocks read last (VerifiedBlocks) or is read and kept there, so
+      // that a reader whose requests do not line up with the blocks reads
+      // each from the disk once. Either way its checksum is checked first.
       const format::ExtentValue& v = e.value;
       const bool whole = v.skip == 0 && v.length == v.stored_len && from == e.offset &&
                          to == e.offset + v.length;
-      std::shared_ptr<char[]> block;
-      char* dst = buf + (from - offset);
-      if (!whole) {
-        block = scratch.Take(v.stored_len);
-        dst = block.get();
-      }
       const bool once = len >= kSequentialReadBytes;
-      CKPTFS_ASSIGN_OR_RETURN(size_t n, once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
-                                             : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
-      counters_.data_file_reads++;
-      counters_.data_file_read_bytes += n;
-      Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
-      if (!cs.ok()) {
-        counters_.checksum_errors++;
-        return Status(EIO, "inode " + std::to_string(ino) + " " + cs.message());
+      if (whole) {
+        CKPTFS_RETURN_IF_ERROR(ReadDataFileBlock(ino, v, once, buf + (from - offset)));
+      } else {
+        const VerifiedBlocks::Key key{ino, v.record_offset, v.stored_len, v.checksum};
+        CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<const char[]> block,
+                                verified_blocks_.Get(key, [&]() -> Result<std::shared_ptr<const char[]>> {
+                                  std::shared_ptr<char[]> read = scratch.Take(v.stored_len);
+                                  CKPTFS_RETURN_IF_ERROR(ReadDataFileBlock(ino, v, once, read.get()));
+                                  return std::shared_ptr<const char[]>(std::move(read));
+                                }));
+        std::memcpy(buf + (from - offset), block.get() + v.skip + (from - e.offset), to - from);
       }
-      if (!whole) std::memcpy(buf + (from - offset), dst + v.skip + (from - e.offset), to - from);
     } else {
       const char* src;
       if (e.value.is_inline) {
@@ -749,6 +747,19 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
     pos = std::max(pos, to);
   }
   if (pos < end) std::memset(buf + (pos - offset), 0, end - pos);
+  return Status::OK();
+}
+
+Status StoreImpl::ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool once, char* dst) {
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
+                                               : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
+  counters_.data_file_reads++;
+  counters_.data_file_read_bytes += n;
+  Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
+  if (!cs.ok()) {
+    counters_.checksum_errors++;
+    return Status(EIO, "inode " + std::to_string(ino) + " " + cs.message());
+  }
   return Status::OK();
 }
 

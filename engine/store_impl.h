@@ -49,6 +49,7 @@
 #include "engine/store.h"
 #include "engine/store_compact.h"
 #include "engine/store_lock.h"
+#include "engine/verified_blocks.h"
 
 namespace ckptfs::engine {
 
@@ -253,6 +254,9 @@ class StoreImpl final : public Store {
   // holds [offset, end); holes are left alone), verifying every checksum.
   Status ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset, uint64_t end,
                          char* buf);
+  // Reads the data-file block of extent `v` of `ino` into dst (v.stored_len
+  // bytes) and verifies it; `once`: a large sequential read (ReadOnce).
+  Status ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool once, char* dst);
   static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
                          rocksdb::ColumnFamilyHandle* cf);
   // Adds `from` into `*to`, segment by segment (format::MergeSegmentStat).
@@ -328,6 +332,7 @@ class StoreImpl final : public Store {
   ExtentMapCache extent_maps_{ExtentMapCache::kDefaultMaxExtents,
                               ExtentMapCache::kDefaultMaxInodeExtents};
   InflightReads inflight_;  // coalesced reads in progress, by byte range
+  VerifiedBlocks verified_blocks_;  // data-file blocks read last
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};

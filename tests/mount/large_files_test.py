@@ -222,6 +222,45 @@ class DaemonWritesTest(RootMountTestCase):
         self.assertTrue(mmap_all(self.m.path("big")) == data)
 
 
+    def test_each_data_file_byte_is_read_once_whatever_the_request_sizes(self):
+        # Readers whose requests do not line up with the data file's 1 MiB
+        # checksum blocks: each block still comes from the disk once per
+        # cold pass, and every byte read is the byte written.
+        data = os.urandom(24 * MiB + 12345)
+        p = self.m.path("odd")
+        lib.write_file(p, data, fsync=True)
+
+        def odd_reads(size):
+            def read():
+                out = bytearray()
+                with open(p, "rb", buffering=0) as f:
+                    while True:
+                        b = f.read(size)
+                        if not b:
+                            return bytes(out)
+                        out += b
+            return read
+
+        def dd():
+            return subprocess.run(["dd", "if=" + p, "bs=1000003", "status=none"],
+                                  capture_output=True, check=True).stdout
+
+        def numpy_load():
+            import numpy
+            return numpy.fromfile(p, dtype=numpy.uint8).tobytes()
+
+        readers = [("read 777777", odd_reads(777777)), ("read 4097", odd_reads(4097)),
+                   ("dd bs=1000003", dd), ("mmap", lambda: mmap_all(p)),
+                   ("numpy.fromfile", numpy_load)]
+        for name, reader in readers:
+            with self.subTest(reader=name):
+                drop_caches()
+                before = self.m.stats()["engine"]["data_file_read_bytes"]
+                self.assertTrue(reader() == data, "%s: bytes differ" % name)
+                read = self.m.stats()["engine"]["data_file_read_bytes"] - before
+                self.assertLessEqual(read, len(data), name)
+
+
 class NoDirectIoTest(RootMountTestCase):
     """no_direct_io: the daemon's writes of data files go through the page
     cache."""
