@@ -167,6 +167,10 @@ def compute_summary(results):
                     [r["bytes"] / MB / r["seconds"] for r in runs])
                 S["frameworks"]["%s_%s_s" % (who, phase)] = summarize(
                     [r["seconds"] for r in runs])
+        # Bytes the daemon read from data files per byte torch.load loaded.
+        S["frameworks"]["ckptfs_torch-load_data_file_reads_per_byte"] = summarize(
+            [r["torch-load"]["engine_delta"].get("data_file_read_bytes", 0) / r["torch-load"]["bytes"]
+             for r in fw["ckptfs"] if "engine_delta" in r["torch-load"]])
     if "pieces" in R:
         pc = R["pieces"]
         S["pieces"] = {}
@@ -463,7 +467,9 @@ def render_frameworks(results):
             fmt_spread(s["ckptfs_%s_s" % phase], "%.2f"), fmt_pct(ratio(c, dd.get(ddkey)))))
     L += ["", "Each phase runs in its own /usr/bin/python3 process (bench/frameworks.py); "
           "the time covers the framework's calls only (torch.save includes an fsync of the "
-          "file). Reads are cold: caches dropped, ckptfs remounted."]
+          "file). Reads are cold: caches dropped, ckptfs remounted. torch.load made the "
+          "daemon read %s bytes from data files per byte loaded (1.00: each byte once)."
+          % fmt_spread(s.get("ckptfs_torch-load_data_file_reads_per_byte"), "%.2f")]
     return L
 
 

@@ -501,9 +501,12 @@ def run_frameworks(b, rep, who):
             res = framework_phase(write, d, n)
         out[write] = dict(m.as_dict(), **res)
         make_cold(b, who)
+        e0 = b.fs.engine_stats() if who == "ckptfs" else None
         with Meter(daemon_pid(b, who)) as m:
             res = framework_phase(read, d, n)
         out[read] = dict(m.as_dict(), **res)
+        if e0 is not None:
+            out[read]["engine_delta"] = delta(e0, b.fs.engine_stats())
         remove_target(b, who, "fw")
     return out
 

@@ -65,7 +65,8 @@ Status SegmentSet::StartSegmentLocked(uint64_t id) {
   return Status::OK();
 }
 
-Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_view payload) {
+Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_view payload,
+                                        bool uncached) {
   const uint64_t size = header.size() + payload.size();
   if (read_only_) return Status(EROFS, "store is read-only");
   AppendResult r;
@@ -83,8 +84,13 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
     r.offset = seg->end.fetch_add(size);
     r.segment_id = seg->id;
   }
-  const std::string_view pieces[] = {header, payload};
-  CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, pieces));
+  if (uncached) {
+    CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, std::span(&header, 1)));
+    CKPTFS_RETURN_IF_ERROR(seg->file->WriteUncachedAt(r.offset + header.size(), payload));
+  } else {
+    const std::string_view pieces[] = {header, payload};
+    CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, pieces));
+  }
   seg->dirty = true;
   return r;
 }

@@ -46,8 +46,11 @@ class SegmentSet {
   ~SegmentSet();
 
   // Appends one record: `header` then `payload`, contiguous. Starts a new
-  // segment when the active one would grow past the target size.
-  Result<AppendResult> Append(std::string_view header, std::string_view payload);
+  // segment when the active one would grow past the target size. With
+  // `uncached` the payload goes past the OS's cache where it can
+  // (io::File::WriteUncachedAt): for bytes that another cache holds.
+  Result<AppendResult> Append(std::string_view header, std::string_view payload,
+                              bool uncached = false);
   // Reads exactly `len` bytes; a short read is reported as corruption.
   Status Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
   // Reads up to `len` bytes, fewer only at the end of the file.

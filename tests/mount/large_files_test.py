@@ -88,6 +88,26 @@ def cached_pages(path):
     return int(out.split()[0])
 
 
+def segment_cached_pages(store):
+    """Pages of the store's segment files that the page cache holds."""
+    d = os.path.join(store, "segments")
+    return sum(cached_pages(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def write_medium_file(test, name):
+    """Writes a 3 MiB file (below data_file_min: its bytes go to segments)
+    through test.m with fsync; returns how many of its pages the segment
+    files' cache gained, and checks its bytes cold."""
+    data = os.urandom(3 * MiB + 100)
+    drop_caches()
+    before = segment_cached_pages(test.m.store)
+    lib.write_file(test.m.path(name), data, fsync=True)
+    gained = segment_cached_pages(test.m.store) - before
+    drop_caches()
+    test.assertTrue(read_all(test.m.path(name)) == data)
+    return gained, len(data) // 4096
+
+
 def offers_direct_io(path):
     """Whether the filesystem of directory `path` takes O_DIRECT opens."""
     probe = os.path.join(path, ".direct-io-probe")
@@ -261,6 +281,15 @@ class DaemonWritesTest(RootMountTestCase):
                 self.assertLessEqual(read, len(data), name)
 
 
+    def test_medium_files_are_written_to_segments_past_the_page_cache(self):
+        if not offers_direct_io(self.m.store):
+            self.skipTest("no direct I/O on the store's filesystem")
+        # The kernel caches the file's pages; the segment file's cache gets
+        # no second copy, only the pages its records share with others.
+        gained, pages = write_medium_file(self, "medium")
+        self.assertLessEqual(gained, pages // 10)
+
+
 class NoDirectIoTest(RootMountTestCase):
     """no_direct_io: the daemon's writes of data files go through the page
     cache."""
@@ -282,6 +311,10 @@ class NoDirectIoTest(RootMountTestCase):
         self.assertGreaterEqual(cached_pages(data_file), written // 4096)
         drop_caches()
         self.assertTrue(read_all(self.m.path("big")) == data)
+
+    def test_medium_files_are_written_to_segments_through_the_page_cache(self):
+        gained, pages = write_medium_file(self, "medium")
+        self.assertGreaterEqual(gained, pages)
 
 
 class PassthroughTest(RootMountTestCase):
