@@ -1,6 +1,7 @@
 #include "engine/segment_set.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "format/format.h"
 
@@ -66,7 +67,7 @@ Status SegmentSet::StartSegmentLocked(uint64_t id) {
 }
 
 Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_view payload,
-                                        bool uncached) {
+                                        bool cached_elsewhere) {
   const uint64_t size = header.size() + payload.size();
   if (read_only_) return Status(EROFS, "store is read-only");
   AppendResult r;
@@ -84,12 +85,15 @@ Result<AppendResult> SegmentSet::Append(std::string_view header, std::string_vie
     r.offset = seg->end.fetch_add(size);
     r.segment_id = seg->id;
   }
-  if (uncached) {
-    CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, std::span(&header, 1)));
-    CKPTFS_RETURN_IF_ERROR(seg->file->WriteUncachedAt(r.offset + header.size(), payload));
-  } else {
-    const std::string_view pieces[] = {header, payload};
-    CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, pieces));
+  const std::string_view pieces[] = {header, payload};
+  CKPTFS_RETURN_IF_ERROR(seg->file->WriteAt(r.offset, pieces));
+  if (cached_elsewhere) {
+    // Starts the write-back of its dirty pages (they cannot go yet); the
+    // sync that follows drops them.
+    seg->file->Evict(r.offset, size);
+    MutexLock l(&seg->evict_mu);
+    seg->evict_lo = std::min(seg->evict_lo, r.offset);
+    seg->evict_hi = std::max(seg->evict_hi, r.offset + size);
   }
   seg->dirty = true;
   return r;
@@ -157,6 +161,12 @@ Status SegmentSet::SyncDirty() {
   }
   for (auto& seg : segs) {
     if (!seg->dirty.exchange(false)) continue;
+    uint64_t lo, hi;
+    {
+      MutexLock l(&seg->evict_mu);  // what was written before the sync
+      lo = std::exchange(seg->evict_lo, UINT64_MAX);
+      hi = std::exchange(seg->evict_hi, 0);
+    }
     Status s = seg->file->Sync();
     if (!s.ok()) {
       seg->dirty = true;
@@ -167,6 +177,7 @@ Status SegmentSet::SyncDirty() {
       }
       return sync_error_;
     }
+    if (lo < hi) seg->file->Evict(lo, hi - lo);
   }
   return Status::OK();
 }

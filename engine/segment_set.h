@@ -47,10 +47,11 @@ class SegmentSet {
 
   // Appends one record: `header` then `payload`, contiguous. Starts a new
   // segment when the active one would grow past the target size. With
-  // `uncached` the payload goes past the OS's cache where it can
-  // (io::File::WriteUncachedAt): for bytes that another cache holds.
+  // `cached_elsewhere` (bytes that another cache holds) the record's pages
+  // start their way to the disk at once and leave the OS's cache once the
+  // next SyncDirty has synced them.
   Result<AppendResult> Append(std::string_view header, std::string_view payload,
-                              bool uncached = false);
+                              bool cached_elsewhere = false);
   // Reads exactly `len` bytes; a short read is reported as corruption.
   Status Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const;
   // Reads up to `len` bytes, fewer only at the end of the file.
@@ -59,9 +60,11 @@ class SegmentSet {
   void Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const;
   // Lets the OS drop its cached pages of that range (io::File::Evict).
   void Evict(uint64_t segment_id, uint64_t offset, uint64_t len) const;
-  // Syncs every segment appended to since the previous call. Once a sync has
-  // failed, its segment's unsynced bytes may be lost whatever a later sync
-  // says, so every later call fails too (EIO) until the store is reopened.
+  // Syncs every segment appended to since the previous call, and then drops
+  // the cached pages of the records appended `cached_elsewhere` before it.
+  // Once a sync has failed, its segment's unsynced bytes may be lost
+  // whatever a later sync says, so every later call fails too (EIO) until
+  // the store is reopened.
   Status SyncDirty();
 
   // Bytes in the segment file including reserved space (0 if unknown).
@@ -91,6 +94,11 @@ class SegmentSet {
     std::unique_ptr<io::File> file;
     std::atomic<uint64_t> end{0};  // reserved bytes, header included
     std::atomic<bool> dirty{false};
+    // The bytes of records appended cached_elsewhere since the last sync
+    // took them (lo >= hi: none).
+    Mutex evict_mu;  // a leaf lock
+    uint64_t evict_lo GUARDED_BY(evict_mu) = UINT64_MAX;
+    uint64_t evict_hi GUARDED_BY(evict_mu) = 0;
   };
   SegmentSet(std::shared_ptr<io::Env> env, std::string dir, uint64_t target_bytes, bool read_only)
       : env_(std::move(env)), dir_(std::move(dir)), target_bytes_(target_bytes), read_only_(read_only) {}

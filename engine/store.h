@@ -189,12 +189,12 @@ struct StoreOptions {
   // Reads and writes of data files go past the OS's page cache where the
   // filesystem allows (direct I/O: io::File::ReadUncachedAt,
   // WriteUncachedAt): the bytes Write() puts there, and large sequential
-  // reads; and the payloads of large segment records (256 KiB and more, the
-  // records of files of a few MiB and up). For a store whose files are
-  // cached by someone else (a mount's kernel caches the pages of the files
-  // it reads and writes through the daemon, unless it passes reads through
-  // to the data files): no copy into the page cache and no second cached
-  // copy. Default: false. Fixed while open.
+  // reads; and the large records of segments (256 KiB and more, those of
+  // files of a few MiB and up) leave the page cache once synced. For a
+  // store whose files are cached by someone else (a mount's kernel caches
+  // the pages of the files it reads and writes through the daemon, unless
+  // it passes reads through to the data files): no second cached copy.
+  // Default: false. Fixed while open.
   bool bypass_data_file_cache = false;
   // Two reads in one segment merge when the bytes between them are at most
   // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.

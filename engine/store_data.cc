@@ -27,9 +27,12 @@ constexpr uint64_t kPrefetchBytes = 4 << 20;
 // is at most this many bytes past data_file_bytes (which bounds the copy).
 constexpr uint64_t kLateMoveBytes = 64ull << 20;
 // Records at least this large (of files of a few MiB and more, whose pages
-// the kernel caches) are written past the OS's cache with
-// bypass_data_file_cache, as data files are: their bytes are cached once.
-constexpr uint64_t kUncachedRecordBytes = 256 << 10;
+// the kernel caches) leave the OS's cache once synced with
+// bypass_data_file_cache (SegmentSet::Append's cached_elsewhere): their
+// bytes are cached once. Through the cache and then dropped rather than
+// direct: a file's writes are written one at a time, and direct ones would
+// each wait for the disk.
+constexpr uint64_t kCachedElsewhereRecordBytes = 256 << 10;
 
 std::string KeyName(uint64_t segment_id, uint64_t offset) {
   return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
@@ -219,8 +222,10 @@ Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view 
     format::PreparedRecord rec = format::PrepareRecord(ino, offset + pos, chunk, level);
     std::string_view payload =
         rec.header.codec == format::Codec::kZstd ? std::string_view(rec.compressed) : chunk;
-    const bool uncached = options_.bypass_data_file_cache && payload.size() >= kUncachedRecordBytes;
-    CKPTFS_ASSIGN_OR_RETURN(AppendResult r, segments_->Append(rec.header_bytes, payload, uncached));
+    const bool cached_elsewhere =
+        options_.bypass_data_file_cache && payload.size() >= kCachedElsewhereRecordBytes;
+    CKPTFS_ASSIGN_OR_RETURN(AppendResult r,
+                            segments_->Append(rec.header_bytes, payload, cached_elsewhere));
     if (r.sealed_id != 0) {
       auto& d = (*deltas)[r.sealed_id];
       d.sealed = 1;

@@ -279,12 +279,12 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::direct_io>,
      .off_name = "no_direct_io",
-     .help = "without `passthrough`, the daemon writes large files' data files (and the "
-             "records of 256 KiB and more that files of a few MiB put in segments), and reads "
-             "data files in large reads, with direct I/O (O_DIRECT where the filesystem allows): "
-             "the kernel caches those files' pages already, so the bytes are not copied into "
-             "a second cache; fewer CPU seconds per GiB, but each write waits for the disk "
-             "(see docs/LARGE_FILES.md); off (`no_direct_io`): through the page cache"},
+     .help = "without `passthrough`, the daemon writes large files' data files, and reads "
+             "them in large reads, with direct I/O (O_DIRECT where the filesystem allows), and "
+             "drops the large segment records of files of a few MiB from the page cache once "
+             "synced: the kernel caches those files' pages already, so the bytes are not "
+             "cached twice; fewer CPU seconds per GiB, but each data-file write waits for the "
+             "disk (see docs/LARGE_FILES.md); off (`no_direct_io`): through the page cache"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,
