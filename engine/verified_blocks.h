@@ -70,14 +70,10 @@ class VerifiedBlocks {
     if (!got.ok()) {
       MutexLock l(&mu_);
       auto it = Find(k);
+      // Another thread's entry for k may be pending: never wait under mu_.
       if (it != lru_.end() && IsReady(it->bytes) && it->bytes.get() == nullptr) lru_.erase(it);
     }
     return got;
-  }
-
-  void Clear() EXCLUDES(mu_) {
-    MutexLock l(&mu_);
-    lru_.clear();
   }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -19,13 +20,18 @@ Bytes Block(char c) {
 
 VerifiedBlocks::Key KeyAt(uint64_t offset) { return {7, offset, 4, 0xabc + offset}; }
 
+// A read that counts itself and returns a block of `c`.
+std::function<Result<Bytes>()> CountingRead(int* reads, char c) {
+  return [reads, c]() -> Result<Bytes> {
+    ++*reads;
+    return Block(c);
+  };
+}
+
 TEST(VerifiedBlocksTest, ABlockIsReadOnceAndKept) {
   VerifiedBlocks blocks;
   int reads = 0;
-  auto read = [&]() -> Result<Bytes> {
-    ++reads;
-    return Block('a');
-  };
+  auto read = CountingRead(&reads, 'a');
   for (int i = 0; i < 3; ++i) {
     Result<Bytes> b = blocks.Get(KeyAt(0), read);
     ASSERT_TRUE(b.ok());
@@ -44,10 +50,7 @@ TEST(VerifiedBlocksTest, ABlockIsReadOnceAndKept) {
 TEST(VerifiedBlocksTest, KeepsTheMostRecentlyUsedBlocks) {
   VerifiedBlocks blocks;
   int reads = 0;
-  auto read = [&]() -> Result<Bytes> {
-    ++reads;
-    return Block('b');
-  };
+  auto read = CountingRead(&reads, 'b');
   for (uint64_t i = 0; i < VerifiedBlocks::kBlocks; ++i) ASSERT_TRUE(blocks.Get(KeyAt(i), read).ok());
   ASSERT_TRUE(blocks.Get(KeyAt(0), read).ok());                        // used again: kept
   ASSERT_TRUE(blocks.Get(KeyAt(VerifiedBlocks::kBlocks), read).ok());  // pushes out block 1
@@ -64,10 +67,7 @@ TEST(VerifiedBlocksTest, AFailedReadIsNotKept) {
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), EIO);
   int reads = 0;
-  b = blocks.Get(KeyAt(0), [&]() -> Result<Bytes> {
-    ++reads;
-    return Block('c');
-  });
+  b = blocks.Get(KeyAt(0), CountingRead(&reads, 'c'));
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(reads, 1);
 }
