@@ -30,14 +30,22 @@ void AttrInvalidator::Queue(engine::Ino ino) {
   if (queued_.insert(ino).second && queued_.size() == 1) cv_.Signal();
 }
 
+fuse_session* AttrInvalidator::session() {
+  MutexLock lock(&mu_);
+  return se_;
+}
+
 void AttrInvalidator::Now(engine::Ino ino) {
-  fuse_session* se;
-  {
-    MutexLock lock(&mu_);
-    se = se_;
-  }
   // ENOENT: the kernel no longer holds the inode; nothing is cached.
-  if (se != nullptr) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  if (fuse_session* se = session(); se != nullptr) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+}
+
+void AttrInvalidator::PagesNow(engine::Ino ino, uint64_t offset, uint64_t length) {
+  if (length == 0) return;
+  fuse_session* se = session();
+  if (se != nullptr) {
+    fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset), static_cast<off_t>(length));
+  }
 }
 
 void AttrInvalidator::Run() {

@@ -11,10 +11,17 @@
 // for; its eviction waits for the very writes in flight. So writes only
 // queue the inode, and one thread of this class sends the notifications.
 // An fsync, which holds the file open, notifies at once (Now).
+//
+// The same thread serves a direct write's pages (PagesNow): the kernel
+// drops a file's cached pages before an O_DIRECT write and, for a
+// synchronous one, again after it, but not after an asynchronous one (Linux
+// AIO, io_uring), and pages that concurrent readers brought in while it was
+// in flight would keep the bytes from before it.
 #pragma once
 
 #include <fuse_lowlevel.h>
 
+#include <cstdint>
 #include <thread>
 #include <unordered_set>
 
@@ -31,7 +38,7 @@ class AttrInvalidator {
   AttrInvalidator& operator=(const AttrInvalidator&) = delete;
 
   // Starts the notifying thread for session `se`. Until then (and after
-  // Stop) Queue and Now do nothing.
+  // Stop) Queue, Now and PagesNow do nothing.
   void Start(fuse_session* se) EXCLUDES(mu_);
   // Sends what is queued and joins the thread; before the session is
   // destroyed.
@@ -41,9 +48,16 @@ class AttrInvalidator {
   // Invalidates them before returning. Only where the kernel holds the
   // inode in use (an open file's fsync), never from a WRITE.
   void Now(engine::Ino ino) EXCLUDES(mu_);
+  // Drops the kernel's cached pages of bytes [offset, offset + length) of
+  // `ino` (and its attributes) before returning. For a direct write, once
+  // it is in the store and before its reply: a read that starts after the
+  // write completes then reads the new bytes. Safe from such a WRITE, which
+  // comes from an open file: the inode cannot be evicted meanwhile.
+  void PagesNow(engine::Ino ino, uint64_t offset, uint64_t length) EXCLUDES(mu_);
 
  private:
   void Run() EXCLUDES(mu_);
+  fuse_session* session() EXCLUDES(mu_);
 
   Mutex mu_;
   CondVar cv_;

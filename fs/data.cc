@@ -128,7 +128,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 }
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
-           fuse_file_info*) {
+           fuse_file_info* fi) {
   Serve(req, Op::kWrite, [&](Request& r) {
     Filesystem& fs = r.fs();
     if (off < 0) return r.Err(EINVAL);
@@ -143,6 +143,11 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
+    // An O_DIRECT write(2), not one from the kernel's cache: what readers
+    // cached meanwhile goes before the write completes.
+    if (fi != nullptr && (fi->flags & O_DIRECT) != 0 && fi->writepage == 0) {
+      fs.attr_invalidator().PagesNow(ino, static_cast<uint64_t>(off), *n);
+    }
     r.Write(*n);
     if (fs.options().UsesWritebackCache()) fs.attr_invalidator().Queue(ino);
   });

@@ -41,8 +41,9 @@ class Filesystem {
   OpStats& op_stats() { return op_stats_; }
   CapabilityFreeInodes& capability_free() { return capability_free_; }
   OpenFiles& open_files() { return open_files_; }
-  // Stale st_blocks after writes from the kernel's write-back cache (see
-  // attr_invalidator.h); started by the session when the cache is on.
+  // Stale st_blocks after writes from the kernel's write-back cache, stale
+  // pages after direct writes (see attr_invalidator.h); started by the
+  // session.
   AttrInvalidator& attr_invalidator() { return attr_invalidator_; }
   // The user who mounted; with root the only one who may write the config.
   uid_t owner_uid() const { return owner_uid_; }

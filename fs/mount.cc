@@ -196,7 +196,7 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
         fuse_loop_cfg_set_max_threads(config, o.threads);
         fuse_loop_cfg_set_idle_threads(config, o.threads);
         fuse_loop_cfg_set_clone_fd(config, 0);
-        if (o.UsesWritebackCache()) fs.attr_invalidator().Start(se);
+        fs.attr_invalidator().Start(se);
         const int loop = fuse_session_loop_mt(se, config);
         fs.attr_invalidator().Stop();
         fuse_loop_cfg_destroy(config);
