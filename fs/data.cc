@@ -193,6 +193,7 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   Serve(req, Op::kFallocate, [&](Request& r) {
     if (IsControl(ino)) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
+    if (Status st = KillPrivilegesForFallocate(r, ino); !st.ok()) return r.Fail(st);
     // The store answers EOPNOTSUPP for the modes it does not support.
     Status st = r.fs().store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
                                          static_cast<uint64_t>(length));

@@ -1,13 +1,18 @@
 #include "fs/set_id_bits.h"
 
 #include <fuse_kernel.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "fs/filesystem.h"
@@ -75,7 +80,35 @@ bool CallerInGroup(Request& r, gid_t gid) {
   return false;
 }
 
+// The inode of the user namespace of process `pid` ("self" or a number), or
+// 0 when it cannot be read.
+ino_t UserNamespace(const std::string& pid) {
+  struct stat st;
+  if (stat(("/proc/" + pid + "/ns/user").c_str(), &st) != 0) return 0;
+  return st.st_ino;
+}
+
 }  // namespace
+
+bool CallerHasFsetid(Request& r) {
+  const pid_t pid = r.ctx().pid;
+  if (pid <= 0) return false;
+  const std::string proc = std::to_string(pid);
+  std::ifstream status("/proc/" + proc + "/status");
+  std::string line;
+  uint64_t effective = 0;
+  bool found = false;
+  while (std::getline(status, line)) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      found = std::sscanf(line.c_str() + 7, "%" SCNx64, &effective) == 1;
+      break;
+    }
+  }
+  if (!found || (effective & (uint64_t{1} << CAP_FSETID)) == 0) return false;
+  // Capabilities count in their own user namespace only.
+  const ino_t ns = UserNamespace(proc);
+  return ns != 0 && ns == UserNamespace("self");
+}
 
 int InstallKillFlagHook(fuse_session* se) {
   fuse_custom_io io;
@@ -91,6 +124,13 @@ engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino) {
   if (!r.fs().kills_suidgid()) return engine::Status::OK();
   CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
   if (!RequestKillsSuidSgid()) return engine::Status::OK();
+  return KillSuidSgid(r, ino);
+}
+
+engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino) {
+  if (!r.fs().kills_suidgid()) return engine::Status::OK();
+  CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
+  if (CallerHasFsetid(r)) return engine::Status::OK();
   return KillSuidSgid(r, ino);
 }
 
@@ -110,7 +150,7 @@ engine::Status KillSuidSgid(Request& r, engine::Ino ino) {
   if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return engine::Status::OK();
   engine::SetAttrRequest kill;
   kill.kill_suidgid = true;  // set-user-ID; set-group-ID with group execute
-  kill.kill_sgid = (a.mode & S_ISGID) != 0 && !CallerInGroup(r, a.gid);
+  kill.kill_sgid = (a.mode & S_ISGID) != 0 && !CallerInGroup(r, a.gid) && !CallerHasFsetid(r);
   return store.SetAttr(ino, kill).status();
 }
 

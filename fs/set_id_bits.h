@@ -74,9 +74,21 @@ engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino);
 engine::Status KillCapability(Request& r, engine::Ino ino);
 
 // What Linux does to `ino` when a caller without CAP_FSETID writes or
-// truncates it: clears set-user-ID, and set-group-ID when group execute is
-// set or the caller is not in the file's group. Costs one GetAttr when the
-// file has neither bit.
+// truncates it, or anyone changes its owner: clears set-user-ID, and
+// set-group-ID when group execute is set or the caller is neither in the
+// file's group nor holds CAP_FSETID (the kernel's setattr_should_drop_sgid).
+// Costs one GetAttr when the file has neither bit.
 engine::Status KillSuidSgid(Request& r, engine::Ino ino);
+
+// What Linux's file_modified() does before fallocate(2) changes a file,
+// when the mount kills privileges (the kernel leaves it to us and flags
+// nothing): removes its capabilities, and when the caller has no
+// CAP_FSETID, clears its set-ID bits as KillSuidSgid.
+engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino);
+
+// Whether the caller of `r` holds CAP_FSETID in the daemon's user namespace
+// (the kernel's capable(CAP_FSETID)), read from /proc/PID/status. False
+// when that cannot be read (the caller is gone).
+bool CallerHasFsetid(Request& r);
 
 }  // namespace ckptfs::fs

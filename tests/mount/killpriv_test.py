@@ -4,12 +4,13 @@
 The mount negotiates FUSE_HANDLE_KILLPRIV_V2 (when the kernel offers it):
 the kernel stops asking for security.capability before every write and
 leaves clearing the set-ID bits on write, truncate and chown to the daemon.
-  - uid 65534 writes, truncates and opens with O_TRUNC world-writable set-ID
-    files, root writes some and changes owners: the modes after each step
+  - uid 65534 writes, truncates, opens with O_TRUNC and fallocates
+    (allocate, keep size, punch a hole, zero a range) world-writable set-ID
+    files, root writes and allocates some and changes owners: the modes after each step
     are the same as on a plain directory, and the expected ones (root keeps
     the bits; set-group-ID without group execute stays for a writer in the
     file's group);
-  - root writes, truncates and chowns files with a capability
+  - root writes, truncates, fallocates and chowns files with a capability
     (security.capability), and it goes as on a plain directory, also when
     set again after a write;
   - 64 write(2) calls of 4 KiB to one file send at most one GETXATTR
@@ -49,19 +50,36 @@ CASES = [
     ("otrunc_6777", 0o6777, 0, "otrunc", 0o777),
     ("append_6777", 0o6777, 0, "append", 0o777),
     ("plain_0777", 0o777, 0, "write", 0o777),
+    # fallocate(2) as write(2): allocate (also within the size and keeping
+    # it), punch a hole, zero a range.
+    ("fallocate_6777", 0o6777, 0, "fallocate", 0o777),
+    ("fallocate_keep_size_6777", 0o6777, 0, "fallocate_keep_size", 0o777),
+    ("punch_hole_6777", 0o6777, 0, "punch_hole", 0o777),
+    ("zero_range_6777", 0o6777, 0, "zero_range", 0o777),
+    ("fallocate_2767", 0o2767, 0, "fallocate", 0o767),
+    ("fallocate_2767_in_group", 0o2767, NOBODY, "fallocate", 0o2767),
     # Empty: with passthrough_writes a new file's writes go to the kernel,
     # but not those of a set-ID file.
     ("empty_6777", 0o6777, 0, "write", 0o777),
 ]
 
 NOBODY_CHILD = textwrap.dedent(r"""
-    import os, sys
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    FALLOCATE = {"fallocate": 0, "fallocate_keep_size": 1, "punch_hole": 3, "zero_range": 16}
     root = sys.argv[1]
     for arg in sys.argv[2:]:
         name, action = arg.split(":")
         p = os.path.join(root, name)
         if action == "truncate":
             os.truncate(p, 1)
+            continue
+        if action in FALLOCATE:
+            fd = os.open(p, os.O_WRONLY)
+            if libc.fallocate(fd, FALLOCATE[action], 0, 4096) != 0:
+                raise OSError(ctypes.get_errno(), "fallocate " + action)
+            os.close(fd)
             continue
         flags = {"write": os.O_WRONLY, "otrunc": os.O_WRONLY | os.O_TRUNC,
                  "append": os.O_WRONLY | os.O_APPEND}[action]
@@ -126,14 +144,25 @@ class KillPrivTest(unittest.TestCase):
             os.write(fd, b"y" * 4096)
             os.close(fd)
             modes[name] = mode_of(p)
+        # Root (CAP_FSETID) keeps them when it allocates too.
+        p = os.path.join(root, "root_fallocate_6777")
+        with open(p, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chmod(p, 0o6777)
+        with open(p, "r+b") as f:
+            os.posix_fallocate(f.fileno(), 0, 8192)
+        modes["root_fallocate_6777"] = mode_of(p)
         # A change of owner clears both bits (set-group-ID with group
-        # execute), whoever makes it; directories keep theirs.
-        for name, mode in (("chown_6755", 0o6755), ("chown_2745", 0o2745)):
+        # execute), whoever makes it; directories keep theirs. Without group
+        # execute root keeps set-group-ID also when not in the file's group.
+        for name, mode, gid in (("chown_6755", 0o6755, 0), ("chown_2745", 0o2745, 0),
+                                ("chown_2745_other_group", 0o2745, 1000)):
             p = os.path.join(root, name)
             with open(p, "wb") as f:
                 f.write(b"#!/bin/sh\n")
+            os.chown(p, 0, gid)
             os.chmod(p, mode)
-            os.chown(p, 1000, 1000)
+            os.chown(p, 1000, -1)
             modes[name] = mode_of(p)
         d = os.path.join(root, "sgid_dir")
         os.mkdir(d)
@@ -148,8 +177,9 @@ class KillPrivTest(unittest.TestCase):
         self.assertEqual({k: oct(v) for k, v in mnt.items()},
                          {k: oct(v) for k, v in plain.items()})
         expected = {name: after for name, _, _, _, after in CASES}
-        expected.update(chown_6755=0o755, chown_2745=0o2745, sgid_dir=0o2775,
-                        root_write_6777=0o6777, root_otrunc_6777=0o6777)
+        expected.update(chown_6755=0o755, chown_2745=0o2745, chown_2745_other_group=0o2745,
+                        sgid_dir=0o2775, root_write_6777=0o6777, root_otrunc_6777=0o6777,
+                        root_fallocate_6777=0o6777)
         self.assertEqual({k: oct(v) for k, v in mnt.items()},
                          {k: oct(v) for k, v in expected.items()})
 
@@ -158,9 +188,14 @@ class KillPrivTest(unittest.TestCase):
             with open(p, "r+b") as f:
                 f.write(b"z")
 
+        def fallocate(p):
+            with open(p, "r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, 8192)
+
         steps = {
             "write": write,
             "truncate": lambda p: os.truncate(p, 1),
+            "fallocate": fallocate,
             "chown": lambda p: os.chown(p, 1000, 1000),
             "read": lambda p: open(p, "rb").close(),
             "none": lambda p: None,
@@ -201,7 +236,8 @@ class KillPrivTest(unittest.TestCase):
         plain = self.capability_steps(self.plain)
         mnt = self.capability_steps(self.m.mnt)
         self.assertEqual(mnt, plain)
-        self.assertEqual(mnt, {"write": "ENODATA", "truncate": "ENODATA", "chown": "ENODATA",
+        self.assertEqual(mnt, {"write": "ENODATA", "truncate": "ENODATA", "fallocate": "ENODATA",
+                               "chown": "ENODATA",
                                "read": True, "none": True, "write_after_set_again": "ENODATA",
                                "write_empty": "ENODATA"})
 
