@@ -11,6 +11,15 @@ uint64_t Reservations::Charge(uint64_t len) {
   return len + (len / kWriteGranule + 2) * format::kRecordHeaderSize;
 }
 
+uint64_t Reservations::LargestFitting(uint64_t bytes) {
+  constexpr uint64_t G = kWriteGranule, H = format::kRecordHeaderSize;
+  if (bytes < 2 * H) return 0;
+  // Charge(q * G + r) = q * G + r + (q + 2) * H for r < G: the most whole
+  // granules, then the rest of the bytes, less than one more granule.
+  const uint64_t q = (bytes - 2 * H) / (G + H);
+  return q * G + std::min(G - 1, bytes - q * G - (q + 2) * H);
+}
+
 uint64_t Reservations::Overlap(uint64_t ino, uint64_t start, uint64_t end) const {
   auto it = by_ino_.find(ino);
   if (it == by_ino_.end() || start >= end) return 0;

@@ -25,6 +25,9 @@ class Reservations {
   // in pieces of at least kWriteGranule bytes: the payload plus one record
   // header per piece and one more for an unaligned start.
   static uint64_t Charge(uint64_t len);
+  // The largest len whose Charge(len) fits in `bytes`: the most that one
+  // fallocate can reserve when that much disk is free.
+  static uint64_t LargestFitting(uint64_t bytes);
   static constexpr uint64_t kWriteGranule = 4096;
 
   // Bytes of [start, end) of `ino` that are reserved.

@@ -14,6 +14,21 @@ TEST(Reservations, ChargeCoversRecordHeaders) {
   EXPECT_GE(Reservations::Charge(1), 1 + format::kRecordHeaderSize);
 }
 
+TEST(Reservations, LargestFittingIsTheInverseOfCharge) {
+  const uint64_t sizes[] = {0, 1, 95, 96, 97, 4000, 4191, 4192, 4193, 4240, 4241,
+                            1 << 20, (1 << 20) + 4095, 75ull << 30, (75ull << 30) + 12345};
+  for (uint64_t bytes : sizes) {
+    const uint64_t len = Reservations::LargestFitting(bytes);
+    EXPECT_LE(Reservations::Charge(len), bytes) << bytes;
+    EXPECT_GT(Reservations::Charge(len + 1), bytes) << bytes;
+  }
+  for (uint64_t bytes = 0; bytes < 3 * 4096 * 3; bytes += 7) {
+    const uint64_t len = Reservations::LargestFitting(bytes);
+    ASSERT_LE(Reservations::Charge(len), bytes) << bytes;
+    ASSERT_GT(Reservations::Charge(len + 1), bytes) << bytes;
+  }
+}
+
 TEST(Reservations, AddMergesAndRemoveSplits) {
   Reservations r;
   r.Add(7, 0, 4096);

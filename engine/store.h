@@ -100,7 +100,9 @@ struct FsStats {
   uint64_t block_size = 4096;
   uint64_t total_bytes = 0;  // of the filesystem that holds the store
   uint64_t free_bytes = 0;
-  uint64_t avail_bytes = 0;  // free and available bytes less those fallocate reserved
+  // Free bytes less those fallocate reserved; available bytes less those
+  // and min_free_bytes (what writes may take).
+  uint64_t avail_bytes = 0;
   uint64_t inodes = 0;  // live inodes in the store
 };
 

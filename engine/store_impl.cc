@@ -596,11 +596,15 @@ Result<FsStats> StoreImpl::StatFs() {
   st.free_bytes = static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize;
   st.avail_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   {
-    // Reserved space counts as used, as preallocated blocks do.
+    // Reserved space counts as used, as preallocated blocks do, and
+    // min_free_bytes is not available. What is left is what one fallocate
+    // can reserve (Reserve: record headers included), and so what writes can
+    // take (CheckSpace).
     MutexLock l(&space_mu_);
     const uint64_t reserved = reservations_.charge();
     st.free_bytes -= std::min(st.free_bytes, reserved);
-    st.avail_bytes -= std::min(st.avail_bytes, reserved);
+    const uint64_t kept = reserved + options_.min_free_bytes;
+    st.avail_bytes = Reservations::LargestFitting(st.avail_bytes - std::min(st.avail_bytes, kept));
   }
   std::string v;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);

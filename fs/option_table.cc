@@ -140,7 +140,7 @@ constexpr OptionSpec kOptions[] = {
      .field = kStoreField<&StoreOptions::min_free_bytes>,
      .aliases = {"min_free_bytes"},
      .help = "writes fail with ENOSPC while the disk under the store has less free space, so "
-             "the index always has room"},
+             "the index always has room; df does not count it as available"},
     {.name = "compact_dead",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::background_compact_dead_bytes>,

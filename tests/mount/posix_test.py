@@ -1197,6 +1197,58 @@ def tar_sparse(r):
     r("same bytes", lib.file_sha256(src) == lib.file_sha256(r.p("out", "src")))
 
 
+class FreeSpaceTest(unittest.TestCase):
+    """statfs reports what a write can take: fallocate of the available
+    space less 512 KiB succeeds, as on a plain directory. Both live on a
+    tmpfs of their own, so that nothing else uses its space meanwhile."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = harness.make_tmpdir()
+        cls.fs = os.path.join(cls.tmp, "tmpfs")
+        os.mkdir(cls.fs)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384m", "tmpfs", cls.fs], check=True)
+        cls.m = harness.Mount(os.path.join(cls.fs, "store"), os.path.join(cls.tmp, "mnt"))
+        try:
+            cls.m.mount()
+        except BaseException:
+            subprocess.run(["umount", cls.fs], check=False)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.m.unmount()
+        finally:
+            subprocess.run(["umount", cls.fs], check=True)
+
+    def fill(self, d):
+        """fallocate of (f_bavail x f_bsize - 512 KiB) under d, as statfs
+        reported it a moment before: what it returned and what statfs says
+        is left after it."""
+        v = os.statvfs(d)
+        want = v.f_bavail * v.f_bsize - 512 * KiB
+        self.assertGreater(want, 32 * MiB, d)
+        p = os.path.join(d, "fill")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            raw_fallocate(fd, 0, 0, want)
+            left = os.statvfs(d)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+            os.unlink(p)
+        return size == want, left.f_bavail * left.f_bsize
+
+    def test_available_space_can_be_allocated(self):
+        plain = os.path.join(self.fs, "plain")
+        os.mkdir(plain)
+        for where, d in (("plain", plain), ("ckptfs", self.m.mnt)):
+            allocated, left = self.fill(d)
+            self.assertTrue(allocated, where)
+            self.assertLessEqual(left, 512 * KiB, where)
+
+
 class FallocateOnCkptfsTest(lib.MountAndPlainTestCase):
     """What ckptfs does where the plain directory cannot be the reference."""
 
