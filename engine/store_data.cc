@@ -838,6 +838,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
     v.mtime_sec = req.mtime->sec;
     v.mtime_nsec = req.mtime->nsec;
   }
+  if (req.ctime) KernelStamped(*req.ctime);
   const Timespec ctime = req.ctime.value_or(now);
   v.ctime_sec = ctime.sec;
   v.ctime_nsec = ctime.nsec;

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -48,10 +49,26 @@ int DirState(const std::string& path, Status* err) {
 
 }  // namespace
 
+namespace {
+// The latest change time the kernel stamped and sent (KernelStamped), in
+// nanoseconds since the epoch.
+std::atomic<int64_t> kernel_stamped_ns{0};
+}  // namespace
+
 Timespec Now() {
   struct timespec ts;
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  const int64_t coarse = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  const int64_t stamped = kernel_stamped_ns.load(std::memory_order_relaxed);
+  if (stamped > coarse) return FromNanos(stamped);
   return Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
+}
+
+void KernelStamped(Timespec ctime) {
+  const int64_t ns = ctime.sec * 1'000'000'000 + ctime.nsec;
+  int64_t seen = kernel_stamped_ns.load(std::memory_order_relaxed);
+  while (ns > seen && !kernel_stamped_ns.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+  }
 }
 
 Timespec FromNanos(int64_t ns) {

@@ -387,8 +387,17 @@ class StoreImpl final : public Store {
 // The public attributes of inode `ino`, whose index value is `v`.
 Attr ToAttr(uint64_t ino, const format::InodeValue& v);
 
-// Current time of the store's clock.
+// The time that the store stamps files with, so that times never run
+// backwards across files: the kernel stamps some changes itself (with the
+// write-back cache: writes, truncates, link, chmod; sent in SETATTR as
+// ctime) with its coarse clock, or with the finer floor that filesystems
+// with fine-grained timestamps raise it to. So Now() is the coarse clock
+// (CLOCK_REALTIME_COARSE), or the latest ctime the kernel sent when that
+// is later.
 Timespec Now();
+// A ctime that the kernel stamped (never one a user chose: ctime cannot be
+// set) has reached the store.
+void KernelStamped(Timespec ctime);
 // A time given in nanoseconds since the epoch.
 Timespec FromNanos(int64_t ns);
 

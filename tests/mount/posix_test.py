@@ -1553,6 +1553,48 @@ def atime_relatime(r):
       atime_moved(d, lambda: dir_times((now + 10000, now - 1000)), lambda: os.listdir(d)))
 
 
+@op
+def times_never_run_backwards(r):
+    """Each change stamps a file with a time no earlier than the changes
+    before it stamped other files: create, link, write, rename, chmod,
+    mkdir, symlink, truncate, in turns (the kernel stamps some of them
+    itself, with its coarse clock)."""
+    b = r.p("b")
+    write_all(b, b"b")
+    d = r.p("d")
+    os.mkdir(d)
+    latest, backwards = 0, []
+
+    def stamped(what, path):
+        nonlocal latest
+        st = os.lstat(path)
+        t = max(st.st_ctime_ns, st.st_mtime_ns)
+        if t < latest and len(backwards) < 3:
+            backwards.append("%s: %d ns before the change before it" % (what, latest - t))
+        latest = max(latest, t)
+
+    for i in range(40):
+        a = r.p("a%d" % i)
+        os.close(os.open(a, os.O_CREAT | os.O_WRONLY, 0o644))
+        stamped("create", a)
+        os.link(b, r.p("c%d" % i))
+        stamped("link", b)
+        with open(b, "r+b") as f:
+            f.write(b"w")
+        stamped("write", b)
+        os.rename(a, r.p("a%d.renamed" % i))
+        stamped("rename", r.p("a%d.renamed" % i))
+        os.chmod(b, 0o600 | (i & 1) * 0o40)
+        stamped("chmod", b)
+        os.mkdir(os.path.join(d, str(i)))
+        stamped("mkdir", os.path.join(d, str(i)))
+        os.symlink("x", os.path.join(d, "s%d" % i))
+        stamped("symlink", os.path.join(d, "s%d" % i))
+        os.truncate(b, i + 2)  # a new size: the same one stamps nothing on FUSE
+        stamped("truncate", b)
+    r("times that ran backwards", backwards)
+
+
 class PosixTest(lib.MountAndPlainTestCase):
     def run_both(self, fn):
         results = {}
