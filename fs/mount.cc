@@ -11,6 +11,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
@@ -242,6 +243,58 @@ std::string PassthroughSupport() {
          ", CAP_SYS_ADMIN; the mount's stats file says what the kernel granted)";
 }
 
+namespace {
+
+// The holder name a mount writes into the lock of the store it serves.
+std::string MountHolder(pid_t pid, const std::string& mountpoint) {
+  return "ckptfs mount (pid " + std::to_string(pid) + ") on " + mountpoint;
+}
+
+// How long a mount waits for a mount that was unmounted to close the store.
+constexpr auto kUnmountedHolderWait = std::chrono::seconds(30);
+
+// The mountpoint of the mount that holds the store, as `busy` (EBUSY from
+// Store::Open) names it, when that mount is no longer mounted there: it was
+// unmounted and is closing the store. "" otherwise.
+std::string UnmountedHolder(const engine::Status& busy) {
+  const engine::StoreHolder* h = busy.payload<engine::StoreHolder>();
+  if (h == nullptr || h->pid <= 0) return "";
+  const std::string prefix = MountHolder(h->pid, "");
+  if (h->holder.compare(0, prefix.size(), prefix) != 0) return "";
+  const std::string mountpoint = h->holder.substr(prefix.size());
+  if (mountpoint.empty() || !CkptfsMountedOn(mountpoint).empty()) return "";
+  return mountpoint;
+}
+
+// Store::Open. umount(8) returns before the daemon has closed its store, so
+// that a mount right after it finds the store held by a mount that is
+// closing it: then this waits (up to kUnmountedHolderWait, saying so on
+// stderr) for the store to be released.
+engine::Result<std::unique_ptr<engine::Store>> OpenForMount(const std::string& dir,
+                                                            const engine::StoreOptions& options) {
+  engine::Result<std::unique_ptr<engine::Store>> store = engine::Store::Open(dir, options);
+  if (store.ok() || store.status().code() != EBUSY) return store;
+  const std::string unmounted = UnmountedHolder(store.status());
+  if (unmounted.empty()) return store;
+  std::fprintf(stderr,
+               "ckptfs: the mount on %s was unmounted and is closing store %s; waiting up to "
+               "%llds\n",
+               unmounted.c_str(), dir.c_str(),
+               static_cast<long long>(kUnmountedHolderWait.count()));
+  const auto deadline = std::chrono::steady_clock::now() + kUnmountedHolderWait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    store = engine::Store::Open(dir, options);
+    if (store.ok() || store.status().code() != EBUSY || UnmountedHolder(store.status()).empty()) {
+      return store;
+    }
+  }
+  return engine::Status(EBUSY, store.status().message() + " (unmounted, still closing the store after " +
+                                   std::to_string(kUnmountedHolderWait.count()) + "s)");
+}
+
+}  // namespace
+
 int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
   engine::StoreOptions store_options = options.store;
   store_options.create_if_missing = true;
@@ -249,10 +302,9 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
   // The kernel caches the pages it reads and writes through the daemon;
   // reads passed through to a data file are served from the data file's.
   store_options.bypass_data_file_cache = options.direct_io && !options.AsksPassthrough();
-  store_options.holder =
-      "ckptfs mount (pid " + std::to_string(getpid()) + ") on " + options.mountpoint;
+  store_options.holder = MountHolder(getpid(), options.mountpoint);
   engine::Result<std::unique_ptr<engine::Store>> store =
-      engine::Store::Open(options.store_dir, store_options);
+      OpenForMount(options.store_dir, store_options);
   if (!store.ok()) {
     on_ready(Status::Errno(store.status().code(), "cannot open store " + options.store_dir + ": " +
                                                       store.status().ToString()));

@@ -182,6 +182,9 @@ engine::Status ResolvePaths(MountOptions* options);
 engine::Status CheckFuseDevice();
 engine::Status CheckMountpoint(const std::string& mountpoint);
 engine::Status CheckStoreDir(const std::string& store_dir);
+// The source (store) of a ckptfs mount on `mountpoint` (a resolved path),
+// or "" when there is none.
+std::string CkptfsMountedOn(const std::string& mountpoint);
 // Checked before `ckptfs umount`: the topmost mount on `mountpoint` (a
 // resolved path) is a ckptfs one. ENOENT when the path does not exist,
 // EINVAL when nothing or another filesystem is mounted there (named).

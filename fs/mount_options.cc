@@ -143,7 +143,8 @@ std::vector<MountEntry> MountsOn(const std::string& mnt) {
   return found;
 }
 
-// The source (store) of a ckptfs mount on `mnt`, or "" when there is none.
+}  // namespace
+
 std::string CkptfsMountedOn(const std::string& mnt) {
   std::string store;
   for (const MountEntry& m : MountsOn(mnt)) {
@@ -151,8 +152,6 @@ std::string CkptfsMountedOn(const std::string& mnt) {
   }
   return store;
 }
-
-}  // namespace
 
 Status CheckUnmountable(const std::string& mnt) {
   const std::vector<MountEntry> mounts = MountsOn(mnt);

@@ -11,7 +11,8 @@ the space must come back, to at most 1.3 x the live data:
   - by itself: with `-o compact_dead=64M`, background compaction, within
     30 s of idle.
 The surviving step reads back byte for byte, and fsck finds the store clean
-after the unmount. Needs CKPTFS_BIN.
+after the unmount. A mount right after umount(8) of the same store waits
+for the daemon to close it, and succeeds. Needs CKPTFS_BIN.
 """
 
 import json
@@ -202,6 +203,33 @@ class LifecycleTest(unittest.TestCase):
         self.assertGreaterEqual(last["segments_rewritten"], 1)
         self.check_kept(self.mnt, kept)
         self.unmount_and_fsck()
+
+
+class UmountThenMountTest(unittest.TestCase):
+    """umount(8) returns before the daemon has closed its store; a mount of
+    the same store right after it (scripts, systemd, test harnesses) waits
+    for that and succeeds, with every byte there. Ten rounds of: write
+    20 MiB, umount, mount at once."""
+
+    def test_mount_right_after_umount(self):
+        if os.geteuid() != 0:
+            self.skipTest("umount(8) of a FUSE mount needs root")
+        tmp = harness.make_tmpdir()
+        m = harness.Mount(os.path.join(tmp, "store"), os.path.join(tmp, "mnt"))
+        m.mount()
+        written = {}
+        try:
+            for i in range(10):
+                data = os.urandom(20 * MiB)
+                lib.write_file(m.path("f%d" % i), data)
+                written["f%d" % i] = lib.sha256(data)
+                r = subprocess.run(["umount", m.mnt], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                m.mount()  # raises with ckptfs mount's message when it fails
+            got = {n: lib.file_sha256(m.path(n)) for n in written}
+            self.assertEqual(got, written)
+        finally:
+            m.unmount()
 
 
 if __name__ == "__main__":
