@@ -479,6 +479,10 @@ class Store {
   // store is open; a write, punch or truncation of the range and the file's
   // deletion give them back.
   virtual Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) = 0;
+  // Bytes of `ino` that fallocate reserved and no write has taken yet: what
+  // st_blocks counts besides the stored bytes (Attr::data_bytes), as ext4
+  // counts preallocated blocks. 0 after the store is reopened.
+  virtual uint64_t ReservedBytes(Ino ino) = 0;
   // SEEK_DATA / SEEK_HOLE semantics; ENXIO past the end.
   virtual Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) = 0;
   // ---- Direct writes (the kernel writes a data file itself). ----

@@ -445,6 +445,7 @@ Status StoreImpl::Reserve(Ino ino, uint64_t start, uint64_t end) {
   const uint64_t add = reservations_.ChargeOfAdd(ino, start, end);
   if (add == 0) {
     reservations_.Add(ino, start, end);
+    reserved_bytes_.store(reservations_.bytes());
     return Status::OK();
   }
   CKPTFS_RETURN_IF_ERROR(StatSpaceLocked());
@@ -454,12 +455,20 @@ Status StoreImpl::Reserve(Ino ino, uint64_t start, uint64_t end) {
                               " bytes: not enough free space on the filesystem under " + dir_);
   }
   reservations_.Add(ino, start, end);
+  reserved_bytes_.store(reservations_.bytes());
   return Status::OK();
 }
 
 void StoreImpl::Unreserve(Ino ino, uint64_t start, uint64_t end) {
   MutexLock l(&space_mu_);
   reservations_.Remove(ino, start, end);
+  reserved_bytes_.store(reservations_.bytes());
+}
+
+uint64_t StoreImpl::ReservedBytes(Ino ino) {
+  if (reserved_bytes_.load() == 0) return 0;
+  MutexLock l(&space_mu_);
+  return reservations_.Overlap(ino, 0, UINT64_MAX);
 }
 
 Status StoreImpl::FlushDurable() {

@@ -85,6 +85,7 @@ class StoreImpl final : public Store {
   Status ReadDir(Ino ino, std::string_view after,
                  const std::function<bool(const DirEntry&)>& fn) override;
   Result<FsStats> StatFs() override;
+  uint64_t ReservedBytes(Ino ino) override EXCLUDES(space_mu_);
   Status SetXattr(Ino ino, std::string_view name, std::string_view value, int flags) override;
   Result<std::string> GetXattr(Ino ino, std::string_view name) override;
   Result<std::vector<std::string>> ListXattr(Ino ino) override;
@@ -371,6 +372,9 @@ class StoreImpl final : public Store {
   uint64_t space_since_check_ GUARDED_BY(space_mu_) = 0;
   // What fallocate reserved (engine/reservations.h).
   Reservations reservations_ GUARDED_BY(space_mu_);
+  // reservations_.bytes(), read without space_mu_: most stores have none,
+  // and ReservedBytes, asked for every stat, then takes no lock.
+  std::atomic<uint64_t> reserved_bytes_{0};
 
   struct Counters {
     std::atomic<uint64_t> reads{0}, read_bytes{0}, writes{0}, write_bytes{0};

@@ -199,6 +199,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas*
   {
     MutexLock l(&space_mu_);
     reservations_.RemoveInode(ino);
+    reserved_bytes_.store(reservations_.bytes());
   }
   b->Delete(cf_inodes_, format::InodeKey(ino));
   b->Delete(cf_meta_, format::OrphanKey(ino));

@@ -72,7 +72,9 @@ struct stat Filesystem::ToStat(const Attr& a) const {
   st.st_rdev = a.rdev;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blksize = kPreferredIoSize;
-  st.st_blocks = static_cast<blkcnt_t>((a.data_bytes + 511) / 512);  // holes excluded
+  // Holes excluded, reserved space included (preallocated blocks on ext4).
+  const uint64_t reserved = S_ISREG(a.mode) ? store_->ReservedBytes(a.ino) : 0;
+  st.st_blocks = static_cast<blkcnt_t>((a.data_bytes + reserved + 511) / 512);
   st.st_atim = {static_cast<time_t>(a.atime.sec), static_cast<long>(a.atime.nsec)};
   st.st_mtim = {static_cast<time_t>(a.mtime.sec), static_cast<long>(a.mtime.nsec)};
   st.st_ctim = {static_cast<time_t>(a.ctime.sec), static_cast<long>(a.ctime.nsec)};
