@@ -461,8 +461,17 @@ class Store {
   virtual Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) = 0;
   // Writes `data` at `offset`, extending the file as needed. On return the
   // bytes are in a segment file and the extent in the index log (durable
-  // against a process crash, not yet against power loss).
-  virtual Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) = 0;
+  // against a process crash, not yet against power loss). Sets mtime and
+  // ctime to now, unless `times` is kKeep: for writes from the kernel's
+  // write-back cache, whose times the kernel stamped itself when the file
+  // was written and sends in a SETATTR (or, when they did not change, not
+  // at all).
+  enum class WriteTimes { kStamp, kKeep };
+  virtual Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data,
+                               WriteTimes times) = 0;
+  Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) {
+    return Write(ino, offset, data, WriteTimes::kStamp);
+  }
   // fallocate(2) with `mode` one of:
   //  - 0 or FALLOC_FL_KEEP_SIZE: reserves space for the first write of every
   //    byte of [offset, offset+len) (engine/reservations.h), or fails with

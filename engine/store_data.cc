@@ -309,7 +309,8 @@ Status StoreImpl::MoveToDataFileLocked(InodeState* s, uint64_t upto, format::Ino
   return Status::OK();
 }
 
-Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data) {
+Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data,
+                                WriteTimes times) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   if (data.empty()) return size_t{0};
   if (offset >= kMaxFileSize || data.size() > kMaxFileSize - offset) {
@@ -329,12 +330,13 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data)
     CKPTFS_RETURN_IF_ERROR(AdoptLocked(s.get()));
     return data.size();
   }
-  CKPTFS_ASSIGN_OR_RETURN(const size_t n, WriteLocked(s.get(), offset, data));
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, WriteLocked(s.get(), offset, data, times));
   Unreserve(ino, offset, offset + data.size());  // drawn on
   return n;
 }
 
-Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data) {
+Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::string_view data,
+                                      WriteTimes times) {
   EpochGate::Guard gate(&io_gate_);  // compaction waits for the commit below
   CommitGate::Write commit(&commit_gate_);  // a flush waits for the commit below
   const uint64_t ino = s->ino;
@@ -427,10 +429,12 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     if (moved_may_be_synced && move) CKPTFS_RETURN_IF_ERROR(data_files_->SyncDirty());
     if (moved_may_be_synced && folds) CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
   }
-  Timespec now = Now();
   v.size = new_size;
-  v.mtime_sec = v.ctime_sec = now.sec;
-  v.mtime_nsec = v.ctime_nsec = now.nsec;
+  if (times == WriteTimes::kStamp) {
+    const Timespec now = Now();
+    v.mtime_sec = v.ctime_sec = now.sec;
+    v.mtime_nsec = v.ctime_nsec = now.nsec;
+  }
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b, cf_segments_);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));

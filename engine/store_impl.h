@@ -95,7 +95,9 @@ class StoreImpl final : public Store {
   Status Release(Ino ino) override;
   Status Accessed(Ino ino, AtimeRule rule) override;
   Result<size_t> Read(Ino ino, uint64_t offset, size_t len, char* buf) override;
-  Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data) override;
+  using Store::Write;
+  Result<size_t> Write(Ino ino, uint64_t offset, std::string_view data,
+                       WriteTimes times) override;
   Status Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) override;
   Result<uint64_t> SeekData(Ino ino, uint64_t offset, bool hole) override;
   Status Fsync(Ino ino, bool datasync) override;
@@ -224,8 +226,8 @@ class StoreImpl final : public Store {
   // Makes s->attr.data_bytes known: an inode of a store written before the
   // counter existed gets its extents counted once.
   Status CountDataBytesLocked(InodeState* s) REQUIRES(s->mu);
-  Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data)
-      REQUIRES(s->mu);
+  Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data,
+                             WriteTimes times) REQUIRES(s->mu);
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
                        rocksdb::WriteBatch* b, StatDeltas* deltas);
   // Writes `data` at `offset` of the data file of `ino` and puts its

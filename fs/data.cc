@@ -140,7 +140,11 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     }
     if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
     // With "sync" the kernel follows every write(2) with an FSYNC itself.
-    Result<size_t> n = fs.store().Write(ino, static_cast<uint64_t>(off), {data, size});
+    // The kernel keeps the times of what its write-back cache writes.
+    const bool from_cache = fs.options().UsesWritebackCache() && fi != nullptr && fi->writepage;
+    Result<size_t> n = fs.store().Write(
+        ino, static_cast<uint64_t>(off), {data, size},
+        from_cache ? engine::Store::WriteTimes::kKeep : engine::Store::WriteTimes::kStamp);
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
     // An O_DIRECT write(2), not one from the kernel's cache: what readers
