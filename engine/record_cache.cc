@@ -4,7 +4,7 @@ namespace ckptfs::engine {
 
 void RecordCache::Shard::EvictLocked() {
   while (bytes > capacity && !lru.empty()) {
-    bytes -= lru.back().second->bytes.size();
+    bytes -= lru.back().second->Held();
     map.erase(lru.back().first);
     lru.pop_back();
   }
@@ -24,13 +24,13 @@ void RecordCache::Insert(uint64_t segment_id, uint64_t offset, RecordData data) 
   Key k{segment_id, offset};
   Shard& s = ShardFor(k);
   MutexLock l(&s.mu);
-  if (data->bytes.size() > s.capacity) return;
+  if (data->Held() > s.capacity) return;
   auto it = s.map.find(k);
   if (it != s.map.end()) {
     s.lru.splice(s.lru.begin(), s.lru, it->second);
     return;
   }
-  s.bytes += data->bytes.size();
+  s.bytes += data->Held();
   s.lru.emplace_front(k, std::move(data));
   s.map[k] = s.lru.begin();
   s.EvictLocked();

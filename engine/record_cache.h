@@ -25,6 +25,11 @@ struct RecordBytes {
   std::shared_ptr<const void> owner;
   std::string_view bytes;
   format::RecordHeader header;  // as read and verified; extents are checked against it
+  // The memory that keeping this entry keeps: the size of what `owner`
+  // holds (a read buffer may be larger than the record in it). What the
+  // cache counts against its capacity; 0 means bytes.size().
+  uint64_t held = 0;
+  uint64_t Held() const { return held != 0 ? held : bytes.size(); }
 };
 using RecordData = std::shared_ptr<const RecordBytes>;
 

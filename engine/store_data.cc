@@ -554,11 +554,11 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use
     counters_.backing_reads++;
     counters_.backing_read_bytes += n;
     size_t served = 0;
-    // Verifies and decodes the record at `pos` of `bytes` (`avail` bytes,
-    // read from segment offset `base`) and caches it; nullptr (and `*err`)
-    // when it is not intact.
-    auto decode_in = [&](const std::shared_ptr<char[]>& bytes, size_t avail, uint64_t base,
-                         uint64_t pos, Status* err) -> RecordData {
+    // Verifies and decodes the record at `pos` of `bytes` (a buffer of
+    // `bytes_held` bytes, `avail` of them read from segment offset `base`)
+    // and caches it; nullptr (and `*err`) when it is not intact.
+    auto decode_in = [&](const std::shared_ptr<char[]>& bytes, size_t bytes_held, size_t avail,
+                         uint64_t base, uint64_t pos, Status* err) -> RecordData {
       format::RecordHeader h;
       std::string_view rest(bytes.get() + pos, avail - pos);
       *err = format::DecodeRecordHeader(rest, &h);
@@ -572,8 +572,19 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use
       data->header = h;
       if (h.codec == format::Codec::kNone) {
         *err = format::VerifyRecordPayload(h, payload);
-        data->owner = bytes;
-        data->bytes = payload;
+        if (!pass_through && 2 * payload.size() < bytes_held) {
+          // Cached, and a small part of its buffer: a copy of its own, so
+          // that the cache, which counts what its entries hold
+          // (RecordBytes::held), keeps records rather than read buffers.
+          std::shared_ptr<char[]> own(new char[payload.size()]);
+          std::memcpy(own.get(), payload.data(), payload.size());
+          data->bytes = std::string_view(own.get(), payload.size());
+          data->owner = std::move(own);
+        } else {
+          data->owner = bytes;
+          data->bytes = payload;
+          data->held = bytes_held;
+        }
       } else {
         auto decoded = std::make_shared<std::string>();
         *err = format::DecodeRecordPayload(h, payload, decoded.get());
@@ -601,7 +612,7 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use
       const uint64_t whole = format::kRecordHeaderSize + h.stored_len;
       if (pos + whole <= n) {
         *next = pos + whole;
-        return decode_in(buf, n, br.offset, pos, err);
+        return decode_in(buf, br.length, n, br.offset, pos, err);
       }
       const uint64_t missing = pos + whole - n;
       if (n < br.length || missing > cs.max) {  // the segment ends, or not a record we want
@@ -618,7 +629,7 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use
       counters_.backing_reads++;
       counters_.backing_read_bytes += *m;
       *next = pos + whole;
-      return decode_in(rec, (n - pos) + *m, br.offset + pos, 0, err);
+      return decode_in(rec, whole, (n - pos) + *m, br.offset + pos, 0, err);
     };
     for (size_t i = 0; i < br.records.size(); ++i) {
       const RecordRef& r = br.records[i];
