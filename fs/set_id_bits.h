@@ -77,8 +77,9 @@ engine::Status KillCapability(Request& r, engine::Ino ino);
 // truncates it, or anyone changes its owner: clears set-user-ID, and
 // set-group-ID when group execute is set or the caller is neither in the
 // file's group nor holds CAP_FSETID (the kernel's setattr_should_drop_sgid).
-// Costs one GetAttr when the file has neither bit.
-engine::Status KillSuidSgid(Request& r, engine::Ino ino);
+// Costs one GetAttr when the file has neither bit. With `unless_fsetid`,
+// a caller that holds CAP_FSETID keeps both (asked only of set-ID files).
+engine::Status KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid = false);
 
 // What Linux's file_modified() does before fallocate(2) changes a file,
 // when the mount kills privileges (the kernel leaves it to us and flags
