@@ -88,8 +88,11 @@ class ExtentMapCache::BatchReader : public rocksdb::WriteBatch::Handler {
   std::vector<Change> changes_;
 };
 
-ExtentMapCache::ExtentMapCache(size_t max_extents, size_t max_inode_extents)
-    : max_extents_(max_extents), max_inode_extents_(max_inode_extents) {}
+ExtentMapCache::ExtentMapCache(size_t max_extents, size_t max_inode_extents,
+                               size_t max_inline_bytes)
+    : max_extents_(max_extents),
+      max_inode_extents_(max_inode_extents),
+      max_inline_bytes_(max_inline_bytes) {}
 
 ExtentMapCache::Lookup ExtentMapCache::Collect(uint64_t ino, uint64_t start, uint64_t end,
                                                std::vector<Extent>* out) {
@@ -121,10 +124,14 @@ void ExtentMapCache::Insert(uint64_t ino, std::vector<Extent> extents) {
   if (extents.size() > max_inode_extents_) {
     e.too_large = true;
   } else {
-    for (Extent& x : extents) e.map.emplace_hint(e.map.end(), x.offset, std::move(x.value));
+    for (Extent& x : extents) {
+      e.inline_bytes += InlineBytes(x.value);
+      e.map.emplace_hint(e.map.end(), x.offset, std::move(x.value));
+    }
   }
   by_ino_[ino] = lru_.begin();
   total_ += e.map.size() + 1;
+  inline_bytes_ += e.inline_bytes;
   EnforceBoundsLocked(lru_.begin());
 }
 
@@ -147,18 +154,32 @@ void ExtentMapCache::Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf
     auto found = by_ino_.find(c.first);
     if (found == by_ino_.end() || found->second->too_large) continue;
     Entry& e = *found->second;
-    if (!c.value) {
-      total_ -= e.map.erase(c.offset);
-      written.insert(c.first);
-      continue;
-    }
     format::ExtentValue v;
-    if (!format::DecodeExtent(*c.value, &v).ok()) {
+    if (c.value && !format::DecodeExtent(*c.value, &v).ok()) {
       EraseLocked(found->second);  // the index answers, and reports the damage
       continue;
     }
-    if (e.map.insert_or_assign(c.offset, std::move(v)).second) total_++;
     written.insert(c.first);
+    auto old = e.map.find(c.offset);
+    if (old != e.map.end()) {
+      e.inline_bytes -= InlineBytes(old->second);
+      inline_bytes_ -= InlineBytes(old->second);
+    }
+    if (!c.value) {
+      if (old != e.map.end()) {
+        e.map.erase(old);
+        total_--;
+      }
+      continue;
+    }
+    e.inline_bytes += InlineBytes(v);
+    inline_bytes_ += InlineBytes(v);
+    if (old != e.map.end()) {
+      old->second = std::move(v);
+    } else {
+      e.map.emplace(c.offset, std::move(v));
+      total_++;
+    }
   }
   for (uint64_t ino : written) {
     auto found = by_ino_.find(ino);
@@ -198,10 +219,21 @@ size_t ExtentMapCache::extents() {
   return total_ - by_ino_.size();
 }
 
+size_t ExtentMapCache::inline_bytes() {
+  MutexLock l(&mu_);
+  return inline_bytes_;
+}
+
+size_t ExtentMapCache::bytes() {
+  MutexLock l(&mu_);
+  return total_ * kBytesPerExtent + inline_bytes_;
+}
+
 void ExtentMapCache::ForgetAllLocked() {
   lru_.clear();
   by_ino_.clear();
   total_ = 0;
+  inline_bytes_ = 0;
 }
 
 void ExtentMapCache::ForgetRangeLocked(uint64_t first, uint64_t last) {
@@ -221,6 +253,7 @@ void ExtentMapCache::TouchLocked(List::iterator it) { lru_.splice(lru_.begin(), 
 
 void ExtentMapCache::EraseLocked(List::iterator it) {
   total_ -= it->map.size() + 1;
+  inline_bytes_ -= it->inline_bytes;
   by_ino_.erase(it->ino);
   lru_.erase(it);
 }
@@ -228,10 +261,14 @@ void ExtentMapCache::EraseLocked(List::iterator it) {
 void ExtentMapCache::EnforceBoundsLocked(List::iterator it) {
   if (!it->too_large && it->map.size() > max_inode_extents_) {
     total_ -= it->map.size();
+    inline_bytes_ -= it->inline_bytes;
     it->map.clear();
+    it->inline_bytes = 0;
     it->too_large = true;
   }
-  while (total_ > max_extents_ && !lru_.empty()) EraseLocked(std::prev(lru_.end()));
+  while ((total_ > max_extents_ || inline_bytes_ > max_inline_bytes_) && !lru_.empty()) {
+    EraseLocked(std::prev(lru_.end()));
+  }
 }
 
 }  // namespace ckptfs::engine

@@ -21,9 +21,11 @@
 // commit), the inode's map is dropped and the index answers again.
 //
 // Bounded memory: at most `max_extents` extents in all, counting each inode
-// as one more; the inodes written least recently go first. An inode with
-// more than `max_inode_extents` is remembered as too large and answered by
-// the index.
+// as one more, and at most `max_inline_bytes` of small files' data kept in
+// their inline extents; the inodes written least recently go first. An inode
+// with more than `max_inode_extents` is remembered as too large and answered
+// by the index. Each extent costs at most kBytesPerExtent besides its inline
+// data, so the whole is at most MaxBytes().
 //
 // Thread safety: all methods may be called concurrently. Lock order: mu_ is
 // a leaf (taken under inode mutexes, nothing taken under it).
@@ -54,6 +56,13 @@ class ExtentMapCache {
   // up to 65536 extents (64 GiB in records of 1 MiB).
   static constexpr size_t kDefaultMaxExtents = 1 << 17;
   static constexpr size_t kDefaultMaxInodeExtents = 1 << 16;
+  static constexpr size_t kDefaultMaxInlineBytes = 8 << 20;
+  // One extent in a map: the tree node, its key and ExtentValue, and the
+  // allocator's header; an entry (an inode) costs no more.
+  static constexpr size_t kBytesPerExtent = 128;
+  static constexpr size_t MaxBytes(size_t max_extents, size_t max_inline_bytes) {
+    return max_extents * kBytesPerExtent + max_inline_bytes;
+  }
 
   enum class Lookup {
     kHeld,      // the map is held: the answer is complete
@@ -61,7 +70,8 @@ class ExtentMapCache {
     kAbsent,    // nothing known: ask the index (and Insert, if holding its mutex)
   };
 
-  ExtentMapCache(size_t max_extents, size_t max_inode_extents);
+  ExtentMapCache(size_t max_extents, size_t max_inode_extents,
+                 size_t max_inline_bytes = kDefaultMaxInlineBytes);
   ExtentMapCache(const ExtentMapCache&) = delete;
   ExtentMapCache& operator=(const ExtentMapCache&) = delete;
 
@@ -87,6 +97,9 @@ class ExtentMapCache {
   // What is held, for tests and statistics.
   size_t inodes();
   size_t extents();
+  size_t inline_bytes();
+  // The memory held, as MaxBytes() counts it.
+  size_t bytes();
 
  private:
   class BatchReader;
@@ -94,7 +107,11 @@ class ExtentMapCache {
     uint64_t ino = 0;
     bool too_large = false;
     std::map<uint64_t, format::ExtentValue> map;
+    size_t inline_bytes = 0;  // of the inline extents in `map`
   };
+  static size_t InlineBytes(const format::ExtentValue& v) {
+    return v.is_inline ? v.inline_data.size() : 0;
+  }
   using List = std::list<Entry>;
 
   // Moves the entry to the front (most recently written).
@@ -109,10 +126,12 @@ class ExtentMapCache {
 
   const size_t max_extents_;
   const size_t max_inode_extents_;
+  const size_t max_inline_bytes_;
   Mutex mu_;
   List lru_ GUARDED_BY(mu_);  // most recently written first
   std::unordered_map<uint64_t, List::iterator> by_ino_ GUARDED_BY(mu_);
   size_t total_ GUARDED_BY(mu_) = 0;  // sum of map sizes plus one per entry
+  size_t inline_bytes_ GUARDED_BY(mu_) = 0;  // sum of the entries' inline_bytes
 };
 
 }  // namespace ckptfs::engine

@@ -145,5 +145,38 @@ TEST(ExtentMapCacheTest, BoundsEvictTheLeastRecentlyWrittenAndMarkLargeInodes) {
   EXPECT_LE(c.extents() + c.inodes(), 10u);
 }
 
+format::ExtentValue Inline(size_t bytes) {
+  format::ExtentValue v;
+  v.is_inline = true;
+  v.inline_data.assign(bytes, 'x');
+  v.length = static_cast<uint32_t>(bytes);
+  return v;
+}
+
+TEST(ExtentMapCacheTest, InlineDataIsBoundedInBytes) {
+  ExtentMapCache c(/*max_extents=*/1000, /*max_inode_extents=*/100, /*max_inline_bytes=*/10000);
+  for (uint64_t ino = 1; ino <= 5; ++ino) c.Insert(ino, {Extent{0, Inline(3000)}});
+  // Three small files' data fit in 10,000 bytes; the two written first went.
+  EXPECT_EQ(c.inline_bytes(), 9000u);
+  EXPECT_EQ(Held(&c, 1), "absent");
+  EXPECT_EQ(Held(&c, 2), "absent");
+  EXPECT_EQ(Held(&c, 5), "0+3000 ");
+  EXPECT_EQ(c.bytes(), 6 * ExtentMapCache::kBytesPerExtent + 9000);
+  // A write that replaces inline data counts the new bytes, not both.
+  FakeCf extents(kExtentsCf);
+  rocksdb::WriteBatch b;
+  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(5, 0), format::EncodeExtent(Inline(100))).ok());
+  c.Apply(b, kExtentsCf, kInodesCf);
+  EXPECT_EQ(c.inline_bytes(), 6100u);
+  rocksdb::WriteBatch d;
+  ASSERT_TRUE(d.Delete(&extents, format::ExtentKey(4, 0)).ok());
+  c.Apply(d, kExtentsCf, kInodesCf);
+  EXPECT_EQ(c.inline_bytes(), 3100u);
+  EXPECT_EQ(Held(&c, 4), "");
+  c.Forget(3);
+  EXPECT_EQ(c.inline_bytes(), 100u);
+  EXPECT_LE(c.bytes(), ExtentMapCache::MaxBytes(1000, 10000));
+}
+
 }  // namespace
 }  // namespace ckptfs::engine

@@ -24,6 +24,8 @@ Status IndexDb::Close() {
     if (result.ok()) result = s;
     db.reset();
     env.reset();
+    block_cache.reset();
+    memtables.reset();
   }
   return result;
 }
@@ -54,14 +56,20 @@ Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env
   dbo.keep_log_file_num = 2;
   dbo.info_log_level = rocksdb::WARN_LEVEL;
   dbo.max_background_jobs = 2;
-  dbo.db_write_buffer_size = 128ull << 20;  // all memtables together
+  auto memtables = std::make_shared<rocksdb::WriteBufferManager>(
+      kIndexMemtableBytes, /*cache=*/nullptr, /*allow_stall=*/true);
+  dbo.write_buffer_manager = memtables;
   dbo.max_total_wal_size = 256ull << 20;
 
-  auto table_cache = rocksdb::NewLRUCache(64ull << 20);
+  auto table_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
   auto cf_opts = [&](std::shared_ptr<rocksdb::MergeOperator> merge) {
     rocksdb::ColumnFamilyOptions o;
     rocksdb::BlockBasedTableOptions t;
     t.block_cache = table_cache;
+    // Index and filter blocks count against the cache too: the bound holds
+    // however many table files are open.
+    t.cache_index_and_filter_blocks = true;
+    t.pin_l0_filter_and_index_blocks_in_cache = true;
     // Restores read the index in key order (inode numbers follow creation
     // order): larger blocks bring the neighbours' keys in the same read.
     t.block_size = 32 << 10;
@@ -91,6 +99,8 @@ Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env
     return Status(EIO, "open index " + path + ": " + s.ToString());
   }
   out->env = std::move(index_env);
+  out->block_cache = std::move(table_cache);
+  out->memtables = std::move(memtables);
   out->db.reset(raw);
   out->handles = std::move(handles);
   return Status::OK();

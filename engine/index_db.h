@@ -3,7 +3,9 @@
 // the index of a store nobody has open), so that both see the same schema.
 #pragma once
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <functional>
 #include <memory>
@@ -15,9 +17,18 @@
 
 namespace ckptfs::engine {
 
+// The index's memory, bounded: RocksDB's block cache (data, index and filter
+// blocks of the table files), and its memtables over all column families
+// (writes wait for a flush rather than go past it).
+inline constexpr uint64_t kIndexBlockCacheBytes = 64ull << 20;
+inline constexpr uint64_t kIndexMemtableBytes = 128ull << 20;
+
 struct IndexDb {
   // The filesystem of the index when not RocksDB's default; outlives db.
   std::unique_ptr<rocksdb::Env> env;
+  // What bounds the memory; outlive db.
+  std::shared_ptr<rocksdb::Cache> block_cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> memtables;
   std::unique_ptr<rocksdb::DB> db;
   // In the order of format.h's families: meta ("default"), inodes, dentries,
   // extents, segments, xattrs. Owned; Close() destroys them.
@@ -29,6 +40,10 @@ struct IndexDb {
   rocksdb::ColumnFamilyHandle* extents() const { return handles[3]; }
   rocksdb::ColumnFamilyHandle* segments() const { return handles[4]; }
   rocksdb::ColumnFamilyHandle* xattrs() const { return handles[5]; }
+
+  // The memory the memtables and the block cache hold now.
+  uint64_t MemtableBytes() const { return memtables ? memtables->memory_usage() : 0; }
+  uint64_t BlockCacheBytes() const { return block_cache ? block_cache->GetUsage() : 0; }
 
   // Destroys the handles and closes the database. Idempotent.
   Status Close();

@@ -1,13 +1,17 @@
 #include "engine/record_cache.h"
 
+#include <iterator>
+
 namespace ckptfs::engine {
 
+void RecordCache::Shard::EraseLocked(std::list<std::pair<Key, RecordData>>::iterator it) {
+  bytes -= Cost(it->second);
+  map.erase(it->first);
+  lru.erase(it);
+}
+
 void RecordCache::Shard::EvictLocked() {
-  while (bytes > capacity && !lru.empty()) {
-    bytes -= lru.back().second->Held();
-    map.erase(lru.back().first);
-    lru.pop_back();
-  }
+  while (bytes > capacity && !lru.empty()) EraseLocked(std::prev(lru.end()));
 }
 
 RecordData RecordCache::Lookup(uint64_t segment_id, uint64_t offset) {
@@ -24,13 +28,13 @@ void RecordCache::Insert(uint64_t segment_id, uint64_t offset, RecordData data) 
   Key k{segment_id, offset};
   Shard& s = ShardFor(k);
   MutexLock l(&s.mu);
-  if (data->Held() > s.capacity) return;
+  if (Cost(data) > s.capacity) return;
   auto it = s.map.find(k);
   if (it != s.map.end()) {
     s.lru.splice(s.lru.begin(), s.lru, it->second);
     return;
   }
-  s.bytes += data->Held();
+  s.bytes += Cost(data);
   s.lru.emplace_front(k, std::move(data));
   s.map[k] = s.lru.begin();
   s.EvictLocked();
@@ -52,6 +56,30 @@ void RecordCache::Clear() {
     s.map.clear();
     s.bytes = 0;
   }
+}
+
+}  // namespace ckptfs::engine
+
+namespace ckptfs::engine {
+
+void RecordCache::EraseSegment(uint64_t segment_id) {
+  for (Shard& s : shards_) {
+    MutexLock l(&s.mu);
+    for (auto it = s.lru.begin(); it != s.lru.end();) {
+      auto next = std::next(it);
+      if (it->first.segment_id == segment_id) s.EraseLocked(it);
+      it = next;
+    }
+  }
+}
+
+uint64_t RecordCache::bytes() {
+  uint64_t total = 0;
+  for (Shard& s : shards_) {
+    MutexLock l(&s.mu);
+    total += s.bytes;
+  }
+  return total;
 }
 
 }  // namespace ckptfs::engine

@@ -1,6 +1,8 @@
 // RecordCache: verified, decoded segment records kept in memory, bounded in
 // bytes, least recently used first out. Keyed by record location, so a hit
-// never needs re-verification.
+// never needs re-verification. The bound counts what an entry keeps: the
+// buffer its bytes live in and the entry's own bookkeeping (kEntryOverhead),
+// so many tiny records cannot hold more than the capacity.
 //
 // Thread safety: thread-safe; sharded so that readers rarely contend.
 #pragma once
@@ -37,12 +39,22 @@ class RecordCache {
  public:
   explicit RecordCache(uint64_t capacity_bytes) { SetCapacity(capacity_bytes); }
 
+  // What one entry costs beyond the buffer it keeps: its list and hash-map
+  // nodes, the RecordBytes and its shared_ptr's control block, and the
+  // allocator's headers of each.
+  static constexpr uint64_t kEntryOverhead = 256;
+
   RecordData Lookup(uint64_t segment_id, uint64_t offset);
   void Insert(uint64_t segment_id, uint64_t offset, RecordData data);
+  // Drops every record of a segment file that is gone: nothing can ask for
+  // them again.
+  void EraseSegment(uint64_t segment_id);
   // Shrinks or grows the budget; evicts at once when shrinking.
   void SetCapacity(uint64_t capacity_bytes);
   void Clear();
   uint64_t capacity() const { return capacity_; }
+  // The memory the entries keep, as counted against the capacity.
+  uint64_t bytes();
 
  private:
   static constexpr int kShards = 16;
@@ -63,7 +75,9 @@ class RecordCache {
     uint64_t bytes GUARDED_BY(mu) = 0;
     uint64_t capacity GUARDED_BY(mu) = 0;
     void EvictLocked() REQUIRES(mu);
+    void EraseLocked(std::list<std::pair<Key, RecordData>>::iterator it) REQUIRES(mu);
   };
+  static uint64_t Cost(const RecordData& d) { return d->Held() + kEntryOverhead; }
   Shard& ShardFor(const Key& k) { return shards_[KeyHash()(k) % kShards]; }
 
   std::atomic<uint64_t> capacity_{0};

@@ -168,6 +168,26 @@ struct NamespaceCounts {
   uint64_t data_file_bytes = 0;  // the bytes those data files hold (their ends)
 };
 
+// The engine's memory by owner, in bytes: what it holds now
+// (Store::MemoryUse) or the most it can hold (EngineMemoryBound).
+struct EngineMemory {
+  uint64_t record_cache = 0;       // verified, decoded records (cache_bytes)
+  uint64_t index_memtables = 0;    // RocksDB's memtables, all column families
+  uint64_t index_block_cache = 0;  // RocksDB's table blocks, index and filters included
+  uint64_t extent_maps = 0;        // extents of recently written files
+  uint64_t verified_blocks = 0;    // the data-file blocks read last
+  uint64_t Total() const {
+    return record_cache + index_memtables + index_block_cache + extent_maps + verified_blocks;
+  }
+};
+
+struct StoreOptions;
+// The most each owner holds for a store opened with `options`, each a limit
+// that the owner enforces. The record cache can go past cache_bytes by the
+// records readers hold at that moment (at most one READ's worth per thread),
+// which the daemon's per-thread allowance counts.
+EngineMemory EngineMemoryBound(const StoreOptions& options);
+
 struct StoreOptions {
   // Create the store when `dir` is missing or empty. Default: true.
   bool create_if_missing = true;
@@ -568,6 +588,13 @@ class Store {
   virtual std::optional<CompactionRecord> LastCompaction() = 0;
   // Drops the record cache (for cold-read measurements).
   virtual void DropCache() = 0;
+  // What the engine's memory holds now; each figure is at most its
+  // EngineMemoryBound (GetOptions()).
+  virtual EngineMemory MemoryUse() = 0;
+  // Writes the index's memtables to its table files when they hold more
+  // than a little, so that a store at rest keeps no write buffers; the
+  // caches stay. For a mount that has gone idle.
+  virtual Status ReleaseIdleMemory() = 0;
 
   // Rewrites the live data of sealed segments with much dead space into new
   // segments and deletes the old files, while reads and writes go on. Safe

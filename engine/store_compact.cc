@@ -286,6 +286,7 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
       b.Delete(cf_segments_, format::SegmentKey(id));
       CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/true));
       CKPTFS_RETURN_IF_ERROR(segments_->Remove(id));
+      cache_->EraseSegment(id);
       rep.segments_rewritten++;
       rep.segments.push_back(id);
       freed += bytes;

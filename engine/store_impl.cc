@@ -225,6 +225,8 @@ Status StoreImpl::OpenIndex(bool create) {
   CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
                                      /*read_only=*/false, env_.get(), &index, before_flush));
   index_env_ = std::move(index.env);
+  index_block_cache_ = std::move(index.block_cache);
+  index_memtables_ = std::move(index.memtables);
   db_ = std::move(index.db);
   handles_ = std::move(index.handles);
   cf_meta_ = handles_[0];
@@ -611,6 +613,39 @@ Status StoreImpl::UpdateOptions(const std::function<void(StoreOptions*)>& change
 }
 
 void StoreImpl::DropCache() { cache_->Clear(); }
+
+EngineMemory StoreImpl::MemoryUse() {
+  EngineMemory m;
+  m.record_cache = cache_->bytes();
+  m.index_memtables = index_memtables_ ? index_memtables_->memory_usage() : 0;
+  m.index_block_cache = index_block_cache_ ? index_block_cache_->GetUsage() : 0;
+  m.extent_maps = extent_maps_.bytes();
+  m.verified_blocks = verified_blocks_.bytes();
+  return m;
+}
+
+Status StoreImpl::ReleaseIdleMemory() {
+  // Below this a flush would make table files of a few keys for little.
+  constexpr uint64_t kWorthFlushing = 4ull << 20;
+  if (options_.read_only || closed_ || index_memtables_ == nullptr ||
+      index_memtables_->memory_usage() < kWorthFlushing) {
+    return Status::OK();
+  }
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocksStatus(db_->Flush(fo, handles_), "flush index");
+}
+
+EngineMemory EngineMemoryBound(const StoreOptions& options) {
+  EngineMemory m;
+  m.record_cache = options.cache_bytes;
+  m.index_memtables = kIndexMemtableBytes;
+  m.index_block_cache = kIndexBlockCacheBytes;
+  m.extent_maps = ExtentMapCache::MaxBytes(ExtentMapCache::kDefaultMaxExtents,
+                                           ExtentMapCache::kDefaultMaxInlineBytes);
+  m.verified_blocks = VerifiedBlocks::kBlocks * uint64_t{options.max_record_bytes};
+  return m;
+}
 
 Result<FsStats> StoreImpl::StatFs() {
   if (closed_) return Status(EIO, "store is closed");

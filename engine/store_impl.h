@@ -116,6 +116,8 @@ class StoreImpl final : public Store {
   Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
   std::optional<CompactionRecord> LastCompaction() override;
   void DropCache() override;
+  EngineMemory MemoryUse() override;
+  Status ReleaseIdleMemory() override;
   Result<CompactReport> Compact(const CompactOptions& options) override;
 
  private:
@@ -320,6 +322,9 @@ class StoreImpl final : public Store {
   // The index's filesystem when env_ provides one; declared before db_ so
   // that it outlives it.
   std::unique_ptr<rocksdb::Env> index_env_;
+  // The bounds of the index's memory (engine/index_db.h); outlive db_.
+  std::shared_ptr<rocksdb::Cache> index_block_cache_;
+  std::shared_ptr<rocksdb::WriteBufferManager> index_memtables_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
   rocksdb::ColumnFamilyHandle* cf_inodes_ = nullptr;

@@ -46,6 +46,14 @@ class VerifiedBlocks {
   // The block of `k`: kept, or read by `read` (which verifies it; k.length
   // bytes) and kept. Threads that ask for a block being read wait for that
   // read rather than read it again; when it fails, each reads for itself.
+  // The bytes of the blocks kept (or being read).
+  uint64_t bytes() EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    uint64_t total = 0;
+    for (const Entry& e : lru_) total += e.key.length;
+    return total;
+  }
+
   Result<Bytes> Get(const Key& k, const std::function<Result<Bytes>()>& read) EXCLUDES(mu_) {
     std::shared_future<Bytes> pending;
     std::promise<Bytes> mine;

@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "fs/filesystem.h"
+#include "fs/memory.h"
 #include "fs/mount.h"
 #include "fs/option_table.h"
 
@@ -88,6 +89,34 @@ MountOptions EffectiveOptions(const Filesystem& fs) {
   MountOptions o = fs.options();
   o.store = fs.store().GetOptions();
   return o;
+}
+
+nlohmann::ordered_json EngineMemoryJson(const engine::EngineMemory& m) {
+  return {
+      {"record_cache", m.record_cache},
+      {"index_memtables", m.index_memtables},
+      {"index_block_cache", m.index_block_cache},
+      {"extent_maps", m.extent_maps},
+      {"verified_blocks", m.verified_blocks},
+  };
+}
+
+// The daemon's resident memory, the bound for the options in effect
+// (fs/memory.h) by owner, and what the engine's owners hold now.
+nlohmann::ordered_json MemoryJson(Filesystem& fs) {
+  const MountOptions o = EffectiveOptions(fs);
+  const DaemonMemory bound = DaemonMemoryBound(o.store, o.threads);
+  nlohmann::ordered_json b = EngineMemoryJson(bound.engine);
+  b["threads"] = bound.threads;
+  b["program"] = bound.program;
+  return {
+      {"resident_bytes", ResidentBytes()},
+      {"bound_bytes", bound.Total()},
+      {"bound", b},
+      {"held", EngineMemoryJson(fs.store().MemoryUse())},
+      // Times the mount gave memory back after going idle.
+      {"idle_releases", fs.idle_release().releases()},
+  };
 }
 
 // Whether background compaction runs (never on a read-only mount) and the
@@ -205,6 +234,16 @@ struct MetricSpec {
 
 constexpr MetricSpec kMetrics[] = {
     {"/uptime_s", "uptime_seconds", false, "Seconds since the store was mounted."},
+    {"/memory/resident_bytes", "memory_resident_bytes", false,
+     "The daemon's resident memory (VmRSS)."},
+    {"/memory/bound_bytes", "memory_bound_bytes", false,
+     "The most memory the daemon holds with the options in effect (docs/DESIGN.md, Memory)."},
+    {"/memory/held/record_cache", "memory_record_cache_bytes", false,
+     "Memory the record cache holds."},
+    {"/memory/held/index_memtables", "memory_index_memtable_bytes", false,
+     "Memory the index's memtables hold."},
+    {"/memory/held/index_block_cache", "memory_index_block_cache_bytes", false,
+     "Memory the index's block cache holds."},
     {"/engine/reads", "reads", true, "File reads served by the engine."},
     {"/engine/read_bytes", "read_bytes", true, "Bytes of file data read."},
     {"/engine/writes", "writes", true, "File writes served by the engine."},
@@ -533,6 +572,7 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
       {"mountpoint", fs.options().mountpoint},
       {"uptime_s", uptime},
       {"options", OptionsJson(EffectiveOptions(fs))},
+      {"memory", MemoryJson(fs)},
       {"engine", EngineJson(engine_stats)},
       {"fs",
        {

@@ -20,8 +20,8 @@ namespace {
 // Preferred I/O size reported in st_blksize: the largest write the kernel
 // sends us, so that cp and friends use big buffers.
 constexpr blksize_t kPreferredIoSize = 1 << 20;
-// Largest write request (conn->max_write).
-constexpr unsigned kMaxWrite = 1u << 20;
+// A mount that served no request for this long gives memory back.
+constexpr std::chrono::milliseconds kIdleReleaseAfter{5000};
 
 }  // namespace
 
@@ -46,6 +46,14 @@ Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
       owner_gid_(getgid()),
       started_(std::chrono::steady_clock::now()),
       control_(std::make_unique<Control>(this)),
+      idle_release_([this] { return op_stats_.requests(); },
+                    [this] {
+                      if (engine::Status st = store_->ReleaseIdleMemory(); !st.ok()) {
+                        std::fprintf(stderr, "ckptfs: %s\n", st.ToString().c_str());
+                      }
+                      ReturnFreeMemory();
+                    },
+                    kIdleReleaseAfter),
       open_files_(store),
       lookups_(store) {}
 

@@ -12,6 +12,7 @@
 
 #include "engine/store.h"
 #include "fs/attr_invalidator.h"
+#include "fs/memory.h"
 #include "fs/mount.h"
 #include "fs/op_stats.h"
 #include "fs/open_files.h"
@@ -20,6 +21,11 @@
 #include "fs/sharded_map.h"
 
 namespace ckptfs::fs {
+
+// Largest WRITE request (conn->max_write); the kernel's largest READ is as
+// large (its max_pages, 256 pages).
+inline constexpr unsigned kMaxWrite = 1u << 20;
+inline constexpr unsigned kMaxRead = 1u << 20;
 
 class Control;
 
@@ -45,6 +51,9 @@ class Filesystem {
   // pages after direct writes (see attr_invalidator.h); started by the
   // session.
   AttrInvalidator& attr_invalidator() { return attr_invalidator_; }
+  // Gives memory back once the mount is idle (fs/memory.h); started by the
+  // session.
+  IdleRelease& idle_release() { return idle_release_; }
   // The user who mounted; with root the only one who may write the config.
   uid_t owner_uid() const { return owner_uid_; }
   gid_t owner_gid() const { return owner_gid_; }
@@ -120,6 +129,7 @@ class Filesystem {
   OpStats op_stats_;
   CapabilityFreeInodes capability_free_;
   AttrInvalidator attr_invalidator_;
+  IdleRelease idle_release_;
   std::atomic<bool> kills_suidgid_{false};
   std::atomic<bool> atomic_o_trunc_{false};
   // What Init made of passthrough (PassthroughText).

@@ -198,7 +198,9 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
         fuse_loop_cfg_set_idle_threads(config, o.threads);
         fuse_loop_cfg_set_clone_fd(config, 0);
         fs.attr_invalidator().Start(se);
+        fs.idle_release().Start();
         const int loop = fuse_session_loop_mt(se, config);
+        fs.idle_release().Stop();
         fs.attr_invalidator().Stop();
         fuse_loop_cfg_destroy(config);
         // 0, or a signal number after SIGTERM/SIGINT/SIGHUP: both are clean.

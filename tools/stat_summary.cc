@@ -103,6 +103,12 @@ std::string ChangedOptions(const Json& options, const Json& defaults) {
 void MountRows(const Json& j, const Json& defaults, Rows* rows) {
   rows->emplace_back("mount", Printf("%s (pid %" PRIu64 ", up %s)", Text(j, "/mountpoint").c_str(),
                                      Count(j, "/pid"), Duration(Real(j, "/uptime_s")).c_str()));
+  if (At(j, "/memory/bound_bytes") != nullptr) {
+    rows->emplace_back("memory", HumanBytes(Count(j, "/memory/resident_bytes")) +
+                                     " resident; at most " +
+                                     HumanBytes(Count(j, "/memory/bound_bytes")) +
+                                     " with these options");
+  }
   const Json* options = At(j, "/options");
   if (options != nullptr && options->is_object()) {
     rows->emplace_back("options", ChangedOptions(*options, defaults));

@@ -103,6 +103,12 @@ class MetricsTest(lib.MountAndPlainTestCase):
                          stats["storage"]["reclaimable_bytes"])
         self.assertEqual(self.value(now, "ckptfs_background_compaction_threshold_dead_bytes"),
                          stats["background_compaction"]["threshold_dead_bytes"])
+        # The daemon's memory, beside the bound for its options.
+        self.assertEqual(self.value(now, "ckptfs_memory_bound_bytes"),
+                         stats["memory"]["bound_bytes"])
+        resident = self.value(now, "ckptfs_memory_resident_bytes")
+        self.assertGreater(resident, 4 * MiB)
+        self.assertLess(resident, stats["memory"]["bound_bytes"])
 
     def test_listed_and_read_only(self):
         self.assertIn("metrics", os.listdir(self.m.path(".ckptfs")))

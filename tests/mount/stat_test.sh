@@ -116,6 +116,13 @@ grep -Eq "^contents: +$((root_files + 5)) files, $((root_dirs + 3)) directories;
 grep -Eq "^store: +$store$" "$tmp/mounted.txt" || ckptfs_fail "summary: no store: $(cat "$tmp/mounted.txt")"
 grep -Eq "^mount: +$mnt \(pid [0-9]+, up " "$tmp/mounted.txt" ||
   ckptfs_fail "summary: no mount: $(cat "$tmp/mounted.txt")"
+# The daemon's memory beside its bound, the bound as the stats give it.
+bound=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["memory"]["bound_bytes"])' \
+  "$tmp/mounted.json")
+((bound > 256 * 1024 * 1024)) || ckptfs_fail "memory bound $bound is too small to be the defaults'"
+bound_mib=$(/usr/bin/python3 -c 'import sys; print("%.1f" % (int(sys.argv[1]) / 2**20))' "$bound")
+grep -Eq "^memory: +[0-9.]+ [KM]iB resident; at most $bound_mib MiB with these options$" \
+  "$tmp/mounted.txt" || ckptfs_fail "summary: no memory line: $(cat "$tmp/mounted.txt")"
 (($(wc -l <"$tmp/mounted.all") > $(wc -l <"$tmp/mounted.txt"))) ||
   ckptfs_fail "--all is no longer than the summary"
 
