@@ -31,6 +31,8 @@ class [[nodiscard]] Status {
   }
 
   bool ok() const { return errno_ == 0; }
+  // Made by Corruption().
+  bool IsCorruption() const { return errno_ == EIO && msg_.starts_with("corruption: "); }
   // The errno to return to an application; 0 when ok().
   int code() const { return errno_; }
   const std::string& message() const { return msg_; }

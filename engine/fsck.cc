@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -25,11 +28,67 @@ uint64_t FsckReport::errors_left() const {
 Result<FsckReport> Store::Fsck(const std::string& dir, const FsckOptions& options) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
-  fsck::Checker checker(d, options);
-  return checker.Run();
+  Result<FsckReport> r = fsck::Checker(d, options).Run();
+  // The index opened, but a scan met a damaged table file: rebuild the index
+  // from what reads and check again.
+  const std::string in_index = "/" + std::string(format::kIndexDirName) + "/";
+  if (r.ok() || !options.repair || !r.status().IsCorruption() ||
+      r.status().message().find(in_index) == std::string::npos ||
+      r.status().message().find("the index") != std::string::npos) {
+    return r;
+  }
+  fsck::Checker again(d, options);
+  again.RebuildIndexFirst(r.status().message());
+  return again.Run();
 }
 
 namespace fsck {
+
+namespace {
+// The files a repair of the index moved to index/lost (RocksDB's RepairDB
+// keeps there what it could not read).
+std::set<std::string> LostIndexFiles(const std::string& index_dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(index_dir + "/lost", ec)) {
+    if (e.is_regular_file(ec)) out.insert(e.path().lexically_relative(index_dir + "/lost").string());
+  }
+  return out;
+}
+
+// The newest MANIFEST of `index_dir` when its CURRENT file does not name an
+// existing one; nullopt when CURRENT is fine or there is no MANIFEST.
+std::optional<std::string> ManifestToPointAt(const std::string& index_dir) {
+  std::ifstream in(index_dir + "/CURRENT");
+  std::string named;
+  std::getline(in, named);
+  if (named.starts_with("MANIFEST-") && named.find('/') == std::string::npos &&
+      std::filesystem::exists(index_dir + "/" + named)) {
+    return std::nullopt;
+  }
+  std::optional<std::string> newest;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(index_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // Zero-padded numbers: the largest name is the newest.
+    if (name.starts_with("MANIFEST-") && (!newest || name > *newest)) newest = name;
+  }
+  return newest;
+}
+
+// Whether `index_dir` holds anything of an index to open or rebuild.
+bool HasIndexFiles(const std::string& index_dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(index_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "CURRENT" || name.starts_with("MANIFEST-") || name.ends_with(".sst") ||
+        name.ends_with(".log")) {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
 
 Status Checker::Open() {
   if (::access(dir_.c_str(), F_OK) != 0) return Status(ENOENT, dir_ + " does not exist");
@@ -44,8 +103,65 @@ Status Checker::Open() {
   ss << in.rdbuf();
   Status s = format::ParseFormatFile(ss.str());
   if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
-  return OpenIndexDb(dir_ + "/" + format::kIndexDirName, /*create=*/false,
-                     /*read_only=*/!opt_.repair, env_.get(), &index_);
+  const std::string index_dir = dir_ + "/" + format::kIndexDirName;
+  if (!HasIndexFiles(index_dir)) {
+    return Status::Corruption("the index " + index_dir +
+                              " is gone: it holds no CURRENT, MANIFEST, table or log file");
+  }
+  if (opt_.repair && !rebuild_because_.empty()) {
+    CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, rebuild_because_));
+  }
+  s = OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_);
+  if (s.ok() || s.code() == EBUSY) return s;
+  if (!opt_.repair) {
+    return Status::Corruption("the index does not open (ckptfs fsck --repair rebuilds it): " +
+                              s.message());
+  }
+  // CURRENT names the MANIFEST to read. When it names none that exists, the
+  // newest MANIFEST is the one RocksDB wrote last: pointed at it, the index
+  // opens with its logs replayed in full.
+  if (std::optional<std::string> manifest = ManifestToPointAt(index_dir)) {
+    const std::string tmp = index_dir + "/CURRENT.repair";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << *manifest << "\n";
+      out.flush();
+      if (!out) return Status(EIO, "write " + tmp);
+    }
+    if (::rename(tmp.c_str(), (index_dir + "/CURRENT").c_str()) != 0) {
+      return Status::IOError(errno, "rename " + tmp);
+    }
+    Status again =
+        OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+    if (again.ok()) {
+      FsckFinding f;
+      f.kind = "index_rebuilt";
+      f.detail = "the index did not open (" + s.message() + "); its CURRENT file now names " +
+                 *manifest + ", the newest MANIFEST";
+      f.repaired = true;
+      Add(std::move(f));
+      return again;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, "it did not open: " + s.message()));
+  return OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+}
+
+Status Checker::RebuildIndex(const std::string& index_dir, const std::string& why) {
+  const std::set<std::string> lost_before = LostIndexFiles(index_dir);
+  CKPTFS_RETURN_IF_ERROR(RepairIndexDb(index_dir, env_.get()));
+  FsckFinding f;
+  f.kind = "index_rebuilt";
+  f.detail = "the index was damaged (" + why + "); rebuilt from its table files and logs";
+  std::string lost;
+  for (const std::string& name : LostIndexFiles(index_dir)) {
+    // The repair also keeps the old MANIFEST and the logs it replayed there.
+    if (!lost_before.count(name) && name.ends_with(".sst")) lost += (lost.empty() ? "" : ", ") + name;
+  }
+  if (!lost.empty()) f.detail += "; table files that did not read, kept in index/lost: " + lost;
+  f.repaired = true;
+  Add(std::move(f));
+  return Status::OK();
 }
 
 Status Checker::Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v,

@@ -85,6 +85,9 @@ class Checker {
         env_(options.env != nullptr ? options.env : io::Env::Posix()) {}
   // Checks (and repairs) the store and closes its index on every path.
   Result<FsckReport> Run();
+  // With repair: rebuild the index (RepairIndexDb) before the checks even
+  // if it opens, because `why` (damage a previous run's scan met).
+  void RebuildIndexFirst(std::string why) { rebuild_because_ = std::move(why); }
 
  private:
   struct Node {
@@ -127,6 +130,9 @@ class Checker {
   // Run() up to the report: opens, checks and repairs.
   Status Check();
   Status Open();
+  // Rebuilds the index that did not open (or that a scan found damaged),
+  // recording a finding; `why` says what was wrong.
+  Status RebuildIndex(const std::string& index_dir, const std::string& why);
   void Add(FsckFinding f);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the
   // previous finding when it continues it.
@@ -166,6 +172,7 @@ class Checker {
   const FsckOptions opt_;
   const std::shared_ptr<io::Env> env_;
   std::unique_ptr<StoreLock> lock_;
+  std::string rebuild_because_;
   IndexDb index_;
   FsckReport report_;
   rocksdb::WriteBatch batch_;

@@ -393,6 +393,12 @@ void Checker::CheckDataBytes() {
       f.path = PathOf(ino);
       f.detail = "the inode counts " + std::to_string(n.v.data_bytes) +
                  " data bytes, its extents hold " + std::to_string(n.data_all);
+      // Fewer bytes than were written: extents are missing (a damaged
+      // index), and their ranges read as zeros.
+      if (n.data_all < n.v.data_bytes) {
+        f.detail += "; the rest reads as zeros";
+        lost_inos_.insert(ino);
+      }
       f.repaired = opt_.repair;
       Add(std::move(f));
     }

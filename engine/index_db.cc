@@ -1,6 +1,8 @@
 #include "engine/index_db.h"
 
 #include <rocksdb/cache.h>
+
+
 #include <rocksdb/env.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/file_system.h>
@@ -41,31 +43,42 @@ class BeforeFlush final : public rocksdb::EventListener {
 };
 }  // namespace
 
-Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
-                   IndexDb* out, std::function<void()> before_flush) {
-  rocksdb::DBOptions dbo;
+namespace {
+
+// The options of the index: its DBOptions and its column families, with the
+// merge operators and the memory bounds (engine/index_db.h).
+struct IndexOptions {
+  rocksdb::DBOptions db;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  rocksdb::ColumnFamilyOptions unknown_family;  // for a repair that finds one
+  std::unique_ptr<rocksdb::Env> env;
+  std::shared_ptr<rocksdb::Cache> block_cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> memtables;
+};
+
+IndexOptions MakeIndexOptions(io::Env* env, std::function<void()> before_flush) {
+  IndexOptions io;
+  rocksdb::DBOptions& dbo = io.db;
   if (before_flush) dbo.listeners.push_back(std::make_shared<BeforeFlush>(std::move(before_flush)));
-  std::unique_ptr<rocksdb::Env> index_env;
   if (std::shared_ptr<rocksdb::FileSystem> fs = env->IndexFileSystem()) {
-    index_env = rocksdb::NewCompositeEnv(fs);
-    dbo.env = index_env.get();
+    io.env = rocksdb::NewCompositeEnv(fs);
+    dbo.env = io.env.get();
   }
-  dbo.create_if_missing = create;
   dbo.create_missing_column_families = true;
   dbo.max_open_files = 256;  // bounds descriptors; the index stays small
   dbo.keep_log_file_num = 2;
   dbo.info_log_level = rocksdb::WARN_LEVEL;
   dbo.max_background_jobs = 2;
-  auto memtables = std::make_shared<rocksdb::WriteBufferManager>(
+  io.memtables = std::make_shared<rocksdb::WriteBufferManager>(
       kIndexMemtableBytes, /*cache=*/nullptr, /*allow_stall=*/true);
-  dbo.write_buffer_manager = memtables;
+  dbo.write_buffer_manager = io.memtables;
   dbo.max_total_wal_size = 256ull << 20;
 
-  auto table_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
+  io.block_cache = rocksdb::NewLRUCache(kIndexBlockCacheBytes);
   auto cf_opts = [&](std::shared_ptr<rocksdb::MergeOperator> merge) {
     rocksdb::ColumnFamilyOptions o;
     rocksdb::BlockBasedTableOptions t;
-    t.block_cache = table_cache;
+    t.block_cache = io.block_cache;
     // Index and filter blocks count against the cache too: the bound holds
     // however many table files are open.
     t.cache_index_and_filter_blocks = true;
@@ -79,7 +92,7 @@ Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env
     o.merge_operator = std::move(merge);
     return o;
   };
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+  io.families = {
       {rocksdb::kDefaultColumnFamilyName, cf_opts(NewCounterMergeOperator())},
       {format::kCfInodes, cf_opts(nullptr)},
       {format::kCfDentries, cf_opts(nullptr)},
@@ -87,23 +100,40 @@ Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env
       {format::kCfSegments, cf_opts(NewSegmentStatMergeOperator())},
       {format::kCfXattrs, cf_opts(nullptr)},
   };
+  io.unknown_family = cf_opts(nullptr);
+  return io;
+}
+
+}  // namespace
+
+Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
+                   IndexDb* out, std::function<void()> before_flush) {
+  IndexOptions io = MakeIndexOptions(env, std::move(before_flush));
+  io.db.create_if_missing = create;
   rocksdb::DB* raw = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s =
-      read_only ? rocksdb::DB::OpenForReadOnly(dbo, path, cfs, &handles, &raw)
-                : rocksdb::DB::Open(dbo, path, cfs, &handles, &raw);
+      read_only ? rocksdb::DB::OpenForReadOnly(io.db, path, io.families, &handles, &raw)
+                : rocksdb::DB::Open(io.db, path, io.families, &handles, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
       return Status(EBUSY, "index " + path + " is in use: " + s.ToString());
     }
+    if (s.IsCorruption()) return Status::Corruption("open index " + path + ": " + s.ToString());
     return Status(EIO, "open index " + path + ": " + s.ToString());
   }
-  out->env = std::move(index_env);
-  out->block_cache = std::move(table_cache);
-  out->memtables = std::move(memtables);
+  out->env = std::move(io.env);
+  out->block_cache = std::move(io.block_cache);
+  out->memtables = std::move(io.memtables);
   out->db.reset(raw);
   out->handles = std::move(handles);
   return Status::OK();
+}
+
+Status RepairIndexDb(const std::string& path, io::Env* env) {
+  IndexOptions io = MakeIndexOptions(env, nullptr);
+  return FromRocksStatus(rocksdb::RepairDB(path, io.db, io.families, io.unknown_family),
+                         "repair index " + path);
 }
 
 Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {

@@ -60,6 +60,15 @@ struct IndexDb {
 Status OpenIndexDb(const std::string& path, bool create, bool read_only, io::Env* env,
                    IndexDb* out, std::function<void()> before_flush = nullptr);
 
+// Rebuilds the index at `path` from what is left of it (RocksDB's RepairDB
+// with the index's column families and merge operators): a new MANIFEST
+// from the table files that read, the logs' records turned into tables.
+// Files that cannot be read are moved to `path`/lost. Of the logs, RocksDB
+// replays only the default column family's records: what only the logs held
+// (the last writes before a crash; a store closes with its memtables
+// flushed) is lost, and shows in the checks that follow (fsck).
+Status RepairIndexDb(const std::string& path, io::Env* env);
+
 // Maps a RocksDB status to ours: ENOSPC, corruption (EIO) or EIO.
 Status FromRocksStatus(const rocksdb::Status& s, const std::string& what);
 

@@ -347,6 +347,13 @@ Status StoreImpl::Close() {
       wo.sync = true;
       result = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
     }
+    // The index at rest lives in its table files, which a repair reads whole
+    // (RocksDB's repair replays only part of the logs).
+    if (result.ok()) {
+      rocksdb::FlushOptions fo;
+      fo.wait = true;
+      result = FromRocks(db_->Flush(fo, handles_), "flush index");
+    }
   }
   if (data_files_ != nullptr) {
     // Before the store lock goes: no deletion runs while another process

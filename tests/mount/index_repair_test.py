@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""A damaged index: what `ckptfs fsck` says of it and what `fsck --repair`
+gives back, byte for byte against what was written, with fsck(8)'s exit
+codes (0 clean, 1 errors corrected, 4 errors left).
+
+A store is written through a mount (directories of small files, as orbax
+lays a checkpoint out, and a few larger ones) and unmounted; each test
+damages a copy of it one way: CURRENT overwritten with garbage, the
+MANIFEST's records garbled, one table file garbled, the log's tail garbled
+(after a kill -9, which leaves the index's last writes in its log), the
+whole index directory removed. Needs CKPTFS_BIN.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+
+BIN = os.environ.get("CKPTFS_BIN")
+EXIT_CLEAN, EXIT_CORRECTED, EXIT_UNCORRECTED = 0, 1, 4
+
+
+def garble(path, offset, length, seed=1):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(random.Random(seed).randbytes(length))
+
+
+def fsck(store, *args):
+    """(exit code, parsed --json report or None, stderr)."""
+    r = subprocess.run([BIN, "fsck", "--json", *args, store], capture_output=True, text=True)
+    report = json.loads(r.stdout) if r.stdout.strip() else None
+    return r.returncode, report, r.stderr
+
+
+class IndexRepairTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = harness.make_tmpdir()
+        cls.clean_store, cls.clean_sums = cls.write_store("clean", kill=False)
+        cls.killed_store, cls.killed_sums = cls.write_store("killed", kill=True)
+
+    @classmethod
+    def write_store(cls, name, kill):
+        """Writes a store through a mount; returns (store, {path: sha256}).
+        With `kill` the daemon is killed with SIGKILL after the writes, so
+        that the index's last writes are only in its log."""
+        store = os.path.join(cls.tmp, name)
+        m = harness.Mount(store, os.path.join(cls.tmp, name + ".mnt"))
+        m.mount()
+        rng = random.Random(name)
+        sums = {}
+        for d in range(4):
+            os.mkdir(m.path("param_%d" % d))
+            with open(m.path("param_%d" % d, ".zarray"), "w") as f:
+                f.write('{"chunks": [%d]}' % d)
+            sums["param_%d/.zarray" % d] = hashlib.sha256(b'{"chunks": [%d]}' % d).hexdigest()
+            for i in range(40):
+                data = rng.randbytes(rng.randrange(1, 300 << 10 if i % 10 == 0 else 40 << 10))
+                rel = "param_%d/%d" % (d, i)
+                with open(m.path(rel), "wb") as f:
+                    f.write(data)
+                sums[rel] = hashlib.sha256(data).hexdigest()
+        if kill:
+            pid = m.pid
+            os.kill(pid, signal.SIGKILL)
+            harness.wait_pid_gone(pid, 30)
+            harness.fuse_unmount(m.mnt, lazy_only=True)
+            harness.session().forget_mount(m.mnt)
+            m.pid = None
+        else:
+            m.unmount()
+        return store, sums
+
+    def setUp(self):
+        self.n = getattr(self, "n", 0)
+        self.store = os.path.join(harness.make_tmpdir(), "store")
+
+    def copy(self, store):
+        shutil.copytree(store, self.store, symlinks=True)
+        return os.path.join(self.store, "index")
+
+    def read_back(self, sums):
+        """Mounts the store; returns {path: sha256 or None when missing}."""
+        m = harness.Mount(self.store, self.store + ".mnt")
+        m.mount()
+        try:
+            got = {}
+            for rel in sums:
+                try:
+                    with open(m.path(rel), "rb") as f:
+                        got[rel] = hashlib.sha256(f.read()).hexdigest()
+                except FileNotFoundError:
+                    got[rel] = None
+            return got
+        finally:
+            m.unmount()
+
+    def repair_gives_back_everything(self, sums):
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_UNCORRECTED, err)
+        self.assertIn("the index does not open (ckptfs fsck --repair rebuilds it)", err)
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertEqual(rc, EXIT_CORRECTED, (err, report))
+        self.assertEqual(report["counts"].get("index_rebuilt"), 1, report)
+        self.assertEqual(report["lost_files"], [])
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_CLEAN, (err, report))
+        self.assertEqual(self.read_back(sums), sums)
+
+    def test_current_overwritten(self):
+        index = self.copy(self.clean_store)
+        with open(os.path.join(index, "CURRENT"), "w") as f:
+            f.write("garbage\n")
+        self.repair_gives_back_everything(self.clean_sums)
+
+    def test_manifest_garbled(self):
+        index = self.copy(self.clean_store)
+        manifest = [n for n in os.listdir(index) if n.startswith("MANIFEST-")]
+        self.assertEqual(len(manifest), 1, os.listdir(index))
+        garble(os.path.join(index, manifest[0]), 100, 300)
+        self.repair_gives_back_everything(self.clean_sums)
+
+    def test_table_file_garbled(self):
+        """The largest table file (the extents, here) garbled: the files whose
+        extents it held lose their data and are named; every other file
+        reads back as written."""
+        index = self.copy(self.clean_store)
+        tables = sorted((os.path.getsize(os.path.join(index, n)), n)
+                        for n in os.listdir(index) if n.endswith(".sst"))
+        size, largest = tables[-1]
+        garble(os.path.join(index, largest), size // 4, size // 2)
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_UNCORRECTED, err)
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertEqual(rc, EXIT_CORRECTED, (err, report))
+        rebuilt = [f for f in report["findings"] if f["kind"] == "index_rebuilt"]
+        self.assertEqual(len(rebuilt), 1, report)
+        self.assertIn(largest, rebuilt[0]["detail"])
+        self.assertTrue(os.path.exists(os.path.join(index, "lost", largest)))
+        lost = {p.lstrip("/") for p in report["lost_files"]}
+        self.assertTrue(lost, report)
+        self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
+        got = self.read_back(self.clean_sums)
+        for rel, digest in self.clean_sums.items():
+            if rel not in lost:
+                self.assertEqual(got[rel], digest, rel)
+        harness.log("index repair: a garbled table lost the data of %d of %d files"
+                    % (len(lost), len(self.clean_sums)))
+
+    def test_log_tail_garbled(self):
+        """The index's last writes were only in its log; its tail garbled:
+        RocksDB replays the log up to the damage. Files whose entries were
+        past it are gone, their bytes reported as unreferenced records;
+        every file left reads back as written."""
+        index = self.copy(self.killed_store)
+        logs = [n for n in os.listdir(index) if n.endswith(".log") and
+                os.path.getsize(os.path.join(index, n)) > 0]
+        self.assertEqual(len(logs), 1, os.listdir(index))
+        log = os.path.join(index, logs[0])
+        size = os.path.getsize(log)
+        garble(log, size - min(size // 10, 8192), min(size // 10, 8192))
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertIn(rc, (EXIT_CLEAN, EXIT_CORRECTED), (err, report))
+        self.assertIn("unreferenced_records", report["counts"], report)
+        self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
+        got = self.read_back(self.killed_sums)
+        # In the order written: what came after the damage is missing, or
+        # empty (its name made it, its bytes did not); all before reads back.
+        order = list(self.killed_sums)
+        bad = [i for i, rel in enumerate(order) if got[rel] != self.killed_sums[rel]]
+        self.assertTrue(bad, "nothing was lost with the log's tail")
+        self.assertEqual(bad, list(range(bad[0], len(order))), "lost files are not the last ones")
+        self.assertGreater(bad[0], len(order) // 2, bad)
+        empty = hashlib.sha256(b"").hexdigest()
+        for i in bad:
+            self.assertIn(got[order[i]], (None, empty), order[i])
+        harness.log("index repair: a garbled log tail lost the last %d of %d files"
+                    % (len(bad), len(order)))
+
+    def test_index_removed(self):
+        """Nothing to rebuild from: fsck says so, changes nothing and exits 4."""
+        index = self.copy(self.clean_store)
+        shutil.rmtree(index)
+        os.mkdir(index)
+        before = sorted(os.listdir(os.path.join(self.store, "segments")))
+        for args in ((), ("--repair",)):
+            rc, report, err = fsck(self.store, *args)
+            self.assertEqual(rc, EXIT_UNCORRECTED, (args, err))
+            self.assertIn("is gone", err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertEqual(os.listdir(index), [])
+        self.assertEqual(sorted(os.listdir(os.path.join(self.store, "segments"))), before)
+
+
+if __name__ == "__main__":
+    harness.require_fuse(root=False)
+    harness.set_deadline(280)
+    unittest.main()
