@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
-#include <fstream>
 #include <sstream>
+
+#include "engine/index_backup.h"
 
 namespace ckptfs::engine {
 
@@ -104,9 +107,12 @@ Status Checker::Open() {
   Status s = format::ParseFormatFile(ss.str());
   if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
   const std::string index_dir = dir_ + "/" + format::kIndexDirName;
+  if (opt_.repair && opt_.from_backup) CKPTFS_RETURN_IF_ERROR(RestoreNewestBackup());
   if (!HasIndexFiles(index_dir)) {
-    return Status::Corruption("the index " + index_dir +
-                              " is gone: it holds no CURRENT, MANIFEST, table or log file");
+    const bool backed_up = !ListIndexBackups(dir_).empty();
+    return Status::Corruption(
+        "the index " + index_dir + " is gone: it holds no CURRENT, MANIFEST, table or log file" +
+        (backed_up ? " (ckptfs fsck --repair --from-backup restores its newest backup)" : ""));
   }
   if (opt_.repair && !rebuild_because_.empty()) {
     CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, rebuild_because_));
@@ -145,6 +151,27 @@ Status Checker::Open() {
   }
   CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, "it did not open: " + s.message()));
   return OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+}
+
+Status Checker::RestoreNewestBackup() {
+  const std::vector<std::string> backups = ListIndexBackups(dir_);
+  if (backups.empty()) {
+    return Status(ENOENT, "no index backup in " + dir_ + "/" + kBackupDirName);
+  }
+  std::string kept_as;
+  CKPTFS_RETURN_IF_ERROR(RestoreIndexBackup(dir_, backups.front(), ::time(nullptr), &kept_as));
+  const time_t taken = static_cast<time_t>(std::stoll(backups.front()));
+  char when[64];
+  struct tm tm;
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&taken, &tm));
+  FsckFinding f;
+  f.kind = "index_restored";
+  f.detail = std::string("the index is the backup taken ") + when +
+             "; what was written after it is not in it (its bytes show as unreferenced records)";
+  if (!kept_as.empty()) f.detail += "; the index it replaced is kept as " + kept_as;
+  f.repaired = true;
+  Add(std::move(f));
+  return Status::OK();
 }
 
 Status Checker::RebuildIndex(const std::string& index_dir, const std::string& why) {

@@ -133,6 +133,8 @@ class Checker {
   // Rebuilds the index that did not open (or that a scan found damaged),
   // recording a finding; `why` says what was wrong.
   Status RebuildIndex(const std::string& index_dir, const std::string& why);
+  // Replaces the index with its newest backup (opt_.from_backup).
+  Status RestoreNewestBackup();
   void Add(FsckFinding f);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the
   // previous finding when it continues it.

@@ -288,6 +288,10 @@ struct FsckOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Where the segment files are read. Default: nullptr, io::Env::Posix().
   std::shared_ptr<io::Env> env;
+  // With repair: first replace the index with its newest backup
+  // (STORE/backup/), keeping the one it replaces as STORE/index.replaced-TIME.
+  // Default: false.
+  bool from_backup = false;
 };
 
 // One problem fsck found. `kind` is a stable snake_case name (see
@@ -595,6 +599,10 @@ class Store {
   // than a little, so that a store at rest keeps no write buffers; the
   // caches stay. For a mount that has gone idle.
   virtual Status ReleaseIdleMemory() = 0;
+  // Takes a backup of the index inside the store (engine/index_backup.h)
+  // when the newest is older than `max_age_s` seconds. A store closes with
+  // a backup taken.
+  virtual Status BackupIndex(int64_t max_age_s) = 0;
 
   // Rewrites the live data of sealed segments with much dead space into new
   // segments and deletes the old files, while reads and writes go on. Safe

@@ -295,6 +295,11 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   rep.bytes_copied = run.copied;
   rep.bytes_reclaimed = freed > run.copied ? freed - run.copied : 0;
   rep.errors = run.errors;
+  // Backups taken before point at segment files that are gone now: the
+  // newest backup follows the records to where they moved.
+  if (rep.segments_rewritten > 0) {
+    if (Status b = BackupIndex(0); !b.ok()) rep.errors.push_back(b.ToString());
+  }
   if (options.progress) options.progress(run.total, run.total);
   return finish(rep);
 }

@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "engine/index_backup.h"
 #include "engine/index_db.h"
 
 namespace ckptfs::engine {
@@ -354,6 +356,12 @@ Status StoreImpl::Close() {
       fo.wait = true;
       result = FromRocks(db_->Flush(fo, handles_), "flush index");
     }
+    // A failed backup leaves the store as it is: said, not failed.
+    if (result.ok()) {
+      if (Status b = BackupIndex(0); !b.ok()) {
+        std::fprintf(stderr, "ckptfs: %s\n", b.ToString().c_str());
+      }
+    }
   }
   if (data_files_ != nullptr) {
     // Before the store lock goes: no deletion runs while another process
@@ -641,6 +649,18 @@ Status StoreImpl::ReleaseIdleMemory() {
   rocksdb::FlushOptions fo;
   fo.wait = true;
   return FromRocksStatus(db_->Flush(fo, handles_), "flush index");
+}
+
+Status StoreImpl::BackupIndex(int64_t max_age_s) {
+  // A test's index filesystem (fault injection) is not the disk the
+  // backups would go to.
+  if (options_.read_only || db_ == nullptr || index_env_ != nullptr) return Status::OK();
+  const int64_t now = ::time(nullptr);
+  if (max_age_s > 0) {
+    const std::vector<std::string> backups = ListIndexBackups(dir_);
+    if (!backups.empty() && now - std::stoll(backups.front()) < max_age_s) return Status::OK();
+  }
+  return engine::BackupIndex(db_.get(), dir_, now);
 }
 
 EngineMemory EngineMemoryBound(const StoreOptions& options) {

@@ -118,6 +118,7 @@ class StoreImpl final : public Store {
   void DropCache() override;
   EngineMemory MemoryUse() override;
   Status ReleaseIdleMemory() override;
+  Status BackupIndex(int64_t max_age_s) override;
   Result<CompactReport> Compact(const CompactOptions& options) override;
 
  private:

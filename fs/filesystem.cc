@@ -22,6 +22,9 @@ namespace {
 constexpr blksize_t kPreferredIoSize = 1 << 20;
 // A mount that served no request for this long gives memory back.
 constexpr std::chrono::milliseconds kIdleReleaseAfter{5000};
+// ... and takes a backup of the index then, when the newest is older than
+// this many seconds.
+constexpr int64_t kIndexBackupEvery = 3600;
 
 }  // namespace
 
@@ -49,6 +52,9 @@ Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
       idle_release_([this] { return op_stats_.requests(); },
                     [this] {
                       if (engine::Status st = store_->ReleaseIdleMemory(); !st.ok()) {
+                        std::fprintf(stderr, "ckptfs: %s\n", st.ToString().c_str());
+                      }
+                      if (engine::Status st = store_->BackupIndex(kIndexBackupEvery); !st.ok()) {
                         std::fprintf(stderr, "ckptfs: %s\n", st.ToString().c_str());
                       }
                       ReturnFreeMemory();

@@ -77,10 +77,14 @@ int Main(int argc, char** argv) {
   stat->add_option("PATH", stat_point, "Mountpoint or store directory")->required();
 
   std::string fsck_store;
-  bool fsck_repair = false, fsck_quick = false, fsck_json = false;
+  bool fsck_repair = false, fsck_quick = false, fsck_json = false, fsck_from_backup = false;
   CLI::App* fsck = app.add_subcommand("fsck", "Check (and --repair) a store that is not mounted");
   fsck->footer("Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational error");
-  fsck->add_flag("--repair", fsck_repair, "Fix what can be fixed; lost data reads as zeros");
+  CLI::Option* fsck_repair_flag =
+      fsck->add_flag("--repair", fsck_repair, "Fix what can be fixed; lost data reads as zeros");
+  fsck->add_flag("--from-backup", fsck_from_backup,
+                 "With --repair: first restore the index's newest backup (STORE/backup)")
+      ->needs(fsck_repair_flag);
   fsck->add_flag("--quick", fsck_quick, "Skip payload checksums");
   fsck->add_flag("--json", fsck_json, "Print the report as JSON");
   fsck->add_option("STORE", fsck_store, "Store directory")->required();
@@ -202,7 +206,8 @@ int Main(int argc, char** argv) {
     return ckptfs::tools::RunStatWatch(stat_point, stat_interval);
   }
   if (*stat) return ckptfs::tools::RunStat(stat_point, stat_json, stat_all);
-  if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json);
+  if (*fsck) return ckptfs::tools::RunFsck(fsck_store, fsck_repair, fsck_quick, fsck_json,
+                                                 fsck_from_backup);
   if (*compact) return ckptfs::tools::RunCompact(compact_path, compact_ratio, compact_dry_run, compact_json);
   if (*warmup) return ckptfs::tools::RunWarmup(warmup_paths, warmup_threads, warmup_json);
   if (*info) return ckptfs::tools::RunInfo(info_paths, info_json);

@@ -35,7 +35,7 @@ int RunStat(const std::string& path, bool json, bool all);
 // SIGINT or SIGTERM: in place on a terminal, one line each otherwise.
 int RunStatWatch(const std::string& mountpoint, double interval_s);
 // `ckptfs fsck` (tools/fsck_command.cc): exit status as fsck(8).
-int RunFsck(const std::string& store, bool repair, bool quick, bool json);
+int RunFsck(const std::string& store, bool repair, bool quick, bool json, bool from_backup);
 // `ckptfs compact` (tools/compact_command.cc): offline on a store, online
 // through MOUNT/.ckptfs/config on a mountpoint.
 int RunCompact(const std::string& path, double dead_ratio, bool dry_run, bool json);

@@ -1,4 +1,4 @@
-// `ckptfs fsck [--repair] [--quick] [--json] STORE`: checks a store that is
+// `ckptfs fsck [--repair [--from-backup]] [--quick] [--json] STORE`: checks a store that is
 // not mounted. Exit status as fsck(8): 0 clean, 1 errors corrected, 4 errors
 // left uncorrected, 8 operational error.
 #include <unistd.h>
@@ -47,11 +47,12 @@ nlohmann::ordered_json ToJson(const engine::FsckFinding& f) {
 
 }  // namespace
 
-int RunFsck(const std::string& store, bool repair, bool quick, bool json) {
+int RunFsck(const std::string& store, bool repair, bool quick, bool json, bool from_backup) {
   ProgressBar bar(repair ? "fsck --repair" : (quick ? "fsck --quick" : "fsck"));
   engine::FsckOptions o;
   o.repair = repair;
   o.quick = quick;
+  o.from_backup = from_backup;
   if (bar.enabled()) {
     o.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   }

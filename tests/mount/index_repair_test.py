@@ -8,7 +8,9 @@ lays a checkpoint out, and a few larger ones) and unmounted; each test
 damages a copy of it one way: CURRENT overwritten with garbage, the
 MANIFEST's records garbled, one table file garbled, the log's tail garbled
 (after a kill -9, which leaves the index's last writes in its log), the
-whole index directory removed. Needs CKPTFS_BIN.
+whole index directory removed. A store keeps backups of its index
+(STORE/backup/, taken at every clean unmount and once an hour when idle):
+`fsck --repair --from-backup` restores the newest. Needs CKPTFS_BIN.
 """
 
 import hashlib
@@ -200,6 +202,71 @@ class IndexRepairTest(unittest.TestCase):
             self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertEqual(os.listdir(index), [])
         self.assertEqual(sorted(os.listdir(os.path.join(self.store, "segments"))), before)
+
+    def test_index_removed_restored_from_backup(self):
+        """The clean unmount took a backup: everything comes back."""
+        index = self.copy(self.clean_store)
+        self.assertEqual(len(os.listdir(os.path.join(self.store, "backup"))), 1)
+        shutil.rmtree(index)
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertEqual(rc, EXIT_UNCORRECTED, err)
+        self.assertIn("ckptfs fsck --repair --from-backup restores its newest backup", err)
+        rc, report, err = fsck(self.store, "--repair", "--from-backup")
+        self.assertEqual(rc, EXIT_CORRECTED, (err, report))
+        self.assertEqual(report["counts"].get("index_restored"), 1, report)
+        self.assertEqual(report["lost_files"], [])
+        self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
+        self.assertEqual(self.read_back(self.clean_sums), self.clean_sums)
+
+    def test_backup_restored_after_more_writes(self):
+        """Files written after the newest backup are not in it: the restore
+        gives back what the backup knew, keeps the damaged index aside, and
+        reports the newer bytes as unreferenced records."""
+        self.copy(self.clean_store)
+        m = harness.Mount(self.store, self.store + ".mnt")
+        m.mount()
+        newer = {}
+        for i in range(20):
+            data = random.Random(i).randbytes(20000 + i)
+            with open(m.path("param_0", "new_%d" % i), "wb") as f:
+                f.write(data)
+            newer["param_0/new_%d" % i] = hashlib.sha256(data).hexdigest()
+        pid = m.pid
+        os.kill(pid, signal.SIGKILL)  # no clean unmount: no newer backup
+        harness.wait_pid_gone(pid, 30)
+        harness.fuse_unmount(m.mnt, lazy_only=True)
+        harness.session().forget_mount(m.mnt)
+        m.pid = None
+        with open(os.path.join(self.store, "index", "CURRENT"), "w") as f:
+            f.write("garbage\n")
+        rc, report, err = fsck(self.store, "--repair", "--from-backup")
+        self.assertEqual(rc, EXIT_CORRECTED, (err, report))
+        restored = [f for f in report["findings"] if f["kind"] == "index_restored"]
+        self.assertEqual(len(restored), 1, report)
+        self.assertIn("index.replaced-", restored[0]["detail"])
+        self.assertIn("unreferenced_records", report["counts"], report)
+        kept = [n for n in os.listdir(self.store) if n.startswith("index.replaced-")]
+        self.assertEqual(len(kept), 1, os.listdir(self.store))
+        self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
+        got = self.read_back({**self.clean_sums, **newer})
+        for rel, digest in self.clean_sums.items():
+            self.assertEqual(got[rel], digest, rel)
+        for rel in newer:
+            self.assertIsNone(got[rel], rel)
+
+    def test_backups_are_bounded(self):
+        """A backup at every clean unmount; the newest two are kept."""
+        self.copy(self.clean_store)
+        for _ in range(3):
+            time.sleep(1.1)  # backups are named by the second
+            m = harness.Mount(self.store, self.store + ".mnt")
+            m.mount()
+            with open(m.path("param_1", "touched"), "ab") as f:
+                f.write(b"x")
+            m.unmount()
+        self.assertEqual(len(os.listdir(os.path.join(self.store, "backup"))), 2)
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_CLEAN, (err, report))
 
 
 if __name__ == "__main__":
