@@ -105,10 +105,11 @@ nlohmann::ordered_json EngineMemoryJson(const engine::EngineMemory& m) {
 // (fs/memory.h) by owner, and what the engine's owners hold now.
 nlohmann::ordered_json MemoryJson(Filesystem& fs) {
   const MountOptions o = EffectiveOptions(fs);
-  const DaemonMemory bound = DaemonMemoryBound(o.store, o.threads);
+  const DaemonMemory bound = DaemonMemoryBound(o.store, o.threads, fs.lookups().Size());
   nlohmann::ordered_json b = EngineMemoryJson(bound.engine);
   b["threads"] = bound.threads;
   b["program"] = bound.program;
+  b["inodes"] = bound.inodes;
   return {
       {"resident_bytes", ResidentBytes()},
       {"bound_bytes", bound.Total()},

@@ -15,11 +15,13 @@ uint64_t ThreadMemoryBound(const engine::StoreOptions& store) {
   return uint64_t{kMaxWrite} + kMaxRead + 2 * backing_read;
 }
 
-DaemonMemory DaemonMemoryBound(const engine::StoreOptions& store, unsigned threads) {
+DaemonMemory DaemonMemoryBound(const engine::StoreOptions& store, unsigned threads,
+                               uint64_t kernel_inodes) {
   DaemonMemory m;
   m.engine = engine::EngineMemoryBound(store);
   m.threads = uint64_t{threads} * ThreadMemoryBound(store);
   m.program = kProgramMemoryBytes;
+  m.inodes = kernel_inodes * kBytesPerKernelInode;
   return m;
 }
 

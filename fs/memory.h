@@ -22,18 +22,24 @@ struct DaemonMemory {
   // the reply of a READ, and one read of a segment or data file, with the
   // records a READ holds while it copies them.
   uint64_t threads = 0;
-  // The program: code, libraries, thread stacks, the allocator's own, and
-  // the inode, handle and lookup tables of the files the kernel holds.
+  // The program: code, libraries, thread stacks, the allocator's own.
   uint64_t program = 0;
-  uint64_t Total() const { return engine.Total() + threads + program; }
+  // The inode, lookup and handle tables of the files the kernel holds
+  // (fs.kernel_inodes): kBytesPerKernelInode each. The kernel lets go of
+  // them as its own caches shrink.
+  uint64_t inodes = 0;
+  uint64_t Total() const { return engine.Total() + threads + program + inodes; }
 };
 
 // What one worker thread may hold (see DaemonMemory::threads).
 uint64_t ThreadMemoryBound(const engine::StoreOptions& store);
 inline constexpr uint64_t kProgramMemoryBytes = 64ull << 20;
+inline constexpr uint64_t kBytesPerKernelInode = 1024;
 
-// The bound for `threads` worker threads and the store's effective options.
-DaemonMemory DaemonMemoryBound(const engine::StoreOptions& store, unsigned threads);
+// The bound for `threads` worker threads, the store's effective options and
+// `kernel_inodes` inodes the kernel holds.
+DaemonMemory DaemonMemoryBound(const engine::StoreOptions& store, unsigned threads,
+                               uint64_t kernel_inodes = 0);
 
 // This process's resident memory (VmRSS of /proc/self/status); 0 if it
 // cannot be read.

@@ -44,6 +44,8 @@ TEST(MemoryTest, TheBoundFollowsTheOptions) {
   EXPECT_EQ(m.engine.record_cache, 1024 * kMiB);
   EXPECT_EQ(m.threads, 4 * (1 + 1 + 2 * 4) * kMiB);
   EXPECT_EQ(m.Total(), (1024 + 128 + 64 + 24 + 16 + 40 + 64) * kMiB);
+  // And 1 KiB for each inode the kernel holds.
+  EXPECT_EQ(DaemonMemoryBound(o.store, o.threads, 1 << 20).Total(), m.Total() + 1024 * kMiB);
 }
 
 // README.md and docs/DESIGN.md quote the bound with the defaults; the mount
