@@ -265,6 +265,7 @@ Status Checker::Check() {
   CKPTFS_RETURN_IF_ERROR(LoadSegments());
   CKPTFS_RETURN_IF_ERROR(ScanSegments());
   CKPTFS_RETURN_IF_ERROR(CheckExtents());
+  if (opt_.repair) RecoverExtents();
   CheckDataBytes();
   CheckSegments();
   CKPTFS_RETURN_IF_ERROR(CheckDataFiles());

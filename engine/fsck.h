@@ -65,6 +65,7 @@ inline constexpr char kMissingSegmentFile[] = "missing_segment_file";
 inline constexpr char kTruncatedSegment[] = "truncated_segment";
 inline constexpr char kBadSegmentHeader[] = "bad_segment_header";
 inline constexpr char kSegmentLiveMismatch[] = "segment_live_mismatch";
+inline constexpr char kExtentsRecovered[] = "extents_recovered";  // records put back
 inline constexpr char kBadDataBytes[] = "bad_data_bytes";        // inode's counter != extents
 inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
 inline constexpr char kMissingDataFile[] = "missing_data_file";  // extent -> no data file
@@ -101,6 +102,8 @@ class Checker {
     bool attr_dirty = false;   // v changed by repair
     uint64_t data_all = 0;     // regular files: bytes of all their decodable extents
     uint64_t data_kept = 0;    // ... of those that survive repair
+    // Regular files: the file ranges [start, end) those extents cover.
+    std::map<uint64_t, uint64_t> covered;
     uint32_t links = 0;        // valid entries naming it
     uint32_t subdirs = 0;      // directories: valid subdirectory entries
     uint64_t tree_parent = 0;  // directories: the directory whose entry was kept
@@ -160,6 +163,10 @@ class Checker {
   Status CheckExtents();
   // Each regular file's data-bytes counter against its extents.
   void CheckDataBytes();
+  // With repair: puts back, as extents, the records no extent points to
+  // whose file range nothing covers (a lost table of the index, a restored
+  // backup), newest first.
+  void RecoverExtents();
   void CheckSegments();
   // Data files on disk that no inode uses.
   Status CheckDataFiles();

@@ -287,6 +287,9 @@ Status Checker::CheckExtents() {
       AddData(problem_kind.c_str(), ino, e.segment_id, off, len,
               detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
       lost_inos_.insert(ino);
+      // Recovery leaves the range alone: an older record there would be
+      // bytes the file no longer had.
+      if (len > 0) node.covered[off] = std::max(node.covered[off], off + len);
       drop();
       continue;
     }
@@ -309,8 +312,79 @@ Status Checker::CheckExtents() {
     }
     if (seg != nullptr) seg->live_kept += static_cast<int64_t>(kept);
     node.data_kept += kept;
+    if (kept > 0) node.covered[off] = off + kept;
   }
   return FromRocksStatus(it->status(), "scan extents");
+}
+
+void Checker::RecoverExtents() {
+  struct Candidate {
+    SegmentState* seg;
+    size_t idx;
+  };
+  std::map<uint64_t, std::vector<Candidate>> by_ino;
+  for (auto& [id, seg] : segments_) {
+    for (size_t i = 0; i < seg.records.size(); ++i) {
+      const ScannedRecord& r = seg.records[i];
+      // Only records read whole and verified: never guess at damaged bytes.
+      if (seg.refs[i] != 0 || r.payload != ScannedRecord::Payload::kOk || r.header.raw_len == 0) {
+        continue;
+      }
+      // Only files that lost bytes: the inode counts more stored bytes than
+      // its extents hold. A hole a truncate or a punch made counts none, so
+      // old records never fill it.
+      auto n = nodes_.find(r.header.ino);
+      if (n == nodes_.end() || !S_ISREG(n->second.v.mode) || !n->second.v.data_bytes_known ||
+          n->second.data_kept >= n->second.v.data_bytes ||
+          r.header.file_offset >= n->second.v.size) {
+        continue;
+      }
+      by_ino[r.header.ino].push_back(Candidate{&seg, i});
+    }
+  }
+  for (auto& [ino, candidates] : by_ino) {
+    Node& node = nodes_[ino];
+    // Newest first: segments in id order, records in file order.
+    std::reverse(candidates.begin(), candidates.end());
+    uint64_t placed = 0, placed_bytes = 0;
+    for (const Candidate& c : candidates) {
+      if (node.data_kept >= node.v.data_bytes) break;
+      const ScannedRecord& r = c.seg->records[c.idx];
+      const uint64_t start = r.header.file_offset;
+      const uint64_t end = std::min<uint64_t>(start + r.header.raw_len, node.v.size);
+      // Only into a range nothing covers: the first range at or after
+      // `start`, and the one before it, must leave [start, end) free.
+      auto next = node.covered.lower_bound(start);
+      if (next != node.covered.end() && next->first < end) continue;
+      if (next != node.covered.begin() && std::prev(next)->second > start) continue;
+      format::ExtentValue v;
+      v.length = static_cast<uint32_t>(end - start);
+      v.segment_id = c.seg->id;
+      v.record_offset = r.offset;
+      v.stored_len = r.header.stored_len;
+      v.raw_len = r.header.raw_len;
+      v.codec = r.header.codec;
+      v.checksum = r.header.payload_checksum;
+      batch_.Put(index_.extents(), format::ExtentKey(ino, start), format::EncodeExtent(v));
+      batch_used_ = true;
+      node.covered[start] = end;
+      node.data_kept += end - start;
+      c.seg->refs[c.idx]++;
+      c.seg->live_kept += static_cast<int64_t>(end - start);
+      placed++;
+      placed_bytes += end - start;
+    }
+    if (placed == 0) continue;
+    FsckFinding f;
+    f.kind = kExtentsRecovered;
+    f.ino = ino;
+    f.path = PathOf(ino);
+    f.length = placed_bytes;
+    f.detail = std::to_string(placed) + " records (" + std::to_string(placed_bytes) +
+               " bytes) that no extent pointed to, put back where the file had none";
+    f.repaired = true;
+    Add(std::move(f));
+  }
 }
 
 std::string Checker::CheckDataFileExtent(const Node& node, uint64_t ino, uint64_t off,
@@ -393,9 +467,9 @@ void Checker::CheckDataBytes() {
       f.path = PathOf(ino);
       f.detail = "the inode counts " + std::to_string(n.v.data_bytes) +
                  " data bytes, its extents hold " + std::to_string(n.data_all);
-      // Fewer bytes than were written: extents are missing (a damaged
-      // index), and their ranges read as zeros.
-      if (n.data_all < n.v.data_bytes) {
+      // Fewer bytes than were written, even after recovery: extents are
+      // missing (a damaged index), and their ranges read as zeros.
+      if (n.data_kept < n.v.data_bytes) {
         f.detail += "; the rest reads as zeros";
         lost_inos_.insert(ino);
       }

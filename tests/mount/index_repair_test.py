@@ -48,6 +48,7 @@ class IndexRepairTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = harness.make_tmpdir()
+        cls.sizes = {}
         cls.clean_store, cls.clean_sums = cls.write_store("clean", kill=False)
         cls.killed_store, cls.killed_sums = cls.write_store("killed", kill=True)
 
@@ -72,6 +73,7 @@ class IndexRepairTest(unittest.TestCase):
                 with open(m.path(rel), "wb") as f:
                     f.write(data)
                 sums[rel] = hashlib.sha256(data).hexdigest()
+                cls.sizes[name, rel] = len(data)
         if kill:
             pid = m.pid
             os.kill(pid, signal.SIGKILL)
@@ -133,9 +135,11 @@ class IndexRepairTest(unittest.TestCase):
         self.repair_gives_back_everything(self.clean_sums)
 
     def test_table_file_garbled(self):
-        """The largest table file (the extents, here) garbled: the files whose
-        extents it held lose their data and are named; every other file
-        reads back as written."""
+        """The largest table file (the extents, here) garbled: fsck puts the
+        segment records no extent points to back where their files lost
+        bytes, so every file comes back but those whose bytes lived in the
+        lost table itself (files of up to 4 KiB, kept in the index), which
+        are named; every other file reads back as written."""
         index = self.copy(self.clean_store)
         tables = sorted((os.path.getsize(os.path.join(index, n)), n)
                         for n in os.listdir(index) if n.endswith(".sst"))
@@ -149,8 +153,11 @@ class IndexRepairTest(unittest.TestCase):
         self.assertEqual(len(rebuilt), 1, report)
         self.assertIn(largest, rebuilt[0]["detail"])
         self.assertTrue(os.path.exists(os.path.join(index, "lost", largest)))
+        self.assertIn("extents_recovered", report["counts"], report)
         lost = {p.lstrip("/") for p in report["lost_files"]}
         self.assertTrue(lost, report)
+        for rel in lost:
+            self.assertLessEqual(self.sizes.get(("clean", rel), 0), 4096, rel)
         self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
         got = self.read_back(self.clean_sums)
         for rel, digest in self.clean_sums.items():
@@ -253,6 +260,27 @@ class IndexRepairTest(unittest.TestCase):
             self.assertEqual(got[rel], digest, rel)
         for rel in newer:
             self.assertIsNone(got[rel], rel)
+
+    def test_repair_leaves_holes_alone(self):
+        """Records a truncate or a punch left dead are never put back: on a
+        healthy store fsck --repair finds nothing and the holes read as
+        zeros."""
+        self.copy(self.clean_store)
+        m = harness.Mount(self.store, self.store + ".mnt")
+        m.mount()
+        path = m.path("param_2", "sparse")
+        with open(path, "wb") as f:
+            f.write(random.Random(7).randbytes(300 << 10))
+            f.flush()
+            os.fsync(f.fileno())
+            f.truncate(0)
+            f.truncate(300 << 10)
+        m.unmount()
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertEqual(rc, EXIT_CLEAN, (err, report))
+        self.assertNotIn("extents_recovered", report["counts"])
+        got = self.read_back({"param_2/sparse": None})
+        self.assertEqual(got["param_2/sparse"], hashlib.sha256(bytes(300 << 10)).hexdigest())
 
     def test_backups_are_bounded(self):
         """A backup at every clean unmount; the newest two are kept."""
