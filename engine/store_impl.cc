@@ -655,6 +655,7 @@ Status StoreImpl::BackupIndex(int64_t max_age_s) {
   // A test's index filesystem (fault injection) is not the disk the
   // backups would go to.
   if (options_.read_only || db_ == nullptr || index_env_ != nullptr) return Status::OK();
+  MutexLock l(&backup_mu_);
   const int64_t now = ::time(nullptr);
   if (max_age_s > 0) {
     const std::vector<std::string> backups = ListIndexBackups(dir_);

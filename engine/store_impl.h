@@ -118,7 +118,7 @@ class StoreImpl final : public Store {
   void DropCache() override;
   EngineMemory MemoryUse() override;
   Status ReleaseIdleMemory() override;
-  Status BackupIndex(int64_t max_age_s) override;
+  Status BackupIndex(int64_t max_age_s) override EXCLUDES(backup_mu_);
   Result<CompactReport> Compact(const CompactOptions& options) override;
 
  private:
@@ -365,6 +365,10 @@ class StoreImpl final : public Store {
   Mutex ns_mu_;
   uint64_t next_ino_ GUARDED_BY(ns_mu_) = 0;
   uint64_t ino_limit_ GUARDED_BY(ns_mu_) = 0;  // persisted high-water mark
+
+  // Serializes index backups: the idle mount's, compaction's and close's. A
+  // leaf lock (taken under the compaction lock).
+  Mutex backup_mu_;
 
   // Run-time settings (the rest of options_ is fixed while open).
   Mutex update_mu_;  // serializes UpdateOptions; taken before the engine's other locks
