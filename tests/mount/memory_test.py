@@ -40,8 +40,9 @@ MiB = 1 << 20
 # by once idle: the request buffers libfuse keeps for each of its 16
 # threads (1 MiB each, allocated at their first request, after the
 # baseline), and the allocator's partly used pages, thread stacks and the
-# tables of inodes the kernel still holds (20-35 MiB here).
-IDLE_ALLOWANCE = 16 * MiB + 48 * MiB
+# tables of inodes the kernel still holds (together 20-56 MiB over six runs
+# here).
+IDLE_ALLOWANCE = 16 * MiB + 64 * MiB
 FSX_ROUNDS, FSX_OPS, FSX_MAX = 10, 10_000, 256 << 10
 STEPS, KEEP_STEPS, PARAMS, CHUNKS = 12, 2, 32, 4
 
@@ -86,14 +87,15 @@ class MemoryTest(unittest.TestCase):
                              % (peak, self.bound))
         before = self.m.stats()["memory"]["idle_releases"]
         # Reading the stats is a request, after which the idle time starts
-        # again: look less often than the daemon's five idle seconds.
-        for _ in range(4):
+        # again: look less often than the daemon's five idle seconds. A
+        # release counts once done (a flush and a backup of the index).
+        for _ in range(8):
             time.sleep(8)
             stats = self.m.stats()
             if stats["memory"]["idle_releases"] > before:
                 break
         else:
-            self.fail("the daemon gave no memory back in 32 s of idle")
+            self.fail("the daemon gave no memory back in 64 s of idle")
         rss = proc_status(self.pid, "VmRSS")
         held = stats["memory"]["held"]
         cached = sum(held.values())
@@ -209,5 +211,5 @@ class MemoryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     harness.require_fuse(root=False)
-    harness.set_deadline(500)
+    harness.set_deadline(560)
     unittest.main()
