@@ -141,7 +141,7 @@ Status Checker::Open() {
         OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
     if (again.ok()) {
       FsckFinding f;
-      f.kind = "index_rebuilt";
+      f.kind = kIndexRebuilt;
       f.detail = "the index did not open (" + s.message() + "); its CURRENT file now names " +
                  *manifest + ", the newest MANIFEST";
       f.repaired = true;
@@ -165,7 +165,7 @@ Status Checker::RestoreNewestBackup() {
   struct tm tm;
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&taken, &tm));
   FsckFinding f;
-  f.kind = "index_restored";
+  f.kind = kIndexRestored;
   f.detail = std::string("the index is the backup taken ") + when +
              "; what was written after it is not in it (its bytes show as unreferenced records)";
   if (!kept_as.empty()) f.detail += "; the index it replaced is kept as " + kept_as;
@@ -178,7 +178,7 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
   const std::set<std::string> lost_before = LostIndexFiles(index_dir);
   CKPTFS_RETURN_IF_ERROR(RepairIndexDb(index_dir, env_.get()));
   FsckFinding f;
-  f.kind = "index_rebuilt";
+  f.kind = kIndexRebuilt;
   f.detail = "the index was damaged (" + why + "); rebuilt from its table files and logs";
   std::string lost;
   for (const std::string& name : LostIndexFiles(index_dir)) {

@@ -66,6 +66,8 @@ inline constexpr char kTruncatedSegment[] = "truncated_segment";
 inline constexpr char kBadSegmentHeader[] = "bad_segment_header";
 inline constexpr char kSegmentLiveMismatch[] = "segment_live_mismatch";
 inline constexpr char kExtentsRecovered[] = "extents_recovered";  // records put back
+inline constexpr char kIndexRebuilt[] = "index_rebuilt";    // the index did not open or read
+inline constexpr char kIndexRestored[] = "index_restored";  // the newest backup restored
 inline constexpr char kBadDataBytes[] = "bad_data_bytes";        // inode's counter != extents
 inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
 inline constexpr char kMissingDataFile[] = "missing_data_file";  // extent -> no data file

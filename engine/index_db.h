@@ -41,10 +41,6 @@ struct IndexDb {
   rocksdb::ColumnFamilyHandle* segments() const { return handles[4]; }
   rocksdb::ColumnFamilyHandle* xattrs() const { return handles[5]; }
 
-  // The memory the memtables and the block cache hold now.
-  uint64_t MemtableBytes() const { return memtables ? memtables->memory_usage() : 0; }
-  uint64_t BlockCacheBytes() const { return block_cache ? block_cache->GetUsage() : 0; }
-
   // Destroys the handles and closes the database. Idempotent.
   Status Close();
 };
