@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -24,21 +25,35 @@ class [[nodiscard]] Status {
 
   static Status OK() { return Status(); }
   static Status Errno(int err, std::string msg = {}) { return Status(err, std::move(msg)); }
-  // Data on disk does not match what the index or a checksum says. Maps to EIO.
-  static Status Corruption(std::string msg) { return Status(EIO, "corruption: " + msg); }
+  // Data on disk does not match what the index or a checksum says: EIO of
+  // the kind corruption (IsCorruption), which Annotate keeps.
+  static Status Corruption(std::string msg) {
+    Status s(EIO, std::move(msg));
+    s.corruption_ = true;
+    return s;
+  }
   static Status IOError(int err, const std::string& what) {
     return Status(err, what + ": " + std::strerror(err));
   }
 
   bool ok() const { return errno_ == 0; }
-  // Made by Corruption().
-  bool IsCorruption() const { return errno_ == EIO && msg_.starts_with("corruption: "); }
+  // Made by Corruption(), or annotated from one.
+  bool IsCorruption() const { return corruption_; }
+  // This status with `context` before its message ("context: message"), its
+  // errno, kind and payload kept.
+  Status Annotate(std::string_view context) const {
+    Status s = *this;
+    s.msg_ = std::string(context) + ": " + msg_;
+    return s;
+  }
   // The errno to return to an application; 0 when ok().
   int code() const { return errno_; }
   const std::string& message() const { return msg_; }
+  // The message, with "corruption: " before it for that kind.
   std::string ToString() const {
     if (ok()) return "OK";
-    return msg_.empty() ? std::string(std::strerror(errno_)) : msg_;
+    const std::string text = msg_.empty() ? std::string(std::strerror(errno_)) : msg_;
+    return corruption_ ? "corruption: " + text : text;
   }
 
   // This status with `value` attached as its payload (replacing any other).
@@ -58,6 +73,7 @@ class [[nodiscard]] Status {
 
  private:
   int errno_ = 0;
+  bool corruption_ = false;
   std::string msg_;
   std::shared_ptr<const std::any> payload_;  // null when there is none
 };

@@ -13,6 +13,8 @@
 //   small_create_16k   and at the end one sync of everything (SyncAll/syncfs).
 //   small_read_4k    the same files read back whole (lookup/open, read,
 //   small_read_16k     release/close), caches dropped first.
+//   index_backup     a backup of the index of the small_read_16k store after
+//                    1,000 more files (ckptfs only; its space in counters).
 // Store creation and removal are not timed. Each measurement is one
 // iteration (it moves a gigabyte or 100,000 files); use repetitions and read
 // the medians.
@@ -533,6 +535,60 @@ void SmallReadPlain(benchmark::State& state) {
   SetLabels(state, size * SmallFiles(), SmallFiles());
 }
 
+// The bytes of the files under `dir`, and of those no other link shares.
+void DirBytes(const std::string& dir, uint64_t* all, uint64_t* unshared) {
+  *all = *unshared = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    *all += static_cast<uint64_t>(st.st_size);
+    if (st.st_nlink == 1) *unshared += static_cast<uint64_t>(st.st_size);
+  }
+}
+
+// A backup of the index of the small_read_16k store (its files, plus 1,000
+// new 16 KiB files written untimed before each backup, as a checkpoint step
+// would between two backups): the time of Store::BackupIndex (a flush of
+// what the memtables hold, then links), and the disk space the newest
+// backup takes of its own (what it does not share with the index).
+void IndexBackup(benchmark::State& state) {
+  constexpr size_t kSize = 16384;
+  constexpr int kNewFiles = 1000;
+  SmallFixture* fx = GetSmall(state, kSize);
+  if (!fx) return;
+  Store* store = fx->store.get();
+  std::string buf = RandomMiB();
+  static int round = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto dir = store->Mkdir(kRootIno, "backup_round" + std::to_string(round++), 0755, 0, 0);
+    if (!Check(state, dir.status(), "Mkdir")) return;
+    for (int i = 0; i < kNewFiles; ++i) {
+      auto a = store->Create(dir->ino, FileName(i), S_IFREG | 0644, 0, 0);
+      if (!Check(state, a.status(), "Create")) return;
+      TagBuffer(&buf, i);
+      if (!Check(state, store->Write(a->ino, 0, std::string_view(buf.data(), kSize)).status(),
+                 "Write")) {
+        return;
+      }
+    }
+    state.ResumeTiming();
+    if (!Check(state, store->BackupIndex(0), "BackupIndex")) return;
+  }
+  uint64_t index_all, index_unshared, backup_all, backup_unshared = 0;
+  DirBytes(fx->store_dir + "/index", &index_all, &index_unshared);
+  std::string newest;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fx->store_dir + "/backup", ec)) {
+    newest = std::max(newest, e.path().string());
+  }
+  DirBytes(newest, &backup_all, &backup_unshared);
+  state.counters["index_mib"] = static_cast<double>(index_all) / kMiB;
+  state.counters["backup_own_kib"] = static_cast<double>(backup_unshared) / 1024;
+  state.counters["files"] = SmallFiles();
+}
+
 void Register() {
   auto one = [](benchmark::internal::Benchmark* b) {
     b->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -552,6 +608,7 @@ void Register() {
     one(benchmark::RegisterBenchmark(("small_read_" + k + "/plain").c_str(),
                                      SmallReadPlain)->Arg(size));
   }
+  one(benchmark::RegisterBenchmark("index_backup/ckptfs", IndexBackup));
 }
 
 }  // namespace

@@ -78,6 +78,19 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_storage_read_bytes(pid):
+    """Bytes a process had the storage read for it (/proc/PID/io read_bytes:
+    reads the page cache answered are not counted); None when unknown."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def proc_status_kb(pid, key):
     try:
         with open("/proc/%d/status" % pid) as f:

@@ -67,6 +67,12 @@ for workload, r in rows.items():
     tp = p["real_time"] if p else float("nan")
     print(f"{workload:<18}{mbps(c):>14.1f}{mbps(p):>14.1f}{ratio:>8.2f}{fc}{fp}"
           f"{tc:>11.0f}{tp:>10.0f}")
+for workload, r in rows.items():
+    c = r.get("ckptfs")
+    if c and "index_mib" in c:
+        print(f"{workload}: {c['real_time']:.0f} ms for a backup of the index of "
+              f"{c['files']:.0f} files ({c['index_mib']:.1f} MiB); the backup's own bytes "
+              f"(not shared with the index by links): {c['backup_own_kib']:.1f} KiB")
 for e in errors:
     print("error:", e)
 PY

@@ -15,7 +15,7 @@ import sys
 import time
 
 from measure import (GIB, MIB, BenchError, Meter, ReadThrottle, allocated_bytes, count_files,
-                     drop_caches, human_size, log, parse_size)
+                     drop_caches, human_size, log, parse_size, proc_storage_read_bytes)
 from target import Ckptfs, FuseFloor, daemon_pid, fresh_target, make_cold, remove_target, wipe
 
 ZARRAY = {
@@ -502,11 +502,15 @@ def run_frameworks(b, rep, who):
         out[write] = dict(m.as_dict(), **res)
         make_cold(b, who)
         e0 = b.fs.engine_stats() if who == "ckptfs" else None
-        with Meter(daemon_pid(b, who)) as m:
+        pid = daemon_pid(b, who)
+        io0 = proc_storage_read_bytes(pid) if pid else None
+        with Meter(pid) as m:
             res = framework_phase(read, d, n)
         out[read] = dict(m.as_dict(), **res)
         if e0 is not None:
             out[read]["engine_delta"] = delta(e0, b.fs.engine_stats())
+        if io0 is not None and proc_storage_read_bytes(pid) is not None:
+            out[read]["daemon_storage_read_bytes"] = proc_storage_read_bytes(pid) - io0
         remove_target(b, who, "fw")
     return out
 

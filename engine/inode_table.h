@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "base/mutex.h"
-#include "engine/write_order.h"
+#include "base/write_order.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {

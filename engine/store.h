@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/index/store_lock.h"
+#include "engine/store_options.h"
+#include "format/extents_attr.h"
 #include "format/format.h"
 #include "io/env.h"
 
@@ -101,7 +104,7 @@ struct FsStats {
   uint64_t total_bytes = 0;  // of the filesystem that holds the store
   uint64_t free_bytes = 0;
   // Free bytes less those fallocate reserved; available bytes less those
-  // and min_free_bytes (what writes may take).
+  // and min_free (what writes may take).
   uint64_t avail_bytes = 0;
   uint64_t inodes = 0;  // live inodes in the store
 };
@@ -129,14 +132,11 @@ struct EngineStats {
   uint64_t direct_rereads = 0;
 };
 
-// Where one piece of a file's data lies: the index's extent value, as
-// format/ defines it, and the file offset where it starts. The extents xattr
-// (fs/extents_xattr.h) serves these to readers of segment files, such as
-// the GPU loader.
-struct ExtentInfo {
-  uint64_t file_offset = 0;
-  format::ExtentValue value;
-};
+// Where one piece of a file's data lies: the index's extent value and the
+// file offset where it starts. The extents xattr (fs/extents_xattr.h,
+// encoded by format/extents_attr.h) serves these to readers of segment
+// files, such as the GPU loader.
+using ExtentInfo = format::FileExtent;
 
 // A file whose every byte is in its data file at the same offset (see
 // Store::WholeDataFile).
@@ -171,7 +171,7 @@ struct NamespaceCounts {
 // The engine's memory by owner, in bytes: what it holds now
 // (Store::MemoryUse) or the most it can hold (EngineMemoryBound).
 struct EngineMemory {
-  uint64_t record_cache = 0;       // verified, decoded records (cache_bytes)
+  uint64_t record_cache = 0;       // verified, decoded records (cache_size)
   uint64_t index_memtables = 0;    // RocksDB's memtables, all column families
   uint64_t index_block_cache = 0;  // RocksDB's table blocks, index and filters included
   uint64_t extent_maps = 0;        // extents of recently written files
@@ -181,164 +181,13 @@ struct EngineMemory {
   }
 };
 
-struct StoreOptions;
 // The most each owner holds for a store opened with `options`, each a limit
-// that the owner enforces. The record cache can go past cache_bytes by the
+// that the owner enforces. The record cache can go past cache_size by the
 // records readers hold at that moment (at most one READ's worth per thread),
 // which the daemon's per-thread allowance counts.
 EngineMemory EngineMemoryBound(const StoreOptions& options);
 
-struct StoreOptions {
-  // Create the store when `dir` is missing or empty. Default: true.
-  bool create_if_missing = true;
-  // Open without writing anything; all mutations fail with EROFS. Default: false.
-  bool read_only = false;
-  // A segment is sealed and a new one started once it reaches this size.
-  // Default: 1 GiB. Fixed while open.
-  uint64_t segment_target_bytes = 1ull << 30;
-  // Files whose data fits in this many bytes are kept inline in the index.
-  // Default: 4096. Fixed while open.
-  uint32_t inline_max_bytes = 4096;
-  // Largest payload of one record. Bounds the read amplification of a random
-  // small read. Default: 1 MiB. Fixed while open.
-  uint32_t max_record_bytes = 1u << 20;
-  // A file that grows past this many bytes by writes at its end moves to a
-  // data file of its own (docs/FORMAT.md), in which byte N is its byte N, so
-  // that the kernel can read it directly; its first bytes are copied there
-  // from segments once. 0 keeps every file in segments. Default: 64 MiB.
-  // Fixed while open.
-  uint64_t data_file_bytes = 64ull << 20;
-  // Reads and writes of data files go past the OS's page cache where the
-  // filesystem allows (direct I/O: io::File::ReadUncachedAt,
-  // WriteUncachedAt): the bytes Write() puts there, and large sequential
-  // reads; and the large records of segments (256 KiB and more, those of
-  // files of a few MiB and up) leave the page cache once synced. For a
-  // store whose files are cached by someone else (a mount's kernel caches
-  // the pages of the files it reads and writes through the daemon, unless
-  // it passes reads through to the data files): no second cached copy.
-  // Default: false. Fixed while open.
-  bool bypass_data_file_cache = false;
-  // Two reads in one segment merge when the bytes between them are at most
-  // this many. 0 turns coalescing off. Default: 256 KiB. Changes at run time.
-  uint64_t coalesce_gap = 256u << 10;
-  // A merged read never exceeds this many bytes; a small read is extended up to
-  // this size to pull neighbouring records into the cache (by at most this
-  // many bytes per read request in all). 0 turns coalescing off. Default:
-  // 1 MiB. Changes at run time.
-  uint64_t coalesce_max = 1u << 20;
-  // Bytes of verified, decoded records kept in memory. Default: 128 MiB.
-  // Changes at run time.
-  uint64_t cache_bytes = 128ull << 20;
-  // zstd level for new records, 0 = no compression. A record is kept
-  // compressed only where that saves space. Default: 0. Changes at run time.
-  int compression_level = 0;
-  // Writes fail with ENOSPC while the filesystem under the store has less free
-  // space than this, so that the index always has room. Default: 64 MiB.
-  uint64_t min_free_bytes = 64ull << 20;
-  // Written into the store's lock file so that a second opener can say who
-  // holds it (e.g. "ckptfs mount /mnt/ckpt"). Default: the process name.
-  std::string holder;
-  // Background compaction: a thread checks every few seconds and compacts
-  // (CompactOptions defaults) once the dead bytes of all segments together
-  // reach this many, or sooner, see below. 0 turns it off. Default: 0. Fixed
-  // while open.
-  uint64_t background_compact_dead_bytes = 0;
-  // With background compaction on, it also starts once the dead bytes exceed
-  // both the live bytes and this many: a store then takes at most about
-  // twice its live data (plus this floor), however small the live data is
-  // next to background_compact_dead_bytes. A pass started this way copies no
-  // more than the live bytes, which are fewer than the dead ones. Default:
-  // 64 MiB. Fixed while open.
-  uint64_t background_compact_min_dead_bytes = 64ull << 20;
-  // Bandwidth limit of background compaction, in bytes copied per second;
-  // 0 = unlimited. Default: 64 MiB/s. Fixed while open.
-  uint64_t background_compact_bytes_per_sec = 64ull << 20;
-  // Delete sealed segment files that hold nothing live any more (their files
-  // were all deleted or overwritten) from the same background thread, within
-  // a few seconds; no data is copied. Default: false. Fixed while open.
-  bool free_empty_segments = false;
-  // How often the background thread of the two settings above looks at the
-  // segments. Default: 1000 ms. Fixed while open.
-  uint32_t background_interval_ms = 1000;
-  // Where segment files are read and written (and, where it provides one, the
-  // filesystem of the index). Default: nullptr, the local filesystem
-  // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.
-  std::shared_ptr<io::Env> env;
-
-  bool operator==(const StoreOptions&) const = default;
-};
-
-// Who has a store open: the payload (Status::payload<StoreHolder>()) of the
-// EBUSY that Store::Open, Store::Fsck and Store::CompactOffline return when
-// another process holds the store's lock.
-struct StoreHolder {
-  std::string holder;  // that process's StoreOptions::holder; "" when unknown
-  pid_t pid = 0;       // 0 when unknown (a store locked by an older version)
-};
-
-// ---- fsck (engine/fsck*.cc) ----
-struct FsckOptions {
-  // Fix what can be fixed (see Store::Fsck). Default: false (report only).
-  bool repair = false;
-  // Skip the payload checksums (headers, lengths and the index are still
-  // checked). Default: false.
-  bool quick = false;
-  // Called now and then with segment bytes checked so far and the total; from
-  // fsck's worker threads, one call at a time.
-  std::function<void(uint64_t done, uint64_t total)> progress;
-  // Where the segment files are read. Default: nullptr, io::Env::Posix().
-  std::shared_ptr<io::Env> env;
-  // With repair: first replace the index with its newest backup
-  // (STORE/backup/), keeping the one it replaces as STORE/index.replaced-TIME.
-  // Default: false.
-  bool from_backup = false;
-};
-
-// One problem fsck found. `kind` is a stable snake_case name (see
-// engine/fsck.h for the list); `path` names the affected file when there is
-// one ("" otherwise), rebuilt from the directory entries.
-struct FsckFinding {
-  std::string kind;
-  std::string path;
-  uint64_t ino = 0;
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;  // byte range: in the file for data findings, else in the segment
-  uint64_t length = 0;
-  std::string detail;
-  bool repaired = false;
-  // Informational findings (dead space, gaps left by a crash, pending
-  // orphans) are normal in a healthy store and do not make it unclean.
-  bool informational = false;
-};
-
-struct FsckReport {
-  std::vector<FsckFinding> findings;
-  std::map<std::string, uint64_t> counts;  // findings by kind
-  uint64_t files_checked = 0;    // non-directory inodes
-  uint64_t dirs_checked = 0;
-  uint64_t records_checked = 0;  // segment records walked
-  uint64_t bytes_checked = 0;    // segment bytes walked (payloads read unless quick)
-  std::vector<std::string> lost_files;  // paths of files that lost data
-  uint64_t errors() const;          // non-informational findings
-  uint64_t errors_left() const;     // ... of those, not repaired
-  // No error findings (informational ones allowed).
-  bool clean() const { return errors() == 0; }
-};
-
 // ---- compaction (engine/store_compact.cc) ----
-struct CompactOptions {
-  // Rewrite segments whose dead fraction dead / (live + dead) is at least
-  // this, and segments with nothing live. The active segment too, once it
-  // has dead bytes: it is sealed and a new one started first. Default: 0.3.
-  double dead_ratio = 0.3;
-  // Only report what would be done. Default: false.
-  bool dry_run = false;
-  // Bytes copied per second, 0 = unlimited. Default: 0.
-  uint64_t bytes_per_sec = 0;
-  // Called with live bytes copied so far and the total to copy.
-  std::function<void(uint64_t done, uint64_t total)> progress;
-};
-
 // A segment that a compaction left in place, and why.
 struct KeptSegment {
   enum class Reason {
@@ -367,9 +216,9 @@ std::string DescribeKept(const KeptSegment& k, double dead_ratio);
 bool CompactionTakes(uint64_t live, uint64_t dead, double dead_ratio);
 // The dead bytes, over all segments, at which background compaction with
 // `o` starts a pass while the segments hold `live` bytes: the smaller of
-// background_compact_dead_bytes and the larger of `live` and
-// background_compact_min_dead_bytes. 0 when it is off
-// (background_compact_dead_bytes 0). The pass rewrites the segments that
+// compact_dead and the larger of `live` and
+// compact_min. 0 when it is off
+// (compact_dead 0). The pass rewrites the segments that
 // CompactionTakes at CompactOptions' default dead ratio; with none, it waits.
 uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live);
 
@@ -407,14 +256,6 @@ class Store {
                                              const StoreOptions& options);
   // Returns true when `dir` holds a store (its FORMAT file exists).
   static bool IsStore(const std::string& dir);
-  // Checks a store that is not open: every index entry, every segment record
-  // and the namespace. Takes the store's lock (EBUSY with a StoreHolder
-  // payload when it is mounted). With `repair`, fixes segment counters and
-  // link counts, drops entries that point at missing inodes and extents that
-  // point at missing or corrupt data (the file keeps its size; the range
-  // reads as a hole and the file is listed in lost_files), and moves
-  // orphaned inodes under /lost+found. A non-OK result means fsck could not run.
-  static Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options);
   // Open + Compact + Close of a store that is not open (EBUSY with a
   // StoreHolder payload when it is).
   static Result<CompactReport> CompactOffline(const std::string& dir,
@@ -498,9 +339,9 @@ class Store {
   }
   // fallocate(2) with `mode` one of:
   //  - 0 or FALLOC_FL_KEEP_SIZE: reserves space for the first write of every
-  //    byte of [offset, offset+len) (engine/reservations.h), or fails with
+  //    byte of [offset, offset+len) (engine/data/reservations.h), or fails with
   //    ENOSPC and changes nothing when the filesystem under the store has not
-  //    that much free beyond min_free_bytes and the other reservations; mode 0
+  //    that much free beyond min_free and the other reservations; mode 0
   //    extends the size to offset+len when larger. Nothing is stored, so the
   //    range's holes stay holes (SEEK_HOLE, data_bytes).
   //  - FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the bytes of the range
@@ -526,14 +367,14 @@ class Store {
   // cuts or extends it, a write lands in it, and AdoptDirectWrites takes its
   // bytes into the index (size, mtime and a checksum per block, replacing
   // the previous ones: the writers may have rewritten any byte). A file
-  // smaller than data_file_bytes is adopted as a copy of its bytes in
+  // smaller than data_file_min is adopted as a copy of its bytes in
   // segments instead, as if written through the store, and at the end its
   // data file is deleted once the copy is durable (at the next sync). Bytes
   // not yet adopted are lost in a crash, as unflushed bytes of any file.
   //
   // Begins when `ino` is an empty regular file without set-ID bits (the
   // kernel's writes to a data file would not clear them) and data files are
-  // on (data_file_bytes > 0): creates its data file and returns its path.
+  // on (data_file_min > 0): creates its data file and returns its path.
   // nullopt, and nothing changes, otherwise.
   virtual Result<std::optional<std::string>> BeginDirectWrite(Ino ino) = 0;
   // Adopts what the data file holds now; nothing to do when it has not
@@ -582,8 +423,8 @@ class Store {
   // filled in), with the current values of the run-time settings.
   virtual StoreOptions GetOptions() = 0;
   // Changes run-time settings: calls `change` with the effective settings and
-  // applies what it changed. Only coalesce_gap, coalesce_max, cache_bytes and
-  // compression_level (0 to 22) may change; otherwise EINVAL and nothing is
+  // applies what it changed. Only coalesce_gap, coalesce_max, cache_size and
+  // compression (0 to 22) may change; otherwise EINVAL and nothing is
   // applied. Updates are serialized, so concurrent ones never undo each
   // other. EIO once the store is closed.
   virtual Status UpdateOptions(const std::function<void(StoreOptions*)>& change) = 0;
@@ -599,7 +440,7 @@ class Store {
   // than a little, so that a store at rest keeps no write buffers; the
   // caches stay. For a mount that has gone idle.
   virtual Status ReleaseIdleMemory() = 0;
-  // Takes a backup of the index inside the store (engine/index_backup.h)
+  // Takes a backup of the index inside the store (engine/index/index_backup.h)
   // when the newest is older than `max_age_s` seconds. A store closes with
   // a backup taken.
   virtual Status BackupIndex(int64_t max_age_s) = 0;

@@ -47,7 +47,7 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "engine/index_db.h"
+#include "engine/index/index_db.h"
 #include "engine/store_impl.h"
 
 namespace ckptfs::engine {
@@ -57,13 +57,6 @@ namespace {
 constexpr size_t kRoundSegments = 8;              // victims deleted per round
 constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
 constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
-
-struct Victim {
-  uint64_t id;
-  uint64_t live;
-  double dead_fraction;
-  uint64_t file_bytes;
-};
 
 struct Choice {
   std::vector<Victim> victims;
@@ -129,9 +122,9 @@ bool CompactionTakes(uint64_t live, uint64_t dead, double dead_ratio) {
 }
 
 uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live) {
-  if (o.background_compact_dead_bytes == 0) return 0;
-  return std::min(o.background_compact_dead_bytes,
-                  std::max(live, o.background_compact_min_dead_bytes));
+  if (o.compact_dead == 0) return 0;
+  return std::min(o.compact_dead,
+                  std::max(live, o.compact_min));
 }
 
 std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
@@ -187,14 +180,6 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   for (const Victim& v : victims) run.total += v.live;
   rep.kept = std::move(choice.kept);
 
-  auto finish = [&](CompactReport r) {
-    r.seconds = Seconds(run.start);
-    std::sort(r.kept.begin(), r.kept.end(),
-              [](const KeptSegment& x, const KeptSegment& y) { return x.id < y.id; });
-    MutexLock l(&cs.last_mu);
-    cs.last = CompactionRecord{options.dead_ratio, options.dry_run, Now(), r};
-    return r;
-  };
   if (options.dry_run) {
     uint64_t freed = 0;
     for (const Victim& v : victims) {
@@ -204,11 +189,43 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
     rep.segments_rewritten = victims.size();
     rep.bytes_copied = run.total;  // estimate: live bytes, before headers
     rep.bytes_reclaimed = freed > run.total ? freed - run.total : 0;
-    return finish(rep);
+    return FinishCompaction(run, rep);
   }
-  if (victims.empty()) return finish(rep);
+  if (victims.empty()) return FinishCompaction(run, rep);
   if (options.progress) options.progress(0, run.total);
+  CKPTFS_RETURN_IF_ERROR(SealVictims(victims));
 
+  uint64_t freed = 0;
+  for (size_t first = 0; first < victims.size(); first += kRoundSegments) {
+    std::set<uint64_t> round;
+    for (size_t i = first; i < std::min(victims.size(), first + kRoundSegments); ++i) {
+      round.insert(victims[i].id);
+    }
+    CKPTFS_RETURN_IF_ERROR(CompactRound(round, victims, &run, &rep, &freed));
+  }
+  rep.bytes_copied = run.copied;
+  rep.bytes_reclaimed = freed > run.copied ? freed - run.copied : 0;
+  rep.errors = run.errors;
+  // Backups taken before point at segment files that are gone now: the
+  // newest backup follows the records to where they moved.
+  if (rep.segments_rewritten > 0) {
+    if (Status b = BackupIndex(0); !b.ok()) rep.errors.push_back(b.ToString());
+  }
+  if (options.progress) options.progress(run.total, run.total);
+  return FinishCompaction(run, rep);
+}
+
+CompactReport StoreImpl::FinishCompaction(const CompactRun& run, CompactReport r) {
+  r.seconds = Seconds(run.start);
+  std::sort(r.kept.begin(), r.kept.end(),
+            [](const KeptSegment& x, const KeptSegment& y) { return x.id < y.id; });
+  MutexLock l(&compaction_->last_mu);
+  compaction_->last =
+      CompactionRecord{run.options.dead_ratio, run.options.dry_run, Now(), r};
+  return r;
+}
+
+Status StoreImpl::SealVictims(const std::vector<Victim>& victims) {
   // 1b. A victim that is the active segment (or the newest file) is sealed
   // and the next segment started, so appends go elsewhere from now on.
   rocksdb::WriteBatch seal;
@@ -220,7 +237,6 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
     st.size = static_cast<int64_t>(sealed_size);
     EmitDeltas(StatDeltas{{v.id, st}}, &seal, cf_segments_);
   }
-
   // 2. Writes into the victims have all committed after this, those into a
   // segment just sealed included.
   io_gate_.Drain();
@@ -228,80 +244,69 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   // before this commit leaves it unsealed but no longer the newest file:
   // the next open does not append to it, and compaction takes it as sealed.
   if (seal.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&seal));
+  return Status::OK();
+}
 
-  uint64_t freed = 0;
-  for (size_t first = 0; first < victims.size(); first += kRoundSegments) {
-    std::set<uint64_t> round;
-    for (size_t i = first; i < std::min(victims.size(), first + kRoundSegments); ++i) {
-      round.insert(victims[i].id);
-    }
-    // 3. Inodes with extents in this round's victims.
-    std::set<uint64_t> inos, unused;
-    CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &unused));
-    // Copies already made are committed (or accounted as dead) before an
-    // error returns.
-    auto compact = [&](uint64_t ino, bool now = false) {
-      Status st = CompactInode(ino, round, &run, now);
-      std::set<uint64_t> ignored;
-      if (!st.ok()) (void)CommitCopies(round, &run, &ignored);
-      return st;
-    };
-    for (uint64_t ino : inos) {
-      if (cs.cancel) return Status(ECANCELED, "store is closing");
-      CKPTFS_RETURN_IF_ERROR(compact(ino));
-      if (run.pending_bytes >= kBatchBytes) {
-        std::set<uint64_t> changed;
-        CKPTFS_RETURN_IF_ERROR(CommitCopies(round, &run, &changed));
-        for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
-      }
-    }
-    // An inode changed between its copy and its commit is copied again,
-    // this time synced and committed under its mutex.
-    std::set<uint64_t> changed;
-    CKPTFS_RETURN_IF_ERROR(CommitCopies(round, &run, &changed));
-    for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
-    // 4. The new records and the index batches that point at them are
-    // durable before any old file goes.
-    CKPTFS_RETURN_IF_ERROR(syncer_->Sync());
-    // 5. Reads that may still use old extents have finished after this.
-    io_gate_.Drain();
-    // 6. Delete what nothing references any more.
-    std::set<uint64_t> still_used = run.failed;
-    inos.clear();
-    CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &still_used));
-    for (uint64_t id : round) {
-      if (still_used.count(id)) {
-        const auto v = std::find_if(victims.begin(), victims.end(),
-                                    [id](const Victim& x) { return x.id == id; });
-        KeptSegment k{id, KeptSegment::Reason::kUnreadable, v->live, 0, v->dead_fraction};
-        if (!run.failed.count(id)) {
-          k.reason = KeptSegment::Reason::kStillReferenced;
-          run.errors.push_back("segment " + std::to_string(id) + " is still referenced; kept");
-        }
-        rep.kept.push_back(k);
-        continue;
-      }
-      const uint64_t bytes = segments_->Size(id);
-      rocksdb::WriteBatch b;
-      b.Delete(cf_segments_, format::SegmentKey(id));
-      CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/true));
-      CKPTFS_RETURN_IF_ERROR(segments_->Remove(id));
-      cache_->EraseSegment(id);
-      rep.segments_rewritten++;
-      rep.segments.push_back(id);
-      freed += bytes;
+Status StoreImpl::CompactRound(const std::set<uint64_t>& round,
+                               const std::vector<Victim>& victims, CompactRun* run,
+                               CompactReport* rep, uint64_t* freed) {
+  // 3. Inodes with extents in this round's victims.
+  std::set<uint64_t> inos, unused;
+  CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &unused));
+  // Copies already made are committed (or accounted as dead) before an
+  // error returns.
+  auto compact = [&](uint64_t ino, bool now = false) {
+    Status st = CompactInode(ino, round, run, now);
+    std::set<uint64_t> ignored;
+    if (!st.ok()) (void)CommitCopies(round, run, &ignored);
+    return st;
+  };
+  for (uint64_t ino : inos) {
+    if (compaction_->cancel) return Status(ECANCELED, "store is closing");
+    CKPTFS_RETURN_IF_ERROR(compact(ino));
+    if (run->pending_bytes >= kBatchBytes) {
+      std::set<uint64_t> changed;
+      CKPTFS_RETURN_IF_ERROR(CommitCopies(round, run, &changed));
+      for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
     }
   }
-  rep.bytes_copied = run.copied;
-  rep.bytes_reclaimed = freed > run.copied ? freed - run.copied : 0;
-  rep.errors = run.errors;
-  // Backups taken before point at segment files that are gone now: the
-  // newest backup follows the records to where they moved.
-  if (rep.segments_rewritten > 0) {
-    if (Status b = BackupIndex(0); !b.ok()) rep.errors.push_back(b.ToString());
+  // An inode changed between its copy and its commit is copied again,
+  // this time synced and committed under its mutex.
+  std::set<uint64_t> changed;
+  CKPTFS_RETURN_IF_ERROR(CommitCopies(round, run, &changed));
+  for (uint64_t again : changed) CKPTFS_RETURN_IF_ERROR(compact(again, /*now=*/true));
+  // 4. The new records and the index batches that point at them are
+  // durable before any old file goes.
+  CKPTFS_RETURN_IF_ERROR(syncer_->Sync());
+  // 5. Reads that may still use old extents have finished after this.
+  io_gate_.Drain();
+  // 6. Delete what nothing references any more.
+  std::set<uint64_t> still_used = run->failed;
+  inos.clear();
+  CKPTFS_RETURN_IF_ERROR(FindExtentsIn(round, &inos, &still_used));
+  for (uint64_t id : round) {
+    if (still_used.count(id)) {
+      const auto v = std::find_if(victims.begin(), victims.end(),
+                                  [id](const Victim& x) { return x.id == id; });
+      KeptSegment k{id, KeptSegment::Reason::kUnreadable, v->live, 0, v->dead_fraction};
+      if (!run->failed.count(id)) {
+        k.reason = KeptSegment::Reason::kStillReferenced;
+        run->errors.push_back("segment " + std::to_string(id) + " is still referenced; kept");
+      }
+      rep->kept.push_back(k);
+      continue;
+    }
+    const uint64_t bytes = segments_->Size(id);
+    rocksdb::WriteBatch b;
+    b.Delete(cf_segments_, format::SegmentKey(id));
+    CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/true));
+    CKPTFS_RETURN_IF_ERROR(segments_->Remove(id));
+    cache_->EraseSegment(id);
+    rep->segments_rewritten++;
+    rep->segments.push_back(id);
+    *freed += bytes;
   }
-  if (options.progress) options.progress(run.total, run.total);
-  return finish(rep);
+  return Status::OK();
 }
 
 Status StoreImpl::FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
@@ -356,17 +361,16 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
           break;
         }
         if (run->failed.count(where.first)) continue;
-        bool bad_source = false;
-        CopiedRecord r;
-        Status st = CopyRecord(ino, group, &r.puts, &r.deltas, run, &bad_source);
-        if (!st.ok() && bad_source) {
+        SourceRecord src;
+        if (Status st = ReadSourceRecord(ino, group, run, &src); !st.ok()) {
           // Unreadable or damaged: keep the extent and its segment (fsck names it).
           run->failed.insert(where.first);
-          run->errors.push_back("inode " + std::to_string(ino) + ": " + st.message() + "; segment " +
+          run->errors.push_back("inode " + std::to_string(ino) + ": " + st.ToString() + "; segment " +
                                 std::to_string(where.first) + " kept");
           continue;
         }
-        CKPTFS_RETURN_IF_ERROR(st);
+        CopiedRecord r;
+        CKPTFS_RETURN_IF_ERROR(CopyRecord(ino, group, src, &r.puts, &r.deltas, run));
         for (const Extent* e : group) {
           r.expect.emplace_back(format::ExtentKey(ino, e->offset), format::EncodeExtent(e->value));
         }
@@ -460,36 +464,30 @@ void StoreImpl::AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDelta
   MergeDeltas(r.deltas, deltas);
 }
 
-Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
-                             std::vector<std::pair<std::string, std::string>>* puts,
-                             StatDeltas* deltas, CompactRun* run, bool* bad_source) {
+Status StoreImpl::ReadSourceRecord(uint64_t ino, const std::vector<const Extent*>& group,
+                                   CompactRun* run, SourceRecord* out) {
   const format::ExtentValue& ev = group.front()->value;
-  const uint64_t old_seg = ev.segment_id;
   const size_t n = format::kRecordHeaderSize + ev.stored_len;
   run->scratch.resize(n);
-  *bad_source = true;  // until the old record is read and verified
-  CKPTFS_RETURN_IF_ERROR(segments_->Read(old_seg, ev.record_offset, n, run->scratch.data()));
-  const std::string_view rec(run->scratch.data(), n);
   const std::string where =
-      "segment " + std::to_string(old_seg) + " offset " + std::to_string(ev.record_offset);
-  format::RecordHeader h;
-  Status hs = format::DecodeRecordHeader(rec, &h);
-  if (!hs.ok()) return Status(EIO, where + ": " + hs.message());
-  for (const Extent* e : group) {
-    Status cs = format::CheckRecordForExtent(h, e->value, ino, e->offset);
-    if (!cs.ok()) return Status(EIO, where + ": " + cs.message());
+      "segment " + std::to_string(ev.segment_id) + " offset " + std::to_string(ev.record_offset);
+  Status s = segments_->Read(ev.segment_id, ev.record_offset, n, run->scratch.data());
+  if (s.ok()) s = format::DecodeRecord(std::string_view(run->scratch.data(), n), &out->rec, &out->decoded);
+  for (size_t i = 0; s.ok() && i < group.size(); ++i) {
+    s = format::CheckRecordForExtent(out->rec.header, group[i]->value, ino, group[i]->offset);
   }
-  const std::string_view payload = rec.substr(format::kRecordHeaderSize);
-  Status ps = format::VerifyRecordPayload(h, payload);
-  if (!ps.ok()) return Status(EIO, where + ": " + ps.message());
-  std::string decoded;
-  std::string_view raw = payload;
-  if (h.codec != format::Codec::kNone) {
-    Status ds = format::DecodeRecordPayload(h, payload, &decoded);
-    if (!ds.ok()) return Status(EIO, where + ": " + ds.message());
-    raw = decoded;
-  }
-  *bad_source = false;
+  return s.ok() ? s : s.Annotate(where);
+}
+
+Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
+                             const SourceRecord& src,
+                             std::vector<std::pair<std::string, std::string>>* puts,
+                             StatDeltas* deltas, CompactRun* run) {
+  const uint64_t old_seg = group.front()->value.segment_id;
+  const format::RecordHeader& h = src.rec.header;
+  const std::string_view payload = src.rec.payload;
+  const std::string_view raw = src.rec.data;
+  const size_t n = format::kRecordHeaderSize + h.stored_len;
   CKPTFS_RETURN_IF_ERROR(CheckSpace(n));
 
   uint64_t referenced = 0;
@@ -509,7 +507,7 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
   if (2 * referenced >= h.raw_len) {
     // Mostly live: the same record bytes, in a new place.
     CKPTFS_ASSIGN_OR_RETURN(AppendResult ar,
-                            segments_->Append(rec.substr(0, format::kRecordHeaderSize), payload));
+                            segments_->Append(std::string_view(run->scratch.data(), format::kRecordHeaderSize), payload));
     note_sealed(ar);
     for (const Extent* e : group) {
       format::ExtentValue nv = e->value;
@@ -571,7 +569,7 @@ std::optional<CompactionRecord> StoreImpl::LastCompaction() {
 
 void StoreImpl::StartBackgroundCompaction() {
   if (options_.read_only) return;
-  if (options_.background_compact_dead_bytes == 0 && !options_.free_empty_segments) return;
+  if (options_.compact_dead == 0 && !options_.free_empty) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
     // Errors logged since the last pass without one: a lasting error
@@ -624,16 +622,16 @@ Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
   // floor): whichever comes first.
   const uint64_t threshold = BackgroundCompactThreshold(options_, live);
   CompactOptions o;
-  o.bytes_per_sec = options_.background_compact_bytes_per_sec;
+  o.bytes_per_sec = options_.compact_rate;
   // Only when a pass would take something: dead bytes spread thinly over
   // many segments (each below the ratio) do not start one.
   auto worth = [&](double ratio) {
     return !ChooseVictims(segments, active, newest, ratio).victims.empty();
   };
-  if (options_.background_compact_dead_bytes != 0 &&
+  if (options_.compact_dead != 0 &&
       dead >= threshold && worth(o.dead_ratio)) {
     // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
-  } else if (options_.free_empty_segments && worth(1.0)) {
+  } else if (options_.free_empty && worth(1.0)) {
     o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
   } else {
     return std::optional<CompactReport>();

@@ -50,6 +50,15 @@ struct PendingRepoint {
   std::vector<CopiedRecord> records;
 };
 
+// A segment that a compaction takes: its live bytes are copied elsewhere
+// and its file deleted.
+struct Victim {
+  uint64_t id;
+  uint64_t live;
+  double dead_fraction;
+  uint64_t file_bytes;
+};
+
 // Bookkeeping of one Compact() call.
 struct CompactRun {
   CompactOptions options;

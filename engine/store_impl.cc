@@ -14,8 +14,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/index_backup.h"
-#include "engine/index_db.h"
+#include "engine/index/index_backup.h"
+#include "engine/index/index_db.h"
 
 namespace ckptfs::engine {
 
@@ -82,16 +82,22 @@ bool Store::IsStore(const std::string& dir) {
   return ::stat((dir + "/" + format::kFormatFileName).c_str(), &st) == 0;
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
-  if (options.max_record_bytes == 0 || options.max_record_bytes > (64u << 20)) {
+Status ValidateStoreOptions(const StoreOptions& o) {
+  if (o.segment_size < kSegmentSizeMin) {
+    return Status(EINVAL, "segment_size must be at least 1 MiB");
+  }
+  if (o.inline_max > kInlineMaxLimit) return Status(EINVAL, "inline_max must be at most 64 KiB");
+  if (o.max_record_bytes == 0 || o.max_record_bytes > kMaxRecordBytesLimit) {
     return Status(EINVAL, "max_record_bytes must be between 1 and 64 MiB");
   }
-  if (options.inline_max_bytes > (64u << 10)) {
-    return Status(EINVAL, "inline_max_bytes must be at most 64 KiB");
+  if (o.compression < 0 || o.compression > kCompressionMax) {
+    return Status(EINVAL, "compression must be 0 (off) to 22");
   }
-  if (options.segment_target_bytes < (1u << 20)) {
-    return Status(EINVAL, "segment_target_bytes must be at least 1 MiB");
-  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
+  CKPTFS_RETURN_IF_ERROR(ValidateStoreOptions(options));
   auto store = std::make_unique<StoreImpl>(dir, options);
   Status s = store->Init();
   if (!s.ok()) {
@@ -109,7 +115,7 @@ StoreImpl::StoreImpl(std::string dir, const StoreOptions& options)
       env_(options.env != nullptr ? options.env : io::Env::Posix()),
       coalesce_gap_(options.coalesce_gap),
       coalesce_max_(options.coalesce_max),
-      compression_level_(options.compression_level) {
+      compression_level_(options.compression) {
   if (options_.holder.empty()) {
     options_.holder = "process " + std::to_string(::getpid());
   }
@@ -155,10 +161,10 @@ Status StoreImpl::Init() {
     std::stringstream ss;
     ss << in.rdbuf();
     Status s = format::ParseFormatFile(ss.str());
-    if (!s.ok()) return Status(s.code(), dir_ + ": " + s.message());
+    if (!s.ok()) return s.Annotate(dir_);
   }
   data_files_ =
-      std::make_unique<DataFiles>(env_, dir_, options_.read_only, options_.bypass_data_file_cache);
+      std::make_unique<DataFiles>(env_, dir_, options_.read_only, options_.direct_io);
   if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(data_files_->EnsureDir());
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
@@ -182,9 +188,9 @@ Status StoreImpl::Init() {
   }
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
-                                  options_.segment_target_bytes, options_.read_only, sealed));
+                                  options_.segment_size, options_.read_only, sealed));
   flush_segments_ = segments_.get();
-  cache_ = std::make_unique<RecordCache>(options_.cache_bytes);
+  cache_ = std::make_unique<RecordCache>(options_.cache_size);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
   if (!options_.read_only) {
     CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
@@ -438,7 +444,7 @@ Status StoreImpl::CheckSpace(uint64_t incoming, Ino ino, uint64_t offset) {
   space_since_check_ += incoming;
   const uint64_t drawn = ino != 0 ? reservations_.Overlap(ino, offset, offset + incoming) : 0;
   if (incoming > 0 && drawn == incoming) return Status::OK();  // all of it reserved
-  const uint64_t needed = options_.min_free_bytes + reservations_.charge() + (incoming - drawn);
+  const uint64_t needed = options_.min_free + reservations_.charge() + (incoming - drawn);
   if (space_since_check_ >= kSpaceCheckBytes || NowMs() - space_checked_ms_ >= kSpaceCheckMs ||
       space_avail_ < needed) {
     (void)StatSpaceLocked();  // on failure, the last figure stands
@@ -466,7 +472,7 @@ Status StoreImpl::Reserve(Ino ino, uint64_t start, uint64_t end) {
     return Status::OK();
   }
   CKPTFS_RETURN_IF_ERROR(StatSpaceLocked());
-  const uint64_t needed = options_.min_free_bytes + reservations_.charge();
+  const uint64_t needed = options_.min_free + reservations_.charge();
   if (space_avail_ < needed || space_avail_ - needed < add) {
     return Status(ENOSPC, "cannot reserve " + std::to_string(end - start) +
                               " bytes: not enough free space on the filesystem under " + dir_);
@@ -525,228 +531,6 @@ Status StoreImpl::SyncAll() {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   counters_.fsyncs++;
   return syncer_->Sync();
-}
-
-std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
-  return dir_ + "/" + format::SegmentFileName(segment_id);
-}
-
-Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
-  if (closed_) return Status(EIO, "store is closed");
-  std::vector<SegmentInfo> out;
-  for (uint64_t id : segments_->Ids()) {
-    SegmentInfo info;
-    info.id = id;
-    info.path = SegmentPath(id);
-    info.file_bytes = segments_->Size(id);
-    const std::string what = "accounting of segment " + std::to_string(id);
-    std::string v;
-    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v);
-    if (!rs.IsNotFound()) {  // no value yet: nothing committed counts it
-      CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read " + what));
-      format::SegmentStat st;
-      Status ds = format::DecodeSegmentStat(v, &st);
-      if (ds.ok()) ds = format::CheckSegmentStat(st);
-      if (!ds.ok()) return Status(ds.code(), what + ": " + ds.message());
-      info.live_bytes = st.live;
-      info.dead_bytes = st.dead;
-      info.sealed = st.sealed != 0;
-    }
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
-Result<EngineStats> StoreImpl::GetStats() {
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
-  EngineStats s;
-  s.reads = counters_.reads;
-  s.read_bytes = counters_.read_bytes;
-  s.writes = counters_.writes;
-  s.write_bytes = counters_.write_bytes;
-  s.backing_reads = counters_.backing_reads;
-  s.backing_read_bytes = counters_.backing_read_bytes;
-  s.coalesced_reads = counters_.coalesced_reads;
-  s.cache_hits = counters_.cache_hits;
-  s.cache_misses = counters_.cache_misses;
-  s.inline_writes = counters_.inline_writes;
-  s.records_written = counters_.records_written;
-  s.stored_bytes = counters_.stored_bytes;
-  s.fsyncs = counters_.fsyncs;
-  s.device_syncs = syncer_->flushes();
-  s.checksum_errors = counters_.checksum_errors;
-  s.data_file_writes = counters_.data_file_writes;
-  s.data_file_write_bytes = counters_.data_file_write_bytes;
-  s.data_file_reads = counters_.data_file_reads;
-  s.data_file_read_bytes = counters_.data_file_read_bytes;
-  s.direct_writes = counters_.direct_writes;
-  s.direct_adoptions = counters_.direct_adoptions;
-  s.direct_adopted_bytes = counters_.direct_adopted_bytes;
-  s.direct_rereads = counters_.direct_rereads;
-  for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
-    s.segments++;
-    s.live_bytes += static_cast<uint64_t>(seg.live_bytes);
-    s.dead_bytes += static_cast<uint64_t>(seg.dead_bytes);
-  }
-  return s;
-}
-
-StoreOptions StoreImpl::GetOptions() {
-  StoreOptions o = options_;
-  o.coalesce_gap = coalesce_gap_.load();
-  o.coalesce_max = coalesce_max_.load();
-  o.cache_bytes = cache_->capacity();
-  o.compression_level = compression_level_.load();
-  return o;
-}
-
-Status StoreImpl::UpdateOptions(const std::function<void(StoreOptions*)>& change) {
-  if (closed_) return Status(EIO, "store is closed");
-  MutexLock l(&update_mu_);
-  const StoreOptions current = GetOptions();
-  StoreOptions wanted = current;
-  change(&wanted);
-  // Everything but the run-time settings must be as it is.
-  StoreOptions fixed = wanted;
-  fixed.coalesce_gap = current.coalesce_gap;
-  fixed.coalesce_max = current.coalesce_max;
-  fixed.cache_bytes = current.cache_bytes;
-  fixed.compression_level = current.compression_level;
-  if (!(fixed == current)) {
-    return Status(EINVAL,
-                  "only coalesce_gap, coalesce_max, cache_bytes and compression_level change "
-                  "while the store is open");
-  }
-  if (wanted.compression_level < 0 || wanted.compression_level > 22) {
-    return Status(EINVAL, "compression_level must be 0 (off) to 22");
-  }
-  coalesce_gap_ = wanted.coalesce_gap;
-  coalesce_max_ = wanted.coalesce_max;
-  if (wanted.cache_bytes != current.cache_bytes) cache_->SetCapacity(wanted.cache_bytes);
-  compression_level_ = wanted.compression_level;
-  return Status::OK();
-}
-
-void StoreImpl::DropCache() { cache_->Clear(); }
-
-EngineMemory StoreImpl::MemoryUse() {
-  EngineMemory m;
-  m.record_cache = cache_->bytes();
-  m.index_memtables = index_memtables_ ? index_memtables_->memory_usage() : 0;
-  m.index_block_cache = index_block_cache_ ? index_block_cache_->GetUsage() : 0;
-  m.extent_maps = extent_maps_.bytes();
-  m.verified_blocks = verified_blocks_.bytes();
-  return m;
-}
-
-Status StoreImpl::ReleaseIdleMemory() {
-  // Below this a flush would make table files of a few keys for little.
-  constexpr uint64_t kWorthFlushing = 4ull << 20;
-  if (options_.read_only || closed_ || index_memtables_ == nullptr ||
-      index_memtables_->memory_usage() < kWorthFlushing) {
-    return Status::OK();
-  }
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  return FromRocksStatus(db_->Flush(fo, handles_), "flush index");
-}
-
-Status StoreImpl::BackupIndex(int64_t max_age_s) {
-  // A test's index filesystem (fault injection) is not the disk the
-  // backups would go to.
-  if (options_.read_only || db_ == nullptr || index_env_ != nullptr) return Status::OK();
-  MutexLock l(&backup_mu_);
-  const int64_t now = ::time(nullptr);
-  if (max_age_s > 0) {
-    const std::vector<std::string> backups = ListIndexBackups(dir_);
-    if (!backups.empty() && now - std::stoll(backups.front()) < max_age_s) return Status::OK();
-  }
-  return engine::BackupIndex(db_.get(), dir_, now);
-}
-
-EngineMemory EngineMemoryBound(const StoreOptions& options) {
-  EngineMemory m;
-  m.record_cache = options.cache_bytes;
-  m.index_memtables = kIndexMemtableBytes;
-  m.index_block_cache = kIndexBlockCacheBytes;
-  m.extent_maps = ExtentMapCache::MaxBytes(ExtentMapCache::kDefaultMaxExtents,
-                                           ExtentMapCache::kDefaultMaxInlineBytes);
-  m.verified_blocks = VerifiedBlocks::kBlocks * uint64_t{options.max_record_bytes};
-  return m;
-}
-
-Result<FsStats> StoreImpl::StatFs() {
-  if (closed_) return Status(EIO, "store is closed");
-  struct statvfs vfs;
-  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
-  FsStats st;
-  st.block_size = vfs.f_frsize;
-  st.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-  st.free_bytes = static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize;
-  st.avail_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  {
-    // Reserved space counts as used, as preallocated blocks do, and
-    // min_free_bytes is not available. What is left is what one fallocate
-    // can reserve (Reserve: record headers included), and so what writes can
-    // take (CheckSpace).
-    MutexLock l(&space_mu_);
-    const uint64_t reserved = reservations_.charge();
-    st.free_bytes -= std::min(st.free_bytes, reserved);
-    const uint64_t kept = reserved + options_.min_free_bytes;
-    st.avail_bytes = Reservations::LargestFitting(st.avail_bytes - std::min(st.avail_bytes, kept));
-  }
-  std::string v;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);
-  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read inode_count"));
-  if (v.size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
-  st.inodes = format::GetLE64(v.data());
-  return st;
-}
-
-Result<NamespaceCounts> StoreImpl::CountNamespace() {
-  if (closed_) return Status(EIO, "store is closed");
-  NamespaceCounts c;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_inodes_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    format::InodeValue v;
-    Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
-    if (!s.ok()) {
-      const std::string ino =
-          it->key().size() == 8 ? std::to_string(format::GetBE64(it->key().data())) : "?";
-      return Status(s.code(), "inode " + ino + ": " + s.message());
-    }
-    if (v.nlink == 0) continue;  // unlinked while open
-    if (S_ISREG(v.mode)) {
-      c.files++;
-      c.logical_bytes += v.size;
-      if (v.data_file_end != 0) {
-        c.data_files++;
-        c.data_file_bytes += v.data_file_end;
-      }
-    } else if (S_ISDIR(v.mode)) {
-      c.directories++;
-    } else if (S_ISLNK(v.mode)) {
-      c.symlinks++;
-    } else {
-      c.other++;
-    }
-  }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
-  // RocksDB may delete files while we walk: skip what vanishes.
-  namespace stdfs = std::filesystem;
-  const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;
-  std::error_code ec;
-  for (stdfs::recursive_directory_iterator d(index_dir, ec), end; !ec && d != end; d.increment(ec)) {
-    std::error_code size_ec;
-    if (d->is_regular_file(size_ec)) {
-      const uintmax_t n = d->file_size(size_ec);
-      if (!size_ec) c.index_bytes += n;
-    }
-  }
-  if (ec && ec.value() != ENOENT) {
-    return Status::IOError(ec.value(), "list " + index_dir.string());
-  }
-  return c;
 }
 
 }  // namespace ckptfs::engine

@@ -1,6 +1,9 @@
 // StoreImpl: the orchestrator behind engine/store.h. Namespace operations are
-// in store_namespace.cc, file data in store_data.cc, open/close/settings in
-// store_impl.cc.
+// in store_namespace.cc; file data in store_extents.cc (extent maps),
+// store_write.cc, store_read.cc and store_attr.cc (attributes, fallocate,
+// open and release); compaction in store_compact.cc; open, close, commits
+// and space in store_impl.cc; what it reports and its run-time settings in
+// store_info.cc.
 //
 // Concurrency: namespace mutations take ns_mu_ and then the InodeState
 // mutexes of every inode they touch, in ascending inode order. File data
@@ -32,31 +35,34 @@
 #include <string>
 #include <vector>
 
+#include "base/commit_gate.h"
+#include "base/epoch_gate.h"
+#include "base/group_commit.h"
+#include "base/inflight_reads.h"
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
-#include "engine/commit_gate.h"
-#include "engine/data_files.h"
-#include "engine/epoch_gate.h"
-#include "engine/extent_map_cache.h"
-#include "format/format.h"
-#include "engine/group_commit.h"
+#include "engine/data/data_files.h"
+#include "engine/data/record_cache.h"
+#include "engine/data/reservations.h"
+#include "engine/data/segment_set.h"
+#include "engine/data/verified_blocks.h"
+#include "engine/index/extent_map_cache.h"
+#include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
-#include "engine/inflight_reads.h"
-#include "format/read_plan.h"
-#include "engine/record_cache.h"
-#include "engine/reservations.h"
-#include "engine/segment_set.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
-#include "engine/store_lock.h"
-#include "engine/verified_blocks.h"
+#include "format/format.h"
+#include "io/read_plan.h"
 
 namespace ckptfs::engine {
 
-using format::BackingRead;
-using format::CoalesceSettings;
-using format::PlanReads;
-using format::RecordRef;
+using io::BackingRead;
+using io::CoalesceSettings;
+using io::PlanReads;
+using io::RecordRef;
+
+// The largest file size (and end of a write or fallocate).
+inline constexpr uint64_t kMaxFileSize = 1ull << 60;
 
 
 class StoreImpl final : public Store {
@@ -126,7 +132,7 @@ class StoreImpl final : public Store {
   using StatDeltas = std::map<uint64_t, format::SegmentStat>;
   using Extent = engine::Extent;
 
-  // ---- store_impl.cc ----
+  // ---- store_impl.cc, store_info.cc ----
   Status CreateLayout();
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
@@ -141,7 +147,7 @@ class StoreImpl final : public Store {
   Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
   Status CheckWritable() const;
   // ENOSPC when `incoming` more bytes would leave the filesystem under the
-  // store short of min_free_bytes plus what fallocate reserved. The bytes of
+  // store short of min_free plus what fallocate reserved. The bytes of
   // [offset, offset+incoming) of `ino` (0: none) that are reserved draw on
   // their reservation instead: a write of reserved bytes only is never refused.
   Status CheckSpace(uint64_t incoming, Ino ino = 0, uint64_t offset = 0);
@@ -165,8 +171,9 @@ class StoreImpl final : public Store {
     // Pins, locks (ascending) and loads these inodes. Call once.
     Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
-    format::InodeValue& A(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
-    InodeState* S(uint64_t ino);
+    format::InodeValue& Edit(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
+    // The state of a locked inode.
+    InodeState* State(uint64_t ino);
     // Drops one name of `ino`; purges or orphans it when that was the last.
     // An error (from Purge) leaves the batch unusable: do not commit it.
     Status DropLink(uint64_t ino, const Timespec& now);
@@ -207,7 +214,7 @@ class StoreImpl final : public Store {
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
 
-  // ---- store_data.cc ----
+  // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its
   // extent map when one is held, else from the index.
   Status CollectExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
@@ -229,17 +236,36 @@ class StoreImpl final : public Store {
   // Makes s->attr.data_bytes known: an inode of a store written before the
   // counter existed gets its extents counted once.
   Status CountDataBytesLocked(InodeState* s) REQUIRES(s->mu);
+  // Writes `data` at `offset` of the file: into segments, or past its data
+  // file's end into the data file (moving it there when it grows past
+  // data_file_min); the index batch carries the extents and attributes.
   Result<size_t> WriteLocked(InodeState* s, uint64_t offset, std::string_view data,
                              WriteTimes times) REQUIRES(s->mu);
+  // WriteLocked's file of at most inline_max bytes whose extents are all
+  // inline: all of it into one inline extent in `b`. False (nothing done)
+  // when the file has records.
+  Result<bool> WriteInlineLocked(InodeState* s, uint64_t offset, std::string_view data,
+                                 uint64_t new_size, format::InodeValue* v,
+                                 rocksdb::WriteBatch* b) REQUIRES(s->mu);
+  // WriteLocked's other files: the bytes into records and the data file
+  // (an inline head the write touches folds into its record). Syncs the
+  // bytes it moves first when `moved_may_be_synced`.
+  Status WriteStoredLocked(InodeState* s, uint64_t offset, std::string_view data,
+                           bool moved_may_be_synced, format::InodeValue* v,
+                           rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
+  // The inline extent at offset 0 of `ino` when `offset` lies in it (0 <
+  // offset <= its length): its bytes with `data` written at `offset`, in
+  // `*folded`; else `*folded` stays empty.
+  Status FoldInlineHead(uint64_t ino, uint64_t offset, std::string_view data,
+                        std::string* folded);
+  // Appends `data`, the file's bytes at `offset`, as records of at most
+  // max_record_bytes to the active segment and puts their extents into `b`.
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
                        rocksdb::WriteBatch* b, StatDeltas* deltas);
   // Writes `data` at `offset` of the data file of `ino` and puts its
   // extents (blocks cut as records are) into `b`.
   Status AppendDataFile(uint64_t ino, uint64_t offset, std::string_view data,
                         rocksdb::WriteBatch* b);
-  // Gives `s` a data file holding the bytes of its extents below `upto`
-  // (copied from segments and inline extents, repointed in `b`); sets
-  // v->data_file_end to `upto`.
   // Extents of `data`, the data file's bytes at `offset`: one per block,
   // blocks ending where records would (AppendRecords).
   void PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_view data,
@@ -252,8 +278,11 @@ class StoreImpl final : public Store {
   // alongside.
   Status Adopt(Ino ino, bool sync);
   // BeginDirectWrite's state: takes the data file's bytes into the index
-  // (copies them into segments below data_file_bytes).
+  // (copies them into segments below data_file_min).
   Status AdoptLocked(InodeState* s) REQUIRES(s->mu);
+  // Gives `s` a data file holding the bytes of its extents below `upto`
+  // (copied from segments and inline extents, repointed in `b`); sets
+  // v->data_file_end to `upto`.
   Status MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
                               rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
   // Copies the bytes of `ex` that lie in [offset, end) into buf (which
@@ -271,8 +300,35 @@ class StoreImpl final : public Store {
   // kWholeOnce: the caller uses each record whole and will not ask for it
   // again soon, so records read for it are not cached.
   enum class RecordUse { kMayRepeat, kWholeOnce };
-  Status FetchRecords(const std::vector<RecordRef>& want, RecordUse use,
-                      std::map<std::pair<uint64_t, uint64_t>, RecordData>* out);
+  using RecordMap = std::map<std::pair<uint64_t, uint64_t>, RecordData>;
+  Status FetchRecords(const std::vector<RecordRef>& want, RecordUse use, RecordMap* out);
+  // One planned backing read of FetchRecords: its records (and the whole
+  // neighbours it brought) verified, decoded and cached, or taken from the
+  // cache when another thread's overlapping read put them there.
+  Status ServeBackingRead(const BackingRead& br, RecordUse use, const CoalesceSettings& cs,
+                          RecordMap* out);
+  // The bytes of one backing read while ServeBackingRead decodes them.
+  struct ReadBuffer {
+    explicit ReadBuffer(const BackingRead& read) : br(read) {}
+    const BackingRead& br;
+    std::shared_ptr<char[]> bytes;  // br.length bytes
+    size_t n = 0;                   // of them read (less where the segment ends)
+    bool pass_through = false;      // used whole once: not cached
+    uint64_t max_tail = 0;          // the most read again to complete a cut record
+    size_t served = 0;              // records decoded from it
+  };
+  // Verifies and decodes the record at `pos` of `bytes` (a buffer of
+  // `bytes_held` bytes, `avail` of them read from segment offset `base`)
+  // and caches it; nullptr (and `*err`) when it is not intact.
+  RecordData DecodeRecordIn(ReadBuffer* rb, const std::shared_ptr<char[]>& bytes,
+                            size_t bytes_held, size_t avail, uint64_t base, uint64_t pos,
+                            Status* err);
+  // The same for the record at `pos` of `rb`; `*next` = the byte after it.
+  // A neighbour that a stretched read cut short is completed with one more
+  // read of its tail, so that the next read of this region does not fetch
+  // its head again (a restore in store order then reads each segment byte
+  // once).
+  RecordData DecodeRecordAt(ReadBuffer* rb, uint64_t pos, Status* err, uint64_t* next);
 
   // ---- store_compact.cc ----
   // Scans every extent: adds to `inos` the inodes and to `used` the segments
@@ -297,15 +353,41 @@ class StoreImpl final : public Store {
   // Adds the repointing of copied record `r` and its accounting to `b` and
   // `deltas`.
   void AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDeltas* deltas);
-  // Copies one victim record whose windows `group` (extents of `ino`) uses.
+  // A victim record read and verified (format::DecodeRecord): its views
+  // point into the run's scratch buffer and `decoded`.
+  struct SourceRecord {
+    format::RecordView rec;
+    std::string decoded;
+  };
+  // Reads and verifies the victim record whose windows `group` (extents of
+  // `ino`) uses, and checks it against each of them. An error means the
+  // record is unreadable or damaged, its segment is kept.
+  Status ReadSourceRecord(uint64_t ino, const std::vector<const Extent*>& group, CompactRun* run,
+                          SourceRecord* out);
+  // Copies `src` (ReadSourceRecord) whole or its live windows to the active
+  // segment; the repointed extents go to `puts`, the accounting to `deltas`.
   // REQUIRES: the mu of `ino`'s InodeState is held (not checked: the
   // function gets the number, not the state).
-  // `*bad_source` tells a damaged or unreadable old record from other errors.
-  Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group,
+  Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, const SourceRecord& src,
                     std::vector<std::pair<std::string, std::string>>* puts, StatDeltas* deltas,
-                    CompactRun* run, bool* bad_source);
+                    CompactRun* run);
   // Compact() once the caller holds the compaction lock.
   Result<CompactReport> CompactLocked(const CompactOptions& options) REQUIRES(compaction_->mu);
+  // Seals the victims that the active segment or the newest file are, so
+  // that appends go elsewhere, and commits that once every write into the
+  // victims has.
+  Status SealVictims(const std::vector<Victim>& victims) REQUIRES(compaction_->mu);
+  // Copies what the inodes with extents in `round` (some of `victims`) use,
+  // makes it durable, then deletes the segments of `round` that nothing
+  // references any more (adding their bytes to `*freed`; the others go to
+  // rep->kept with why).
+  Status CompactRound(const std::set<uint64_t>& round, const std::vector<Victim>& victims,
+                      CompactRun* run, CompactReport* rep, uint64_t* freed)
+      REQUIRES(compaction_->mu);
+  // `r` with its time and kept segments in order, recorded as the last
+  // compaction.
+  CompactReport FinishCompaction(const CompactRun& run, CompactReport r)
+      REQUIRES(compaction_->mu);
   // One look of background compaction: compacts when the dead bytes or an
   // empty segment call for it (then the report), else nothing (nullopt).
   Result<std::optional<CompactReport>> BackgroundPass();
@@ -323,7 +405,7 @@ class StoreImpl final : public Store {
   // The index's filesystem when env_ provides one; declared before db_ so
   // that it outlives it.
   std::unique_ptr<rocksdb::Env> index_env_;
-  // The bounds of the index's memory (engine/index_db.h); outlive db_.
+  // The bounds of the index's memory (engine/index/index_db.h); outlive db_.
   std::shared_ptr<rocksdb::Cache> index_block_cache_;
   std::shared_ptr<rocksdb::WriteBufferManager> index_memtables_;
   std::unique_ptr<rocksdb::DB> db_;
@@ -336,7 +418,7 @@ class StoreImpl final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
-  // Extents of recently written inodes (engine/extent_map_cache.h); Commit
+  // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit
   // applies every committed batch to it.
   ExtentMapCache extent_maps_{ExtentMapCache::kDefaultMaxExtents,
                               ExtentMapCache::kDefaultMaxInodeExtents};
@@ -346,12 +428,12 @@ class StoreImpl final : public Store {
   InodeTable inodes_;
   std::atomic<bool> closed_{false};
   // Every Read and data write holds a Guard; compaction drains it (see
-  // engine/epoch_gate.h).
+  // base/epoch_gate.h).
   EpochGate io_gate_;
   // segments_ for the index's before-flush hook, which may run on RocksDB's
   // threads from the moment the index opens; null until segments_ is set.
   std::atomic<SegmentSet*> flush_segments_{nullptr};
-  // Appends-then-commits against FlushDurable (engine/commit_gate.h).
+  // Appends-then-commits against FlushDurable (base/commit_gate.h).
   CommitGate commit_gate_;
   // Index log syncs begun (FlushDurable), from 1. A write that moves a
   // file's earlier bytes (an inline head into a record, a staged start into
@@ -382,7 +464,7 @@ class StoreImpl final : public Store {
   uint64_t space_avail_ GUARDED_BY(space_mu_) = UINT64_MAX;
   uint64_t space_checked_ms_ GUARDED_BY(space_mu_) = 0;
   uint64_t space_since_check_ GUARDED_BY(space_mu_) = 0;
-  // What fallocate reserved (engine/reservations.h).
+  // What fallocate reserved (engine/data/reservations.h).
   Reservations reservations_ GUARDED_BY(space_mu_);
   // reservations_.bytes(), read without space_mu_: most stores have none,
   // and ReservedBytes, asked for every stat, then takes no lock.

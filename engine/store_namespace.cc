@@ -75,27 +75,27 @@ Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
   return Status::OK();
 }
 
-InodeState* StoreImpl::Txn::S(uint64_t ino) {
+InodeState* StoreImpl::Txn::State(uint64_t ino) {
   for (auto& r : refs) {
     if (r->ino == ino) return r.get();
   }
   return nullptr;  // not reached: callers lock every inode they touch
 }
 
-format::InodeValue& StoreImpl::Txn::A(uint64_t ino) {
+format::InodeValue& StoreImpl::Txn::Edit(uint64_t ino) {
   auto it = attrs.find(ino);
-  if (it == attrs.end()) it = attrs.emplace(ino, S(ino)->attr).first;
+  if (it == attrs.end()) it = attrs.emplace(ino, State(ino)->attr).first;
   return it->second;
 }
 
 Status StoreImpl::Txn::Purge(uint64_t ino) {
-  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(S(ino), &batch, &deltas));
+  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas));
   purged.push_back(ino);
   return Status::OK();
 }
 
 Status StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
-  format::InodeValue& v = A(ino);
+  format::InodeValue& v = Edit(ino);
   if (v.nlink > 0) v.nlink--;
   SetCtime(&v, now);
   if (v.nlink > 0) return Status::OK();
@@ -103,14 +103,14 @@ Status StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
 }
 
 Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
-  format::InodeValue& v = A(ino);
+  format::InodeValue& v = Edit(ino);
   v.nlink = 0;
   SetCtime(&v, now);
   return Unnamed(ino);
 }
 
 Status StoreImpl::Txn::Unnamed(uint64_t ino) {
-  if (S(ino)->open_count.load() > 0) {
+  if (State(ino)->open_count.load() > 0) {
     batch.Put(st->cf_meta_, format::OrphanKey(ino), "");
     return Status::OK();
   }
@@ -126,13 +126,13 @@ Status StoreImpl::Txn::Commit() {
   EmitDeltas(deltas, &batch, st->cf_segments_);
   CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
   for (uint64_t ino : purged) {
-    if (S(ino)->attr.data_file_end != 0) {
-      (void)st->data_files_->RemoveAfterSync(ino, S(ino)->attr.data_file_end);
+    if (State(ino)->attr.data_file_end != 0) {
+      (void)st->data_files_->RemoveAfterSync(ino, State(ino)->attr.data_file_end);
       st->data_files_->EvictSoon(ino);
     }
   }
-  for (auto& [ino, v] : attrs) S(ino)->attr = v;
-  for (uint64_t ino : purged) S(ino)->purged = true;
+  for (auto& [ino, v] : attrs) State(ino)->attr = v;
+  for (uint64_t ino : purged) State(ino)->purged = true;
   return Status::OK();
 }
 
@@ -323,7 +323,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   MutexLock ns(&ns_mu_);
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
-  format::InodeValue& p = t.A(parent);
+  format::InodeValue& p = t.Edit(parent);
   if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
   if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
   Result<format::DentryValue> existing = GetDentry(parent, name);
@@ -392,8 +392,8 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
   MutexLock ns(&ns_mu_);
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
-  format::InodeValue& v = t.A(ino);
-  format::InodeValue& p = t.A(new_parent);
+  format::InodeValue& v = t.Edit(ino);
+  format::InodeValue& p = t.Edit(new_parent);
   if (S_ISDIR(v.mode)) return Status(EPERM, "hard links to directories are not allowed");
   if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
   if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
@@ -418,9 +418,9 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
-  if (S_ISDIR(t.A(d.ino).mode)) return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
+  if (S_ISDIR(t.Edit(d.ino).mode)) return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
   Timespec now = Now();
-  SetMtime(&t.A(parent), now);
+  SetMtime(&t.Edit(parent), now);
   t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
   CKPTFS_RETURN_IF_ERROR(t.DropLink(d.ino, now));
   return t.Commit();
@@ -433,11 +433,11 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
-  if (!S_ISDIR(t.A(d.ino).mode)) return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
+  if (!S_ISDIR(t.Edit(d.ino).mode)) return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
   CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino));
   if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
   Timespec now = Now();
-  format::InodeValue& p = t.A(parent);
+  format::InodeValue& p = t.Edit(parent);
   p.nlink--;
   SetMtime(&p, now);
   t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
@@ -461,10 +461,10 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   std::vector<uint64_t> inos = {parent, new_parent, src.ino};
   if (has_dst) inos.push_back(dst.ino);
   CKPTFS_RETURN_IF_ERROR(t.Lock(inos));
-  if (!S_ISDIR(t.A(new_parent).mode)) return Status(ENOTDIR, "target parent is not a directory");
-  if (t.A(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
-  const bool src_dir = S_ISDIR(t.A(src.ino).mode);
-  const bool dst_dir = has_dst && S_ISDIR(t.A(dst.ino).mode);
+  if (!S_ISDIR(t.Edit(new_parent).mode)) return Status(ENOTDIR, "target parent is not a directory");
+  if (t.Edit(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
+  const bool src_dir = S_ISDIR(t.Edit(src.ino).mode);
+  const bool dst_dir = has_dst && S_ISDIR(t.Edit(dst.ino).mode);
   Timespec now = Now();
 
   if (mode == RenameMode::kExchange) {
@@ -484,20 +484,20 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
     t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
     if (parent != new_parent) {
       if (src_dir) {
-        t.A(src.ino).parent = new_parent;
-        t.A(parent).nlink--;
-        t.A(new_parent).nlink++;
+        t.Edit(src.ino).parent = new_parent;
+        t.Edit(parent).nlink--;
+        t.Edit(new_parent).nlink++;
       }
       if (dst_dir) {
-        t.A(dst.ino).parent = parent;
-        t.A(new_parent).nlink--;
-        t.A(parent).nlink++;
+        t.Edit(dst.ino).parent = parent;
+        t.Edit(new_parent).nlink--;
+        t.Edit(parent).nlink++;
       }
     }
-    SetCtime(&t.A(src.ino), now);
-    SetCtime(&t.A(dst.ino), now);
-    SetMtime(&t.A(parent), now);
-    SetMtime(&t.A(new_parent), now);
+    SetCtime(&t.Edit(src.ino), now);
+    SetCtime(&t.Edit(dst.ino), now);
+    SetMtime(&t.Edit(parent), now);
+    SetMtime(&t.Edit(new_parent), now);
     return t.Commit();
   }
 
@@ -527,20 +527,20 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
   if (has_dst) {
     if (dst_dir) {
-      t.A(new_parent).nlink--;
+      t.Edit(new_parent).nlink--;
       CKPTFS_RETURN_IF_ERROR(t.DropDir(dst.ino, now));
     } else {
       CKPTFS_RETURN_IF_ERROR(t.DropLink(dst.ino, now));
     }
   }
   if (src_dir && parent != new_parent) {
-    t.A(src.ino).parent = new_parent;
-    t.A(parent).nlink--;
-    t.A(new_parent).nlink++;
+    t.Edit(src.ino).parent = new_parent;
+    t.Edit(parent).nlink--;
+    t.Edit(new_parent).nlink++;
   }
-  SetCtime(&t.A(src.ino), now);
-  SetMtime(&t.A(parent), now);
-  SetMtime(&t.A(new_parent), now);
+  SetCtime(&t.Edit(src.ino), now);
+  SetMtime(&t.Edit(parent), now);
+  SetMtime(&t.Edit(new_parent), now);
   return t.Commit();
 }
 
@@ -559,7 +559,7 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
   if ((flags & XATTR_CREATE) && rs.ok()) return Status(EEXIST, "xattr exists");
   if ((flags & XATTR_REPLACE) && rs.IsNotFound()) return Status(ENODATA, "no such xattr");
   t.batch.Put(cf_xattrs_, key, rocksdb::Slice(value.data(), value.size()));
-  SetCtime(&t.A(ino), Now());
+  SetCtime(&t.Edit(ino), Now());
   return t.Commit();
 }
 
@@ -599,7 +599,7 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
   if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
   CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
   t.batch.Delete(cf_xattrs_, key);
-  SetCtime(&t.A(ino), Now());
+  SetCtime(&t.Edit(ino), Now());
   return t.Commit();
 }
 

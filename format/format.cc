@@ -183,7 +183,7 @@ std::string EncodeInode(const InodeValue& v) {
   s.reserve(kInodeFixedSize3 + v.symlink_target.size());
   const bool v3 = v.data_file_end != 0;
   s.push_back(static_cast<char>(v3 ? kInodeValueVersion3
-                                   : v.data_bytes_known ? kInodeValueVersion : kInodeValueVersion1));
+                                   : v.data_bytes_known ? kInodeValueVersion2 : kInodeValueVersion1));
   PutLE32(&s, v.mode);
   PutLE32(&s, v.uid);
   PutLE32(&s, v.gid);
@@ -208,14 +208,14 @@ std::string EncodeInode(const InodeValue& v) {
 Status DecodeInode(std::string_view in, InodeValue* v) {
   if (in.empty()) return Short("inode value", 0, kInodeFixedSize1);
   const uint8_t version = static_cast<uint8_t>(in[0]);
-  if (version != kInodeValueVersion && version != kInodeValueVersion1 &&
+  if (version != kInodeValueVersion2 && version != kInodeValueVersion1 &&
       version != kInodeValueVersion3) {
     return Status::Corruption("inode value version " + std::to_string(version) + ", expected " +
                               std::to_string(kInodeValueVersion1) + " to " +
                               std::to_string(kInodeValueVersion3));
   }
   const size_t fixed = version == kInodeValueVersion3 ? kInodeFixedSize3
-                       : version == kInodeValueVersion ? kInodeFixedSize
+                       : version == kInodeValueVersion2 ? kInodeFixedSize
                                                        : kInodeFixedSize1;
   if (in.size() < fixed) return Short("inode value", in.size(), fixed);
   const char* p = in.data() + 1;
@@ -549,6 +549,27 @@ Status DecodeRecordPayload(const RecordHeader& h, std::string_view payload, std:
   if (ZSTD_isError(n) || n != h.raw_len) {
     return Status::Corruption(std::string("zstd payload does not decode to ") +
                               std::to_string(h.raw_len) + " bytes");
+  }
+  return Status::OK();
+}
+
+Status DecodeRecord(std::string_view bytes, RecordView* out, std::string* decoded) {
+  CKPTFS_RETURN_IF_ERROR(DecodeRecordHeader(bytes, &out->header));
+  const RecordHeader& h = out->header;
+  if (bytes.size() - kRecordHeaderSize < h.stored_len) {
+    return Status::Corruption("record truncated: " + std::to_string(bytes.size()) + " bytes of " +
+                              std::to_string(kRecordHeaderSize + h.stored_len));
+  }
+  out->payload = bytes.substr(kRecordHeaderSize, h.stored_len);
+  if (h.codec == Codec::kNone) {
+    CKPTFS_RETURN_IF_ERROR(VerifyRecordPayload(h, out->payload));
+    out->data = out->payload;
+  } else if (decoded == nullptr) {
+    CKPTFS_RETURN_IF_ERROR(VerifyRecordPayload(h, out->payload));
+    out->data = {};
+  } else {
+    CKPTFS_RETURN_IF_ERROR(DecodeRecordPayload(h, out->payload, decoded));
+    out->data = *decoded;
   }
   return Status::OK();
 }

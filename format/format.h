@@ -1,7 +1,7 @@
 // On-disk encodings of ckptfs: index keys and values, segment headers and
 // segment records. Pure code: depends only on the standard library, zstd and
 // xxhash, does no I/O. docs/FORMAT.md documents every layout below, and
-// engine/format_test.cc holds golden bytes that keep the two in step.
+// format/format_test.cc holds golden bytes that keep the two in step.
 //
 // Byte order: index keys are big-endian so that byte order is numeric order;
 // every value and on-disk header field is little-endian.
@@ -100,7 +100,7 @@ struct InodeValue {
   bool operator==(const InodeValue&) const = default;
 };
 inline constexpr uint8_t kInodeValueVersion3 = 3;  // with data_file_end
-inline constexpr uint8_t kInodeValueVersion = 2;
+inline constexpr uint8_t kInodeValueVersion2 = 2;  // with data_bytes
 inline constexpr uint8_t kInodeValueVersion1 = 1;  // without data_bytes
 std::string EncodeInode(const InodeValue& v);
 Status DecodeInode(std::string_view in, InodeValue* v);
@@ -199,6 +199,22 @@ PreparedRecord PrepareRecord(uint64_t ino, uint64_t file_offset, std::string_vie
 // PrepareRecord, returned as one string (header + payload).
 std::string BuildRecord(uint64_t ino, uint64_t file_offset, std::string_view data, int level,
                         RecordHeader* header_out);
+// A whole record as DecodeRecord finds it in a buffer.
+struct RecordView {
+  RecordHeader header;
+  std::string_view payload;  // the stored_len bytes after the header
+  // The raw_len bytes of file data: the payload, or the decoded bytes of a
+  // compressed one (empty when DecodeRecord was asked not to decode).
+  std::string_view data;
+};
+// The one decoding of a record, for every reader of records (reads,
+// compaction, fsck, verify, the GPU loader): `bytes` begins at its header
+// and holds at least the whole record. Decodes the header, checks that the
+// record fits in `bytes`, verifies the payload checksum, and decodes a
+// compressed payload into `*decoded` (nullptr: verify only). Corruption
+// naming what is wrong otherwise.
+Status DecodeRecord(std::string_view bytes, RecordView* out, std::string* decoded);
+
 // Verifies the payload checksum only. `payload` is exactly stored_len bytes.
 Status VerifyRecordPayload(const RecordHeader& h, std::string_view payload);
 // Verifies the payload checksum and decodes it into `out` (raw_len bytes).

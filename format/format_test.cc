@@ -20,7 +20,7 @@
 #include <vector>
 
 #ifndef CKPTFS_SOURCE_DIR
-#error "CKPTFS_SOURCE_DIR must name the source tree (set in engine/CMakeLists.txt)"
+#error "CKPTFS_SOURCE_DIR must name the source tree (set in format/CMakeLists.txt)"
 #endif
 
 namespace ckptfs::format {
@@ -222,7 +222,7 @@ const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-name
 void ExpectCorruption(const Status& st, std::string_view what) {
   EXPECT_FALSE(st.ok()) << "expected a corruption mentioning \"" << what << "\"";
   EXPECT_EQ(st.code(), EIO) << st.ToString();
-  EXPECT_NE(st.message().find("corruption"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
   EXPECT_NE(st.message().find(what), std::string::npos)
       << "message \"" << st.message() << "\" does not mention \"" << what << "\"";
 }

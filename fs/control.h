@@ -4,7 +4,7 @@
 //   metrics read-only: the numbers of stats in the Prometheus text format
 //           (counters and gauges named ckptfs_*, with HELP and TYPE lines)
 //   config  read: the settings in effect as name=value lines, one per option
-//           of fs/option_table.h, then the last compaction's result as
+//           of options/option_table.h, then the last compaction's result as
 //           last_compaction.* lines; write: name=value lines, each changing
 //           a run-time setting (Store::UpdateOptions), or compact=R[ dry_run]
 //           that runs a compaction (Store::Compact) and returns when it ends.
@@ -146,11 +146,5 @@ class Control {
   // Lock order: before every engine lock.
   Mutex write_mu_;
 };
-
-// The value of the config's compact=VALUE: "R[ dry_run]", R the dead ratio
-// between 0 and 1. EINVAL with a one-line message otherwise.
-engine::Result<engine::CompactOptions> ParseCompactRequest(std::string_view value);
-// The last_compaction.* lines of the config file.
-std::string LastCompactionLines(const engine::CompactionRecord& c);
 
 }  // namespace ckptfs::fs

@@ -37,7 +37,7 @@ TEST(MemoryTest, TheDefaultBoundAddsUpItsOwners) {
 
 TEST(MemoryTest, TheBoundFollowsTheOptions) {
   MountOptions o;
-  o.store.cache_bytes = 1ull << 30;
+  o.store.cache_size = 1ull << 30;
   o.threads = 4;
   o.store.coalesce_max = 4 * kMiB;  // a backing read of up to 4 MiB per thread
   const DaemonMemory m = DaemonMemoryBound(o.store, o.threads);

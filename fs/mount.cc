@@ -303,7 +303,7 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
   store_options.read_only = options.read_only;
   // The kernel caches the pages it reads and writes through the daemon;
   // reads passed through to a data file are served from the data file's.
-  store_options.bypass_data_file_cache = options.direct_io && !options.AsksPassthrough();
+  store_options.direct_io = options.direct_io && !options.AsksPassthrough();
   store_options.holder = MountHolder(getpid(), options.mountpoint);
   engine::Result<std::unique_ptr<engine::Store>> store =
       OpenForMount(options.store_dir, store_options);

@@ -34,7 +34,7 @@ class OpenFilesTest : public engine::test::StoreFixture {
  protected:
   void SetUp() override {
     options_ = engine::test::SmallOptions();
-    options_.data_file_bytes = 1 * kMiB;
+    options_.data_file_min = 1 * kMiB;
     ASSERT_NO_FATAL_FAILURE(Reopen());
   }
   Ino MakeFile(const std::string& name, size_t size) {

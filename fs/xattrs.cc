@@ -34,7 +34,7 @@ void ReplySized(Request& r, const std::string& value, size_t size) {
 // "user.ckptfs.extents[.N]" (fs/extents_xattr.h): computed, never stored.
 void GetExtentsXattr(Request& r, fuse_ino_t ino, std::string_view name, size_t size) {
   uint64_t from = 0;
-  if (!ParseExtentsXattrName(name, &from)) return r.Err(ENODATA);
+  if (!format::ParseExtentsXattrName(name, &from)) return r.Err(ENODATA);
   Result<std::string> value = ExtentsXattrValue(r.fs().store(), ino, from);
   if (!value.ok()) return r.Fail(value.status());
   ReplySized(r, *value, size);
@@ -45,7 +45,7 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
   Serve(req, Op::kSetxattr, [&](Request& r) {
     if (IsControl(ino)) return r.Err(ENOTSUP);
     if (int err = CheckName(name)) return r.Err(err);
-    if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
+    if (format::IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     engine::Status st = r.fs().store().SetXattr(ino, name, {value, size}, flags);
     if (st.ok() && name == kCapabilityXattr) r.fs().capability_free().CapabilitySet(ino);
     if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
@@ -57,7 +57,7 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Serve(req, Op::kGetxattr, [&](Request& r) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
-    if (IsExtentsXattrName(name)) return GetExtentsXattr(r, ino, name, size);
+    if (format::IsExtentsXattrName(name)) return GetExtentsXattr(r, ino, name, size);
     Result<std::string> value = r.fs().store().GetXattr(ino, name);
     if (!value.ok()) return r.Fail(value.status());
     ReplySized(r, *value, size);
@@ -82,7 +82,7 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Serve(req, Op::kRemovexattr, [&](Request& r) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
-    if (IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
+    if (format::IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     engine::Status st = r.fs().store().RemoveXattr(ino, name);
     if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
     r.Fail(st);

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/size.h"
+#include "base/size.h"
 #include "gpu/device.h"
 #include "gpu/loader.h"
 #include "gpu/safetensors.h"
@@ -66,7 +66,7 @@ void Check(cudaError_t e, const char* what) {
 }
 
 uint64_t SizeArg(const std::string& s) {
-  Result<uint64_t> v = ckptfs::engine::ParseSize(s);
+  Result<uint64_t> v = ckptfs::ParseSize(s);
   if (!v.ok()) Die("bad size " + s);
   return *v;
 }

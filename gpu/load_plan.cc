@@ -5,14 +5,14 @@
 #include <utility>
 
 #include "format/format.h"
-#include "format/read_plan.h"
+#include "io/read_plan.h"
 
 namespace ckptfs::gpu {
 namespace {
 
-using format::BackingRead;
-using format::CoalesceSettings;
-using format::RecordRef;
+using io::BackingRead;
+using io::CoalesceSettings;
+using io::RecordRef;
 
 constexpr uint64_t kHeaderBytes = format::kRecordHeaderSize;
 
@@ -267,9 +267,9 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     plan.buffer_bytes = std::max<uint64_t>(plan.buffer_bytes, e.stored_len);
   }
   CoalesceSettings c{settings.coalesce_gap, std::min(settings.coalesce_max, plan.buffer_bytes)};
-  std::vector<BackingRead> raw_reads = format::PlanReads(std::move(raw), c);
-  std::vector<BackingRead> zstd_reads = format::PlanReads(std::move(zstd), c);
-  std::vector<BackingRead> block_reads = format::PlanReads(std::move(blocks), c);
+  std::vector<BackingRead> raw_reads = io::PlanReads(std::move(raw), c);
+  std::vector<BackingRead> zstd_reads = io::PlanReads(std::move(zstd), c);
+  std::vector<BackingRead> block_reads = io::PlanReads(std::move(blocks), c);
 
   // Both lists are in (segment, offset) order; visit them merged so that each
   // segment is read front to back.

@@ -3,7 +3,7 @@
 //
 // Direct plans (PlanDirect) read segment records: records needed by the
 // ranges are merged into backing reads by the mount's coalescing rules
-// (format/read_plan.h: gap, max; the read never grows past what is needed),
+// (io/read_plan.h: gap, max; the read never grows past what is needed),
 // uncompressed and compressed records separately. A read of uncompressed
 // records lands in the staging buffer as it is ("in place"): the sink copies
 // each record's window straight out of it. A read holding zstd records lands

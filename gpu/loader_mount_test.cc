@@ -255,7 +255,8 @@ TEST_F(MountTest, ExtentsXattrInterface) {
   Put("data", RandomBytes(3 << 20, 7));
   std::filesystem::create_directories(mnt("dir"));
   const std::string path = mnt("data");
-  const char* name = kExtentsXattr;
+  const std::string name_str(format::kExtentsXattr);
+  const char* name = name_str.c_str();
 
   // Size probe, then the value; a buffer one byte short is ERANGE.
   const ssize_t size = getxattr(path.c_str(), name, nullptr, 0);
@@ -345,7 +346,7 @@ TEST_F(MountTest, CorruptRecordFailsTheDirectLoad) {
   EXPECT_TRUE(got == files_["bystander"]);
 }
 
-// A file written past data_file_bytes (64 MiB by default) lies in its data
+// A file written past data_file_min (64 MiB by default) lies in its data
 // file; a part overwritten below its end lies in a segment.
 TEST_F(MountTest, DataFileBlocksLoadDirectlyAndAreVerified) {
   constexpr uint64_t kMiB = 1 << 20;

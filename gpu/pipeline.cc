@@ -51,19 +51,12 @@ Status CheckRecord(const RecordTask& r, uint64_t ino, const char* record, bool i
     if (!st.ok()) return Status(st.code(), st.message() + " (data file " + path + ")");
     return Status::OK();
   }
-  format::RecordHeader h;
-  Status st = format::DecodeRecordHeader(std::string_view(record, format::kRecordHeaderSize), &h);
-  if (st.ok()) st = format::CheckRecordForExtent(h, r.extent, ino, r.file_offset);
+  format::RecordView rec;
+  Status st = format::DecodeRecord(
+      std::string_view(record, format::kRecordHeaderSize + r.extent.stored_len), &rec, decoded);
+  if (st.ok()) st = format::CheckRecordForExtent(rec.header, r.extent, ino, r.file_offset);
   if (!st.ok()) return AtRecord(st, path, r);
-  const std::string_view payload(record + format::kRecordHeaderSize, h.stored_len);
-  const char* data = payload.data();
-  if (h.codec == format::Codec::kNone) {
-    st = format::VerifyRecordPayload(h, payload);
-  } else {
-    st = format::DecodeRecordPayload(h, payload, decoded);
-    data = decoded->data();
-  }
-  if (!st.ok()) return AtRecord(st, path, r);
+  const char* data = rec.data.data();
   if (!in_place) {
     for (const Window& w : r.windows) {
       std::memcpy(staging + w.staging_offset, data + w.decoded_offset, w.length);

@@ -1,4 +1,5 @@
-// io/: the files a store keeps its data in (segment files today), behind one
+// io/: the files a store keeps its data in (segment files, data files and,
+// through IndexFileSystem, the index's), behind one
 // small interface, so that the engine, fsck and the GPU loader never call
 // pread/pwrite/fdatasync on a path themselves. The POSIX implementation is
 // the default; tests use FaultInjectionEnv (io/fault_injection.h), and other
@@ -73,6 +74,10 @@ class File {
   // Says that [offset, offset+len) will not be read again soon: a cache of
   // the backend may drop it. A hint, as Prefetch.
   virtual void Evict(uint64_t offset, uint64_t len) const {}
+  // Says that reads through the backend's cache will not go on where the
+  // last one ended: it reads no more than asked (POSIX_FADV_RANDOM, no
+  // readahead). A hint, as Prefetch.
+  virtual void NoReadahead() const {}
   // Reads exactly `len` bytes; a file that ends first is corruption.
   Status ReadExactly(uint64_t offset, size_t len, char* buf) const;
 

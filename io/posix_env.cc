@@ -183,6 +183,8 @@ class PosixFile final : public File {
                           POSIX_FADV_DONTNEED);
   }
 
+  void NoReadahead() const override { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); }
+
  private:
   // The alignment of direct reads' and writes' offsets and lengths,
   // opening the O_DIRECT descriptor (with fd_'s access mode) on the first

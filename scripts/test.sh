@@ -59,16 +59,18 @@ run_suite "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo" "-j 2"
 run_suite "asan+ubsan" build-asan \
   "-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF" \
   "-L unit|concurrency|asan -j 2"
+# Only what its labels run (the target tsan_suite, CMakeLists.txt).
 run_suite "tsan" build-tsan \
   "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF" \
-  "-L concurrency|tsan"
+  "-L concurrency|tsan -j 2" tsan_suite
 # Only what the analysis needs to see: every library (gpu/ without CUDA,
-# which nvcc would compile, not clang) and the command; then the format/
-# unit tests and GroupCommit's (CondVar) tests from that build.
+# which nvcc would compile, not clang) and the command; then the format/,
+# read planner and size unit tests and the GroupCommit and WriteOrder
+# (CondVar) tests from that build.
 run_suite "clang thread-safety" build-clang \
   "-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF" \
   "-L unit|concurrency -E ^gpu\. -j 2" \
-  "ckptfs_engine ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test read_plan_test size_test group_commit_test"
+  "ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test"
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then

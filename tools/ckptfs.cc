@@ -4,11 +4,14 @@
 //   ckptfs umount MOUNTPOINT
 //   ckptfs stat [--all | --json] STORE|MOUNTPOINT
 //   ckptfs stat --watch [--interval S] MOUNTPOINT
-//   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
+//   ckptfs fsck [--repair [--from-backup]] [--quick] [--json] STORE
+//   ckptfs compact [--dead-ratio R] [--dry-run] [--json] STORE|MOUNTPOINT
 //   ckptfs warmup [--threads N] [--json] PATH...
 //   ckptfs info [--json] PATH...
 //   ckptfs verify [--json] PATH...
+//   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs --version
+// docs/TOOLS.md describes each, with its exit codes.
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
@@ -20,7 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/size.h"
+#include "base/size.h"
+#include "engine/store_options.h"
 #include "tools/commands.h"
 
 namespace {
@@ -90,10 +94,11 @@ int Main(int argc, char** argv) {
   fsck->add_option("STORE", fsck_store, "Store directory")->required();
 
   std::string compact_path;
-  double compact_ratio = 0.3;
+  double compact_ratio = ckptfs::engine::CompactOptions{}.dead_ratio;
   bool compact_dry_run = false;
   CLI::App* compact = app.add_subcommand("compact", "Reclaim dead space of a store or a mount");
-  compact->add_option("--dead-ratio", compact_ratio, "Rewrite segments at least this dead (default 0.3)");
+  compact->add_option("--dead-ratio", compact_ratio, "Rewrite segments at least this dead")
+      ->capture_default_str();
   compact->add_flag("--dry-run", compact_dry_run, "Only say what would be done");
   bool compact_json = false;
   compact->add_flag("--json", compact_json, "Print the result as JSON");
@@ -215,7 +220,7 @@ int Main(int argc, char** argv) {
   if (*gpu_load_cmd) {
     gpu_load.device_given = gpu_load_device->count() > 0;
     if (!gpu_load_buffer_size.empty()) {
-      ckptfs::engine::Result<uint64_t> n = ckptfs::engine::ParseSize(gpu_load_buffer_size);
+      ckptfs::Result<uint64_t> n = ckptfs::ParseSize(gpu_load_buffer_size);
       if (!n.ok() || *n == 0) {
         std::fprintf(stderr, "ckptfs: --buffer-size: bad size \"%s\"\n",
                      gpu_load_buffer_size.c_str());

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/fsck/fsck.h"
 #include "engine/store.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -57,12 +58,11 @@ int RunFsck(const std::string& store, bool repair, bool quick, bool json, bool f
     o.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   }
   const auto start = std::chrono::steady_clock::now();
-  engine::Result<engine::FsckReport> r = engine::Store::Fsck(store, o);
+  engine::Result<engine::FsckReport> r = engine::Fsck(store, o);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.Finish();
   if (!r.ok()) {
-    const std::string msg = r.status().message();
     if (r.status().code() == EBUSY) {
       std::fprintf(stderr, "ckptfs: refusing: store is in use by %s\n",
                    HolderName(r.status()).c_str());
@@ -70,7 +70,7 @@ int RunFsck(const std::string& store, bool repair, bool quick, bool json, bool f
     }
     std::fprintf(stderr, "ckptfs: fsck %s: %s\n", store.c_str(), r.status().ToString().c_str());
     // A damaged index is damage fsck cannot fix; anything else kept it from running.
-    return msg.find("orruption") != std::string::npos ? kExitUncorrected : kExitOperational;
+    return r.status().IsCorruption() ? kExitUncorrected : kExitOperational;
   }
   const engine::FsckReport& rep = *r;
   const int code = rep.errors() == 0        ? kExitClean

@@ -10,7 +10,7 @@
 // logical bytes (sizes, holes included), stored bytes and extents.
 //
 // Everything comes from the mount's "user.ckptfs.extents" attribute
-// (fs/extents_xattr.h, read with gpu::FetchLayout), so info shows exactly
+// (format/extents_attr.h, read with gpu::FetchLayout), so info shows exactly
 // what readers of that attribute and fsck see. A file's stored bytes are
 // its share of the records it uses: a record's stored length times the part
 // of its decoded bytes the file's extent covers, plus its inline bytes and

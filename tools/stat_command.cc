@@ -1,7 +1,7 @@
 // `ckptfs stat STORE|MOUNTPOINT`: statistics for people (or JSON). On a
 // mountpoint it reads MOUNT/.ckptfs/stats; on a store that is not mounted it
 // opens the store read-only and reads the same "namespace" and "storage"
-// objects (fs::StoreSummaryJson). By default it prints a summary of at most
+// objects (stats::StoreSummaryJson). By default it prints a summary of at most
 // kMaxSummaryLines lines (tools/stat_summary.h); `--all` every field, one
 // line each; `--json` the JSON as read. `--watch` on a mountpoint redraws
 // the rates between two reads of the stats file every interval.
@@ -25,7 +25,8 @@
 #include <vector>
 
 #include "engine/store.h"
-#include "fs/mount.h"
+#include "options/mount_options.h"
+#include "stats/stats.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/stat_summary.h"
@@ -45,7 +46,7 @@ bool IsSizeKey(const std::string& key) {
     const size_t n = std::strlen(s);
     return key.size() >= n && key.compare(key.size() - n, n, s) == 0;
   };
-  return ends_with("bytes") || fs::IsSizeOption(key);
+  return ends_with("bytes") || options::IsSizeOption(key);
 }
 
 std::string Format(const std::string& key, const nlohmann::ordered_json& v) {
@@ -114,7 +115,7 @@ bool ReadStoreStats(const std::string& dir, std::string* text) {
     }
     return false;
   }
-  engine::Result<std::string> summary = fs::StoreSummaryJson(**store);
+  engine::Result<std::string> summary = stats::StoreSummaryJson(**store);
   const engine::Status closed = (*store)->Close();
   if (!summary.ok() || !closed.ok()) {
     std::fprintf(stderr, "ckptfs: stat %s: %s\n", dir.c_str(),
@@ -260,7 +261,7 @@ int RunStat(const std::string& path, bool json, bool all) {
   }
   if (!all) {
     const nlohmann::ordered_json defaults = nlohmann::ordered_json::parse(
-        fs::DefaultOptionsJson(), nullptr, /*allow_exceptions=*/false);
+        options::DefaultOptionsJson(), nullptr, /*allow_exceptions=*/false);
     for (const std::string& line : SummaryLines(j, defaults)) std::printf("%s\n", line.c_str());
     return 0;
   }

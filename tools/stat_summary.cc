@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/store.h"
-#include "fs/mount.h"
+#include "options/mount_options.h"
 #include "tools/progress.h"
 
 namespace ckptfs::tools {
@@ -90,8 +90,8 @@ std::string ChangedOptions(const Json& options, const Json& defaults) {
     std::string o = it.key();
     if (it->is_boolean()) {
       if (!it->get<bool>()) o += "=0";
-    } else if (it->is_number_unsigned() && fs::IsSizeOption(it.key())) {
-      o += "=" + fs::HumanSize(it->get<uint64_t>());
+    } else if (it->is_number_unsigned() && options::IsSizeOption(it.key())) {
+      o += "=" + options::HumanSize(it->get<uint64_t>());
     } else {
       o += "=" + it->dump();
     }

@@ -16,7 +16,7 @@ inline constexpr size_t kMaxSummaryLines = 25;
 // a "mountpoint" is a mount's and gets the mount's rows (options, rates,
 // requests, passthrough); without one, only the store's rows. `defaults` is
 // the "options" object of a mount with default options
-// (fs::DefaultOptionsJson), against which the changed options are named.
+// (options::DefaultOptionsJson), against which the changed options are named.
 // Fields missing from `stats` show as 0 or are left out, never fail.
 std::vector<std::string> SummaryLines(const nlohmann::ordered_json& stats,
                                       const nlohmann::ordered_json& defaults);

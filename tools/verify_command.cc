@@ -5,10 +5,9 @@
 // For each regular file it takes the extents from the mount's
 // "user.ckptfs.extents" attribute (gpu::FetchLayout), then reads each record
 // and data-file block they use once, in store order, and runs the checks
-// every reader of the store runs: for a record, the header's own checksum
-// (format::DecodeRecordHeader), that the record is the one the extent names
-// (format::CheckRecordForExtent) and the payload checksum
-// (format::VerifyRecordPayload); for a block of a data file, its length and
+// every reader of the store runs: for a record, its header and payload
+// checksums (format::DecodeRecord) and that it is the one the extent names
+// (format::CheckRecordForExtent); for a block of a data file, its length and
 // checksum (format::CheckDataFileBlock). Inline extents live in the index,
 // whose blocks RocksDB checksums on every read.
 //
@@ -105,7 +104,7 @@ class Verifier {
         return Fail(l.status().code() == ENOTSUP ? files_[i] + " is not on a ckptfs mount"
                                                   : files_[i] + ": " + l.status().ToString());
       }
-      if (engine::Status st = gpu::ValidateLayout(*l); !st.ok()) {
+      if (engine::Status st = format::ValidateLayout(*l); !st.ok()) {
         Damage(files_[i] + ": extents: " + st.ToString());
         continue;
       }
@@ -236,19 +235,11 @@ class Verifier {
   }
 
   void CheckRecord(const RecordKey& key, std::string_view bytes, const std::vector<Use>& uses) {
-    format::RecordHeader h;
-    engine::Status st = format::DecodeRecordHeader(bytes, &h);
-    if (st.ok() && bytes.size() < format::kRecordHeaderSize + h.stored_len) {
-      st = engine::Status::Corruption("record truncated");
-    }
-    if (st.ok()) {
-      st = format::VerifyRecordPayload(
-          h, bytes.substr(format::kRecordHeaderSize, h.stored_len));
-    }
+    format::RecordView rec;
+    const engine::Status st = format::DecodeRecord(bytes, &rec, /*decoded=*/nullptr);
     for (const Use& u : uses) {
-      engine::Status use_st = st.ok() ? format::CheckRecordForExtent(h, u.value, u.ino,
-                                                                      u.file_offset)
-                                      : st;
+      engine::Status use_st =
+          st.ok() ? format::CheckRecordForExtent(rec.header, u.value, u.ino, u.file_offset) : st;
       if (!use_st.ok()) DamageOfUse(u, key, use_st);
     }
   }

@@ -3,7 +3,7 @@
 //
 // It walks each PATH (lstat fills the kernel's entry and attribute caches),
 // asks the mount where each file's first bytes lie (the "user.ckptfs.extents"
-// attribute, fs/extents_xattr.h), and reads the files through the mount in
+// attribute, format/extents_attr.h), and reads the files through the mount in
 // store order: segment by segment, by record offset. Neighbouring files are
 // then neighbouring records, so the daemon's coalesced backing reads bring
 // each segment byte in once, and the bytes stay in the kernel's page cache
@@ -28,13 +28,14 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
 
-#include "fs/extents_xattr.h"
+#include "format/extents_attr.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -68,17 +69,18 @@ std::string MountOf(const std::filesystem::path& path) {
 // Fills `f->segment` and `f->offset` from the first page of the file's
 // extents attribute; leaves them 0 when it names no record.
 void Locate(WarmFile* f) {
-  std::string value(fs::kExtentsPageBytes, '\0');
-  const ssize_t n =
-      ::getxattr(f->path.c_str(), std::string(fs::kExtentsXattr).c_str(), value.data(), value.size());
+  std::string value(format::kExtentsPageBytes, '\0');
+  const ssize_t n = ::getxattr(f->path.c_str(), std::string(format::kExtentsXattr).c_str(),
+                               value.data(), value.size());
   if (n <= 0) return;
   value.resize(static_cast<size_t>(n));
-  const nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("extents") || !j["extents"].is_array()) return;
-  for (const nlohmann::json& e : j["extents"]) {
-    if (!e.is_object() || !e.contains("segment_id")) continue;
-    f->segment = e.value("segment_id", uint64_t{0});
-    f->offset = e.value("record_offset", uint64_t{0});
+  format::FileLayout layout;
+  std::optional<uint64_t> next;
+  if (!format::ParseExtentsPage(value, 0, /*first=*/true, &layout, &next).ok()) return;
+  for (const format::LayoutExtent& e : layout.extents) {
+    if (e.kind != format::LayoutExtent::Kind::kRecord) continue;
+    f->segment = e.value.segment_id;
+    f->offset = e.value.record_offset;
     return;
   }
 }

@@ -4,7 +4,7 @@
 // what is damaged, and nothing is deleted or rewritten on their strength.
 //
 // The index of a closed store is damaged with RocksDB directly
-// (engine/index_db.h); the segment files are compared byte for byte.
+// (engine/index/index_db.h); the segment files are compared byte for byte.
 #include <sys/stat.h>
 
 #include <chrono>
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/index_db.h"
+#include "engine/index/index_db.h"
 #include "format/format.h"
 #include "tests/engine/test_util.h"
 
@@ -190,8 +190,8 @@ TEST_F(AccountingTest, CompactOfflineDeletesNothingWhenAccountingIsCorrupt) {
 TEST_F(AccountingTest, BackgroundCompactionLogsCorruptAccountingAndDeletesNothing) {
   ASSERT_NO_FATAL_FAILURE(MakeVictimLiveNegative());
   const auto before = SegmentFiles(dir_.store());
-  options_.free_empty_segments = true;
-  options_.background_compact_dead_bytes = 1;
+  options_.free_empty = true;
+  options_.compact_dead = 1;
   ::testing::internal::CaptureStderr();
   ASSERT_NO_FATAL_FAILURE(Open());
   // The background thread checks every 2 s: give it two checks.
@@ -220,12 +220,12 @@ TEST_F(AccountingTest, FsckRepairRecountsCorruptAccounting) {
   ExpectNames(s()->ListSegments().status(), EIO, VictimName());
   ASSERT_NO_FATAL_FAILURE(Close());
   FsckOptions check;
-  ASSERT_OK_AND_ASSIGN(FsckReport r, Store::Fsck(dir_.store(), check));
+  ASSERT_OK_AND_ASSIGN(FsckReport r, engine::Fsck(dir_.store(), check));
   EXPECT_EQ(r.counts["segment_live_mismatch"], 1u);
   EXPECT_FALSE(r.clean());
   FsckOptions repair;
   repair.repair = true;
-  ASSERT_OK_AND_ASSIGN(FsckReport fixed, Store::Fsck(dir_.store(), repair));
+  ASSERT_OK_AND_ASSIGN(FsckReport fixed, engine::Fsck(dir_.store(), repair));
   EXPECT_EQ(fixed.errors_left(), 0u);
   ASSERT_NO_FATAL_FAILURE(Open());
   ASSERT_OK_AND_ASSIGN(std::vector<SegmentInfo> segs, s()->ListSegments());
@@ -251,7 +251,7 @@ TEST_F(AccountingTest, UndecodableAccountingFailsOpenAndCompactOfflineNamingTheS
   // fsck names it and --repair recounts it.
   FsckOptions repair;
   repair.repair = true;
-  ASSERT_OK_AND_ASSIGN(FsckReport fixed, Store::Fsck(dir_.store(), repair));
+  ASSERT_OK_AND_ASSIGN(FsckReport fixed, engine::Fsck(dir_.store(), repair));
   EXPECT_EQ(fixed.counts["segment_live_mismatch"], 1u);
   EXPECT_EQ(fixed.errors_left(), 0u);
   ASSERT_NO_FATAL_FAILURE(Open());
@@ -324,7 +324,7 @@ TEST_F(PurgeTest, LastReleaseFailsAndTheOrphanIsKeptForFsck) {
   // fsck --repair drops the damaged extent; then the purge goes through.
   FsckOptions repair;
   repair.repair = true;
-  ASSERT_OK_AND_ASSIGN(FsckReport fixed, Store::Fsck(dir_.store(), repair));
+  ASSERT_OK_AND_ASSIGN(FsckReport fixed, engine::Fsck(dir_.store(), repair));
   EXPECT_EQ(fixed.counts["bad_extent"], 1u);
   ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_ERRNO(ENOENT, s()->GetAttr(ino_));

@@ -113,7 +113,7 @@ std::string Errors(const FsckReport& r) {
 }
 
 void ExpectFsckClean(const std::string& dir) {
-  auto r = Store::Fsck(dir, FsckOptions{});
+  auto r = engine::Fsck(dir, FsckOptions{});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->clean()) << Errors(*r);
 }
@@ -135,9 +135,9 @@ std::optional<CompactionRecord> AwaitBackgroundPass(Store* s, Done done, bool* m
 
 StoreOptions Options(uint64_t segment, uint32_t record) {
   StoreOptions o = TestOptions();
-  o.segment_target_bytes = segment;
+  o.segment_size = segment;
   o.max_record_bytes = record;
-  o.cache_bytes = 1 * kMiB;  // reads must reach the segment files
+  o.cache_size = 1 * kMiB;  // reads must reach the segment files
   return o;
 }
 
@@ -398,7 +398,7 @@ TEST(CompactTest, SurvivesSigkillAtRandomMoments) {
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
         << "the child ended on its own with status " << status;
 
-    auto r = Store::Fsck(dir.store(), FsckOptions{});
+    auto r = engine::Fsck(dir.store(), FsckOptions{});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_TRUE(r->clean()) << Errors(*r);
     for (const FsckFinding& f : r->findings) leftovers += f.kind == "unreferenced_records" ? 1 : 0;
@@ -449,7 +449,7 @@ TEST_F(CompactDetailTest, MostlyDeadRecordsAreTrimmedToTheirLiveWindows) {
       std::filesystem::remove_all(dir_.store());
     }
     StoreOptions o = Options(2 * kMiB, 1 * kMiB);
-    o.compression_level = level;
+    o.compression = level;
     ASSERT_NO_FATAL_FAILURE(Open(o));
     Store* s = store_.get();
     ASSERT_OK_AND_ASSIGN(Attr a, s->Create(kRootIno, "big", S_IFREG | 0644, 0, 0));
@@ -578,8 +578,8 @@ TEST_F(CompactDetailTest, KeepsASegmentWhoseDataIsDamaged) {
 
 TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
   StoreOptions o = Options(1 * kMiB, 128 * kKiB);
-  o.background_compact_dead_bytes = 2 * kMiB;
-  o.background_compact_bytes_per_sec = 0;
+  o.compact_dead = 2 * kMiB;
+  o.compact_rate = 0;
   ASSERT_NO_FATAL_FAILURE(Open(o));
   Files files;
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
@@ -605,9 +605,9 @@ TEST_F(CompactDetailTest, BackgroundCompactionReclaimsDeadSpace) {
 // dead bytes exceed the live bytes (and the floor), not before.
 TEST_F(CompactDetailTest, BackgroundCompactionKeepsAStoreNearItsLiveSize) {
   StoreOptions o = Options(1ull << 30, 128 * kKiB);
-  o.background_compact_dead_bytes = 1ull << 30;
-  o.background_compact_min_dead_bytes = 4 * kMiB;
-  o.background_compact_bytes_per_sec = 0;
+  o.compact_dead = 1ull << 30;
+  o.compact_min = 4 * kMiB;
+  o.compact_rate = 0;
   o.background_interval_ms = 50;
   ASSERT_NO_FATAL_FAILURE(Open(o));
   Files files;
@@ -640,9 +640,9 @@ TEST_F(CompactDetailTest, BackgroundCompactionKeepsAStoreNearItsLiveSize) {
 
 TEST_F(CompactDetailTest, FreeEmptySegmentsDeletesOnlyWhatNothingUses) {
   StoreOptions o = Options(1 * kMiB, 128 * kKiB);
-  o.free_empty_segments = true;  // and no dead-bytes trigger: nothing is copied
+  o.free_empty = true;  // and no dead-bytes trigger: nothing is copied
   ASSERT_NO_FATAL_FAILURE(Open(o));
-  EXPECT_TRUE(store_->GetOptions().free_empty_segments);
+  EXPECT_TRUE(store_->GetOptions().free_empty);
   Files files;
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 0, 4, 1 * kMiB, &files));
   ASSERT_NO_FATAL_FAILURE(WriteStep(store_.get(), 1, 4, 1 * kMiB, &files));
@@ -767,7 +767,7 @@ TEST_F(CompactDetailTest, ActiveSegmentIsSealedAndCompacted) {
 // free_empty frees an active segment whose files were all deleted.
 TEST_F(CompactDetailTest, FreeEmptyFreesAnEmptiedActiveSegment) {
   StoreOptions o = Options(1ull << 30, 1 * kMiB);
-  o.free_empty_segments = true;
+  o.free_empty = true;
   o.background_interval_ms = 50;
   ASSERT_NO_FATAL_FAILURE(Open(o));
   Files files;
@@ -799,10 +799,10 @@ TEST(CompactRulesTest, TakesAndBackgroundThreshold) {
   EXPECT_TRUE(CompactionTakes(5, 5, 0.5));
 
   StoreOptions o;
-  o.background_compact_dead_bytes = 0;
+  o.compact_dead = 0;
   EXPECT_EQ(BackgroundCompactThreshold(o, 10 * kMiB), 0u);  // off
-  o.background_compact_dead_bytes = 1ull << 30;
-  o.background_compact_min_dead_bytes = 64 * kMiB;
+  o.compact_dead = 1ull << 30;
+  o.compact_min = 64 * kMiB;
   EXPECT_EQ(BackgroundCompactThreshold(o, 10 * kMiB), 64 * kMiB);    // the floor
   EXPECT_EQ(BackgroundCompactThreshold(o, 100 * kMiB), 100 * kMiB);  // the live bytes
   EXPECT_EQ(BackgroundCompactThreshold(o, 2ull << 30), 1ull << 30);  // the absolute bound
@@ -892,7 +892,7 @@ TEST(CompactCrashTest, PowerCutBetweenSealAndCopy) {
 
   FsckOptions fo;
   fo.env = env;
-  ASSERT_OK_AND_ASSIGN(FsckReport report, Store::Fsck(dir.store(), fo));
+  ASSERT_OK_AND_ASSIGN(FsckReport report, engine::Fsck(dir.store(), fo));
   EXPECT_TRUE(report.clean()) << Errors(report);
   ASSERT_OK_AND_ASSIGN(store, Store::Open(dir.store(), o));
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
@@ -906,7 +906,7 @@ TEST(CompactCrashTest, PowerCutBetweenSealAndCopy) {
   ASSERT_NO_FATAL_FAILURE(VerifyFiles(store.get(), files));
   ASSERT_OK(store->Close());
   store.reset();
-  ASSERT_OK_AND_ASSIGN(report, Store::Fsck(dir.store(), fo));
+  ASSERT_OK_AND_ASSIGN(report, engine::Fsck(dir.store(), fo));
   EXPECT_TRUE(report.clean()) << Errors(report);
 }
 

@@ -44,7 +44,7 @@ class ConcurrencyTest : public ::testing::Test {
   void SetUp() override {
     StoreOptions o = TestOptions();
     o.max_record_bytes = 128 * kKiB;
-    o.segment_target_bytes = 8 * kMiB;  // rollover while threads write
+    o.segment_size = 8 * kMiB;  // rollover while threads write
     ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_.store(), o));
   }
   void TearDown() override {
@@ -174,7 +174,7 @@ TEST_F(ConcurrencyTest, WritersReadersAndNamespaceChurn) {
         o->coalesce_max = on ? 1048576 : 0;
       }));
       EXPECT_OK(
-          s()->UpdateOptions([on](StoreOptions* o) { o->cache_bytes = on ? 8388608 : 65536; }));
+          s()->UpdateOptions([on](StoreOptions* o) { o->cache_size = on ? 8388608 : 65536; }));
       s()->DropCache();
       EXPECT_OK(s()->GetStats());
       EXPECT_OK(s()->ListSegments());

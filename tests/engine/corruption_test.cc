@@ -155,7 +155,7 @@ TEST_F(CorruptionTest, FlippedHeaderByteFailsThatRecord) {
 }
 
 TEST_F(CorruptionTest, FlippedByteInACompressedRecord) {
-  options_.compression_level = 3;
+  options_.compression = 3;
   ASSERT_NO_FATAL_FAILURE(Open());
   const std::string text = CompressibleData(256 * kKiB);
   Ino f = Put("text", text);

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/data_files.h"
+#include "engine/data/data_files.h"
 #include "format/format.h"
 #include "io/fault_injection.h"
 #include "tests/engine/test_util.h"
@@ -27,8 +27,8 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 
 StoreOptions DataFileOptions() {
   StoreOptions o = SmallOptions();  // 64 KiB records and blocks
-  o.data_file_bytes = 1 * kMiB;
-  o.segment_target_bytes = 4 * kMiB;
+  o.data_file_min = 1 * kMiB;
+  o.segment_size = 4 * kMiB;
   return o;
 }
 
@@ -122,7 +122,7 @@ class DataFileTest : public StoreFixture {
     }
     FsckOptions fo;
     fo.repair = repair;
-    auto r = Store::Fsck(dir_.store(), fo);
+    auto r = engine::Fsck(dir_.store(), fo);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : FsckReport();
   }
@@ -198,7 +198,7 @@ TEST_F(DataFileTest, AFileThatWritesOutOfOrderTookPastTheThresholdMovesAtItsNext
   Ino far = File("far");
   std::string want_far;
   ASSERT_NO_FATAL_FAILURE(Write(far, 0, data.substr(0, 100 * kKiB), &want_far));
-  const uint64_t past = DataFileOptions().data_file_bytes + 64 * kMiB + 1;
+  const uint64_t past = DataFileOptions().data_file_min + 64 * kMiB + 1;
   ASSERT_NO_FATAL_FAILURE(Write(far, past, "x", &want_far));
   ASSERT_NO_FATAL_FAILURE(Write(far, past + 1, data.substr(0, 100 * kKiB), &want_far));
   EXPECT_EQ(LayoutOf(far).data_file_bytes, 0u);
@@ -434,7 +434,7 @@ TEST_F(DataFileTest, WholeDataFileOnlyWhileTheDataFileHoldsEveryByte) {
 }
 
 TEST_F(DataFileTest, ZeroThresholdKeepsEveryFileInSegments) {
-  options_.data_file_bytes = 0;
+  options_.data_file_min = 0;
   ASSERT_NO_FATAL_FAILURE(Reopen());
   Ino f = File("f");
   std::string want;
@@ -731,7 +731,7 @@ TEST_F(DataFileTest, OnlyAnEmptyFileBeginsDirectWrites) {
     ASSERT_OK_AND_ASSIGN(path, s()->BeginDirectWrite(a.ino));
     EXPECT_FALSE(path.has_value()) << bits;
   }
-  options_.data_file_bytes = 0;  // data files off: none
+  options_.data_file_min = 0;  // data files off: none
   ASSERT_NO_FATAL_FAILURE(Reopen());
   Ino g = File("g");
   ASSERT_OK_AND_ASSIGN(path, s()->BeginDirectWrite(g));

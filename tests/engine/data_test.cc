@@ -154,7 +154,7 @@ TEST_F(DataTest, TruncateDownAndUp) {
 }
 
 TEST_F(DataTest, SmallFilesAreInlineLargeOnesInSegments) {
-  ASSERT_EQ(options_.inline_max_bytes, 4096u);
+  ASSERT_EQ(options_.inline_max, 4096u);
   ASSERT_OK_AND_ASSIGN(EngineStats s0, s()->GetStats());
   Ino small = File("small");
   const std::string a = PatternData(6, 0, 1000);
@@ -232,7 +232,7 @@ TEST_F(DataTest, LargeWritesAreSplitIntoBoundedRecords) {
 
 TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   StoreOptions o = TestOptions();
-  o.compression_level = 3;
+  o.compression = 3;
   ASSERT_NO_FATAL_FAILURE(ReopenWith(o));
   Ino f = File("text");
   const std::string text = CompressibleData(4 * kMiB);
@@ -261,7 +261,7 @@ TEST_F(DataTest, CompressionStoresFewerBytesAndRoundTrips) {
   for (const ExtentInfo& e : ex) EXPECT_EQ(e.value.codec, format::Codec::kNone);
 
   // Turned off at run time: new records are raw.
-  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->compression_level = 0; }));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->compression = 0; }));
   Ino h = File("text-raw");
   ASSERT_OK(WriteAll(s(), h, 0, text.substr(0, kMiB)));
   ASSERT_OK_AND_ASSIGN(ex, s()->GetExtents(h));
@@ -277,35 +277,35 @@ TEST_F(DataTest, GetOptionsAndUpdateOptions) {
   const StoreOptions opened = s()->GetOptions();
   EXPECT_EQ(opened.coalesce_gap, options_.coalesce_gap);
   EXPECT_EQ(opened.coalesce_max, options_.coalesce_max);
-  EXPECT_EQ(opened.cache_bytes, options_.cache_bytes);
-  EXPECT_EQ(opened.compression_level, 0);
-  EXPECT_EQ(opened.segment_target_bytes, options_.segment_target_bytes);
-  EXPECT_EQ(opened.inline_max_bytes, options_.inline_max_bytes);
+  EXPECT_EQ(opened.cache_size, options_.cache_size);
+  EXPECT_EQ(opened.compression, 0);
+  EXPECT_EQ(opened.segment_size, options_.segment_size);
+  EXPECT_EQ(opened.inline_max, options_.inline_max);
   EXPECT_EQ(opened.holder, options_.holder);
 
   ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) {
     o->coalesce_gap = 0;
     o->coalesce_max = 2 * kMiB;
-    o->cache_bytes = kMiB;
-    o->compression_level = 5;
+    o->cache_size = kMiB;
+    o->compression = 5;
   }));
   StoreOptions want = opened;
   want.coalesce_gap = 0;
   want.coalesce_max = 2 * kMiB;
-  want.cache_bytes = kMiB;
-  want.compression_level = 5;
+  want.cache_size = kMiB;
+  want.compression = 5;
   EXPECT_TRUE(s()->GetOptions() == want);
 
   // A change to a setting fixed while open, or a level out of range, is
   // refused whole: the run-time change that comes with it is not applied.
   const std::vector<std::function<void(StoreOptions*)>> refused = {
-      [](StoreOptions* o) { o->segment_target_bytes = 4 * kMiB; },
-      [](StoreOptions* o) { o->inline_max_bytes = 0; },
-      [](StoreOptions* o) { o->min_free_bytes = 1; },
-      [](StoreOptions* o) { o->free_empty_segments = !o->free_empty_segments; },
+      [](StoreOptions* o) { o->segment_size = 4 * kMiB; },
+      [](StoreOptions* o) { o->inline_max = 0; },
+      [](StoreOptions* o) { o->min_free = 1; },
+      [](StoreOptions* o) { o->free_empty = !o->free_empty; },
       [](StoreOptions* o) { o->holder = "someone else"; },
-      [](StoreOptions* o) { o->compression_level = 23; },
-      [](StoreOptions* o) { o->compression_level = -1; },
+      [](StoreOptions* o) { o->compression = 23; },
+      [](StoreOptions* o) { o->compression = -1; },
   };
   for (size_t i = 0; i < refused.size(); ++i) {
     const Status st = s()->UpdateOptions([&](StoreOptions* o) {
@@ -350,7 +350,7 @@ TEST_F(DataTest, CoalescingMergesBackingReadsAndCanBeTurnedOff) {
   };
   ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s()->GetExtents(inos[0]));
   ASSERT_EQ(ex.size(), 1u);
-  ASSERT_FALSE(ex[0].value.is_inline) << "16 KiB is above inline_max_bytes";
+  ASSERT_FALSE(ex[0].value.is_inline) << "16 KiB is above inline_max";
 
   // Default settings: neighbouring records come in with few large reads.
   ASSERT_OK_AND_ASSIGN(uint64_t on, read_all());
@@ -457,7 +457,7 @@ TEST_F(DataTest, CacheServesRepeatedReads) {
   EXPECT_EQ(s2.backing_reads, s1.backing_reads) << "second read should come from the cache";
   EXPECT_GT(s2.cache_hits, s1.cache_hits);
   // With no cache, every read goes to the segment file.
-  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->cache_bytes = 0; }));
+  ASSERT_OK(s()->UpdateOptions([](StoreOptions* o) { o->cache_size = 0; }));
   ASSERT_NO_FATAL_FAILURE(ExpectContents(f, data));
   ASSERT_OK_AND_ASSIGN(EngineStats s3, s()->GetStats());
   EXPECT_GT(s3.backing_reads, s2.backing_reads);
@@ -665,7 +665,7 @@ TEST_F(DataTest, OrphanLeftByACrashIsPurgedOnOpen) {
 
 TEST_F(DataTest, SegmentsRollOverAtTheTargetSize) {
   StoreOptions o = TestOptions();
-  o.segment_target_bytes = 4 * kMiB;
+  o.segment_size = 4 * kMiB;
   ASSERT_NO_FATAL_FAILURE(ReopenWith(o));
   std::vector<Ino> files;
   for (int i = 0; i < 5; ++i) {
@@ -841,7 +841,7 @@ TEST_F(DataTest, WritesFailWithEnospcBelowMinFreeBytes) {
   Ino f = File("f");
   ASSERT_OK(WriteAll(s(), f, 0, PatternData(33, 0, 100 * kKiB)));
   StoreOptions o = TestOptions();
-  o.min_free_bytes = 1ull << 62;  // more than any disk has
+  o.min_free = 1ull << 62;  // more than any disk has
   ASSERT_NO_FATAL_FAILURE(ReopenWith(o));
   EXPECT_ERRNO(ENOSPC, s()->Write(f, 0, PatternData(34, 0, 100 * kKiB)));
   EXPECT_ERRNO(ENOSPC, s()->Write(f, 200 * kKiB, "x"));

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/index_db.h"
+#include "engine/index/index_db.h"
 #include "format/format.h"
 #include "tests/engine/test_util.h"
 
@@ -47,7 +47,7 @@ class FallocateTest : public StoreFixture {
   FsckReport Fsck(bool repair) {
     FsckOptions o;
     o.repair = repair;
-    auto r = Store::Fsck(dir_.store(), o);
+    auto r = engine::Fsck(dir_.store(), o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : FsckReport{};
   }
@@ -227,12 +227,12 @@ uint64_t AvailBytes(const std::string& dir) {
 }
 
 TEST_F(FallocateTest, ReservationsFailUpFrontAndHoldSpaceForTheirWrites) {
-  // Pretend the filesystem has about 512 MiB free: min_free_bytes keeps the
+  // Pretend the filesystem has about 512 MiB free: min_free keeps the
   // rest. The margins are wide, since other processes may write meanwhile.
   const uint64_t avail = AvailBytes(dir_.path());
   if (avail < (2ull << 30)) GTEST_SKIP() << "needs 2 GiB free under " << dir_.path();
   Close();
-  options_.min_free_bytes = avail - (512ull << 20);
+  options_.min_free = avail - (512ull << 20);
   Reopen();
   const Ino ino = NewFile("f");
   ASSERT_OK(WriteAll(s(), ino, 0, Pattern(8192, 12)));

@@ -49,7 +49,7 @@ class ModelTest : public ::testing::Test {
     const char* ops = std::getenv("CKPTFS_MODEL_OPS");
     num_ops_ = ops ? std::atoi(ops) : 20000;
     options_ = SmallOptions();
-    options_.data_file_bytes = 128u << 10;  // both layouts, and moves between them
+    options_.data_file_min = 128u << 10;  // both layouts, and moves between them
     ASSERT_NO_FATAL_FAILURE(OpenStore());
     ASSERT_OK_AND_ASSIGN(FsStats st, store_->StatFs());
     base_inodes_ = st.inodes - 1;  // the root is in the model

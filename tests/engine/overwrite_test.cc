@@ -24,10 +24,10 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 
 StoreOptions OverwriteOptions() {
   StoreOptions o = TestOptions();
-  o.segment_target_bytes = 1 * kMiB;  // many sealed segments for compaction
+  o.segment_size = 1 * kMiB;  // many sealed segments for compaction
   o.max_record_bytes = 16 * kKiB;     // long writes become several records
-  o.cache_bytes = 256 * kKiB;         // reads must reach the segment files
-  o.data_file_bytes = 256 * kKiB;     // bigger files move to data files
+  o.cache_size = 256 * kKiB;         // reads must reach the segment files
+  o.data_file_min = 256 * kKiB;     // bigger files move to data files
   return o;
 }
 
@@ -155,12 +155,12 @@ TEST_F(OverwriteTest, RandomUnalignedOverwritesMatchTheModel) {
 }
 
 TEST_F(OverwriteTest, SmallFilesSwitchBetweenInlineAndRecords) {
-  // Around inline_max_bytes: writes fold the inline head into records and
+  // Around inline_max: writes fold the inline head into records and
   // truncates bring the file back under it.
   Ino f = File("small");
   ModelFile m(s(), f, 2);
   for (int i = 0; i < 3000; ++i) {
-    const std::string err = m.Step(3 * options_.inline_max_bytes);
+    const std::string err = m.Step(3 * options_.inline_max);
     ASSERT_EQ(err, "") << "op " << i;
   }
   ASSERT_EQ(m.ReadWhole(), "");
@@ -297,7 +297,7 @@ TEST(OverwriteConcurrencyTest, OverwritesAndTruncatesDuringOnlineCompaction) {
   EXPECT_EQ(failures.load(), 0) << first_failure;
   for (auto& m : models) EXPECT_EQ(m->ReadWhole(), "");
   ASSERT_OK(store->Close());
-  auto r = Store::Fsck(dir.store(), FsckOptions{});
+  auto r = engine::Fsck(dir.store(), FsckOptions{});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->clean());
 }

@@ -58,13 +58,13 @@ struct Writer {
 
 StoreOptions PowerLossOptions(std::shared_ptr<io::Env> env) {
   StoreOptions o = SmallOptions();
-  o.segment_target_bytes = 1u << 20;  // the smallest: many sealed segments to compact and free
+  o.segment_size = 1u << 20;  // the smallest: many sealed segments to compact and free
   o.max_record_bytes = 16u << 10;
-  o.inline_max_bytes = 512;
+  o.inline_max = 512;
   // Files that grow past 96 KiB move to data files: cuts land in both layouts.
-  o.data_file_bytes = 96u << 10;
-  o.free_empty_segments = true;
-  o.background_compact_dead_bytes = 128u << 10;
+  o.data_file_min = 96u << 10;
+  o.free_empty = true;
+  o.compact_dead = 128u << 10;
   o.background_interval_ms = 5;
   o.env = std::move(env);
   return o;
@@ -148,7 +148,7 @@ class PowerLossTest : public ::testing::Test {
     store_.reset();
     FsckOptions fo;
     fo.env = env_;
-    ASSERT_OK_AND_ASSIGN(FsckReport report, Store::Fsck(dir_.store(), fo));
+    ASSERT_OK_AND_ASSIGN(FsckReport report, engine::Fsck(dir_.store(), fo));
     if (lost_bytes_allowed_) return;  // bytes lost under index entries are findings then
     for (const FsckFinding& f : report.findings) {
       EXPECT_TRUE(f.informational) << "round " << round_ << ": fsck: " << f.kind << " " << f.path
@@ -312,7 +312,7 @@ class IoFaultTest : public ::testing::Test {
   void ExpectFsckClean() {
     ASSERT_OK(store_->Close());
     store_.reset();
-    ASSERT_OK_AND_ASSIGN(FsckReport report, Store::Fsck(dir_.store(), FsckOptions()));
+    ASSERT_OK_AND_ASSIGN(FsckReport report, engine::Fsck(dir_.store(), FsckOptions()));
     for (const FsckFinding& f : report.findings) {
       EXPECT_TRUE(f.informational) << f.kind << " " << f.path << " " << f.detail;
     }

@@ -46,7 +46,7 @@ void WriteLine(int fd, const std::string& line) {
 
 std::unique_ptr<Store> OpenOrDie(const std::string& dir, const std::string& holder) {
   StoreOptions o;
-  o.min_free_bytes = 0;
+  o.min_free = 0;
   o.holder = holder;
   auto store = Store::Open(dir, o);
   if (!store.ok()) Die("Open " + dir, store.status());

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/fsck/fsck.h"
 #include "engine/store.h"
 #include "tests/engine/pattern.h"
 
@@ -180,17 +181,17 @@ inline Result<std::vector<DirEntry>> ListDir(Store* store, Ino ino) {
 // data and segment rollover with little data.
 inline StoreOptions SmallOptions() {
   StoreOptions o;
-  o.segment_target_bytes = 2u << 20;
-  o.inline_max_bytes = 4096;
+  o.segment_size = 2u << 20;
+  o.inline_max = 4096;
   o.max_record_bytes = 64u << 10;
-  o.min_free_bytes = 0;
+  o.min_free = 0;
   o.holder = "ckptfs engine test";
   return o;
 }
 
 inline StoreOptions TestOptions() {
   StoreOptions o;
-  o.min_free_bytes = 0;
+  o.min_free = 0;
   o.holder = "ckptfs engine test";
   return o;
 }

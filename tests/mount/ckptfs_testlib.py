@@ -12,8 +12,10 @@ skipping and cleaning up are ckptfs_harness.py's.
             self.assertEqual(lib.tree_snapshot(self.m.mnt), lib.tree_snapshot(self.plain))
 """
 
+import ctypes
 import errno
 import hashlib
+import mmap
 import os
 import stat
 import unittest
@@ -63,6 +65,36 @@ def segment_bytes(store):
     """Bytes of a store's segment files (what its data takes on disk)."""
     d = os.path.join(store, "segments")
     return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def resident_pages(path, offset, length):
+    """How many of the whole pages in [offset, offset+length) of `path` the
+    page cache holds (mincore)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    first, end = -(-offset // page), (offset + length) // page
+    if end <= first:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = (end - first) * page
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, first * page)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap " + path)
+        try:
+            vec = ctypes.create_string_buffer(end - first)
+            if libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore " + path)
+            return sum(b & 1 for b in vec.raw)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
 
 
 def read_file(path):

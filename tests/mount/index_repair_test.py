@@ -44,6 +44,20 @@ def fsck(store, *args):
     return r.returncode, report, r.stderr
 
 
+def kill_mount(m):
+    """Kills the daemon with SIGKILL: the index's last writes stay in its log."""
+    pid = m.pid
+    os.kill(pid, signal.SIGKILL)
+    harness.wait_pid_gone(pid, 30)
+    harness.fuse_unmount(m.mnt, lazy_only=True)
+    harness.session().forget_mount(m.mnt)
+    m.pid = None
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
 class IndexRepairTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -75,12 +89,7 @@ class IndexRepairTest(unittest.TestCase):
                 sums[rel] = hashlib.sha256(data).hexdigest()
                 cls.sizes[name, rel] = len(data)
         if kill:
-            pid = m.pid
-            os.kill(pid, signal.SIGKILL)
-            harness.wait_pid_gone(pid, 30)
-            harness.fuse_unmount(m.mnt, lazy_only=True)
-            harness.session().forget_mount(m.mnt)
-            m.pid = None
+            kill_mount(m)
         else:
             m.unmount()
         return store, sums
@@ -93,8 +102,10 @@ class IndexRepairTest(unittest.TestCase):
         shutil.copytree(store, self.store, symlinks=True)
         return os.path.join(self.store, "index")
 
-    def read_back(self, sums):
-        """Mounts the store; returns {path: sha256 or None when missing}."""
+    def read_back(self, sums, lost_found=None):
+        """Mounts the store; returns {path: sha256 or None when missing}.
+        With a `lost_found` dict, also fills it with {name: sha256} of the
+        files under /lost+found."""
         m = harness.Mount(self.store, self.store + ".mnt")
         m.mount()
         try:
@@ -102,9 +113,13 @@ class IndexRepairTest(unittest.TestCase):
             for rel in sums:
                 try:
                     with open(m.path(rel), "rb") as f:
-                        got[rel] = hashlib.sha256(f.read()).hexdigest()
+                        got[rel] = digest(f.read())
                 except FileNotFoundError:
                     got[rel] = None
+            if lost_found is not None and os.path.isdir(m.path("lost+found")):
+                for name in os.listdir(m.path("lost+found")):
+                    with open(m.path("lost+found", name), "rb") as f:
+                        lost_found[name] = digest(f.read())
             return got
         finally:
             m.unmount()
@@ -133,6 +148,15 @@ class IndexRepairTest(unittest.TestCase):
         self.assertEqual(len(manifest), 1, os.listdir(index))
         garble(os.path.join(index, manifest[0]), 100, 300)
         self.repair_gives_back_everything(self.clean_sums)
+
+    def test_manifest_garbled_after_kill(self):
+        """The index's last writes only in its log, and its MANIFEST
+        garbled: the rebuild replays the log into every column family."""
+        index = self.copy(self.killed_store)
+        manifest = [n for n in os.listdir(index) if n.startswith("MANIFEST-")]
+        self.assertEqual(len(manifest), 1, os.listdir(index))
+        garble(os.path.join(index, manifest[0]), 100, 300)
+        self.repair_gives_back_everything(self.killed_sums)
 
     def test_table_file_garbled(self):
         """The largest table file (the extents, here) garbled: fsck puts the
@@ -169,8 +193,9 @@ class IndexRepairTest(unittest.TestCase):
     def test_log_tail_garbled(self):
         """The index's last writes were only in its log; its tail garbled:
         RocksDB replays the log up to the damage. Files whose entries were
-        past it are gone, their bytes reported as unreferenced records;
-        every file left reads back as written."""
+        past it lose their names, and their bytes are kept under lost+found
+        (but those of up to 4 KiB, which lived in the log); every file left
+        reads back as written."""
         index = self.copy(self.killed_store)
         logs = [n for n in os.listdir(index) if n.endswith(".log") and
                 os.path.getsize(os.path.join(index, n)) > 0]
@@ -178,11 +203,16 @@ class IndexRepairTest(unittest.TestCase):
         log = os.path.join(index, logs[0])
         size = os.path.getsize(log)
         garble(log, size - min(size // 10, 8192), min(size // 10, 8192))
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_UNCORRECTED, (err, report))
+        damaged = [f for f in report["findings"] if f["kind"] == "index_rebuilt"]
+        self.assertEqual(len(damaged), 1, report)
+        self.assertIn("the index's log is damaged", damaged[0]["detail"])
         rc, report, err = fsck(self.store, "--repair")
         self.assertIn(rc, (EXIT_CLEAN, EXIT_CORRECTED), (err, report))
-        self.assertIn("unreferenced_records", report["counts"], report)
         self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
-        got = self.read_back(self.killed_sums)
+        found = {}
+        got = self.read_back(self.killed_sums, found)
         # In the order written: what came after the damage is missing, or
         # empty (its name made it, its bytes did not); all before reads back.
         order = list(self.killed_sums)
@@ -190,9 +220,14 @@ class IndexRepairTest(unittest.TestCase):
         self.assertTrue(bad, "nothing was lost with the log's tail")
         self.assertEqual(bad, list(range(bad[0], len(order))), "lost files are not the last ones")
         self.assertGreater(bad[0], len(order) // 2, bad)
-        empty = hashlib.sha256(b"").hexdigest()
+        empty = digest(b"")
         for i in bad:
-            self.assertIn(got[order[i]], (None, empty), order[i])
+            rel = order[i]
+            if self.sizes[("killed", rel)] <= 4096:
+                self.assertIn(got[rel], (None, empty), rel)
+            else:  # a file whose name was lost too; one whose write alone was lost is back
+                self.assertIsNone(got[rel], rel)
+                self.assertIn(self.killed_sums[rel], found.values(), rel)
         harness.log("index repair: a garbled log tail lost the last %d of %d files"
                     % (len(bad), len(order)))
 
@@ -209,6 +244,38 @@ class IndexRepairTest(unittest.TestCase):
             self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertEqual(os.listdir(index), [])
         self.assertEqual(sorted(os.listdir(os.path.join(self.store, "segments"))), before)
+
+    def test_index_and_backups_removed(self):
+        """No index and no backup: --repair makes a new index and keeps every
+        file whose bytes are in the segments under lost+found by inode
+        number, byte for byte; files of up to 4 KiB lived in the index."""
+        index = self.copy(self.clean_store)
+        shutil.rmtree(index)
+        shutil.rmtree(os.path.join(self.store, "backup"))
+        rc, report, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_UNCORRECTED, err)
+        self.assertIn("ckptfs fsck --repair makes a new one", err)
+        rc, report, err = fsck(self.store, "--repair")
+        self.assertEqual(rc, EXIT_CORRECTED, (err, report))
+        self.assertEqual(report["counts"].get("index_rebuilt"), 1, report)
+        rc, report2, err = fsck(self.store)
+        self.assertEqual(rc, EXIT_CLEAN, (err, report2))
+        found = {}
+        self.read_back({}, found)
+        want = {d for rel, d in self.clean_sums.items() if self.sizes.get(("clean", rel), 0) > 4096}
+        self.assertEqual(report["counts"].get("file_recovered"), len(want), report["counts"])
+        self.assertEqual(set(found.values()), want)
+        self.assertTrue(all(name.isdigit() for name in found), sorted(found))
+        # The store works on: a new file, a compaction, a clean check.
+        m = harness.Mount(self.store, self.store + ".mnt")
+        m.mount()
+        with open(m.path("after"), "wb") as f:
+            f.write(b"a" * 100000)
+        m.unmount()
+        self.assertEqual(subprocess.run([BIN, "compact", self.store], capture_output=True).returncode, 0)
+        self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
+        self.assertEqual(set(self.read_back({}, found).values()) | set(found.values()),
+                         want)
 
     def test_index_removed_restored_from_backup(self):
         """The clean unmount took a backup: everything comes back."""
@@ -228,7 +295,9 @@ class IndexRepairTest(unittest.TestCase):
     def test_backup_restored_after_more_writes(self):
         """Files written after the newest backup are not in it: the restore
         gives back what the backup knew, keeps the damaged index aside, and
-        reports the newer bytes as unreferenced records."""
+        keeps the newer files (records, a data file and an overwrite of it)
+        under lost+found by inode number; what was appended to the files it
+        knows comes back in place."""
         self.copy(self.clean_store)
         m = harness.Mount(self.store, self.store + ".mnt")
         m.mount()
@@ -237,13 +306,28 @@ class IndexRepairTest(unittest.TestCase):
             data = random.Random(i).randbytes(20000 + i)
             with open(m.path("param_0", "new_%d" % i), "wb") as f:
                 f.write(data)
-            newer["param_0/new_%d" % i] = hashlib.sha256(data).hexdigest()
-        pid = m.pid
-        os.kill(pid, signal.SIGKILL)  # no clean unmount: no newer backup
-        harness.wait_pid_gone(pid, 30)
-        harness.fuse_unmount(m.mnt, lazy_only=True)
-        harness.session().forget_mount(m.mnt)
-        m.pid = None
+            newer["param_0/new_%d" % i] = digest(data)
+        # A file large enough for a data file of its own, then overwritten
+        # below its end (those bytes go to a segment, and are newer).
+        big = bytearray(random.Random(99).randbytes(70 << 20))
+        with open(m.path("param_0", "big"), "wb") as f:
+            f.write(big)
+        patch = random.Random(98).randbytes(100000)
+        with open(m.path("param_0", "big"), "r+b") as f:
+            f.seek(3 << 20)
+            f.write(patch)
+        big[3 << 20:(3 << 20) + len(patch)] = patch
+        newer["param_0/big"] = digest(bytes(big))
+        del big
+        # A file the backup knows, appended to: its new bytes come back.
+        appended = {}
+        for rel in ("param_1/1", "param_2/10"):
+            more = random.Random(rel).randbytes(50000)
+            with open(m.path(rel), "ab") as f:
+                f.write(more)
+            with open(m.path(rel), "rb") as f:
+                appended[rel] = digest(f.read())
+        kill_mount(m)  # no clean unmount: no newer backup
         with open(os.path.join(self.store, "index", "CURRENT"), "w") as f:
             f.write("garbage\n")
         rc, report, err = fsck(self.store, "--repair", "--from-backup")
@@ -251,15 +335,18 @@ class IndexRepairTest(unittest.TestCase):
         restored = [f for f in report["findings"] if f["kind"] == "index_restored"]
         self.assertEqual(len(restored), 1, report)
         self.assertIn("index.replaced-", restored[0]["detail"])
-        self.assertIn("unreferenced_records", report["counts"], report)
+        self.assertEqual(report["counts"].get("file_recovered"), len(newer), report["counts"])
         kept = [n for n in os.listdir(self.store) if n.startswith("index.replaced-")]
         self.assertEqual(len(kept), 1, os.listdir(self.store))
         self.assertEqual(fsck(self.store)[0], EXIT_CLEAN)
-        got = self.read_back({**self.clean_sums, **newer})
-        for rel, digest in self.clean_sums.items():
-            self.assertEqual(got[rel], digest, rel)
+        found = {}
+        got = self.read_back({**self.clean_sums, **newer}, found)
+        for rel, want in {**self.clean_sums, **appended}.items():
+            self.assertEqual(got[rel], appended.get(rel, want), rel)
         for rel in newer:
             self.assertIsNone(got[rel], rel)
+        # Created after the backup: their names are gone, their bytes kept.
+        self.assertEqual(sorted(found.values()), sorted(newer.values()))
 
     def test_repair_leaves_holes_alone(self):
         """Records a truncate or a punch left dead are never put back: on a

@@ -8,7 +8,7 @@ then pass fsck, so that the extents info shows are the ones fsck checked.
 verify: exit 0 on an intact tree; after one byte of one record is changed
 in its segment file, exit 4 naming that file and byte range (and fsck finds
 the same damage); the same for one byte of a file's data file (a file
-written past data_file_bytes, 64 MiB by default); exit 8 with one line
+written past data_file_min, 64 MiB by default); exit 8 with one line
 where nothing can be checked.
 Needs CKPTFS_BIN.
 """
@@ -226,7 +226,7 @@ class VerifyTest(lib.MountAndPlainTestCase):
         root = self.m.path("big")
         os.makedirs(root)
         victim = os.path.join(root, "weights.bin")
-        size = 70 * MiB  # past data_file_bytes: the file moves to a data file
+        size = 70 * MiB  # past data_file_min: the file moves to a data file
         lib.write_file(victim, os.urandom(size))
         page, extents = xattr_extents(victim)
         self.assertEqual(page["ino"], os.stat(victim).st_ino)

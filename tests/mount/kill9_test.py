@@ -11,6 +11,9 @@ mounted again, and then:
     back with exactly its logged SHA-256, and every logged unlink stuck;
   - the one step in flight left either the old state or a prefix of the new
     bytes (never other bytes, never EIO);
+  - a file whose close() returned only after the kill counts as in flight:
+    when the daemon dies during a close, the kernel drops the write-back it
+    can no longer send and close() still returns 0;
   - no other file exists, and every file in the tree reads without error.
 This is the durability contract for a daemon killed without fsync. Needs
 CKPTFS_BIN.
@@ -34,7 +37,7 @@ PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executabl
 ROUNDS = 3
 
 WRITER = textwrap.dedent(r"""
-    import hashlib, os, random, sys
+    import hashlib, os, random, sys, time
     mnt, log_path, rnd, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)
     SIZES = [0, 10, 4000, 4096, 5000, 100000, (1 << 20) + 1, 3 << 20]
@@ -72,7 +75,8 @@ WRITER = textwrap.dedent(r"""
             log.write("begin %s %d %d -\n" % (name, s, size))
             data = content(s, size)
             write(os.path.join(mnt, name), data, os.O_WRONLY | os.O_TRUNC)
-            log.write("done %s %s\n" % (name, hashlib.sha256(data).hexdigest()))
+            log.write("done %s %s - %.6f\n" % (name, hashlib.sha256(data).hexdigest(),
+                                               time.monotonic()))
         elif kind < 0.25 and len(done) > 5:  # unlink
             name = done.pop(rng.randrange(len(done)))
             log.write("unlinking %s\n" % name)
@@ -85,14 +89,16 @@ WRITER = textwrap.dedent(r"""
             data = content(s, size)
             write(os.path.join(mnt, tmp), data, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             os.rename(os.path.join(mnt, tmp), os.path.join(mnt, name))
-            log.write("done %s %s %s\n" % (name, hashlib.sha256(data).hexdigest(), tmp))
+            log.write("done %s %s %s %.6f\n" % (name, hashlib.sha256(data).hexdigest(), tmp,
+                                               time.monotonic()))
             done.append(name)
         else:  # a new file
             name = "r%d/file_%05d" % (rnd, n)
             log.write("begin %s %d %d -\n" % (name, s, size))
             data = content(s, size)
             write(os.path.join(mnt, name), data, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            log.write("done %s %s\n" % (name, hashlib.sha256(data).hexdigest()))
+            log.write("done %s %s - %.6f\n" % (name, hashlib.sha256(data).hexdigest(),
+                                               time.monotonic()))
             done.append(name)
 """)
 
@@ -146,33 +152,59 @@ class Kill9Test(unittest.TestCase):
             return sum(1 for line in f if line.startswith("done r%d/" % rnd))
 
     def replay_log(self):
-        """Returns (expected sha by name, pending steps, names surely unlinked)."""
+        """Returns (expected sha by name, pending steps, names surely unlinked).
+        Sets self.raced: for each file whose last close() returned after the
+        kill of its round, (seed, size, sha before) of that version."""
         state, pending, unlinked = {}, {}, set()
-        self.origin = {}
+        self.origin, self.raced = {}, {}
         with open(self.log_path) as f:
-            for line in f:
-                w = line.split()
-                if w[0] == "begin":
-                    name, seed, size, final = w[1], int(w[2]), int(w[3]), w[4]
-                    pending[name] = (seed, size, None if final == "-" else final,
-                                     state.get(name))
-                elif w[0] == "done":
-                    name, sha = w[1], w[2]
-                    p = pending.pop(w[3] if len(w) > 3 else name, None)
-                    state[name] = sha
-                    if p is not None and p[0] != "unlink":
-                        self.origin[name] = p[:2]  # (seed, size) of this version
-                    unlinked.discard(name)
-                elif w[0] == "unlinking":
-                    pending[w[1]] = ("unlink", state[w[1]])
-                elif w[0] == "unlinked":
-                    pending.pop(w[1], None)
-                    del state[w[1]]
-                    unlinked.add(w[1])
-                elif w[0] == "gone":  # an in-flight step that left nothing
-                    pending.pop(w[1], None)
-                    state.pop(w[1], None)
+            lines = [line.split() for line in f]
+        # "killed T" (CLOCK_MONOTONIC), written once the round's writer exited.
+        kills = [(i, float(w[1])) for i, w in enumerate(lines) if w[0] == "killed"]
+        for i, w in enumerate(lines):
+            if w[0] == "begin":
+                name, seed, size, final = w[1], int(w[2]), int(w[3]), w[4]
+                pending[name] = (seed, size, None if final == "-" else final,
+                                 state.get(name))
+            elif w[0] == "done":
+                name, sha = w[1], w[2]
+                p = pending.pop(w[3] if len(w) > 3 and w[3] != "-" else name, None)
+                old_sha = state.get(name)
+                state[name] = sha
+                self.raced.pop(name, None)
+                if p is not None and p[0] != "unlink":
+                    self.origin[name] = p[:2]  # (seed, size) of this version
+                    # A rename after the close proves the daemon took the
+                    # close's write-back.
+                    kill = next((t for j, t in kills if j > i), None)
+                    if len(w) > 4 and w[3] == "-" and kill is not None and float(w[4]) > kill:
+                        self.raced[name] = p[:2] + (old_sha,)
+                unlinked.discard(name)
+            elif w[0] == "unlinking":
+                pending[w[1]] = ("unlink", state[w[1]])
+            elif w[0] == "unlinked":
+                pending.pop(w[1], None)
+                del state[w[1]]
+                unlinked.add(w[1])
+            elif w[0] == "gone":  # an in-flight step that left nothing
+                pending.pop(w[1], None)
+                state.pop(w[1], None)
+                self.raced.pop(w[1], None)
         return state, pending, unlinked
+
+    def left_by_step(self, got, new, old_sha):
+        """Whether a step writing `new` over the version `old_sha` (None: a
+        new file) may have left `got`."""
+        return (new[:len(got)] == got or lib.sha256(got) == old_sha or
+                (self.pages_in_any_order and some_pages_of(got, new)))
+
+    def left_by_raced(self, name, got):
+        """Whether `got` is what a close() that returned after the kill may
+        have left of `name` (False for other files)."""
+        if name not in self.raced:
+            return False
+        seed, size, old_sha = self.raced[name]
+        return self.left_by_step(got, content(seed, size), old_sha)
 
     def verify(self, rnd):
         state, pending, unlinked = self.replay_log()
@@ -187,6 +219,14 @@ class Kill9Test(unittest.TestCase):
         for name, sha in sorted(state.items()):
             if name in pending:
                 continue  # being overwritten or unlinked: checked below
+            if name in self.raced and name in on_disk:
+                harness.log("round %d: %s, closed only after the kill, has %s" % (
+                    rnd, name, "its new bytes" if lib.sha256(on_disk[name]) == sha else
+                    "%d bytes, not its new ones" % len(on_disk[name])))
+                if not self.left_by_raced(name, on_disk[name]):
+                    problems.append("file %s closed as the daemon died: %d bytes that are "
+                                    "neither version" % (name, len(on_disk[name])))
+                continue
             if name not in on_disk:
                 problems.append("closed file %s is missing" % name)
             elif lib.sha256(on_disk[name]) != sha:
@@ -215,8 +255,7 @@ class Kill9Test(unittest.TestCase):
                 problems.append("file %s vanished while being overwritten" % name)
             if name in on_disk:
                 got = on_disk[name]
-                if not (new[:len(got)] == got or lib.sha256(got) == old_sha or
-                        (self.pages_in_any_order and some_pages_of(got, new))):
+                if not (self.left_by_step(got, new, old_sha) or self.left_by_raced(name, got)):
                     problems.append("in-flight file %s: %d bytes that are neither the old "
                                     "version nor a prefix of the new one" % (name, len(got)))
             if final is not None and final in on_disk and on_disk[final] != new:
@@ -233,7 +272,8 @@ class Kill9Test(unittest.TestCase):
         self.assertEqual(problems, [], "round %d after kill -9 and remount" % rnd)
         # Record what the in-flight step left, so that later rounds expect it.
         with open(self.log_path, "a") as log:
-            for name, p in pending.items():
+            steps = list(pending.items()) + [(name, (None, None, None)) for name in self.raced]
+            for name, p in steps:
                 for n in {name, p[2] if p[0] != "unlink" else None} - {None}:
                     if n in on_disk:
                         log.write("done %s %s\n" % (n, lib.sha256(on_disk[n])))
@@ -262,6 +302,7 @@ class Kill9Test(unittest.TestCase):
                 if writer.poll() is not None:
                     self.fail("writer stopped before the kill: %s" %
                               lib.read_file(err_path)[-2000:])
+                kill_time = time.monotonic()
                 os.kill(pid, signal.SIGKILL)
                 killed_at = self.done_lines(rnd)
                 self.assertTrue(harness.wait_pid_gone(pid, 30), "daemon survived SIGKILL")
@@ -276,6 +317,8 @@ class Kill9Test(unittest.TestCase):
                 if writer.poll() is None:
                     writer.kill()
                     writer.wait()
+            with open(self.log_path, "a") as log:
+                log.write("killed %.6f\n" % kill_time)
             harness.log("round %d: killed daemon %d after %d files; writer: %s" %
                         (rnd, pid, killed_at,
                          lib.read_file(err_path).decode().strip().splitlines()[-1:]))

@@ -35,7 +35,6 @@ directory, byte for byte:
 Needs root (drop_caches, setuid to 65534) and CKPTFS_BIN.
 """
 
-import ctypes
 import errno
 import json
 import mmap
@@ -89,36 +88,6 @@ def cached_pages(path):
     return int(out.split()[0])
 
 
-def resident_pages(path, offset, length):
-    """How many of the whole pages in [offset, offset+length) of `path` the
-    page cache holds (mincore)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    first, end = -(-offset // page), (offset + length) // page
-    if end <= first:
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    size = (end - first) * page
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, first * page)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "mmap " + path)
-        try:
-            vec = ctypes.create_string_buffer(end - first)
-            if libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), "mincore " + path)
-            return sum(b & 1 for b in vec.raw)
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-
-
 def write_medium_file(test, name):
     """Writes a 3 MiB file (below data_file_min: its bytes go to segments)
     through test.m with fsync; returns how many pages of its records the
@@ -130,7 +99,7 @@ def write_medium_file(test, name):
                                      capture_output=True, text=True, check=True).stdout)[0]
     records = [e for e in info["extents"] if e.get("segment")]
     test.assertEqual(sum(e["length"] for e in records), len(data))  # all in segments
-    cached = sum(resident_pages(e["segment"], e["record_offset"], e["stored_len"])
+    cached = sum(lib.resident_pages(e["segment"], e["record_offset"], e["stored_len"])
                  for e in records)
     drop_caches()
     test.assertTrue(read_all(test.m.path(name)) == data)
@@ -308,6 +277,54 @@ class DaemonWritesTest(RootMountTestCase):
                 self.assertTrue(reader() == data, "%s: bytes differ" % name)
                 read = self.m.stats()["engine"]["data_file_read_bytes"] - before
                 self.assertLessEqual(read, len(data), name)
+
+
+def storage_read_bytes(pid):
+    """Bytes the storage read for process `pid` (the page cache's answers
+    are not counted)."""
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    raise AssertionError("no read_bytes in /proc/%d/io" % pid)
+
+
+class HalfReadBlocksTest(RootMountTestCase):
+    """The default mount (direct_io): a reader that takes the first part of
+    every block of a data file, then the rest of each, as torch.load does
+    when it loads tensors in another order than they lie. More blocks are
+    left half read than the daemon keeps in memory: their pages wait in the
+    data file's page cache, which hands each block over once."""
+    mount_options = ("data_file_min=4M",)
+
+    def test_each_byte_comes_from_the_storage_once(self):
+        if not offers_direct_io(self.m.store):
+            self.skipTest("no direct I/O on the store's filesystem")
+        blocks = 40  # 40 MiB half read at once; the daemon keeps 16 MiB
+        data = os.urandom(blocks * MiB)
+        p = self.m.path("jumps")
+        lib.write_file(p, data, fsync=True)
+        data_file = os.path.join(self.m.store, "data", "%08d.dat" % os.stat(p).st_ino)
+        cut = 600000  # not on a page or block boundary
+        drop_caches()
+        before = storage_read_bytes(self.m.pid)
+        got = bytearray(len(data))
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            # No readahead: the kernel asks for exactly these pieces.
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            for start, length in ((0, cut), (cut, MiB - cut)):
+                for k in range(blocks):
+                    got[k * MiB + start:k * MiB + start + length] = os.pread(
+                        fd, length, k * MiB + start)
+        finally:
+            os.close(fd)
+        self.assertTrue(bytes(got) == data)
+        read = storage_read_bytes(self.m.pid) - before
+        self.assertGreaterEqual(read, len(data))
+        self.assertLessEqual(read, len(data) + MiB)  # and a little of the index
+        # Each block's pages went once it was taken whole: cached once.
+        self.assertEqual(cached_pages(data_file), 0)
 
 
 class MediumFilesTest(RootMountTestCase):

@@ -1,0 +1,501 @@
+// Fsck of the namespace: inodes, directory entries, reachability, link
+// counts, parent pointers, the inode counter and extended attributes.
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <deque>
+
+#include "engine/fsck/checker.h"
+
+namespace ckptfs::engine::fsck {
+
+namespace {
+
+uint8_t TypeOf(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return dir == "/" ? "/" + name : dir + "/" + name;
+}
+
+std::string Counter(uint64_t v) {
+  std::string s;
+  format::PutLE64(&s, v);
+  return s;
+}
+
+}  // namespace
+
+Status Checker::LoadNamespace() {
+  // Meta.
+  std::string v;
+  bool found = false;
+  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaFormatVersion, &v, &found));
+  if (!found || v.size() != 4 || format::GetLE32(v.data()) != format::kFormatVersion) {
+    FsckFinding f;
+    f.kind = kBadMeta;
+    f.detail = found ? "format_version in the index does not match this build"
+                     : "the index has no format_version";
+    f.repaired = opt_.repair;
+    if (opt_.repair) {
+      std::string ver;
+      format::PutLE32(&ver, format::kFormatVersion);
+      batch_.Put(index_.meta(), format::kMetaFormatVersion, ver);
+      batch_used_ = true;
+    }
+    Add(std::move(f));
+  }
+  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaNextIno, &v, &found));
+  next_ino_ = found && v.size() == 8 ? format::GetLE64(v.data()) : 0;
+  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaInodeCount, &v, &found));
+  has_inode_count_ = found && v.size() == 8;
+  stored_inode_count_ = has_inode_count_ ? format::GetLE64(v.data()) : 0;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.meta()));
+    const std::string_view prefix(format::kMetaOrphanPrefix);
+    for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size()));
+         it->Valid() && it->key().starts_with(rocksdb::Slice(prefix.data(), prefix.size())); it->Next()) {
+      if (it->key().size() == prefix.size() + 8) {
+        orphan_keys_.insert(format::GetBE64(it->key().data() + prefix.size()));
+      }
+    }
+    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan orphans"));
+  }
+
+  // Inodes.
+  {
+    std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.inodes()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const std::string_view key(it->key().data(), it->key().size());
+      const uint64_t ino = key.size() == 8 ? format::GetBE64(key.data()) : 0;
+      Node n;
+      Status s = key.size() == 8 ? format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &n.v)
+                                 : Status::Corruption("inode key is " + std::to_string(key.size()) + " bytes, expected 8");
+      if (!s.ok() || ino == 0) {
+        FsckFinding f;
+        f.kind = kBadInode;
+        f.ino = ino;
+        f.detail = s.ok() ? "inode number 0" : s.message();
+        f.repaired = opt_.repair;
+        if (opt_.repair) {
+          batch_.Delete(index_.inodes(), it->key());
+          batch_used_ = true;
+        }
+        Add(std::move(f));
+        if (ino != 0) bad_inos_.insert(ino);
+        continue;
+      }
+      n.is_dir = S_ISDIR(n.v.mode);
+      n.orphan_key = orphan_keys_.count(ino) > 0;
+      max_ino_ = std::max(max_ino_, ino);
+      nodes_.emplace(ino, std::move(n));
+    }
+    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan inodes"));
+  }
+
+  // Directory entries.
+  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.dentries()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    RawEntry e;
+    Status s;
+    if (it->key().size() < 9) {
+      s = Status::Corruption("entry key is " + std::to_string(it->key().size()) + " bytes");
+    } else {
+      e.parent = format::GetBE64(it->key().data());
+      e.name.assign(it->key().data() + 8, it->key().size() - 8);
+      s = format::DecodeDentry(std::string_view(it->value().data(), it->value().size()), &e.d);
+    }
+    if (!s.ok()) {
+      FsckFinding f;
+      f.kind = kBadDentry;
+      f.ino = e.parent;
+      f.detail = "entry \"" + e.name + "\": " + s.message();
+      f.repaired = opt_.repair;
+      if (opt_.repair) {
+        batch_.Delete(index_.dentries(), it->key());
+        batch_used_ = true;
+      }
+      Add(std::move(f));
+      continue;
+    }
+    entries_.push_back(std::move(e));
+  }
+  return FromRocksStatus(it->status(), "scan directory entries");
+}
+
+void Checker::WalkTree(uint64_t from) {
+  std::deque<uint64_t> queue{from};
+  while (!queue.empty()) {
+    const uint64_t d = queue.front();
+    queue.pop_front();
+    Node& dir = nodes_[d];
+    for (const auto& [name, c] : dir.children) {
+      Node& cn = nodes_[c];
+      const std::string path = Join(dir.path, name);
+      if (!cn.is_dir) {
+        cn.links++;
+        if (!cn.reachable) {
+          cn.reachable = true;
+          cn.path = path;
+        }
+        continue;
+      }
+      if (cn.reachable || c == kRootIno) {
+        // A second entry for a directory: a hard link or a cycle. Keep the first.
+        bool cycle = false;
+        for (uint64_t a = d; a != 0; a = a == kRootIno ? 0 : nodes_[a].tree_parent) {
+          if (a == c) {
+            cycle = true;
+            break;
+          }
+        }
+        FsckFinding f;
+        f.kind = cycle ? kDirectoryCycle : kExtraDirectoryLink;
+        f.ino = c;
+        f.path = path;
+        f.detail = cycle ? "entry leads back to its own ancestor " + cn.path
+                         : "second entry for directory " + cn.path + " (inode " +
+                               std::to_string(c) + ")";
+        f.repaired = opt_.repair;
+        if (opt_.repair) {
+          f.detail += "; entry removed";
+          batch_.Delete(index_.dentries(), format::DentryKey(d, name));
+          batch_used_ = true;
+        }
+        Add(std::move(f));
+        continue;
+      }
+      cn.reachable = true;
+      cn.tree_parent = d;
+      cn.path = path;
+      dir.subdirs++;
+      queue.push_back(c);
+    }
+  }
+}
+
+uint64_t Checker::EnsureLostFound() {
+  if (lost_found_ != 0) return lost_found_;
+  Node& root = nodes_[kRootIno];
+  for (int n = 0;; ++n) {
+    const std::string name = n == 0 ? "lost+found" : "lost+found." + std::to_string(n);
+    auto it = std::find_if(root.children.begin(), root.children.end(),
+                           [&](const auto& e) { return e.first == name; });
+    if (it == root.children.end()) {
+      lost_found_name_ = name;
+      break;
+    }
+    Node& existing = nodes_[it->second];
+    if (existing.is_dir && existing.reachable && existing.tree_parent == kRootIno) {
+      lost_found_ = it->second;
+      lost_found_name_ = name;
+      return lost_found_;
+    }
+  }
+  // Create it: a new inode number above every one in use or handed out.
+  // ... and above every one that records or data files name.
+  const uint64_t ino = std::max({max_ino_ + 1, next_ino_, ino_floor_ + 1});
+  Node n;
+  n.created = true;
+  n.is_dir = true;
+  n.reachable = true;
+  n.attr_dirty = true;
+  n.tree_parent = kRootIno;
+  n.path = "/" + lost_found_name_;
+  n.v.mode = S_IFDIR | 0700;
+  n.v.uid = root.v.uid;
+  n.v.gid = root.v.gid;
+  n.v.nlink = 2;
+  n.v.parent = kRootIno;
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  n.v.atime_sec = n.v.mtime_sec = n.v.ctime_sec = ts.tv_sec;
+  n.v.atime_nsec = n.v.mtime_nsec = n.v.ctime_nsec = static_cast<uint32_t>(ts.tv_nsec);
+  nodes_.emplace(ino, std::move(n));
+  Node& r = nodes_[kRootIno];
+  r.children.emplace_back(lost_found_name_, ino);
+  r.subdirs++;
+  r.v.nlink++;  // our own change: not a finding about the root
+  r.attr_dirty = true;
+  max_ino_ = ino;
+  next_ino_ = std::max(next_ino_, ino + 1);
+  if (opt_.repair) {
+    batch_.Put(index_.dentries(), format::DentryKey(kRootIno, lost_found_name_),
+               format::EncodeDentry({ino, TypeOf(S_IFDIR)}));
+    batch_.Put(index_.meta(), format::kMetaNextIno, Counter(next_ino_));
+    batch_used_ = true;
+  }
+  lost_found_ = ino;
+  return ino;
+}
+
+void Checker::LinkUnderLostFound(uint64_t ino) {
+  const uint64_t lf = EnsureLostFound();
+  Node& dir = nodes_[lf];
+  std::string name = std::to_string(ino);
+  for (int n = 1; std::any_of(dir.children.begin(), dir.children.end(),
+                              [&](const auto& e) { return e.first == name; });
+       ++n) {
+    name = std::to_string(ino) + "." + std::to_string(n);
+  }
+  dir.children.emplace_back(name, ino);
+  Node& n = nodes_[ino];
+  n.reachable = true;
+  n.attached = true;
+  n.path = Join(dir.path, name);
+  if (opt_.repair) {
+    batch_.Put(index_.dentries(), format::DentryKey(lf, name),
+               format::EncodeDentry({ino, TypeOf(n.v.mode)}));
+    batch_used_ = true;
+  }
+}
+
+void Checker::Attach(uint64_t ino) {
+  LinkUnderLostFound(ino);
+  const uint64_t lf = lost_found_;
+  Node& dir = nodes_[lf];
+  Node& n = nodes_[ino];
+  FsckFinding f;
+  f.kind = kOrphanedInode;
+  f.ino = ino;
+  f.path = n.path;
+  f.detail = std::string(n.is_dir ? "directory" : "file") + " not reachable from the root; " +
+             (opt_.repair ? "moved to " : "belongs in ") + n.path;
+  f.repaired = opt_.repair;
+  Add(std::move(f));
+  if (n.is_dir) {
+    n.tree_parent = lf;
+    n.v.parent = lf;  // part of the move, not a separate finding
+    n.attr_dirty = true;
+    dir.subdirs++;
+    dir.v.nlink++;
+    dir.attr_dirty = true;
+    WalkTree(ino);
+  } else {
+    n.links++;
+  }
+}
+
+void Checker::CheckNamespace() {
+  // The root.
+  auto root_it = nodes_.find(kRootIno);
+  if (root_it == nodes_.end() || !root_it->second.is_dir) {
+    FsckFinding f;
+    f.kind = kMissingRoot;
+    f.ino = kRootIno;
+    f.path = "/";
+    f.detail = root_it == nodes_.end() ? "the root directory's inode is missing"
+                                       : "the root inode is not a directory";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+    Node n;
+    n.created = root_it == nodes_.end();
+    n.is_dir = true;
+    n.attr_dirty = true;
+    n.v.mode = S_IFDIR | 0755;
+    n.v.nlink = 2;
+    n.v.parent = kRootIno;
+    nodes_[kRootIno] = std::move(n);
+    max_ino_ = std::max(max_ino_, kRootIno);
+  }
+  Node& root = nodes_[kRootIno];
+  root.reachable = true;
+  root.path = "/";
+
+  // Classify the entries; the valid ones become the directories' children.
+  struct Bad {
+    const char* kind;
+    const RawEntry* e;
+    std::string why;
+  };
+  std::vector<Bad> bad;
+  for (const RawEntry& e : entries_) {
+    auto p = nodes_.find(e.parent);
+    auto c = nodes_.find(e.d.ino);
+    if (p == nodes_.end()) {
+      bad.push_back({kDanglingEntry, &e, "its directory (inode " + std::to_string(e.parent) + ") does not exist"});
+    } else if (!p->second.is_dir) {
+      bad.push_back({kEntryInNonDirectory, &e, "inode " + std::to_string(e.parent) + " is not a directory"});
+    } else if (c == nodes_.end()) {
+      bad.push_back({kDanglingEntry, &e,
+                     "names inode " + std::to_string(e.d.ino) +
+                         (bad_inos_.count(e.d.ino) ? ", which is unreadable" : ", which does not exist")});
+    } else {
+      p->second.children.emplace_back(e.name, e.d.ino);
+      c->second.incoming++;
+      if (e.d.type != TypeOf(c->second.v.mode)) {
+        FsckFinding f;
+        f.kind = kEntryTypeMismatch;
+        f.ino = e.d.ino;
+        f.detail = "entry \"" + e.name + "\" says type " + std::to_string(e.d.type) +
+                   ", the inode is type " + std::to_string(TypeOf(c->second.v.mode));
+        f.repaired = opt_.repair;
+        if (opt_.repair) {
+          batch_.Put(index_.dentries(), format::DentryKey(e.parent, e.name),
+                     format::EncodeDentry({e.d.ino, TypeOf(c->second.v.mode)}));
+          batch_used_ = true;
+        }
+        Add(std::move(f));
+      }
+    }
+  }
+
+  WalkTree(kRootIno);
+  // Unreachable inodes: first those no entry names (the tops of detached
+  // trees), then what is left (directory cycles), in inode order.
+  std::vector<uint64_t> detached;
+  for (const auto& [ino, n] : nodes_) {
+    if (!n.reachable && !n.orphan_key) detached.push_back(ino);
+  }
+  std::sort(detached.begin(), detached.end());
+  for (uint64_t ino : detached) {
+    if (!nodes_[ino].reachable && nodes_[ino].incoming == 0) Attach(ino);
+  }
+  for (uint64_t ino : detached) {
+    if (!nodes_[ino].reachable) Attach(ino);
+  }
+
+  // Findings about bad entries, now that paths are known.
+  for (const Bad& b : bad) {
+    FsckFinding f;
+    f.kind = b.kind;
+    f.ino = b.e->d.ino;
+    auto p = nodes_.find(b.e->parent);
+    f.path = p != nodes_.end() && !p->second.path.empty()
+                 ? Join(p->second.path, b.e->name)
+                 : "(inode " + std::to_string(b.e->parent) + ")/" + b.e->name;
+    f.detail = "entry " + b.why;
+    f.repaired = opt_.repair;
+    if (opt_.repair) {
+      f.detail += "; entry removed";
+      batch_.Delete(index_.dentries(), format::DentryKey(b.e->parent, b.e->name));
+      batch_used_ = true;
+    }
+    if (nodes_.find(b.e->d.ino) == nodes_.end()) dangling_paths_.emplace(b.e->d.ino, f.path);
+    Add(std::move(f));
+  }
+
+  // Orphan keys, link counts, parent pointers.
+  std::vector<uint64_t> inos;
+  inos.reserve(nodes_.size());
+  for (const auto& [ino, n] : nodes_) inos.push_back(ino);
+  std::sort(inos.begin(), inos.end());
+  for (uint64_t ino : inos) {
+    Node& n = nodes_[ino];
+    if (n.orphan_key && n.reachable) {
+      FsckFinding f;
+      f.kind = kOrphanKeyOnLinkedInode;
+      f.ino = ino;
+      f.path = n.path;
+      f.detail = "inode is marked for purging at the next open but still has a name";
+      f.repaired = opt_.repair;
+      if (opt_.repair) {
+        batch_.Delete(index_.meta(), format::OrphanKey(ino));
+        batch_used_ = true;
+      }
+      Add(std::move(f));
+      n.orphan_key = false;
+    }
+    if (n.orphan_key) {
+      FsckFinding f;
+      f.kind = kPendingOrphan;
+      f.ino = ino;
+      f.path = PathOf(ino);
+      f.detail = "unlinked while open; its data is freed when the store is next opened";
+      f.informational = true;
+      Add(std::move(f));
+      continue;
+    }
+    const uint32_t want = n.is_dir ? 2 + n.subdirs : n.links;
+    if (n.v.nlink != want) {
+      if (!n.created) {
+        FsckFinding f;
+        f.kind = kBadLinkCount;
+        f.ino = ino;
+        f.path = n.path;
+        f.detail = "link count " + std::to_string(n.v.nlink) + ", expected " + std::to_string(want);
+        f.repaired = opt_.repair;
+        Add(std::move(f));
+      }
+      n.v.nlink = want;
+      n.attr_dirty = true;
+    }
+    if (n.is_dir) {
+      const uint64_t want_parent = ino == kRootIno ? kRootIno : n.tree_parent;
+      if (n.v.parent != want_parent) {
+        if (!n.created) {
+          FsckFinding f;
+          f.kind = kBadParent;
+          f.ino = ino;
+          f.path = n.path;
+          f.detail = "parent pointer names inode " + std::to_string(n.v.parent) + ", the entry is in " +
+                     std::to_string(want_parent);
+          f.repaired = opt_.repair;
+          Add(std::move(f));
+        }
+        n.v.parent = want_parent;
+        n.attr_dirty = true;
+      }
+    }
+  }
+}
+
+void Checker::CheckCounters() {
+  uint64_t created = 0;
+  for (const auto& [ino, n] : nodes_) created += n.created ? 1 : 0;
+  const uint64_t before = nodes_.size() - created + bad_inos_.size();
+  const uint64_t after = nodes_.size();
+  if (!has_inode_count_ || stored_inode_count_ != before) {
+    FsckFinding f;
+    f.kind = kBadInodeCount;
+    f.detail = has_inode_count_ ? "inode_count is " + std::to_string(stored_inode_count_) +
+                                      ", the index holds " + std::to_string(before) + " inodes"
+                                : "the index has no inode_count";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+  }
+  if (opt_.repair && (stored_inode_count_ != after || !has_inode_count_)) {
+    batch_.Put(index_.meta(), format::kMetaInodeCount, Counter(after));
+    batch_used_ = true;
+  }
+  if (next_ino_ <= max_ino_) {
+    FsckFinding f;
+    f.kind = kBadNextIno;
+    f.detail = "next_ino is " + std::to_string(next_ino_) + " but inode " + std::to_string(max_ino_) +
+               " exists: new files would reuse inode numbers";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+    if (opt_.repair) {
+      batch_.Put(index_.meta(), format::kMetaNextIno, Counter(max_ino_ + 4096));
+      batch_used_ = true;
+    }
+  }
+}
+
+Status Checker::CheckXattrs() {
+  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.xattrs()));
+  uint64_t last = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const uint64_t ino = it->key().size() >= 8 ? format::GetBE64(it->key().data()) : 0;
+    if (ino != 0 && nodes_.count(ino)) continue;
+    if (opt_.repair) {
+      batch_.Delete(index_.xattrs(), it->key());
+      batch_used_ = true;
+    }
+    if (ino == last && !report_.findings.empty() && report_.findings.back().kind == kXattrWithoutInode) {
+      continue;
+    }
+    last = ino;
+    FsckFinding f;
+    f.kind = kXattrWithoutInode;
+    f.ino = ino;
+    auto d = dangling_paths_.find(ino);
+    if (d != dangling_paths_.end()) f.path = d->second;
+    f.detail = "extended attributes of inode " + std::to_string(ino) + ", which does not exist";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+  }
+  return FromRocksStatus(it->status(), "scan xattrs");
+}
+
+}  // namespace ckptfs::engine::fsck

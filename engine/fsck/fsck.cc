@@ -1,0 +1,356 @@
+// Fsck: the driver, findings and the repair commit. The checks are in
+// check_namespace.cc, check_data.cc and check_recover.cc; engine/fsck/checker.h
+// describes the whole.
+#include "engine/fsck/checker.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "engine/index/index_backup.h"
+
+namespace ckptfs::engine {
+
+uint64_t FsckReport::errors() const {
+  return static_cast<uint64_t>(std::count_if(findings.begin(), findings.end(),
+                                             [](const FsckFinding& f) { return !f.informational; }));
+}
+
+uint64_t FsckReport::errors_left() const {
+  return static_cast<uint64_t>(
+      std::count_if(findings.begin(), findings.end(),
+                    [](const FsckFinding& f) { return !f.informational && !f.repaired; }));
+}
+
+Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  Result<FsckReport> r = fsck::Checker(d, options).Run();
+  // The index opened, but a scan met a damaged table file: rebuild the index
+  // from what reads and check again.
+  const std::string in_index = "/" + std::string(format::kIndexDirName) + "/";
+  if (r.ok() || !options.repair || !r.status().IsCorruption() ||
+      r.status().message().find(in_index) == std::string::npos ||
+      r.status().message().find("the index") != std::string::npos) {
+    return r;
+  }
+  fsck::Checker again(d, options);
+  again.RebuildIndexFirst(r.status().message());
+  return again.Run();
+}
+
+namespace fsck {
+
+namespace {
+// The files a repair of the index moved to index/lost (RocksDB's RepairDB
+// keeps there what it could not read).
+std::set<std::string> LostIndexFiles(const std::string& index_dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(index_dir + "/lost", ec)) {
+    if (e.is_regular_file(ec)) out.insert(e.path().lexically_relative(index_dir + "/lost").string());
+  }
+  return out;
+}
+
+// The newest MANIFEST of `index_dir` when its CURRENT file does not name an
+// existing one; nullopt when CURRENT is fine or there is no MANIFEST.
+std::optional<std::string> ManifestToPointAt(const std::string& index_dir) {
+  std::ifstream in(index_dir + "/CURRENT");
+  std::string named;
+  std::getline(in, named);
+  if (named.starts_with("MANIFEST-") && named.find('/') == std::string::npos &&
+      std::filesystem::exists(index_dir + "/" + named)) {
+    return std::nullopt;
+  }
+  std::optional<std::string> newest;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(index_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // Zero-padded numbers: the largest name is the newest.
+    if (name.starts_with("MANIFEST-") && (!newest || name > *newest)) newest = name;
+  }
+  return newest;
+}
+
+// Whether `index_dir` holds anything of an index to open or rebuild.
+bool HasIndexFiles(const std::string& index_dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(index_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "CURRENT" || name.starts_with("MANIFEST-") || name.ends_with(".sst") ||
+        name.ends_with(".log")) {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+Status Checker::Open() {
+  if (::access(dir_.c_str(), F_OK) != 0) return Status(ENOENT, dir_ + " does not exist");
+  if (!Store::IsStore(dir_)) {
+    return Status(EINVAL, dir_ + " is not a ckptfs store (it has no " +
+                              std::string(format::kFormatFileName) + " file)");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(lock_,
+                          StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
+  std::ifstream in(dir_ + "/" + format::kFormatFileName);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Status s = format::ParseFormatFile(ss.str());
+  if (!s.ok()) return s.Annotate(dir_);
+  const std::string index_dir = dir_ + "/" + format::kIndexDirName;
+  if (opt_.repair && opt_.from_backup) CKPTFS_RETURN_IF_ERROR(RestoreNewestBackup());
+  if (!HasIndexFiles(index_dir)) {
+    const bool backed_up = !ListIndexBackups(dir_).empty();
+    if (!opt_.repair || backed_up) {
+      return Status::Corruption(
+          "the index " + index_dir + " is gone: it holds no CURRENT, MANIFEST, table or log file" +
+          (backed_up ? " (ckptfs fsck --repair --from-backup restores its newest backup)"
+                     : " (ckptfs fsck --repair makes a new one and keeps every file under lost+found)"));
+    }
+    // Nothing to rebuild from and no backup: a new index, into which the
+    // checks put every file the segments and data files hold.
+    std::error_code ec;
+    std::filesystem::create_directories(index_dir, ec);
+    if (ec) return Status(EIO, "create " + index_dir + ": " + ec.message());
+    CKPTFS_RETURN_IF_ERROR(
+        OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
+    index_replaced_ = true;
+    FsckFinding f;
+    f.kind = kIndexRebuilt;
+    f.detail = "the index " + index_dir + " was gone and the store has no backup of it: a new one "
+               "holds every file whose bytes the segments and data files keep, under lost+found "
+               "by inode number; names, attributes and files of up to 4 KiB were in the index";
+    f.repaired = true;
+    Add(std::move(f));
+    return Status::OK();
+  }
+  if (opt_.repair && !rebuild_because_.empty()) {
+    CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, rebuild_because_));
+  }
+  s = OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_,
+                  nullptr, /*strict_log=*/true);
+  if (s.ok() || s.code() == EBUSY) return s;
+  // Damage in the log past a torn last record: replayed up to it, the index
+  // opens without what the log held after it.
+  if (s.IsCorruption() && OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair,
+                                      env_.get(), &index_).ok()) {
+    index_replaced_ = index_is_past_state_ = opt_.repair;
+    FsckFinding f;
+    f.kind = kIndexRebuilt;
+    f.detail = "the index's log is damaged (" + s.message() + "); " +
+               (opt_.repair ? "replayed up to the damage" : "repair replays it up to the damage") +
+               ": what it held after is lost, and files created there are kept under lost+found";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+    return Status::OK();
+  }
+  if (!opt_.repair) {
+    return Status::Corruption("the index does not open (ckptfs fsck --repair rebuilds it): " +
+                              s.message());
+  }
+  // CURRENT names the MANIFEST to read. When it names none that exists, the
+  // newest MANIFEST is the one RocksDB wrote last: pointed at it, the index
+  // opens with its logs replayed in full.
+  if (std::optional<std::string> manifest = ManifestToPointAt(index_dir)) {
+    const std::string tmp = index_dir + "/CURRENT.repair";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << *manifest << "\n";
+      out.flush();
+      if (!out) return Status(EIO, "write " + tmp);
+    }
+    if (::rename(tmp.c_str(), (index_dir + "/CURRENT").c_str()) != 0) {
+      return Status::IOError(errno, "rename " + tmp);
+    }
+    Status again =
+        OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+    if (again.ok()) {
+      FsckFinding f;
+      f.kind = kIndexRebuilt;
+      f.detail = "the index did not open (" + s.message() + "); its CURRENT file now names " +
+                 *manifest + ", the newest MANIFEST";
+      f.repaired = true;
+      Add(std::move(f));
+      return again;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, "it did not open: " + s.message()));
+  return OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+}
+
+Status Checker::RestoreNewestBackup() {
+  const std::vector<std::string> backups = ListIndexBackups(dir_);
+  if (backups.empty()) {
+    return Status(ENOENT, "no index backup in " + dir_ + "/" + kBackupDirName);
+  }
+  std::string kept_as;
+  CKPTFS_RETURN_IF_ERROR(RestoreIndexBackup(dir_, backups.front(), ::time(nullptr), &kept_as));
+  index_replaced_ = index_is_past_state_ = true;
+  const time_t taken = static_cast<time_t>(std::stoll(backups.front()));
+  char when[64];
+  struct tm tm;
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&taken, &tm));
+  FsckFinding f;
+  f.kind = kIndexRestored;
+  f.detail = std::string("the index is the backup taken ") + when +
+             "; files created after it are kept under lost+found by inode number";
+  if (!kept_as.empty()) f.detail += "; the index it replaced is kept as " + kept_as;
+  f.repaired = true;
+  Add(std::move(f));
+  return Status::OK();
+}
+
+Status Checker::RebuildIndex(const std::string& index_dir, const std::string& why) {
+  const std::set<std::string> lost_before = LostIndexFiles(index_dir);
+  std::vector<std::string> seeds;
+  CKPTFS_RETURN_IF_ERROR(RepairIndexDb(index_dir, env_.get(), &seeds));
+  index_replaced_ = true;
+  FsckFinding f;
+  f.kind = kIndexRebuilt;
+  f.detail = "the index was damaged (" + why + "); rebuilt from its table files and logs";
+  std::string lost;
+  for (const std::string& name : LostIndexFiles(index_dir)) {
+    // The repair also keeps the old MANIFEST and the logs it replayed there.
+    if (!lost_before.count(name) && name.ends_with(".sst") &&
+        std::find(seeds.begin(), seeds.end(), name) == seeds.end()) {
+      lost += (lost.empty() ? "" : ", ") + name;
+    }
+  }
+  if (!lost.empty()) f.detail += "; table files that did not read, kept in index/lost: " + lost;
+  f.repaired = true;
+  Add(std::move(f));
+  return Status::OK();
+}
+
+Status Checker::Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v,
+                    bool* found) {
+  rocksdb::Status s = index_.db->Get(rocksdb::ReadOptions(), cf, key, v);
+  *found = s.ok();
+  if (s.IsNotFound()) return Status::OK();
+  return FromRocksStatus(s, "read index");
+}
+
+void Checker::Add(FsckFinding f) {
+  report_.findings.push_back(std::move(f));
+}
+
+void Checker::AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t off,
+                      uint64_t len, std::string detail, bool repairable) {
+  if (!report_.findings.empty()) {
+    FsckFinding& last = report_.findings.back();
+    if (last.kind == kind && last.ino == ino && last.segment_id == segment &&
+        last.offset + last.length == off && !last.informational) {
+      last.length += len;
+      return;
+    }
+  }
+  FsckFinding f;
+  f.kind = kind;
+  f.ino = ino;
+  f.path = PathOf(ino);
+  f.segment_id = segment;
+  f.offset = off;
+  f.length = len;
+  f.detail = std::move(detail);
+  f.repaired = opt_.repair && repairable;
+  Add(std::move(f));
+}
+
+std::string Checker::PathOf(uint64_t ino) const {
+  auto it = nodes_.find(ino);
+  if (it != nodes_.end() && !it->second.path.empty()) return it->second.path;
+  if (orphan_keys_.count(ino)) return "(unlinked inode " + std::to_string(ino) + ")";
+  return "(inode " + std::to_string(ino) + ")";
+}
+
+Status Checker::ApplyRepairs() {
+  // Segment headers first: they are needed to open the store at all, and
+  // rewriting one changes no record.
+  for (auto& [id, seg] : segments_) {
+    if (!seg.has_file || seg.header_ok) continue;
+    const std::string path = dir_ + "/" + format::SegmentFileName(id);
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> file,
+                            env_->Open(path, io::OpenMode::kReadWrite));
+    const std::string bytes = format::EncodeSegmentHeader(id);
+    const std::string_view hdr[] = {bytes};
+    Status s = file->WriteAt(0, hdr);
+    if (s.ok()) s = file->Sync();
+    if (!s.ok()) return s.Annotate("rewrite header of " + path);
+  }
+  for (auto& [ino, n] : nodes_) {
+    if (n.attr_dirty) {
+      batch_.Put(index_.inodes(), format::InodeKey(ino), format::EncodeInode(n.v));
+      batch_used_ = true;
+    }
+  }
+  if (!batch_used_) return Status::OK();
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocksStatus(index_.db->Write(wo, &batch_), "write repairs");
+}
+
+Status Checker::Check() {
+  CKPTFS_RETURN_IF_ERROR(Open());
+  CKPTFS_RETURN_IF_ERROR(LoadNamespace());
+  known_max_ino_ = max_ino_;
+  // The segments first: a lost+found the namespace checks create takes an
+  // inode number above every one their records name.
+  CKPTFS_RETURN_IF_ERROR(LoadSegments());
+  CKPTFS_RETURN_IF_ERROR(ScanSegments());
+  CheckNamespace();
+  CKPTFS_RETURN_IF_ERROR(CheckExtents());
+  if (opt_.repair) {
+    CKPTFS_RETURN_IF_ERROR(AdoptUnknownInodes());
+    RecoverExtents();
+    CKPTFS_RETURN_IF_ERROR(FinishAdopted());
+  }
+  CheckDataBytes();
+  CheckSegments();
+  CKPTFS_RETURN_IF_ERROR(CheckDataFiles());
+  CKPTFS_RETURN_IF_ERROR(CheckXattrs());
+  CheckCounters();
+  if (opt_.repair) {
+    Status s = ApplyRepairs();
+    if (!s.ok()) return s.Annotate("repair failed");
+  }
+  return Status::OK();
+}
+
+Result<FsckReport> Checker::Run() {
+  Status s = Check();
+  Status closed = index_.Close();  // a no-op when the index never opened
+  if (!s.ok()) {
+    if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing the index: " + closed.message());
+    return s;
+  }
+  CKPTFS_RETURN_IF_ERROR(closed);
+  if (Status b = BringForward(); !b.ok()) return b.Annotate("repair failed");
+  for (const FsckFinding& f : report_.findings) report_.counts[f.kind]++;
+  for (uint64_t ino : lost_inos_) report_.lost_files.push_back(PathOf(ino));
+  for (const std::string& p : lost_paths_) report_.lost_files.push_back(p);
+  std::sort(report_.lost_files.begin(), report_.lost_files.end());
+  report_.lost_files.erase(std::unique(report_.lost_files.begin(), report_.lost_files.end()),
+                           report_.lost_files.end());
+  for (const auto& [ino, n] : nodes_) {
+    if (n.created) continue;
+    if (n.is_dir) {
+      report_.dirs_checked++;
+    } else {
+      report_.files_checked++;
+    }
+  }
+  return std::move(report_);
+}
+
+}  // namespace fsck
+}  // namespace ckptfs::engine

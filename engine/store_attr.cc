@@ -1,0 +1,255 @@
+// Attributes and the life of open files in StoreImpl: SETATTR (and
+// truncation), fallocate, access times, open and release.
+#include <linux/falloc.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+namespace {
+
+// `mode` without set-user-ID, and without set-group-ID when group execute
+// is set (a set-group-ID bit without it marks mandatory locking, and stays).
+uint32_t WithoutSuidSgid(uint32_t mode) {
+  mode &= ~static_cast<uint32_t>(S_ISUID);
+  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
+  return mode;
+}
+
+// Whether `req` asks for nothing but kill_suidgid or kill_sgid.
+bool OnlyKillsSuidSgid(const SetAttrRequest& req) {
+  return (req.kill_suidgid || req.kill_sgid) && !req.mode && !req.uid && !req.gid && !req.size && !req.atime &&
+         !req.mtime && !req.ctime && !req.atime_now && !req.mtime_now;
+}
+
+// Whether an access at `now` moves the access time of `v` under `rule`
+// (Linux's relatime_need_update for kRelative).
+bool AtimeNeedsUpdate(const format::InodeValue& v, const Timespec& now, AtimeRule rule) {
+  constexpr int64_t kDaySeconds = 24 * 60 * 60;
+  auto not_after = [](int64_t a_sec, uint32_t a_nsec, int64_t b_sec, uint32_t b_nsec) {
+    return a_sec < b_sec || (a_sec == b_sec && a_nsec <= b_nsec);
+  };
+  if (v.atime_sec == now.sec && v.atime_nsec == now.nsec) return false;
+  if (rule == AtimeRule::kAlways) return true;
+  return not_after(v.atime_sec, v.atime_nsec, v.mtime_sec, v.mtime_nsec) ||
+         not_after(v.atime_sec, v.atime_nsec, v.ctime_sec, v.ctime_nsec) ||
+         now.sec - v.atime_sec >= kDaySeconds;
+}
+
+}  // namespace
+
+Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  SetAttrRequest req = in;
+  if (s->direct && req.size && S_ISREG(s->attr.mode)) {
+    // The data file is the file: it is cut or extended, then adopted.
+    CKPTFS_RETURN_IF_ERROR(data_files_->Truncate(ino, *req.size));
+    CKPTFS_RETURN_IF_ERROR(AdoptLocked(s.get()));
+    req.size.reset();
+  }
+  const bool shrinks = req.size && *req.size < s->attr.size && S_ISREG(s->attr.mode);
+  if (shrinks) CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s.get()));
+  format::InodeValue v = s->attr;
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  Timespec now = Now();
+  if (req.mode) v.mode = (v.mode & S_IFMT) | (*req.mode & 07777);
+  if (req.uid) v.uid = *req.uid;
+  if (req.gid) v.gid = *req.gid;
+  if (req.kill_suidgid && !S_ISDIR(v.mode)) v.mode = WithoutSuidSgid(v.mode);
+  if (req.kill_sgid && !S_ISDIR(v.mode)) v.mode &= ~static_cast<uint32_t>(S_ISGID);
+  if (OnlyKillsSuidSgid(req) && v.mode == s->attr.mode) return ToAttr(ino, v);
+  if (req.size) {
+    if (S_ISDIR(v.mode)) return Status(EISDIR, "is a directory");
+    if (!S_ISREG(v.mode)) return Status(EINVAL, "not a regular file");
+    if (*req.size > kMaxFileSize) return Status(EFBIG, "size past the largest file size");
+    if (*req.size < v.size) {
+      uint64_t removed = 0;
+      CKPTFS_RETURN_IF_ERROR(PunchLocked(s.get(), *req.size, kMaxFileSize, &b, &deltas, &removed));
+      v.data_bytes -= removed;
+    }
+    if (*req.size < v.data_file_end) {
+      // The blocks of the extents that stay keep all their bytes (a
+      // checksum covers a whole block, and a window of one may end before
+      // it): writes go into the data file only past the last of them.
+      uint64_t keep = *req.size;
+      std::vector<Extent> cut;
+      if (keep > 0) CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s.get(), 0, keep, &cut));
+      for (const Extent& e : cut) {
+        if (e.value.in_data_file) keep = std::max(keep, e.value.record_offset + e.value.stored_len);
+      }
+      v.data_file_end = std::min(v.data_file_end, keep);
+    }
+    if (*req.size != v.size) {
+      v.mtime_sec = now.sec;
+      v.mtime_nsec = now.nsec;
+    }
+    v.size = *req.size;
+  }
+  if (req.atime_now) {
+    v.atime_sec = now.sec;
+    v.atime_nsec = now.nsec;
+  } else if (req.atime) {
+    v.atime_sec = req.atime->sec;
+    v.atime_nsec = req.atime->nsec;
+  }
+  if (req.mtime_now) {
+    v.mtime_sec = now.sec;
+    v.mtime_nsec = now.nsec;
+  } else if (req.mtime) {
+    v.mtime_sec = req.mtime->sec;
+    v.mtime_nsec = req.mtime->nsec;
+  }
+  if (req.ctime) KernelStamped(*req.ctime);
+  const Timespec ctime = req.ctime.value_or(now);
+  v.ctime_sec = ctime.sec;
+  v.ctime_nsec = ctime.nsec;
+  PutInode(&b, ino, v);
+  EmitDeltas(deltas, &b, cf_segments_);
+  // Writes go into the data file from its (new) end on: the index that
+  // lowers the end must be durable before a write lands there, or a power
+  // loss could bring back extents whose bytes that write replaced.
+  const bool cuts_data_file = v.data_file_end < s->attr.data_file_end;
+  CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/cuts_data_file));
+  s->attr = v;
+  if (cuts_data_file) {
+    CKPTFS_RETURN_IF_ERROR(v.data_file_end == 0 ? data_files_->Remove(ino)
+                                                : data_files_->Truncate(ino, v.data_file_end));
+  }
+  if (shrinks) Unreserve(ino, *req.size, kMaxFileSize);  // as truncate frees preallocated blocks
+  return ToAttr(ino, v);
+}
+
+Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  const bool keep_size = (mode & FALLOC_FL_KEEP_SIZE) != 0;
+  const int op = mode & ~FALLOC_FL_KEEP_SIZE;
+  const bool punch = op == FALLOC_FL_PUNCH_HOLE;
+  const bool zero = op == FALLOC_FL_ZERO_RANGE;
+  if ((op != 0 && !punch && !zero) || (punch && !keep_size)) {
+    return Status(EOPNOTSUPP, "fallocate mode " + std::to_string(mode) +
+                                  " is not supported (supported: 0, KEEP_SIZE, "
+                                  "PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE[|KEEP_SIZE])");
+  }
+  if (len == 0) return Status(EINVAL, "fallocate of 0 bytes");
+  if (offset >= kMaxFileSize || len > kMaxFileSize - offset) return Status(EFBIG, "too large");
+  const uint64_t end = offset + len;
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  if (s->direct) {
+    return Status(EOPNOTSUPP, "fallocate of a file the kernel writes directly");
+  }
+  if (!S_ISREG(s->attr.mode)) return Status(S_ISDIR(s->attr.mode) ? EISDIR : ENODEV, "not a file");
+  const bool extend = !keep_size && !punch && end > s->attr.size;
+  const bool clear = (punch || zero) && offset < s->attr.size;  // bytes to drop
+  if (punch && !clear) {  // nothing stored there: only the reservation goes
+    Unreserve(ino, offset, end);
+    return Status::OK();
+  }
+  if (!punch) CKPTFS_RETURN_IF_ERROR(Reserve(ino, offset, end));
+  if (!punch && !zero && !extend) return Status::OK();  // reserved: nothing to store
+
+  Status st = CountDataBytesLocked(s.get());
+  format::InodeValue v = s->attr;
+  rocksdb::WriteBatch b;
+  StatDeltas deltas;
+  if (st.ok() && clear) {
+    uint64_t removed = 0;
+    st = PunchLocked(s.get(), offset, std::min(end, v.size), &b, &deltas, &removed);
+    v.data_bytes -= removed;
+  }
+  Timespec now = Now();
+  if (extend) v.size = end;
+  if (punch || zero) {
+    v.mtime_sec = now.sec;
+    v.mtime_nsec = now.nsec;
+  }
+  v.ctime_sec = now.sec;
+  v.ctime_nsec = now.nsec;
+  if (st.ok()) {
+    PutInode(&b, ino, v);
+    EmitDeltas(deltas, &b, cf_segments_);
+    st = Commit(&b);
+  }
+  if (!st.ok()) {
+    if (!punch) Unreserve(ino, offset, end);  // nothing changed
+    return st;
+  }
+  s->attr = v;
+  if (punch) Unreserve(ino, offset, end);  // a punch frees preallocated space too
+  return Status::OK();
+}
+
+Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
+  if (options_.read_only) return Status::OK();
+  if (closed_) return Status(EIO, "store is closed");
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  const Timespec now = Now();
+  if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
+  format::InodeValue v = s->attr;
+  v.atime_sec = now.sec;
+  v.atime_nsec = now.nsec;
+  rocksdb::WriteBatch b;
+  PutInode(&b, ino, v);
+  // Without the log: a memtable insert, no I/O under s->mu. RocksDB flushes
+  // such writes when the index closes. An inode batch changes no extent map.
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  CKPTFS_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &b), "index write"));
+  s->attr = v;
+  return Status::OK();
+}
+
+Status StoreImpl::OpenFile(Ino ino) {
+  InodeState* s = inodes_.Pin(ino);  // held until Release
+  Status st;
+  {
+    MutexLock l(&s->mu);
+    st = LoadLocked(s);
+    if (st.ok()) s->open_count++;
+  }
+  // Only once its mutex is unlocked: the last Unpin frees the state.
+  if (!st.ok()) inodes_.Unpin(s);
+  return st;
+}
+
+Status StoreImpl::Release(Ino ino) {
+  InodeRef ref(&inodes_, ino);
+  InodeState* s = ref.get();
+  MutexLock l(&s->mu);
+  if (s->open_count.load() <= 0) return Status(EBADF, "inode " + std::to_string(ino) + " is not open");
+  Status result;
+  if (--s->open_count == 0 && s->loaded && s->attr.nlink == 0 && !s->purged && !options_.read_only &&
+      !closed_) {
+    rocksdb::WriteBatch b;
+    StatDeltas deltas;
+    // On failure the inode stays an orphan: fsck reports it, and the next
+    // open tries the purge again.
+    result = PurgeLocked(s, &b, &deltas);
+    if (result.ok()) {
+      EmitDeltas(deltas, &b, cf_segments_);
+      result = Commit(&b);
+    }
+    if (result.ok()) {
+      if (s->attr.data_file_end != 0 || s->direct) {
+        (void)data_files_->RemoveAfterSync(ino, s->attr.data_file_end);
+        // (Not while the kernel may hold unwritten pages of it.)
+        if (!s->direct) data_files_->EvictSoon(ino);
+      }
+      s->purged = true;
+    }
+  }
+  inodes_.Unpin(s);  // the pin taken by OpenFile
+  return result;
+}
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,237 @@
+// What StoreImpl reports and how it is set: segments, counters, memory,
+// space (statfs), the namespace's counts, the settings that change at run
+// time, and the index's backups.
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/index/index_backup.h"
+#include "engine/index/index_db.h"
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+std::string StoreImpl::SegmentPath(uint64_t segment_id) const {
+  return dir_ + "/" + format::SegmentFileName(segment_id);
+}
+
+Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
+  if (closed_) return Status(EIO, "store is closed");
+  std::vector<SegmentInfo> out;
+  for (uint64_t id : segments_->Ids()) {
+    SegmentInfo info;
+    info.id = id;
+    info.path = SegmentPath(id);
+    info.file_bytes = segments_->Size(id);
+    const std::string what = "accounting of segment " + std::to_string(id);
+    std::string v;
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v);
+    if (!rs.IsNotFound()) {  // no value yet: nothing committed counts it
+      CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read " + what));
+      format::SegmentStat st;
+      Status ds = format::DecodeSegmentStat(v, &st);
+      if (ds.ok()) ds = format::CheckSegmentStat(st);
+      if (!ds.ok()) return Status(ds.code(), what + ": " + ds.message());
+      info.live_bytes = st.live;
+      info.dead_bytes = st.dead;
+      info.sealed = st.sealed != 0;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Result<EngineStats> StoreImpl::GetStats() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
+  EngineStats s;
+  s.reads = counters_.reads;
+  s.read_bytes = counters_.read_bytes;
+  s.writes = counters_.writes;
+  s.write_bytes = counters_.write_bytes;
+  s.backing_reads = counters_.backing_reads;
+  s.backing_read_bytes = counters_.backing_read_bytes;
+  s.coalesced_reads = counters_.coalesced_reads;
+  s.cache_hits = counters_.cache_hits;
+  s.cache_misses = counters_.cache_misses;
+  s.inline_writes = counters_.inline_writes;
+  s.records_written = counters_.records_written;
+  s.stored_bytes = counters_.stored_bytes;
+  s.fsyncs = counters_.fsyncs;
+  s.device_syncs = syncer_->flushes();
+  s.checksum_errors = counters_.checksum_errors;
+  s.data_file_writes = counters_.data_file_writes;
+  s.data_file_write_bytes = counters_.data_file_write_bytes;
+  s.data_file_reads = counters_.data_file_reads;
+  s.data_file_read_bytes = counters_.data_file_read_bytes;
+  s.direct_writes = counters_.direct_writes;
+  s.direct_adoptions = counters_.direct_adoptions;
+  s.direct_adopted_bytes = counters_.direct_adopted_bytes;
+  s.direct_rereads = counters_.direct_rereads;
+  for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
+    s.segments++;
+    s.live_bytes += static_cast<uint64_t>(seg.live_bytes);
+    s.dead_bytes += static_cast<uint64_t>(seg.dead_bytes);
+  }
+  return s;
+}
+
+StoreOptions StoreImpl::GetOptions() {
+  StoreOptions o = options_;
+  o.coalesce_gap = coalesce_gap_.load();
+  o.coalesce_max = coalesce_max_.load();
+  o.cache_size = cache_->capacity();
+  o.compression = compression_level_.load();
+  return o;
+}
+
+Status StoreImpl::UpdateOptions(const std::function<void(StoreOptions*)>& change) {
+  if (closed_) return Status(EIO, "store is closed");
+  MutexLock l(&update_mu_);
+  const StoreOptions current = GetOptions();
+  StoreOptions wanted = current;
+  change(&wanted);
+  // Everything but the run-time settings must be as it is.
+  StoreOptions fixed = wanted;
+  fixed.coalesce_gap = current.coalesce_gap;
+  fixed.coalesce_max = current.coalesce_max;
+  fixed.cache_size = current.cache_size;
+  fixed.compression = current.compression;
+  if (!(fixed == current)) {
+    return Status(EINVAL,
+                  "only coalesce_gap, coalesce_max, cache_size and compression change "
+                  "while the store is open");
+  }
+  CKPTFS_RETURN_IF_ERROR(ValidateStoreOptions(wanted));
+  coalesce_gap_ = wanted.coalesce_gap;
+  coalesce_max_ = wanted.coalesce_max;
+  if (wanted.cache_size != current.cache_size) cache_->SetCapacity(wanted.cache_size);
+  compression_level_ = wanted.compression;
+  return Status::OK();
+}
+
+void StoreImpl::DropCache() { cache_->Clear(); }
+
+EngineMemory StoreImpl::MemoryUse() {
+  EngineMemory m;
+  m.record_cache = cache_->bytes();
+  m.index_memtables = index_memtables_ ? index_memtables_->memory_usage() : 0;
+  m.index_block_cache = index_block_cache_ ? index_block_cache_->GetUsage() : 0;
+  m.extent_maps = extent_maps_.bytes();
+  m.verified_blocks = verified_blocks_.bytes();
+  return m;
+}
+
+Status StoreImpl::ReleaseIdleMemory() {
+  // Below this a flush would make table files of a few keys for little.
+  constexpr uint64_t kWorthFlushing = 4ull << 20;
+  if (options_.read_only || closed_ || index_memtables_ == nullptr ||
+      index_memtables_->memory_usage() < kWorthFlushing) {
+    return Status::OK();
+  }
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocksStatus(db_->Flush(fo, handles_), "flush index");
+}
+
+Status StoreImpl::BackupIndex(int64_t max_age_s) {
+  // A test's index filesystem (fault injection) is not the disk the
+  // backups would go to.
+  if (options_.read_only || db_ == nullptr || index_env_ != nullptr) return Status::OK();
+  MutexLock l(&backup_mu_);
+  const int64_t now = ::time(nullptr);
+  if (max_age_s > 0) {
+    const std::vector<std::string> backups = ListIndexBackups(dir_);
+    if (!backups.empty() && now - std::stoll(backups.front()) < max_age_s) return Status::OK();
+  }
+  return engine::BackupIndex(db_.get(), dir_, now);
+}
+
+EngineMemory EngineMemoryBound(const StoreOptions& options) {
+  EngineMemory m;
+  m.record_cache = options.cache_size;
+  m.index_memtables = kIndexMemtableBytes;
+  m.index_block_cache = kIndexBlockCacheBytes;
+  m.extent_maps = ExtentMapCache::MaxBytes(ExtentMapCache::kDefaultMaxExtents,
+                                           ExtentMapCache::kDefaultMaxInlineBytes);
+  m.verified_blocks = std::max<uint64_t>(VerifiedBlocks::kBytes, options.max_record_bytes);
+  return m;
+}
+
+Result<FsStats> StoreImpl::StatFs() {
+  if (closed_) return Status(EIO, "store is closed");
+  struct statvfs vfs;
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::IOError(errno, "statvfs " + dir_);
+  FsStats st;
+  st.block_size = vfs.f_frsize;
+  st.total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  st.free_bytes = static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize;
+  st.avail_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  {
+    // Reserved space counts as used, as preallocated blocks do, and
+    // min_free is not available. What is left is what one fallocate
+    // can reserve (Reserve: record headers included), and so what writes can
+    // take (CheckSpace).
+    MutexLock l(&space_mu_);
+    const uint64_t reserved = reservations_.charge();
+    st.free_bytes -= std::min(st.free_bytes, reserved);
+    const uint64_t kept = reserved + options_.min_free;
+    st.avail_bytes = Reservations::LargestFitting(st.avail_bytes - std::min(st.avail_bytes, kept));
+  }
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);
+  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read inode_count"));
+  if (v.size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
+  st.inodes = format::GetLE64(v.data());
+  return st;
+}
+
+Result<NamespaceCounts> StoreImpl::CountNamespace() {
+  if (closed_) return Status(EIO, "store is closed");
+  NamespaceCounts c;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_inodes_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    format::InodeValue v;
+    Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
+    if (!s.ok()) {
+      const std::string ino =
+          it->key().size() == 8 ? std::to_string(format::GetBE64(it->key().data())) : "?";
+      return s.Annotate("inode " + ino);
+    }
+    if (v.nlink == 0) continue;  // unlinked while open
+    if (S_ISREG(v.mode)) {
+      c.files++;
+      c.logical_bytes += v.size;
+      if (v.data_file_end != 0) {
+        c.data_files++;
+        c.data_file_bytes += v.data_file_end;
+      }
+    } else if (S_ISDIR(v.mode)) {
+      c.directories++;
+    } else if (S_ISLNK(v.mode)) {
+      c.symlinks++;
+    } else {
+      c.other++;
+    }
+  }
+  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
+  // RocksDB may delete files while we walk: skip what vanishes.
+  namespace stdfs = std::filesystem;
+  const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;
+  std::error_code ec;
+  for (stdfs::recursive_directory_iterator d(index_dir, ec), end; !ec && d != end; d.increment(ec)) {
+    std::error_code size_ec;
+    if (d->is_regular_file(size_ec)) {
+      const uintmax_t n = d->file_size(size_ec);
+      if (!size_ec) c.index_bytes += n;
+    }
+  }
+  if (ec && ec.value() != ENOENT) {
+    return Status::IOError(ec.value(), "list " + index_dir.string());
+  }
+  return c;
+}
+
+}  // namespace ckptfs::engine
