@@ -58,20 +58,21 @@ constexpr size_t kRoundSegments = 8;              // victims deleted per round
 constexpr uint64_t kBatchBytes = 64ull << 20;     // copied per inode batch
 constexpr uint64_t kMaxExtentEnd = UINT64_MAX;
 
-struct Choice {
-  std::vector<Victim> victims;
-  std::vector<KeptSegment> kept;
-};
+std::string Percent(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f%%", f * 100);
+  return buf;
+}
 
-// The segments Compact takes, empty ones first (free to delete), then the
-// emptiest: those whose dead fraction reaches `dead_ratio` or that hold
-// nothing live. The active segment and the newest file qualify only with
-// dead bytes (otherwise taking them would reclaim nothing but start another
-// segment); Compact seals them first. `segments` comes from ListSegments,
-// which has checked every counter.
-Choice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active, uint64_t newest,
-                     double dead_ratio) {
-  Choice c;
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+VictimChoice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active,
+                           uint64_t newest, double dead_ratio) {
+  VictimChoice c;
   for (const SegmentInfo& seg : segments) {
     const uint64_t live = static_cast<uint64_t>(seg.live_bytes);
     const uint64_t dead = static_cast<uint64_t>(seg.dead_bytes);
@@ -95,23 +96,14 @@ Choice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active, 
   return c;
 }
 
-std::string Percent(double f) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.0f%%", f * 100);
-  return buf;
-}
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
-}  // namespace
-
 const char* KeptReasonName(KeptSegment::Reason r) {
   switch (r) {
-    case KeptSegment::Reason::kBelowRatio: return "below_ratio";
-    case KeptSegment::Reason::kNothingDead: return "nothing_dead";
-    case KeptSegment::Reason::kUnreadable: return "unreadable";
+    case KeptSegment::Reason::kBelowRatio:
+      return "below_ratio";
+    case KeptSegment::Reason::kNothingDead:
+      return "nothing_dead";
+    case KeptSegment::Reason::kUnreadable:
+      return "unreadable";
     case KeptSegment::Reason::kStillReferenced: return "still_referenced";
   }
   return "unknown";
@@ -119,12 +111,6 @@ const char* KeptReasonName(KeptSegment::Reason r) {
 
 bool CompactionTakes(uint64_t live, uint64_t dead, double dead_ratio) {
   return live == 0 || static_cast<double>(dead) / static_cast<double>(live + dead) >= dead_ratio;
-}
-
-uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live) {
-  if (o.compact_dead == 0) return 0;
-  return std::min(o.compact_dead,
-                  std::max(live, o.compact_min));
 }
 
 std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
@@ -174,7 +160,7 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   // 1. Victims. Accounting that cannot be read fails the whole compaction:
   // a segment whose live bytes are unknown is never taken for empty.
   CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
-  Choice choice = ChooseVictims(segments, segments_->active_id(), segments_->max_id(),
+  VictimChoice choice = ChooseVictims(segments, segments_->active_id(), segments_->max_id(),
                                 options.dead_ratio);
   const std::vector<Victim>& victims = choice.victims;
   for (const Victim& v : victims) run.total += v.live;
@@ -565,92 +551,6 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
 std::optional<CompactionRecord> StoreImpl::LastCompaction() {
   MutexLock l(&compaction_->last_mu);
   return compaction_->last;
-}
-
-void StoreImpl::StartBackgroundCompaction() {
-  if (options_.read_only) return;
-  if (options_.compact_dead == 0 && !options_.free_empty) return;
-  CompactionState& cs = *compaction_;
-  cs.thread = std::thread([this, &cs] {
-    // Errors logged since the last pass without one: a lasting error
-    // (damaged accounting waiting for fsck) is logged once, not every pass.
-    std::set<std::string> logged;
-    auto log = [&](const Status& st) {
-      if (st.ok() || st.code() == ECANCELED || !logged.insert(st.message()).second) return;
-      std::fprintf(stderr, "ckptfs: background compaction of %s: %s\n", dir_.c_str(),
-                   st.ToString().c_str());
-    };
-    for (;;) {
-      {
-        MutexLock l(&cs.thread_mu);
-        const auto deadline = std::chrono::steady_clock::now() +
-                              std::chrono::milliseconds(options_.background_interval_ms);
-        while (!cs.thread_stop && cs.thread_cv.WaitUntil(&cs.thread_mu, deadline)) {
-        }
-        if (cs.thread_stop) return;
-      }
-      Result<std::optional<CompactReport>> r = BackgroundPass();
-      if (r.ok() && !r->has_value()) {
-        logged.clear();
-        continue;
-      }
-      if (r.ok() && (*r)->errors.empty()) logged.clear();
-      log(r.status());
-      if (r.ok()) {
-        for (const std::string& e : (*r)->errors) log(Status(EIO, e));
-      }
-    }
-  });
-}
-
-Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
-  // Decided under the compaction lock: counts read while another compaction
-  // runs would show its victims half moved (nothing live, not yet deleted).
-  MutexLock one_at_a_time(&compaction_->mu);
-  if (compaction_->cancel || closed_) return Status(ECANCELED, "store is closing");
-  const uint64_t active = segments_->active_id();
-  const uint64_t newest = segments_->max_id();
-  // Nothing is compacted on counts that could not be read.
-  CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, ListSegments());
-  uint64_t dead = 0;  // of every segment, the active one included
-  uint64_t live = 0;
-  for (const SegmentInfo& seg : segments) {
-    dead += static_cast<uint64_t>(seg.dead_bytes);
-    live += static_cast<uint64_t>(seg.live_bytes);
-  }
-  // The absolute threshold, or dead space larger than the live data (and the
-  // floor): whichever comes first.
-  const uint64_t threshold = BackgroundCompactThreshold(options_, live);
-  CompactOptions o;
-  o.bytes_per_sec = options_.compact_rate;
-  // Only when a pass would take something: dead bytes spread thinly over
-  // many segments (each below the ratio) do not start one.
-  auto worth = [&](double ratio) {
-    return !ChooseVictims(segments, active, newest, ratio).victims.empty();
-  };
-  if (options_.compact_dead != 0 &&
-      dead >= threshold && worth(o.dead_ratio)) {
-    // CompactOptions' dead_ratio: copies the live rest of mostly dead segments.
-  } else if (options_.free_empty && worth(1.0)) {
-    o.dead_ratio = 1.0;  // only segments with nothing live: nothing to copy
-  } else {
-    return std::optional<CompactReport>();
-  }
-  CKPTFS_ASSIGN_OR_RETURN(CompactReport r, CompactLocked(o));
-  return std::optional<CompactReport>(std::move(r));
-}
-
-void StoreImpl::StopBackgroundCompaction() {
-  CompactionState& cs = *compaction_;
-  cs.cancel = true;
-  {
-    MutexLock l(&cs.thread_mu);
-    cs.thread_stop = true;
-  }
-  cs.thread_cv.SignalAll();
-  if (cs.thread.joinable()) cs.thread.join();
-  // Waits for a Compact() running in another thread to notice `cancel`.
-  MutexLock wait(&cs.mu);
 }
 
 }  // namespace ckptfs::engine

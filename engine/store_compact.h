@@ -1,6 +1,7 @@
-// State of StoreImpl's compaction (engine/store_compact.cc): the lock that
-// lets one compaction run at a time, the background thread, and the result
-// of the latest run for LastCompaction.
+// State of StoreImpl's compaction (engine/store_compact.cc; the background
+// thread in store_background.cc): the lock that lets one compaction run at
+// a time, the background thread, and the result of the latest run for
+// LastCompaction.
 #pragma once
 
 #include <atomic>
@@ -58,6 +59,21 @@ struct Victim {
   double dead_fraction;
   uint64_t file_bytes;
 };
+
+// What a compaction with a dead ratio would take, and what it would keep.
+struct VictimChoice {
+  std::vector<Victim> victims;
+  std::vector<KeptSegment> kept;
+};
+
+// The segments Compact takes, empty ones first (free to delete), then the
+// emptiest: those whose dead fraction reaches `dead_ratio` or that hold
+// nothing live. The active segment and the newest file qualify only with
+// dead bytes (otherwise taking them would reclaim nothing but start another
+// segment); Compact seals them first. `segments` comes from ListSegments,
+// which has checked every counter.
+VictimChoice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t active,
+                           uint64_t newest, double dead_ratio);
 
 // Bookkeeping of one Compact() call.
 struct CompactRun {

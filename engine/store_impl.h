@@ -1,9 +1,10 @@
 // StoreImpl: the orchestrator behind engine/store.h. Namespace operations are
-// in store_namespace.cc; file data in store_extents.cc (extent maps),
-// store_write.cc, store_read.cc and store_attr.cc (attributes, fallocate,
-// open and release); compaction in store_compact.cc; open, close, commits
-// and space in store_impl.cc; what it reports and its run-time settings in
-// store_info.cc.
+// in store_namespace.cc, extended attributes in store_xattr.cc; file data in
+// store_extents.cc (extent maps), store_write.cc, store_read.cc and
+// store_attr.cc (attributes, fallocate, open and release); compaction in
+// store_compact.cc, its background thread in store_background.cc; open,
+// close, commits and space in store_impl.cc; what it reports and its
+// run-time settings in store_info.cc.
 //
 // Concurrency: namespace mutations take ns_mu_ and then the InodeState
 // mutexes of every inode they touch, in ascending inode order. File data
@@ -213,6 +214,23 @@ class StoreImpl final : public Store {
   Result<bool> DirIsEmpty(Ino dir);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
+  // The two sides of a rename, looked up under ns_mu_ (dst only when
+  // has_dst), their types read under the Txn's locks.
+  struct RenameSides {
+    Ino parent;
+    std::string_view name;
+    Ino new_parent;
+    std::string_view new_name;
+    format::DentryValue src{};
+    format::DentryValue dst{};
+    bool has_dst = false;
+    bool src_dir = false;
+    bool dst_dir = false;
+  };
+  // RenameMode::kExchange: swaps the two entries.
+  Status ExchangeLocked(const RenameSides& r, Txn* t) REQUIRES(ns_mu_);
+  // Moves src to the new name, replacing what is there.
+  Status MoveLocked(const RenameSides& r, Txn* t) REQUIRES(ns_mu_);
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its
@@ -498,5 +516,15 @@ Timespec Now();
 void KernelStamped(Timespec ctime);
 // A time given in nanoseconds since the epoch.
 Timespec FromNanos(int64_t ns);
+// Stamps the change time of `v`; SetMtime the modification time with it.
+inline void SetCtime(format::InodeValue* v, const Timespec& t) {
+  v->ctime_sec = t.sec;
+  v->ctime_nsec = t.nsec;
+}
+inline void SetMtime(format::InodeValue* v, const Timespec& t) {
+  v->mtime_sec = t.sec;
+  v->mtime_nsec = t.nsec;
+  SetCtime(v, t);
+}
 
 }  // namespace ckptfs::engine

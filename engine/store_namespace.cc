@@ -1,6 +1,5 @@
 // Namespace operations of StoreImpl: each one atomic WriteBatch.
 #include <sys/stat.h>
-#include <sys/xattr.h>
 
 #include <algorithm>
 #include <tuple>
@@ -10,18 +9,6 @@
 namespace ckptfs::engine {
 
 namespace {
-
-constexpr size_t kMaxXattrValue = 64 << 10;
-
-void SetCtime(format::InodeValue* v, const Timespec& t) {
-  v->ctime_sec = t.sec;
-  v->ctime_nsec = t.nsec;
-}
-void SetMtime(format::InodeValue* v, const Timespec& t) {
-  v->mtime_sec = t.sec;
-  v->mtime_nsec = t.nsec;
-  SetCtime(v, t);
-}
 
 Status ValidateName(std::string_view name) {
   if (name.size() > kMaxNameLen) {
@@ -451,156 +438,113 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
   MutexLock ns(&ns_mu_);
-  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue src, GetDentry(parent, name));
-  Result<format::DentryValue> dst_r = GetDentry(new_parent, new_name);
-  if (!dst_r.ok() && dst_r.status().code() != ENOENT) return dst_r.status();
-  const bool has_dst = dst_r.ok();
-  const format::DentryValue dst = has_dst ? *dst_r : format::DentryValue{};
+  RenameSides r{parent, name, new_parent, new_name};
+  CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name));
+  Result<format::DentryValue> dst = GetDentry(new_parent, new_name);
+  if (!dst.ok() && dst.status().code() != ENOENT) return dst.status();
+  r.has_dst = dst.ok();
+  if (r.has_dst) r.dst = *dst;
 
   Txn t(this);
-  std::vector<uint64_t> inos = {parent, new_parent, src.ino};
-  if (has_dst) inos.push_back(dst.ino);
+  std::vector<uint64_t> inos = {parent, new_parent, r.src.ino};
+  if (r.has_dst) inos.push_back(r.dst.ino);
   CKPTFS_RETURN_IF_ERROR(t.Lock(inos));
   if (!S_ISDIR(t.Edit(new_parent).mode)) return Status(ENOTDIR, "target parent is not a directory");
   if (t.Edit(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
-  const bool src_dir = S_ISDIR(t.Edit(src.ino).mode);
-  const bool dst_dir = has_dst && S_ISDIR(t.Edit(dst.ino).mode);
-  Timespec now = Now();
-
-  if (mode == RenameMode::kExchange) {
-    if (!has_dst) return Status(ENOENT, "no entry \"" + std::string(new_name) + "\" to exchange");
-    if (src.ino == dst.ino) return Status::OK();
-    if (parent != new_parent) {
-      if (src_dir) {
-        CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(new_parent, src.ino));
-        if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
-      }
-      if (dst_dir) {
-        CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(parent, dst.ino));
-        if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
-      }
-    }
-    t.batch.Put(cf_dentries_, format::DentryKey(parent, name), format::EncodeDentry(dst));
-    t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
-    if (parent != new_parent) {
-      if (src_dir) {
-        t.Edit(src.ino).parent = new_parent;
-        t.Edit(parent).nlink--;
-        t.Edit(new_parent).nlink++;
-      }
-      if (dst_dir) {
-        t.Edit(dst.ino).parent = parent;
-        t.Edit(new_parent).nlink--;
-        t.Edit(parent).nlink++;
-      }
-    }
-    SetCtime(&t.Edit(src.ino), now);
-    SetCtime(&t.Edit(dst.ino), now);
-    SetMtime(&t.Edit(parent), now);
-    SetMtime(&t.Edit(new_parent), now);
-    return t.Commit();
+  r.src_dir = S_ISDIR(t.Edit(r.src.ino).mode);
+  r.dst_dir = r.has_dst && S_ISDIR(t.Edit(r.dst.ino).mode);
+  if (mode == RenameMode::kExchange) return ExchangeLocked(r, &t);
+  if (r.has_dst && mode == RenameMode::kNoReplace) {
+    return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
   }
+  return MoveLocked(r, &t);
+}
 
-  if (has_dst) {
-    if (mode == RenameMode::kNoReplace) {
-      return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
+Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
+  const format::DentryValue& src = r.src;
+  const format::DentryValue& dst = r.dst;
+  if (!r.has_dst) return Status(ENOENT, "no entry \"" + std::string(r.new_name) + "\" to exchange");
+  if (src.ino == dst.ino) return Status::OK();
+  const bool moves = r.parent != r.new_parent;
+  if (moves) {
+    if (r.src_dir) {
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino));
+      if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
+    if (r.dst_dir) {
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino));
+      if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
+    }
+  }
+  t->batch.Put(cf_dentries_, format::DentryKey(r.parent, r.name), format::EncodeDentry(dst));
+  t->batch.Put(cf_dentries_, format::DentryKey(r.new_parent, r.new_name),
+               format::EncodeDentry(src));
+  if (moves && r.src_dir) {
+    t->Edit(src.ino).parent = r.new_parent;
+    t->Edit(r.parent).nlink--;
+    t->Edit(r.new_parent).nlink++;
+  }
+  if (moves && r.dst_dir) {
+    t->Edit(dst.ino).parent = r.parent;
+    t->Edit(r.new_parent).nlink--;
+    t->Edit(r.parent).nlink++;
+  }
+  const Timespec now = Now();
+  SetCtime(&t->Edit(src.ino), now);
+  SetCtime(&t->Edit(dst.ino), now);
+  SetMtime(&t->Edit(r.parent), now);
+  SetMtime(&t->Edit(r.new_parent), now);
+  return t->Commit();
+}
+
+Status StoreImpl::MoveLocked(const RenameSides& r, Txn* t) {
+  const format::DentryValue& src = r.src;
+  const format::DentryValue& dst = r.dst;
+  const std::string new_name(r.new_name);
+  if (r.has_dst) {
     if (dst.ino == src.ino) return Status::OK();  // two names of one inode
-    if (src_dir && !dst_dir) return Status(ENOTDIR, "cannot replace a non-directory with a directory");
-    if (!src_dir && dst_dir) return Status(EISDIR, "cannot replace a directory with a non-directory");
-    if (dst_dir) {
+    if (r.src_dir && !r.dst_dir) {
+      return Status(ENOTDIR, "cannot replace a non-directory with a directory");
+    }
+    if (!r.src_dir && r.dst_dir) {
+      return Status(EISDIR, "cannot replace a directory with a non-directory");
+    }
+    if (r.dst_dir) {
       CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino));
-      if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(new_name) + "\" is not empty");
+      if (!empty) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
     }
   }
-  if (src_dir && parent != new_parent) {
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(new_parent, src.ino));
+  if (r.src_dir && r.parent != r.new_parent) {
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino));
     if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
   }
-  if (src_dir && has_dst && dst_dir) {
+  if (r.src_dir && r.has_dst && r.dst_dir) {
     // Replacing an ancestor of the source would detach it.
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(parent, dst.ino));
-    if (loop) return Status(ENOTEMPTY, "directory \"" + std::string(new_name) + "\" is not empty");
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino));
+    if (loop) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
   }
 
-  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
-  t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name), format::EncodeDentry(src));
-  if (has_dst) {
-    if (dst_dir) {
-      t.Edit(new_parent).nlink--;
-      CKPTFS_RETURN_IF_ERROR(t.DropDir(dst.ino, now));
+  const Timespec now = Now();
+  t->batch.Delete(cf_dentries_, format::DentryKey(r.parent, r.name));
+  t->batch.Put(cf_dentries_, format::DentryKey(r.new_parent, r.new_name),
+               format::EncodeDentry(src));
+  if (r.has_dst) {
+    if (r.dst_dir) {
+      t->Edit(r.new_parent).nlink--;
+      CKPTFS_RETURN_IF_ERROR(t->DropDir(dst.ino, now));
     } else {
-      CKPTFS_RETURN_IF_ERROR(t.DropLink(dst.ino, now));
+      CKPTFS_RETURN_IF_ERROR(t->DropLink(dst.ino, now));
     }
   }
-  if (src_dir && parent != new_parent) {
-    t.Edit(src.ino).parent = new_parent;
-    t.Edit(parent).nlink--;
-    t.Edit(new_parent).nlink++;
+  if (r.src_dir && r.parent != r.new_parent) {
+    t->Edit(src.ino).parent = r.new_parent;
+    t->Edit(r.parent).nlink--;
+    t->Edit(r.new_parent).nlink++;
   }
-  SetCtime(&t.Edit(src.ino), now);
-  SetMtime(&t.Edit(parent), now);
-  SetMtime(&t.Edit(new_parent), now);
-  return t.Commit();
-}
-
-// ---- extended attributes ----
-
-Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view value, int flags) {
-  CKPTFS_RETURN_IF_ERROR(CheckWritable());
-  if (name.empty() || name.size() > 255) return Status(ERANGE, "bad xattr name length");
-  if (value.size() > kMaxXattrValue) return Status(E2BIG, "xattr value too large");
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
-  std::string key = format::XattrKey(ino, name);
-  std::string old;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
-  if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read xattr");
-  if ((flags & XATTR_CREATE) && rs.ok()) return Status(EEXIST, "xattr exists");
-  if ((flags & XATTR_REPLACE) && rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  t.batch.Put(cf_xattrs_, key, rocksdb::Slice(value.data(), value.size()));
-  SetCtime(&t.Edit(ino), Now());
-  return t.Commit();
-}
-
-Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
-  CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
-  std::string v;
-  rocksdb::Status rs =
-      db_->Get(rocksdb::ReadOptions(), cf_xattrs_, format::XattrKey(ino, name), &v);
-  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
-  return v;
-}
-
-Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
-  CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
-  std::string prefix = format::XattrKey(ino, "");
-  std::string upper = format::XattrKey(ino + 1, "");
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_xattrs_));
-  std::vector<std::string> names;
-  for (it->Seek(prefix); it->Valid(); it->Next()) {
-    names.emplace_back(it->key().data() + prefix.size(), it->key().size() - prefix.size());
-  }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "list xattrs"));
-  return names;
-}
-
-Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
-  CKPTFS_RETURN_IF_ERROR(CheckWritable());
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
-  std::string key = format::XattrKey(ino, name);
-  std::string old;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
-  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
-  t.batch.Delete(cf_xattrs_, key);
-  SetCtime(&t.Edit(ino), Now());
-  return t.Commit();
+  SetCtime(&t->Edit(src.ino), now);
+  SetMtime(&t->Edit(r.parent), now);
+  SetMtime(&t->Edit(r.new_parent), now);
+  return t->Commit();
 }
 
 }  // namespace ckptfs::engine

@@ -158,6 +158,84 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The naive baseline: read() the file into pageable memory, then one
+// cudaMemcpy. Returns the bytes and the seconds.
+std::pair<uint64_t, double> ReadThenCopy(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) Die("open " + path);
+  const uint64_t size = std::filesystem::file_size(path);
+  char* host = static_cast<char*>(std::malloc(size));
+  if (host == nullptr) Die("malloc");
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, host + done, std::min<uint64_t>(size - done, 16 << 20));
+    if (n <= 0) Die("read " + path);
+    done += static_cast<uint64_t>(n);
+  }
+  close(fd);
+  void* dev = nullptr;
+  Check(cudaMalloc(&dev, size), "cudaMalloc");
+  Check(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const double secs = Seconds(t0);
+  Check(cudaFree(dev), "cudaFree");
+  std::free(host);
+  return {size, secs};
+}
+
+// The copy ceiling: pinned host -> device, 256 MiB at a time, `data_bytes`
+// (at least one chunk) in all.
+std::pair<uint64_t, double> PinnedCopy(uint64_t data_bytes) {
+  constexpr uint64_t kChunk = 256ull << 20;
+  const uint64_t size = std::max<uint64_t>(data_bytes, kChunk);
+  void* pinned = nullptr;
+  void* dev = nullptr;
+  Check(cudaHostAlloc(&pinned, kChunk, cudaHostAllocDefault), "cudaHostAlloc");
+  std::memset(pinned, 1, kChunk);
+  Check(cudaMalloc(&dev, size), "cudaMalloc");
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t off = 0; off < size; off += kChunk) {
+    Check(cudaMemcpyAsync(static_cast<char*>(dev) + off, pinned, std::min(kChunk, size - off),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync");
+  }
+  Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const double secs = Seconds(t0);
+  cudaStreamDestroy(stream);
+  cudaFree(dev);
+  cudaFreeHost(pinned);
+  return {size, secs};
+}
+
+void PrintResults(const Args& a, const std::string& path, uint64_t data_bytes,
+                  const char* device_name, const std::vector<Result1>& results) {
+  std::printf("\n%s: %.2f GiB of tensor data, GPU %d (%s), %d runs each, page cache %s\n",
+              path.c_str(), static_cast<double>(data_bytes) / (1ull << 30), a.device, device_name,
+              a.reps, a.drop_caches ? "dropped before each run" : "warm");
+  std::printf("%-22s %10s %10s   %s\n", "path", "best GB/s", "median", "");
+  for (const Result1& r : results) {
+    std::vector<double> v = r.gbps;
+    std::sort(v.begin(), v.end());
+    std::printf("%-22s %10.2f %10.2f   %s\n", r.name.c_str(), v.back(), v[v.size() / 2],
+                r.note.c_str());
+  }
+}
+
+// MOUNT/NAME, written unless it has the size already, and readable directly.
+std::string PrepareFile(const Args& a) {
+  const std::string path = a.mount + "/" + a.file;
+  std::error_code ec;
+  const uint64_t have = std::filesystem::file_size(path, ec);
+  const uint64_t want_data = std::max<uint64_t>(1, a.size / (64ull << 20)) * (64ull << 20);
+  if (ec || have < want_data || have > want_data + (1 << 20)) WriteBenchFile(path, a.size);
+  auto f = g::SourceFile::Open(path);
+  if (!f.ok()) Die(f.status().ToString());
+  if (!(*f)->direct()) Die(path + " cannot be read directly: " + (*f)->fallback_reason());
+  return path;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,16 +246,7 @@ int main(int argc, char** argv) {
   Check(cudaGetDeviceProperties(&prop, a.device), "cudaGetDeviceProperties");
   Check(cudaSetDevice(a.device), "cudaSetDevice");
 
-  const std::string path = a.mount + "/" + a.file;
-  std::error_code ec;
-  const uint64_t have = std::filesystem::file_size(path, ec);
-  const uint64_t want_data = std::max<uint64_t>(1, a.size / (64ull << 20)) * (64ull << 20);
-  if (ec || have < want_data || have > want_data + (1 << 20)) WriteBenchFile(path, a.size);
-  {
-    auto f = g::SourceFile::Open(path);
-    if (!f.ok()) Die(f.status().ToString());
-    if (!(*f)->direct()) Die(path + " cannot be read directly: " + (*f)->fallback_reason());
-  }
+  const std::string path = PrepareFile(a);
 
   g::LoadOptions direct;
   if (a.buffers > 0) direct.buffers = a.buffers;
@@ -222,70 +291,10 @@ int main(int argc, char** argv) {
   measure("through mount -> GPU", load_st(through, sink.get(), a.device, false), "FUSE reads");
   measure("direct -> host", load_st(direct, &host_sink, -1, true), "no PCIe: disk + checksums");
 
-  // Naive baseline: read() into pageable memory, then one cudaMemcpy.
   measure(
-      "read + cudaMemcpy",
-      [&]() -> std::pair<uint64_t, double> {
-        const auto t0 = std::chrono::steady_clock::now();
-        const int fd = open(path.c_str(), O_RDONLY);
-        if (fd < 0) Die("open " + path);
-        const uint64_t size = std::filesystem::file_size(path);
-        char* host = static_cast<char*>(std::malloc(size));
-        if (host == nullptr) Die("malloc");
-        uint64_t done = 0;
-        while (done < size) {
-          const ssize_t n = read(fd, host + done, std::min<uint64_t>(size - done, 16 << 20));
-          if (n <= 0) Die("read " + path);
-          done += static_cast<uint64_t>(n);
-        }
-        close(fd);
-        void* dev = nullptr;
-        Check(cudaMalloc(&dev, size), "cudaMalloc");
-        Check(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice), "cudaMemcpy");
-        const double secs = Seconds(t0);
-        Check(cudaFree(dev), "cudaFree");
-        std::free(host);
-        return {size, secs};
-      },
-      "pageable, no overlap, no checks");
-
-  // The copy ceiling: pinned host -> device, 256 MiB at a time.
+      "read + cudaMemcpy", [&] { return ReadThenCopy(path); }, "pageable, no overlap, no checks");
   measure(
-      "pinned H2D copy",
-      [&]() -> std::pair<uint64_t, double> {
-        constexpr uint64_t kChunk = 256ull << 20;
-        const uint64_t size = std::max<uint64_t>(data_bytes, kChunk);
-        void* pinned = nullptr;
-        void* dev = nullptr;
-        Check(cudaHostAlloc(&pinned, kChunk, cudaHostAllocDefault), "cudaHostAlloc");
-        std::memset(pinned, 1, kChunk);
-        Check(cudaMalloc(&dev, size), "cudaMalloc");
-        cudaStream_t stream;
-        Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        const auto t0 = std::chrono::steady_clock::now();
-        for (uint64_t off = 0; off < size; off += kChunk) {
-          Check(cudaMemcpyAsync(static_cast<char*>(dev) + off, pinned, std::min(kChunk, size - off),
-                                cudaMemcpyHostToDevice, stream),
-                "cudaMemcpyAsync");
-        }
-        Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        const double secs = Seconds(t0);
-        cudaStreamDestroy(stream);
-        cudaFree(dev);
-        cudaFreeHost(pinned);
-        return {size, secs};
-      },
-      "PCIe/NVLink ceiling");
-
-  std::printf("\n%s: %.2f GiB of tensor data, GPU %d (%s), %d runs each, page cache %s\n",
-              path.c_str(), static_cast<double>(data_bytes) / (1ull << 30), a.device, prop.name,
-              a.reps, a.drop_caches ? "dropped before each run" : "warm");
-  std::printf("%-22s %10s %10s   %s\n", "path", "best GB/s", "median", "");
-  for (Result1& r : results) {
-    std::vector<double> v = r.gbps;
-    std::sort(v.begin(), v.end());
-    std::printf("%-22s %10.2f %10.2f   %s\n", r.name.c_str(), v.back(), v[v.size() / 2],
-                r.note.c_str());
-  }
+      "pinned H2D copy", [&] { return PinnedCopy(data_bytes); }, "PCIe/NVLink ceiling");
+  PrintResults(a, path, data_bytes, prop.name, results);
   return 0;
 }

@@ -167,6 +167,71 @@ void PlanBackingRead(const BackingRead& br, bool in_place, int source,
   close();
 }
 
+// What a load needs of each record, data-file block and inline piece, and
+// the holes to zero, for `ranges` of the file.
+struct Needs {
+  std::map<RecordKey, RecordNeed> records;
+  std::map<RecordKey, RecordNeed> blocks;  // of the data file
+  std::vector<Piece> pieces;
+  std::vector<FillOp> zeros;
+};
+
+// Adds what extent `e` gives to file bytes [pos, pos + n), which go to `dest`.
+void NeedExtent(const LayoutExtent& e, uint64_t pos, uint64_t n, uint64_t dest, Needs* needs,
+                LoadPlan* plan) {
+  const uint64_t within = pos - e.file_offset;
+  switch (e.kind) {
+    case LayoutExtent::Kind::kRecord:
+    case LayoutExtent::Kind::kDataFile: {
+      RecordNeed& need = e.kind == LayoutExtent::Kind::kRecord
+                             ? needs->records[{e.value.segment_id, e.value.record_offset}]
+                             : needs->blocks[{0, e.value.record_offset}];
+      need.extent = &e;
+      need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
+      need.window_bytes += n;
+      break;
+    }
+    case LayoutExtent::Kind::kInline:
+      needs->pieces.push_back(
+          Piece{pos, n, dest, std::string_view(e.value.inline_data).substr(within, n)});
+      plan->inline_bytes += n;
+      break;
+    case LayoutExtent::Kind::kInlineOmitted:
+      needs->pieces.push_back(Piece{pos, n, dest, {}, /*through_file=*/true});
+      plan->inline_bytes += n;
+      break;
+  }
+}
+
+Needs CollectNeeds(const std::vector<LayoutExtent>& ex, const std::vector<Range>& ranges,
+                   LoadPlan* plan) {
+  Needs needs;
+  for (const Range& r : ranges) {
+    uint64_t pos = r.file_offset;
+    const uint64_t end = r.file_offset + r.length;
+    size_t j = std::partition_point(
+                   ex.begin(), ex.end(),
+                   [&](const LayoutExtent& e) { return e.file_offset + e.value.length <= pos; }) -
+               ex.begin();
+    while (pos < end) {
+      const uint64_t dest = r.dest_offset + (pos - r.file_offset);
+      if (j < ex.size() && ex[j].file_offset <= pos) {
+        const uint64_t e_end = ex[j].file_offset + ex[j].value.length;
+        const uint64_t stop = std::min(end, e_end);
+        NeedExtent(ex[j], pos, stop - pos, dest, &needs, plan);
+        pos = stop;
+        if (stop == e_end) ++j;
+      } else {
+        const uint64_t stop = j < ex.size() ? std::min(end, ex[j].file_offset) : end;
+        needs.zeros.push_back(FillOp{dest, stop - pos});
+        plan->hole_bytes += stop - pos;
+        pos = stop;
+      }
+    }
+  }
+  return needs;
+}
+
 }  // namespace
 
 Status CheckRanges(const std::vector<Range>& ranges, uint64_t file_size, uint64_t dest_capacity) {
@@ -189,62 +254,9 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
                     const PlanSettings& settings) {
   LoadPlan plan;
   plan.ino = layout.ino;
-  const std::vector<LayoutExtent>& ex = layout.extents;
-  std::map<RecordKey, RecordNeed> needs;
-  std::map<RecordKey, RecordNeed> block_needs;  // of the data file
-  std::vector<Piece> pieces;
-  std::vector<FillOp> zeros;
-
-  for (const Range& r : ranges) {
-    uint64_t pos = r.file_offset;
-    const uint64_t end = r.file_offset + r.length;
-    size_t j = std::partition_point(
-                   ex.begin(), ex.end(),
-                   [&](const LayoutExtent& e) { return e.file_offset + e.value.length <= pos; }) -
-               ex.begin();
-    while (pos < end) {
-      const uint64_t dest = r.dest_offset + (pos - r.file_offset);
-      if (j < ex.size() && ex[j].file_offset <= pos) {
-        const LayoutExtent& e = ex[j];
-        const uint64_t e_end = e.file_offset + e.value.length;
-        const uint64_t stop = std::min(end, e_end);
-        const uint64_t n = stop - pos;
-        const uint64_t within = pos - e.file_offset;
-        switch (e.kind) {
-          case LayoutExtent::Kind::kRecord: {
-            RecordNeed& need = needs[{e.value.segment_id, e.value.record_offset}];
-            need.extent = &e;
-            need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
-            need.window_bytes += n;
-            break;
-          }
-          case LayoutExtent::Kind::kDataFile: {
-            RecordNeed& need = block_needs[{0, e.value.record_offset}];
-            need.extent = &e;
-            need.windows.push_back(WindowNeed{e.value.skip + within, n, dest});
-            need.window_bytes += n;
-            break;
-          }
-          case LayoutExtent::Kind::kInline:
-            pieces.push_back(
-                Piece{pos, n, dest, std::string_view(e.value.inline_data).substr(within, n)});
-            plan.inline_bytes += n;
-            break;
-          case LayoutExtent::Kind::kInlineOmitted:
-            pieces.push_back(Piece{pos, n, dest, {}, /*through_file=*/true});
-            plan.inline_bytes += n;
-            break;
-        }
-        pos = stop;
-        if (stop == e_end) ++j;
-      } else {
-        const uint64_t stop = j < ex.size() ? std::min(end, ex[j].file_offset) : end;
-        zeros.push_back(FillOp{dest, stop - pos});
-        plan.hole_bytes += stop - pos;
-        pos = stop;
-      }
-    }
-  }
+  Needs n = CollectNeeds(layout.extents, ranges, &plan);
+  std::map<RecordKey, RecordNeed>& needs = n.records;
+  std::map<RecordKey, RecordNeed>& block_needs = n.blocks;
 
   // The buffer must hold any single record's staging bytes.
   plan.buffer_bytes = std::max<uint64_t>(settings.buffer_bytes, 1);
@@ -288,10 +300,10 @@ LoadPlan PlanDirect(const FileLayout& layout, const std::vector<Range>& ranges,
     PlanBackingRead(br, /*in_place=*/true, kDataFile, block_needs, &b, &plan);
   }
   plan.reads_data_file = !block_reads.empty();
-  PlanPieces(pieces, &b, &plan);
-  if (!zeros.empty()) {
+  PlanPieces(n.pieces, &b, &plan);
+  if (!n.zeros.empty()) {
     Chunk& first = plan.chunks.empty() ? b.current() : plan.chunks.front();
-    first.zeros = std::move(zeros);
+    first.zeros = std::move(n.zeros);
   }
   return plan;
 }

@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <mutex>
 #include <new>
+#include <optional>
 #include <thread>
 
+#include "base/mutex.h"
 #include "format/format.h"
 
 namespace ckptfs::gpu {
@@ -101,6 +101,157 @@ Status FillChunk(const Chunk& chunk, uint64_t ino, char* staging, const PlanSour
   return Status::OK();
 }
 
+// One load: reader threads fill staging buffers chunk by chunk (any chunk
+// into any free buffer); the calling thread submits each filled buffer to
+// the sink and gives it back to the readers once the sink's copy out of it
+// ended.
+class Pipeline {
+ public:
+  Pipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink, std::vector<char*> staging)
+      : plan_(plan),
+        src_(src),
+        sink_(sink),
+        staging_(std::move(staging)),
+        runs_(plan.chunks.size()) {
+    for (int i = 0; i < static_cast<int>(staging_.size()); ++i) free_slots_.push_back(i);
+  }
+
+  // Loads with `threads` readers. Whatever happens, no copy still reads a
+  // staging buffer and no reader still runs when it returns.
+  Status Run(int threads) EXCLUDES(mu_) {
+    std::vector<std::thread> readers;
+    readers.reserve(threads);
+    for (int i = 0; i < threads; ++i) readers.emplace_back([this] { Read(); });
+    Submit();
+    for (int slot : inflight_) {
+      Result<bool> done = sink_->Done(slot, /*wait=*/true);
+      if (!done.ok()) Fail(done.status());
+    }
+    Status fin = sink_->Finish();
+    if (!fin.ok()) Fail(fin);
+    {
+      MutexLock l(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    for (std::thread& t : readers) t.join();
+    MutexLock l(&mu_);
+    return error_;
+  }
+
+ private:
+  // Records the first error and stops every thread.
+  void Fail(const Status& st) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    if (error_.ok()) error_ = st;
+    stop_ = true;
+    cv_.SignalAll();
+  }
+
+  // A reader thread: takes the next chunk and a free buffer, fills it.
+  void Read() EXCLUDES(mu_) {
+    ReaderBuffers rb;
+    try {
+      for (;;) {
+        const size_t ci = next_.fetch_add(1);
+        if (ci >= plan_.chunks.size()) return;
+        int slot;
+        {
+          MutexLock l(&mu_);
+          while (!stop_ && free_slots_.empty()) cv_.Wait(&mu_);
+          if (stop_) return;
+          slot = free_slots_.front();
+          free_slots_.pop_front();
+        }
+        Status st = FillChunk(plan_.chunks[ci], plan_.ino, staging_[slot], src_, &rb);
+        if (!st.ok()) return Fail(st);
+        runs_[ci] = MergeCopies(plan_.chunks[ci].copies);
+        MutexLock l(&mu_);
+        filled_.emplace_back(slot, ci);
+        cv_.SignalAll();
+      }
+    } catch (const std::bad_alloc&) {
+      Fail(Status(ENOMEM, "out of memory while loading"));
+    } catch (const std::exception& e) {
+      Fail(Status(EIO, std::string("loader: ") + e.what()));
+    }
+  }
+
+  // The calling thread: submits every chunk as it is filled, until all are
+  // submitted or something failed.
+  void Submit() EXCLUDES(mu_) {
+    size_t submitted = 0;
+    while (submitted < plan_.chunks.size()) {
+      std::optional<std::pair<int, size_t>> item;  // slot, chunk
+      {
+        MutexLock l(&mu_);
+        if (stop_) return;
+        // Nothing to submit yet while copies run: wait for the oldest copy
+        // meanwhile (below), so its buffer goes back to the readers as soon
+        // as possible.
+        if (!filled_.empty() || inflight_.empty()) {
+          while (!stop_ && filled_.empty()) cv_.Wait(&mu_);
+          if (stop_) return;
+          item = filled_.front();
+          filled_.pop_front();
+        }
+      }
+      Status st;
+      if (!item) {
+        st = Retire(/*wait=*/true);
+      } else {
+        const auto [slot, ci] = *item;
+        st = sink_->Submit(slot, staging_[slot], runs_[ci], plan_.chunks[ci].zeros);
+        if (!st.ok()) {
+          Fail(st);
+          Release(slot);
+          return;
+        }
+        inflight_.push_back(slot);
+        ++submitted;
+        st = Retire(/*wait=*/false);
+      }
+      if (!st.ok()) return Fail(st);
+    }
+  }
+
+  void Release(int slot) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    free_slots_.push_back(slot);
+    cv_.SignalAll();
+  }
+
+  // Gives back every in-flight buffer whose copies ended; with `wait`, the
+  // oldest one at least.
+  Status Retire(bool wait) EXCLUDES(mu_) {
+    while (!inflight_.empty()) {
+      Result<bool> done = sink_->Done(inflight_.front(), wait);
+      if (!done.ok()) return done.status();
+      if (!*done) break;
+      Release(inflight_.front());
+      inflight_.pop_front();
+      wait = false;
+    }
+    return Status::OK();
+  }
+
+  const LoadPlan& plan_;
+  const PlanSources& src_;
+  Sink* const sink_;
+  const std::vector<char*> staging_;
+  std::atomic<size_t> next_{0};  // the next chunk a reader takes
+  // Per chunk: its copies, written by its reader before it is in filled_.
+  std::vector<std::vector<CopyRun>> runs_;
+  std::deque<int> inflight_;  // the calling thread's: submitted slots, oldest first
+
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<int> free_slots_ GUARDED_BY(mu_);
+  std::deque<std::pair<int, size_t>> filled_ GUARDED_BY(mu_);  // slot, chunk
+  Status error_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
 
 Status RunPipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink,
@@ -112,131 +263,8 @@ Status RunPipeline(const LoadPlan& plan, const PlanSources& src, Sink* sink,
   if (n == 0) return sink->Finish();
   const int buffers = static_cast<int>(std::clamp<size_t>(options.buffers, 1, n));
   CKPTFS_ASSIGN_OR_RETURN(std::vector<char*> staging, sink->Staging(buffers, plan.buffer_bytes));
-
-  std::mutex mu;  // guards everything below but `next`
-  std::condition_variable cv;
-  std::deque<int> free_slots;
-  std::deque<std::pair<int, size_t>> filled;  // slot, chunk
-  Status error;
-  bool stop = false;
-  for (int i = 0; i < buffers; ++i) free_slots.push_back(i);
-  std::atomic<size_t> next{0};
-  std::vector<std::vector<CopyRun>> runs(n);  // written by the chunk's reader
-
-  auto fail = [&](const Status& st) {
-    std::lock_guard<std::mutex> l(mu);
-    if (error.ok()) error = st;
-    stop = true;
-    cv.notify_all();
-  };
-  auto reader = [&]() {
-    ReaderBuffers rb;
-    try {
-      for (;;) {
-        const size_t ci = next.fetch_add(1);
-        if (ci >= n) return;
-        int slot;
-        {
-          std::unique_lock<std::mutex> l(mu);
-          cv.wait(l, [&] { return stop || !free_slots.empty(); });
-          if (stop) return;
-          slot = free_slots.front();
-          free_slots.pop_front();
-        }
-        Status st = FillChunk(plan.chunks[ci], plan.ino, staging[slot], src, &rb);
-        if (!st.ok()) return fail(st);
-        runs[ci] = MergeCopies(plan.chunks[ci].copies);
-        std::lock_guard<std::mutex> l(mu);
-        filled.emplace_back(slot, ci);
-        cv.notify_all();
-      }
-    } catch (const std::bad_alloc&) {
-      fail(Status(ENOMEM, "out of memory while loading"));
-    } catch (const std::exception& e) {
-      fail(Status(EIO, std::string("loader: ") + e.what()));
-    }
-  };
-
-  const int threads = static_cast<int>(std::clamp<size_t>(options.reader_threads, 1, n));
-  std::vector<std::thread> readers;
-  readers.reserve(threads);
-  for (int i = 0; i < threads; ++i) readers.emplace_back(reader);
-
-  std::deque<int> inflight;  // submitted slots, oldest first
-  auto release = [&](int slot) {
-    std::lock_guard<std::mutex> l(mu);
-    free_slots.push_back(slot);
-    cv.notify_all();
-  };
-  // Gives back every in-flight buffer whose copies ended; with `wait`, the
-  // oldest one at least.
-  auto retire = [&](bool wait) -> Status {
-    while (!inflight.empty()) {
-      Result<bool> done = sink->Done(inflight.front(), wait);
-      if (!done.ok()) return done.status();
-      if (!*done) break;
-      release(inflight.front());
-      inflight.pop_front();
-      wait = false;
-    }
-    return Status::OK();
-  };
-
-  size_t consumed = 0;
-  while (consumed < n) {
-    std::pair<int, size_t> item{-1, 0};
-    {
-      std::unique_lock<std::mutex> l(mu);
-      if (stop) break;
-      if (filled.empty() && !inflight.empty()) {
-        // Nothing to submit yet: wait for the oldest copy meanwhile, so its
-        // buffer goes back to the readers as soon as possible.
-      } else {
-        cv.wait(l, [&] { return stop || !filled.empty(); });
-        if (stop) break;
-        item = filled.front();
-        filled.pop_front();
-      }
-    }
-    if (item.first < 0) {
-      Status st = retire(/*wait=*/true);
-      if (!st.ok()) {
-        fail(st);
-        break;
-      }
-      continue;
-    }
-    const Chunk& chunk = plan.chunks[item.second];
-    Status st = sink->Submit(item.first, staging[item.first], runs[item.second], chunk.zeros);
-    if (!st.ok()) {
-      fail(st);
-      release(item.first);
-      break;
-    }
-    inflight.push_back(item.first);
-    ++consumed;
-    st = retire(/*wait=*/false);
-    if (!st.ok()) {
-      fail(st);
-      break;
-    }
-  }
-  // Whatever happened: no copy may still read a staging buffer, and no reader
-  // may still run, when this returns.
-  for (int slot : inflight) {
-    Result<bool> done = sink->Done(slot, /*wait=*/true);
-    if (!done.ok()) fail(done.status());
-  }
-  Status fin = sink->Finish();
-  if (!fin.ok()) fail(fin);
-  {
-    std::lock_guard<std::mutex> l(mu);
-    stop = true;
-    cv.notify_all();
-  }
-  for (std::thread& t : readers) t.join();
-  std::lock_guard<std::mutex> l(mu);
-  return error;
+  Pipeline pipeline(plan, src, sink, std::move(staging));
+  return pipeline.Run(static_cast<int>(std::clamp<size_t>(options.reader_threads, 1, n)));
 }
 
 }  // namespace ckptfs::gpu

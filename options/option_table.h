@@ -71,6 +71,15 @@ std::span<const OptionSpec> OptionTable();
 // when there is none.
 const OptionSpec* FindOption(std::string_view name);
 
+// The options of /etc/fstab and mount(8) that concern only mount(8) itself,
+// accepted and ignored when they reach ckptfs. Names ending in '=' take any
+// value; names starting with kFstabPrefix too (userspace tools keep them
+// for themselves).
+std::span<const std::string_view> FstabOptions();
+inline constexpr std::string_view kFstabPrefix = "x-";
+// The placeholder for the value in "name=VALUE"; "" for flags.
+std::string_view Placeholder(OptionType type);
+
 // Whether `key` (given with a value or not) is an option of /etc/fstab or
 // mount(8) that ckptfs accepts and ignores: defaults, auto, noauto, _netdev,
 // nofail, user, users, nouser, owner, group, user=NAME, comment=TEXT, x-*.

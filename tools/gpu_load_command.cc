@@ -67,28 +67,47 @@ Result<gpu::LoadStats> LoadRaw(const std::string& path, int device, gpu::Sink* s
   return s;
 }
 
+// The CUDA device to load into, or -1 for host memory; "" or why none can be.
+int ChooseDevice(const GpuLoadArgs& args, std::string* error) {
+  if (args.host && args.device_given) {
+    *error = "--host and --device exclude each other";
+    return -1;
+  }
+  if (!gpu::CudaBuilt()) {
+    if (args.device_given) {
+      *error =
+          "--device: this ckptfs was built without CUDA; use --host to load into host "
+          "memory (or rebuild with the CUDA toolkit and -DCKPTFS_CUDA=ON)";
+    }
+    return -1;
+  }
+  if (args.host) return -1;
+  Result<int> count = gpu::CudaDeviceCount();
+  if (!count.ok()) {
+    *error = "CUDA: " + count.status().ToString() + " (use --host)";
+  } else if (args.device >= *count) {
+    *error = "no CUDA device " + std::to_string(args.device) + " (" + std::to_string(*count) +
+             " present; use --host to load into host memory)";
+  }
+  return args.device;
+}
+
+// Loads `path` whole (as safetensors: counting its `tensors`).
+Result<gpu::LoadStats> LoadFile(const std::string& path, const GpuLoadArgs& args, int device,
+                                const gpu::LoadOptions& options, gpu::Sink* sink, size_t* tensors) {
+  if (!args.safetensors) return LoadRaw(path, device, sink, options);
+  auto loaded = gpu::LoadSafetensors(path, device, options, sink);
+  if (!loaded.ok()) return loaded.status();
+  *tensors = (*loaded)->tensors().size();
+  return (*loaded)->stats();
+}
+
 }  // namespace
 
 int RunGpuLoad(const GpuLoadArgs& args) {
-  int device = args.device;
-  if (args.host && args.device_given) return Fail("--host and --device exclude each other");
-  if (!gpu::CudaBuilt()) {
-    if (args.device_given) {
-      return Fail(
-          "--device: this ckptfs was built without CUDA; use --host to load into host "
-          "memory (or rebuild with the CUDA toolkit and -DCKPTFS_CUDA=ON)");
-    }
-    device = -1;
-  } else if (args.host) {
-    device = -1;
-  } else {
-    Result<int> count = gpu::CudaDeviceCount();
-    if (!count.ok()) return Fail("CUDA: " + count.status().ToString() + " (use --host)");
-    if (device >= *count) {
-      return Fail("no CUDA device " + std::to_string(device) + " (" + std::to_string(*count) +
-                  " present; use --host to load into host memory)");
-    }
-  }
+  std::string error;
+  const int device = ChooseDevice(args, &error);
+  if (!error.empty()) return Fail(error);
 
   gpu::LoadOptions options;
   options.direct = !args.no_direct;
@@ -111,19 +130,8 @@ int RunGpuLoad(const GpuLoadArgs& args) {
   total.direct = true;
   int failures = 0;
   for (const std::string& path : args.files) {
-    Result<gpu::LoadStats> s = Status::OK();
     size_t tensors = 0;
-    if (args.safetensors) {
-      auto loaded = gpu::LoadSafetensors(path, device, options, sink.get());
-      if (loaded.ok()) {
-        tensors = (*loaded)->tensors().size();
-        s = (*loaded)->stats();
-      } else {
-        s = loaded.status();
-      }
-    } else {
-      s = LoadRaw(path, device, sink.get(), options);
-    }
+    Result<gpu::LoadStats> s = LoadFile(path, args, device, options, sink.get(), &tensors);
     if (!s.ok()) {
       std::fprintf(stderr, "ckptfs: %s: %s\n", path.c_str(), s.status().ToString().c_str());
       if (args.json) report.push_back({{"file", path}, {"error", s.status().ToString()}});

@@ -152,24 +152,25 @@ const ScannedRecord* Checker::FindRecord(SegmentState* seg, uint64_t offset, siz
   return &*it;
 }
 
+void Checker::DropExtent(const rocksdb::Slice& key) {
+  if (!opt_.repair) return;
+  batch_.Delete(index_.extents(), key);
+  batch_used_ = true;
+}
+
 Status Checker::CheckExtents() {
-  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.extents()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      index_.db->NewIterator(rocksdb::ReadOptions(), index_.extents()));
   uint64_t cur_ino = 0, prev_end = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
-    auto drop = [&] {
-      if (opt_.repair) {
-        batch_.Delete(index_.extents(), key);
-        batch_used_ = true;
-      }
-    };
     if (key.size() != 16) {
       FsckFinding f;
       f.kind = kBadExtent;
       f.detail = "extent key is " + std::to_string(key.size()) + " bytes, expected 16";
       f.repaired = opt_.repair;
       Add(std::move(f));
-      drop();
+      DropExtent(key);
       continue;
     }
     const uint64_t ino = format::GetBE64(key.data());
@@ -184,7 +185,7 @@ Status Checker::CheckExtents() {
     if (!ds.ok()) {
       AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
       if (node_it != nodes_.end()) lost_inos_.insert(ino);
-      drop();
+      DropExtent(key);
       continue;
     }
     const uint64_t len = e.length;
@@ -195,127 +196,146 @@ Status Checker::CheckExtents() {
       seg->live_all += len;
     }
     if (node_it == nodes_.end()) {
-      auto d = dangling_paths_.find(ino);
-      if (!report_.findings.empty() && report_.findings.back().kind == kExtentWithoutInode &&
-          report_.findings.back().ino == ino) {
-        report_.findings.back().length = off + len - report_.findings.back().offset;
-      } else {
-        FsckFinding f;
-        f.kind = kExtentWithoutInode;
-        f.ino = ino;
-        f.path = d != dangling_paths_.end() ? d->second : "";
-        f.offset = off;
-        f.length = len;
-        f.detail = "data of inode " + std::to_string(ino) + ", which does not exist";
-        f.repaired = opt_.repair;
-        Add(std::move(f));
-      }
-      if (d != dangling_paths_.end()) lost_paths_.insert(d->second);
-      drop();
+      ReportExtentWithoutInode(ino, off, len);
+      DropExtent(key);
       continue;
     }
     Node& node = node_it->second;
     node.data_all += len;
     if (!S_ISREG(node.v.mode)) {
-      AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode", true);
-      drop();
+      AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
+              true);
+      DropExtent(key);
       continue;
     }
     if (off < prev_end) {
       AddData(kOverlappingExtents, ino, e.segment_id, off, len,
               "overlaps the previous extent, which ends at " + std::to_string(prev_end), true);
       lost_inos_.insert(ino);
-      drop();
+      DropExtent(key);
       continue;
     }
     prev_end = off + len;
 
-    std::string problem_kind, detail;
+    const char* kind = nullptr;
+    std::string detail;
     if (e.in_data_file) {
-      const char* kind = nullptr;
       detail = CheckDataFileExtent(node, ino, off, e, &kind);
-      if (!detail.empty()) problem_kind = kind;
     } else if (!e.is_inline) {
-      const uint64_t rec_end = e.record_offset + format::kRecordHeaderSize + e.stored_len;
-      const std::string where = "segment " + std::to_string(e.segment_id) + " bytes " +
-                                Range(e.record_offset, format::kRecordHeaderSize + e.stored_len);
-      size_t idx = 0;
-      const ScannedRecord* rec = nullptr;
-      if (!seg->has_file) {
-        problem_kind = kMissingSegment;
-        detail = "segment file " + format::SegmentFileName(e.segment_id) + " is missing";
-      } else if (e.record_offset < format::kSegmentHeaderSize || rec_end > seg->file_size) {
-        problem_kind = kRecordOutsideSegment;
-        detail = where + " lie outside the file, which has " + std::to_string(seg->file_size) + " bytes";
-        seg->past_eof = true;
-      } else if ((rec = FindRecord(seg, e.record_offset, &idx)) != nullptr) {
-        std::string mm = Mismatch(rec->header, e, ino, off);
-        if (!mm.empty()) {
-          problem_kind = kRecordMismatch;
-          detail = where + ": " + mm;
-        } else if (rec->payload == ScannedRecord::Payload::kBadChecksum) {
-          problem_kind = kBadPayloadChecksum;
-          detail = where + ": payload checksum mismatch";
-        } else if (rec->payload == ScannedRecord::Payload::kTruncated) {
-          problem_kind = kRecordOutsideSegment;
-          detail = where + ": record truncated";
-        } else {
-          seg->refs[idx]++;
-        }
-      } else {
-        // The walk found no record here: read the header directly to say why.
-        std::string buf(format::kRecordHeaderSize + (opt_.quick ? 0 : e.stored_len), '\0');
-        CKPTFS_ASSIGN_OR_RETURN(const size_t got,
-                                seg->file->ReadAt(e.record_offset, buf.size(), buf.data()));
-        format::RecordHeader h;
-        Status hs = format::DecodeRecordHeader(std::string_view(buf.data(), got), &h);
-        std::string mm = hs.ok() ? Mismatch(h, e, ino, off) : "";
-        if (!hs.ok()) {
-          problem_kind = kBadRecordHeader;
-          detail = where + ": " + hs.message();
-        } else if (!mm.empty()) {
-          problem_kind = kRecordMismatch;
-          detail = where + ": " + mm;
-        } else if (!opt_.quick &&
-                   !format::VerifyRecordPayload(h, std::string_view(buf).substr(format::kRecordHeaderSize, e.stored_len))
-                        .ok()) {
-          problem_kind = kBadPayloadChecksum;
-          detail = where + ": payload checksum mismatch";
-        }
-      }
+      CKPTFS_ASSIGN_OR_RETURN(detail, CheckSegmentExtent(seg, ino, off, e, &kind));
     }
-    if (!problem_kind.empty()) {
-      AddData(problem_kind.c_str(), ino, e.segment_id, off, len,
+    if (!detail.empty()) {
+      AddData(kind, ino, e.segment_id, off, len,
               detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
       lost_inos_.insert(ino);
       // Recovery leaves the range alone: an older record there would be
       // bytes the file no longer had.
       if (len > 0) node.covered[off] = std::max(node.covered[off], off + len);
-      drop();
+      DropExtent(key);
       continue;
     }
-    uint64_t kept = len;
-    if (off + len > node.v.size) {
-      kept = off >= node.v.size ? 0 : node.v.size - off;
-      AddData(kExtentPastSize, ino, e.segment_id, off, len,
-              "data past the end of the file (size " + std::to_string(node.v.size) + ")", true);
-      if (opt_.repair) {
-        if (kept == 0) {
-          drop();
-        } else {
-          format::ExtentValue t = e;
-          t.length = static_cast<uint32_t>(kept);
-          if (t.is_inline) t.inline_data.resize(kept);
-          batch_.Put(index_.extents(), key, format::EncodeExtent(t));
-          batch_used_ = true;
-        }
-      }
-    }
-    if (seg != nullptr) seg->live_kept += static_cast<int64_t>(kept);
-    node.data_kept += kept;
-    if (kept > 0) node.covered[off] = off + kept;
+    KeepExtent(key, e, ino, off, &node, seg);
   }
   return FromRocksStatus(it->status(), "scan extents");
+}
+
+void Checker::ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len) {
+  auto d = dangling_paths_.find(ino);
+  if (!report_.findings.empty() && report_.findings.back().kind == kExtentWithoutInode &&
+      report_.findings.back().ino == ino) {
+    report_.findings.back().length = off + len - report_.findings.back().offset;
+  } else {
+    FsckFinding f;
+    f.kind = kExtentWithoutInode;
+    f.ino = ino;
+    f.path = d != dangling_paths_.end() ? d->second : "";
+    f.offset = off;
+    f.length = len;
+    f.detail = "data of inode " + std::to_string(ino) + ", which does not exist";
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+  }
+  if (d != dangling_paths_.end()) lost_paths_.insert(d->second);
+}
+
+Result<std::string> Checker::CheckSegmentExtent(SegmentState* seg, uint64_t ino, uint64_t off,
+                                                const format::ExtentValue& e, const char** kind) {
+  const uint64_t rec_end = e.record_offset + format::kRecordHeaderSize + e.stored_len;
+  const std::string where = "segment " + std::to_string(e.segment_id) + " bytes " +
+                            Range(e.record_offset, format::kRecordHeaderSize + e.stored_len);
+  if (!seg->has_file) {
+    *kind = kMissingSegment;
+    return "segment file " + format::SegmentFileName(e.segment_id) + " is missing";
+  }
+  if (e.record_offset < format::kSegmentHeaderSize || rec_end > seg->file_size) {
+    seg->past_eof = true;
+    *kind = kRecordOutsideSegment;
+    return where + " lie outside the file, which has " + std::to_string(seg->file_size) + " bytes";
+  }
+  size_t idx = 0;
+  if (const ScannedRecord* rec = FindRecord(seg, e.record_offset, &idx); rec != nullptr) {
+    std::string mm = Mismatch(rec->header, e, ino, off);
+    if (!mm.empty()) {
+      *kind = kRecordMismatch;
+      return where + ": " + mm;
+    }
+    if (rec->payload == ScannedRecord::Payload::kBadChecksum) {
+      *kind = kBadPayloadChecksum;
+      return where + ": payload checksum mismatch";
+    }
+    if (rec->payload == ScannedRecord::Payload::kTruncated) {
+      *kind = kRecordOutsideSegment;
+      return where + ": record truncated";
+    }
+    seg->refs[idx]++;
+    return std::string();
+  }
+  // The walk found no record here: read the header directly to say why.
+  std::string buf(format::kRecordHeaderSize + (opt_.quick ? 0 : e.stored_len), '\0');
+  CKPTFS_ASSIGN_OR_RETURN(const size_t got,
+                          seg->file->ReadAt(e.record_offset, buf.size(), buf.data()));
+  format::RecordHeader h;
+  Status hs = format::DecodeRecordHeader(std::string_view(buf.data(), got), &h);
+  if (!hs.ok()) {
+    *kind = kBadRecordHeader;
+    return where + ": " + hs.message();
+  }
+  if (std::string mm = Mismatch(h, e, ino, off); !mm.empty()) {
+    *kind = kRecordMismatch;
+    return where + ": " + mm;
+  }
+  if (!opt_.quick && !format::VerifyRecordPayload(
+                          h, std::string_view(buf).substr(format::kRecordHeaderSize, e.stored_len))
+                          .ok()) {
+    *kind = kBadPayloadChecksum;
+    return where + ": payload checksum mismatch";
+  }
+  return std::string();
+}
+
+void Checker::KeepExtent(const rocksdb::Slice& key, const format::ExtentValue& e, uint64_t ino,
+                         uint64_t off, Node* node, SegmentState* seg) {
+  const uint64_t len = e.length;
+  uint64_t kept = len;
+  if (off + len > node->v.size) {
+    kept = off >= node->v.size ? 0 : node->v.size - off;
+    AddData(kExtentPastSize, ino, e.segment_id, off, len,
+            "data past the end of the file (size " + std::to_string(node->v.size) + ")", true);
+    if (opt_.repair) {
+      if (kept == 0) {
+        DropExtent(key);
+      } else {
+        format::ExtentValue t = e;
+        t.length = static_cast<uint32_t>(kept);
+        if (t.is_inline) t.inline_data.resize(kept);
+        batch_.Put(index_.extents(), key, format::EncodeExtent(t));
+        batch_used_ = true;
+      }
+    }
+  }
+  if (seg != nullptr) seg->live_kept += static_cast<int64_t>(kept);
+  node->data_kept += kept;
+  if (kept > 0) node->covered[off] = off + kept;
 }
 
 std::string Checker::CheckDataFileExtent(const Node& node, uint64_t ino, uint64_t off,
@@ -411,109 +431,123 @@ void Checker::CheckDataBytes() {
 
 void Checker::CheckSegments() {
   for (auto& [id, s] : segments_) {
-    const std::string name = format::SegmentFileName(id);
     if (!s.has_file) {
-      if (!s.has_stat && s.live_all == 0) continue;
-      FsckFinding f;
-      f.segment_id = id;
-      if (s.live_all > 0) {
-        f.kind = kMissingSegmentFile;
-        f.detail = name + " is missing; " + std::to_string(s.live_all) + " bytes of file data were in it";
-      } else {
-        f.kind = kStaleSegmentEntry;
-        f.informational = true;
-        f.detail = "the index has accounting for " + name + ", which does not exist";
-      }
-      f.repaired = opt_.repair;
-      if (opt_.repair) {
-        batch_.Delete(index_.segments(), format::SegmentKey(id));
-        batch_used_ = true;
-      }
-      Add(std::move(f));
+      if (s.has_stat || s.live_all != 0) ReportMissingSegment(id, s);
       continue;
     }
-    if (!s.header_ok) {
-      FsckFinding f;
-      f.kind = kBadSegmentHeader;
-      f.segment_id = id;
-      f.length = format::kSegmentHeaderSize;
-      f.detail = name + ": " + s.header_error + (opt_.repair ? "; header rewritten" : "");
-      f.repaired = opt_.repair;
-      Add(std::move(f));
-    }
-    format::SegmentStat st = s.has_stat ? s.stat : format::SegmentStat();
-    bool put = false;
-    const bool short_sealed = st.sealed && static_cast<uint64_t>(st.size) > s.file_size;
-    if (short_sealed || s.past_eof) {
-      FsckFinding f;
-      f.kind = kTruncatedSegment;
-      f.segment_id = id;
-      f.offset = s.file_size;
-      f.length = short_sealed ? static_cast<uint64_t>(st.size) - s.file_size : 0;
-      f.detail = name + " has " + std::to_string(s.file_size) + " bytes" +
-                 (short_sealed ? ", it was sealed at " + std::to_string(st.size) : "") +
-                 (s.past_eof ? "; extents point past its end" : "");
-      f.repaired = opt_.repair;
-      Add(std::move(f));
-      if (short_sealed) {
-        st.size = static_cast<int64_t>(s.file_size);
-        put = true;
-      }
-    }
-    if (st.live != s.live_all) {
-      FsckFinding f;
-      f.kind = kSegmentLiveMismatch;
-      f.segment_id = id;
-      f.detail = name + ": the index counts " +
-                 (s.stat_error.empty() ? std::to_string(st.live) + " live bytes"
-                                       : "nothing usable (" + s.stat_error + ")") +
-                 ", its extents cover " + std::to_string(s.live_all);
-      f.repaired = opt_.repair;
-      Add(std::move(f));
-    }
-    if (st.live != s.live_kept) {
-      st.dead = std::max<int64_t>(0, std::max<int64_t>(st.live, 0) + st.dead - s.live_kept);
-      st.live = s.live_kept;
+    CheckSegmentStat(id, s);
+    ReportUnusedBytes(id, s);
+  }
+}
+
+void Checker::ReportMissingSegment(uint64_t id, const SegmentState& s) {
+  const std::string name = format::SegmentFileName(id);
+  FsckFinding f;
+  f.segment_id = id;
+  if (s.live_all > 0) {
+    f.kind = kMissingSegmentFile;
+    f.detail =
+        name + " is missing; " + std::to_string(s.live_all) + " bytes of file data were in it";
+  } else {
+    f.kind = kStaleSegmentEntry;
+    f.informational = true;
+    f.detail = "the index has accounting for " + name + ", which does not exist";
+  }
+  f.repaired = opt_.repair;
+  if (opt_.repair) {
+    batch_.Delete(index_.segments(), format::SegmentKey(id));
+    batch_used_ = true;
+  }
+  Add(std::move(f));
+}
+
+void Checker::CheckSegmentStat(uint64_t id, const SegmentState& s) {
+  const std::string name = format::SegmentFileName(id);
+  if (!s.header_ok) {
+    FsckFinding f;
+    f.kind = kBadSegmentHeader;
+    f.segment_id = id;
+    f.length = format::kSegmentHeaderSize;
+    f.detail = name + ": " + s.header_error + (opt_.repair ? "; header rewritten" : "");
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+  }
+  format::SegmentStat st = s.has_stat ? s.stat : format::SegmentStat();
+  bool put = false;
+  const bool short_sealed = st.sealed && static_cast<uint64_t>(st.size) > s.file_size;
+  if (short_sealed || s.past_eof) {
+    FsckFinding f;
+    f.kind = kTruncatedSegment;
+    f.segment_id = id;
+    f.offset = s.file_size;
+    f.length = short_sealed ? static_cast<uint64_t>(st.size) - s.file_size : 0;
+    f.detail = name + " has " + std::to_string(s.file_size) + " bytes" +
+               (short_sealed ? ", it was sealed at " + std::to_string(st.size) : "") +
+               (s.past_eof ? "; extents point past its end" : "");
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+    if (short_sealed) {
+      st.size = static_cast<int64_t>(s.file_size);
       put = true;
     }
-    if (put && opt_.repair) {
-      batch_.Put(index_.segments(), format::SegmentKey(id), format::EncodeSegmentStat(st));
-      batch_used_ = true;
-    }
+  }
+  if (st.live != s.live_all) {
+    FsckFinding f;
+    f.kind = kSegmentLiveMismatch;
+    f.segment_id = id;
+    f.detail = name + ": the index counts " +
+               (s.stat_error.empty() ? std::to_string(st.live) + " live bytes"
+                                     : "nothing usable (" + s.stat_error + ")") +
+               ", its extents cover " + std::to_string(s.live_all);
+    f.repaired = opt_.repair;
+    Add(std::move(f));
+  }
+  if (st.live != s.live_kept) {
+    st.dead = std::max<int64_t>(0, std::max<int64_t>(st.live, 0) + st.dead - s.live_kept);
+    st.live = s.live_kept;
+    put = true;
+  }
+  if (put && opt_.repair) {
+    batch_.Put(index_.segments(), format::SegmentKey(id), format::EncodeSegmentStat(st));
+    batch_used_ = true;
+  }
+}
 
-    uint64_t unref = 0, unref_bytes = 0, unref_bad = 0;
-    for (size_t i = 0; i < s.records.size(); ++i) {
-      if (s.refs[i] != 0) continue;
-      unref++;
-      unref_bytes += std::min<uint64_t>(format::kRecordHeaderSize + s.records[i].header.stored_len,
-                                        s.file_size - s.records[i].offset);
-      if (s.records[i].payload == ScannedRecord::Payload::kBadChecksum) unref_bad++;
-    }
-    if (unref > 0) {
-      FsckFinding f;
-      f.kind = kUnreferencedRecords;
-      f.segment_id = id;
-      f.length = unref_bytes;
-      f.informational = true;
-      f.detail = name + ": " + std::to_string(unref) + " records (" + std::to_string(unref_bytes) +
-                 " bytes) that no extent points to" +
-                 (unref_bad ? ", " + std::to_string(unref_bad) + " of them fail their checksum" : "") +
-                 "; compaction reclaims them";
-      Add(std::move(f));
-    }
-    if (s.gaps > 0) {
-      FsckFinding f;
-      f.kind = kUnparsableBytes;
-      f.segment_id = id;
-      f.length = s.gap_bytes;
-      f.informational = true;
-      f.detail = name + ": " + std::to_string(s.gaps) + " stretches (" + std::to_string(s.gap_bytes) +
-                 " bytes) hold no record" +
-                 (s.nonzero_gaps ? ", " + std::to_string(s.nonzero_gaps) +
-                                       " with non-zero bytes (torn or damaged records)"
-                                 : ", all zero-filled (writes cut short by a crash)");
-      Add(std::move(f));
-    }
+void Checker::ReportUnusedBytes(uint64_t id, const SegmentState& s) {
+  const std::string name = format::SegmentFileName(id);
+  uint64_t unref = 0, unref_bytes = 0, unref_bad = 0;
+  for (size_t i = 0; i < s.records.size(); ++i) {
+    if (s.refs[i] != 0) continue;
+    unref++;
+    unref_bytes += std::min<uint64_t>(format::kRecordHeaderSize + s.records[i].header.stored_len,
+                                      s.file_size - s.records[i].offset);
+    if (s.records[i].payload == ScannedRecord::Payload::kBadChecksum) unref_bad++;
+  }
+  if (unref > 0) {
+    FsckFinding f;
+    f.kind = kUnreferencedRecords;
+    f.segment_id = id;
+    f.length = unref_bytes;
+    f.informational = true;
+    f.detail =
+        name + ": " + std::to_string(unref) + " records (" + std::to_string(unref_bytes) +
+        " bytes) that no extent points to" +
+        (unref_bad ? ", " + std::to_string(unref_bad) + " of them fail their checksum" : "") +
+        "; compaction reclaims them";
+    Add(std::move(f));
+  }
+  if (s.gaps > 0) {
+    FsckFinding f;
+    f.kind = kUnparsableBytes;
+    f.segment_id = id;
+    f.length = s.gap_bytes;
+    f.informational = true;
+    f.detail = name + ": " + std::to_string(s.gaps) + " stretches (" + std::to_string(s.gap_bytes) +
+               " bytes) hold no record" +
+               (s.nonzero_gaps ? ", " + std::to_string(s.nonzero_gaps) +
+                                     " with non-zero bytes (torn or damaged records)"
+                               : ", all zero-filled (writes cut short by a crash)");
+    Add(std::move(f));
   }
 }
 

@@ -27,7 +27,12 @@ std::string Counter(uint64_t v) {
 }  // namespace
 
 Status Checker::LoadNamespace() {
-  // Meta.
+  CKPTFS_RETURN_IF_ERROR(LoadMeta());
+  CKPTFS_RETURN_IF_ERROR(LoadInodes());
+  return LoadEntries();
+}
+
+Status Checker::LoadMeta() {
   std::string v;
   bool found = false;
   CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaFormatVersion, &v, &found));
@@ -51,50 +56,57 @@ Status Checker::LoadNamespace() {
   has_inode_count_ = found && v.size() == 8;
   stored_inode_count_ = has_inode_count_ ? format::GetLE64(v.data()) : 0;
   {
-    std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.meta()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        index_.db->NewIterator(rocksdb::ReadOptions(), index_.meta()));
     const std::string_view prefix(format::kMetaOrphanPrefix);
     for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size()));
-         it->Valid() && it->key().starts_with(rocksdb::Slice(prefix.data(), prefix.size())); it->Next()) {
+         it->Valid() && it->key().starts_with(rocksdb::Slice(prefix.data(), prefix.size()));
+         it->Next()) {
       if (it->key().size() == prefix.size() + 8) {
         orphan_keys_.insert(format::GetBE64(it->key().data() + prefix.size()));
       }
     }
     CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan orphans"));
   }
+  return Status::OK();
+}
 
-  // Inodes.
-  {
-    std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.inodes()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const std::string_view key(it->key().data(), it->key().size());
-      const uint64_t ino = key.size() == 8 ? format::GetBE64(key.data()) : 0;
-      Node n;
-      Status s = key.size() == 8 ? format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &n.v)
-                                 : Status::Corruption("inode key is " + std::to_string(key.size()) + " bytes, expected 8");
-      if (!s.ok() || ino == 0) {
-        FsckFinding f;
-        f.kind = kBadInode;
-        f.ino = ino;
-        f.detail = s.ok() ? "inode number 0" : s.message();
-        f.repaired = opt_.repair;
-        if (opt_.repair) {
-          batch_.Delete(index_.inodes(), it->key());
-          batch_used_ = true;
-        }
-        Add(std::move(f));
-        if (ino != 0) bad_inos_.insert(ino);
-        continue;
+Status Checker::LoadInodes() {
+  std::unique_ptr<rocksdb::Iterator> it(
+      index_.db->NewIterator(rocksdb::ReadOptions(), index_.inodes()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string_view key(it->key().data(), it->key().size());
+    const uint64_t ino = key.size() == 8 ? format::GetBE64(key.data()) : 0;
+    Node n;
+    Status s = key.size() == 8 ? format::DecodeInode(
+                                     std::string_view(it->value().data(), it->value().size()), &n.v)
+                               : Status::Corruption("inode key is " + std::to_string(key.size()) +
+                                                    " bytes, expected 8");
+    if (!s.ok() || ino == 0) {
+      FsckFinding f;
+      f.kind = kBadInode;
+      f.ino = ino;
+      f.detail = s.ok() ? "inode number 0" : s.message();
+      f.repaired = opt_.repair;
+      if (opt_.repair) {
+        batch_.Delete(index_.inodes(), it->key());
+        batch_used_ = true;
       }
-      n.is_dir = S_ISDIR(n.v.mode);
-      n.orphan_key = orphan_keys_.count(ino) > 0;
-      max_ino_ = std::max(max_ino_, ino);
-      nodes_.emplace(ino, std::move(n));
+      Add(std::move(f));
+      if (ino != 0) bad_inos_.insert(ino);
+      continue;
     }
-    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan inodes"));
+    n.is_dir = S_ISDIR(n.v.mode);
+    n.orphan_key = orphan_keys_.count(ino) > 0;
+    max_ino_ = std::max(max_ino_, ino);
+    nodes_.emplace(ino, std::move(n));
   }
+  return FromRocksStatus(it->status(), "scan inodes");
+}
 
-  // Directory entries.
-  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.dentries()));
+Status Checker::LoadEntries() {
+  std::unique_ptr<rocksdb::Iterator> it(
+      index_.db->NewIterator(rocksdb::ReadOptions(), index_.dentries()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     RawEntry e;
     Status s;
@@ -277,7 +289,19 @@ void Checker::Attach(uint64_t ino) {
 }
 
 void Checker::CheckNamespace() {
-  // The root.
+  EnsureRoot();
+  const std::vector<BadEntry> bad = ClassifyEntries();
+  WalkTree(kRootIno);
+  AttachUnreachable();
+  ReportBadEntries(bad);
+  std::vector<uint64_t> inos;
+  inos.reserve(nodes_.size());
+  for (const auto& [ino, n] : nodes_) inos.push_back(ino);
+  std::sort(inos.begin(), inos.end());
+  for (uint64_t ino : inos) CheckLinks(ino, nodes_[ino]);
+}
+
+void Checker::EnsureRoot() {
   auto root_it = nodes_.find(kRootIno);
   if (root_it == nodes_.end() || !root_it->second.is_dir) {
     FsckFinding f;
@@ -301,25 +325,24 @@ void Checker::CheckNamespace() {
   Node& root = nodes_[kRootIno];
   root.reachable = true;
   root.path = "/";
+}
 
-  // Classify the entries; the valid ones become the directories' children.
-  struct Bad {
-    const char* kind;
-    const RawEntry* e;
-    std::string why;
-  };
-  std::vector<Bad> bad;
+std::vector<Checker::BadEntry> Checker::ClassifyEntries() {
+  std::vector<BadEntry> bad;
   for (const RawEntry& e : entries_) {
     auto p = nodes_.find(e.parent);
     auto c = nodes_.find(e.d.ino);
     if (p == nodes_.end()) {
-      bad.push_back({kDanglingEntry, &e, "its directory (inode " + std::to_string(e.parent) + ") does not exist"});
-    } else if (!p->second.is_dir) {
-      bad.push_back({kEntryInNonDirectory, &e, "inode " + std::to_string(e.parent) + " is not a directory"});
-    } else if (c == nodes_.end()) {
       bad.push_back({kDanglingEntry, &e,
-                     "names inode " + std::to_string(e.d.ino) +
-                         (bad_inos_.count(e.d.ino) ? ", which is unreadable" : ", which does not exist")});
+                     "its directory (inode " + std::to_string(e.parent) + ") does not exist"});
+    } else if (!p->second.is_dir) {
+      bad.push_back(
+          {kEntryInNonDirectory, &e, "inode " + std::to_string(e.parent) + " is not a directory"});
+    } else if (c == nodes_.end()) {
+      bad.push_back(
+          {kDanglingEntry, &e,
+           "names inode " + std::to_string(e.d.ino) +
+               (bad_inos_.count(e.d.ino) ? ", which is unreadable" : ", which does not exist")});
     } else {
       p->second.children.emplace_back(e.name, e.d.ino);
       c->second.incoming++;
@@ -339,8 +362,10 @@ void Checker::CheckNamespace() {
       }
     }
   }
+  return bad;
+}
 
-  WalkTree(kRootIno);
+void Checker::AttachUnreachable() {
   // Unreachable inodes: first those no entry names (the tops of detached
   // trees), then what is left (directory cycles), in inode order.
   std::vector<uint64_t> detached;
@@ -354,9 +379,10 @@ void Checker::CheckNamespace() {
   for (uint64_t ino : detached) {
     if (!nodes_[ino].reachable) Attach(ino);
   }
+}
 
-  // Findings about bad entries, now that paths are known.
-  for (const Bad& b : bad) {
+void Checker::ReportBadEntries(const std::vector<BadEntry>& bad) {
+  for (const BadEntry& b : bad) {
     FsckFinding f;
     f.kind = b.kind;
     f.ino = b.e->d.ino;
@@ -374,68 +400,62 @@ void Checker::CheckNamespace() {
     if (nodes_.find(b.e->d.ino) == nodes_.end()) dangling_paths_.emplace(b.e->d.ino, f.path);
     Add(std::move(f));
   }
+}
 
-  // Orphan keys, link counts, parent pointers.
-  std::vector<uint64_t> inos;
-  inos.reserve(nodes_.size());
-  for (const auto& [ino, n] : nodes_) inos.push_back(ino);
-  std::sort(inos.begin(), inos.end());
-  for (uint64_t ino : inos) {
-    Node& n = nodes_[ino];
-    if (n.orphan_key && n.reachable) {
+void Checker::CheckLinks(uint64_t ino, Node& n) {
+  if (n.orphan_key && n.reachable) {
+    FsckFinding f;
+    f.kind = kOrphanKeyOnLinkedInode;
+    f.ino = ino;
+    f.path = n.path;
+    f.detail = "inode is marked for purging at the next open but still has a name";
+    f.repaired = opt_.repair;
+    if (opt_.repair) {
+      batch_.Delete(index_.meta(), format::OrphanKey(ino));
+      batch_used_ = true;
+    }
+    Add(std::move(f));
+    n.orphan_key = false;
+  }
+  if (n.orphan_key) {
+    FsckFinding f;
+    f.kind = kPendingOrphan;
+    f.ino = ino;
+    f.path = PathOf(ino);
+    f.detail = "unlinked while open; its data is freed when the store is next opened";
+    f.informational = true;
+    Add(std::move(f));
+    return;
+  }
+  const uint32_t want = n.is_dir ? 2 + n.subdirs : n.links;
+  if (n.v.nlink != want) {
+    if (!n.created) {
       FsckFinding f;
-      f.kind = kOrphanKeyOnLinkedInode;
+      f.kind = kBadLinkCount;
       f.ino = ino;
       f.path = n.path;
-      f.detail = "inode is marked for purging at the next open but still has a name";
+      f.detail = "link count " + std::to_string(n.v.nlink) + ", expected " + std::to_string(want);
       f.repaired = opt_.repair;
-      if (opt_.repair) {
-        batch_.Delete(index_.meta(), format::OrphanKey(ino));
-        batch_used_ = true;
-      }
       Add(std::move(f));
-      n.orphan_key = false;
     }
-    if (n.orphan_key) {
-      FsckFinding f;
-      f.kind = kPendingOrphan;
-      f.ino = ino;
-      f.path = PathOf(ino);
-      f.detail = "unlinked while open; its data is freed when the store is next opened";
-      f.informational = true;
-      Add(std::move(f));
-      continue;
-    }
-    const uint32_t want = n.is_dir ? 2 + n.subdirs : n.links;
-    if (n.v.nlink != want) {
+    n.v.nlink = want;
+    n.attr_dirty = true;
+  }
+  if (n.is_dir) {
+    const uint64_t want_parent = ino == kRootIno ? kRootIno : n.tree_parent;
+    if (n.v.parent != want_parent) {
       if (!n.created) {
         FsckFinding f;
-        f.kind = kBadLinkCount;
+        f.kind = kBadParent;
         f.ino = ino;
         f.path = n.path;
-        f.detail = "link count " + std::to_string(n.v.nlink) + ", expected " + std::to_string(want);
+        f.detail = "parent pointer names inode " + std::to_string(n.v.parent) +
+                   ", the entry is in " + std::to_string(want_parent);
         f.repaired = opt_.repair;
         Add(std::move(f));
       }
-      n.v.nlink = want;
+      n.v.parent = want_parent;
       n.attr_dirty = true;
-    }
-    if (n.is_dir) {
-      const uint64_t want_parent = ino == kRootIno ? kRootIno : n.tree_parent;
-      if (n.v.parent != want_parent) {
-        if (!n.created) {
-          FsckFinding f;
-          f.kind = kBadParent;
-          f.ino = ino;
-          f.path = n.path;
-          f.detail = "parent pointer names inode " + std::to_string(n.v.parent) + ", the entry is in " +
-                     std::to_string(want_parent);
-          f.repaired = opt_.repair;
-          Add(std::move(f));
-        }
-        n.v.parent = want_parent;
-        n.attr_dirty = true;
-      }
     }
   }
 }

@@ -174,30 +174,10 @@ void Checker::RecoverExtents() {
     uint64_t placed = 0, placed_bytes = 0;
     for (const Candidate& c : candidates) {
       if (node.data_kept >= node.v.data_bytes) break;
-      const ScannedRecord& r = c.seg->records[c.idx];
-      const uint64_t start = r.header.file_offset;
-      const uint64_t end = std::min<uint64_t>(start + r.header.raw_len, node.v.size);
-      // Only into a range nothing covers: the first range at or after
-      // `start`, and the one before it, must leave [start, end) free.
-      auto next = node.covered.lower_bound(start);
-      if (next != node.covered.end() && next->first < end) continue;
-      if (next != node.covered.begin() && std::prev(next)->second > start) continue;
-      format::ExtentValue v;
-      v.length = static_cast<uint32_t>(end - start);
-      v.segment_id = c.seg->id;
-      v.record_offset = r.offset;
-      v.stored_len = r.header.stored_len;
-      v.raw_len = r.header.raw_len;
-      v.codec = r.header.codec;
-      v.checksum = r.header.payload_checksum;
-      batch_.Put(index_.extents(), format::ExtentKey(ino, start), format::EncodeExtent(v));
-      batch_used_ = true;
-      node.covered[start] = end;
-      node.data_kept += end - start;
-      c.seg->refs[c.idx]++;
-      c.seg->live_kept += static_cast<int64_t>(end - start);
+      const uint64_t bytes = PlaceRecord(ino, &node, c.seg, c.idx);
+      if (bytes == 0) continue;
       placed++;
-      placed_bytes += end - start;
+      placed_bytes += bytes;
     }
     if (placed == 0) continue;
     FsckFinding f;
@@ -210,6 +190,32 @@ void Checker::RecoverExtents() {
     f.repaired = true;
     Add(std::move(f));
   }
+}
+
+uint64_t Checker::PlaceRecord(uint64_t ino, Node* node, SegmentState* seg, size_t idx) {
+  const ScannedRecord& r = seg->records[idx];
+  const uint64_t start = r.header.file_offset;
+  const uint64_t end = std::min<uint64_t>(start + r.header.raw_len, node->v.size);
+  // Only into a range nothing covers: the first range at or after `start`,
+  // and the one before it, must leave [start, end) free.
+  auto next = node->covered.lower_bound(start);
+  if (next != node->covered.end() && next->first < end) return 0;
+  if (next != node->covered.begin() && std::prev(next)->second > start) return 0;
+  format::ExtentValue v;
+  v.length = static_cast<uint32_t>(end - start);
+  v.segment_id = seg->id;
+  v.record_offset = r.offset;
+  v.stored_len = r.header.stored_len;
+  v.raw_len = r.header.raw_len;
+  v.codec = r.header.codec;
+  v.checksum = r.header.payload_checksum;
+  batch_.Put(index_.extents(), format::ExtentKey(ino, start), format::EncodeExtent(v));
+  batch_used_ = true;
+  node->covered[start] = end;
+  node->data_kept += end - start;
+  seg->refs[idx]++;
+  seg->live_kept += static_cast<int64_t>(end - start);
+  return end - start;
 }
 
 Status Checker::BringForward() {

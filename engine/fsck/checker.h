@@ -137,11 +137,24 @@ class Checker {
     bool past_eof = false;  // some extent points past the end of the file
     std::unique_ptr<io::File> file;  // open while fsck runs (has_file)
   };
+  // A directory entry as the index holds it.
+  struct RawEntry {
+    uint64_t parent = 0;
+    std::string name;
+    format::DentryValue d;
+  };
 
   // ---- fsck.cc ----
   // Run() up to the report: opens, checks and repairs.
   Status Check();
   Status Open();
+  // With repair, when the index has no file left: a new, empty one (the
+  // checks put every file the segments and data files hold under
+  // lost+found). Without, or with a backup to restore: the error saying so.
+  Status MakeNewIndex(const std::string& index_dir);
+  // The index did not open (`s`): replayed up to damage in its log, pointed
+  // at its newest MANIFEST, or rebuilt (only when repairing).
+  Status OpenDamagedIndex(const std::string& index_dir, const Status& s);
   // Rebuilds the index that did not open (or that a scan found damaged),
   // recording a finding; `why` says what was wrong.
   Status RebuildIndex(const std::string& index_dir, const std::string& why);
@@ -157,7 +170,12 @@ class Checker {
   Status Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v, bool* found);
 
   // ---- check_namespace.cc ----
+  // The meta keys (format version, counters, orphan keys), the inodes and
+  // the directory entries; what does not decode is a finding.
   Status LoadNamespace();
+  Status LoadMeta();
+  Status LoadInodes();
+  Status LoadEntries();
   void WalkTree(uint64_t from);
   // Links unreachable `ino` under lost+found (really only when repairing).
   void Attach(uint64_t ino);
@@ -165,6 +183,22 @@ class Checker {
   // Links `ino` under lost+found by its number (Node::path says where).
   void LinkUnderLostFound(uint64_t ino);
   void CheckNamespace();
+  // A missing root (or one that is not a directory) is made anew.
+  void EnsureRoot();
+  struct BadEntry {
+    const char* kind;
+    const RawEntry* e;
+    std::string why;
+  };
+  // The valid entries become the directories' children; the others are
+  // returned, to be reported once paths are known.
+  std::vector<BadEntry> ClassifyEntries();
+  // Unreachable inodes go under lost+found: first those no entry names (the
+  // tops of detached trees), then what is left (directory cycles).
+  void AttachUnreachable();
+  void ReportBadEntries(const std::vector<BadEntry>& bad);
+  // Inode `ino`'s orphan key, link count and (directories) parent pointer.
+  void CheckLinks(uint64_t ino, Node& n);
   void CheckCounters();
   Status CheckXattrs();
 
@@ -178,6 +212,9 @@ class Checker {
   // whose file range nothing covers (a lost table of the index, a restored
   // backup), newest first.
   void RecoverExtents();
+  // Record `idx` of `seg` as the extent of `ino` at its file offset, when
+  // nothing covers that range: the bytes placed (0 when it was not).
+  uint64_t PlaceRecord(uint64_t ino, Node* node, SegmentState* seg, size_t idx);
   // After the index was rebuilt or restored: the inodes numbered above every
   // one it knows (created after what it holds) whose verified records no
   // extent points to, or whose data file exists, become files under
@@ -193,12 +230,31 @@ class Checker {
   // The store's data files by inode.
   Result<std::map<uint64_t, std::string>> ListDataFiles();
   void CheckSegments();
+  // A segment the index names (accounting or extents) with no file.
+  void ReportMissingSegment(uint64_t id, const SegmentState& s);
+  // Its header, its sealed size against the file's, its live bytes against
+  // the extents (repair rewrites the accounting).
+  void CheckSegmentStat(uint64_t id, const SegmentState& s);
+  // What no extent uses: unreferenced records and unparsable stretches.
+  void ReportUnusedBytes(uint64_t id, const SegmentState& s);
   // Data files on disk that no inode uses.
   Status CheckDataFiles();
+  // With repair: the extent at `key` goes (in the repair batch).
+  void DropExtent(const rocksdb::Slice& key);
+  // An extent of `ino`, which does not exist: one finding per run of them.
+  void ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len);
   // What is wrong with data-file extent `e` of (ino, off) of `node`; sets
   // `kind` and returns the detail, or "" when the block is intact.
   std::string CheckDataFileExtent(const Node& node, uint64_t ino, uint64_t off,
                                   const format::ExtentValue& e, const char** kind);
+  // The same for segment extent `e`, against the scanned records of `seg`
+  // (counting the record's reference when it is intact).
+  Result<std::string> CheckSegmentExtent(SegmentState* seg, uint64_t ino, uint64_t off,
+                                         const format::ExtentValue& e, const char** kind);
+  // An intact extent: counted for its node and segment, cut to the file's
+  // size (repair rewrites it).
+  void KeepExtent(const rocksdb::Slice& key, const format::ExtentValue& e, uint64_t ino,
+                  uint64_t off, Node* node, SegmentState* seg);
   // The scanned record of `seg` at `offset`, or nullptr.
   const ScannedRecord* FindRecord(SegmentState* seg, uint64_t offset, size_t* index);
 
@@ -238,11 +294,6 @@ class Checker {
   Result<std::unique_ptr<io::File>> data_file_ = Status(ENOENT, "none");
   std::set<uint64_t> lost_inos_;     // existing inodes that lose data
   std::set<std::string> lost_paths_; // names of inodes that are gone entirely
-  struct RawEntry {
-    uint64_t parent = 0;
-    std::string name;
-    format::DentryValue d;
-  };
   std::vector<RawEntry> entries_;    // decodable dentries, in key order
   std::unordered_map<uint64_t, std::string> dangling_paths_;  // missing ino -> entry path
   std::set<uint64_t> bad_inos_;      // inode keys that do not decode

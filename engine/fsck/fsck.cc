@@ -100,8 +100,8 @@ Status Checker::Open() {
     return Status(EINVAL, dir_ + " is not a ckptfs store (it has no " +
                               std::string(format::kFormatFileName) + " file)");
   }
-  CKPTFS_ASSIGN_OR_RETURN(lock_,
-                          StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
+  CKPTFS_ASSIGN_OR_RETURN(
+      lock_, StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
   std::ifstream in(dir_ + "/" + format::kFormatFileName);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -109,41 +109,50 @@ Status Checker::Open() {
   if (!s.ok()) return s.Annotate(dir_);
   const std::string index_dir = dir_ + "/" + format::kIndexDirName;
   if (opt_.repair && opt_.from_backup) CKPTFS_RETURN_IF_ERROR(RestoreNewestBackup());
-  if (!HasIndexFiles(index_dir)) {
-    const bool backed_up = !ListIndexBackups(dir_).empty();
-    if (!opt_.repair || backed_up) {
-      return Status::Corruption(
-          "the index " + index_dir + " is gone: it holds no CURRENT, MANIFEST, table or log file" +
-          (backed_up ? " (ckptfs fsck --repair --from-backup restores its newest backup)"
-                     : " (ckptfs fsck --repair makes a new one and keeps every file under lost+found)"));
-    }
-    // Nothing to rebuild from and no backup: a new index, into which the
-    // checks put every file the segments and data files hold.
-    std::error_code ec;
-    std::filesystem::create_directories(index_dir, ec);
-    if (ec) return Status(EIO, "create " + index_dir + ": " + ec.message());
-    CKPTFS_RETURN_IF_ERROR(
-        OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
-    index_replaced_ = true;
-    FsckFinding f;
-    f.kind = kIndexRebuilt;
-    f.detail = "the index " + index_dir + " was gone and the store has no backup of it: a new one "
-               "holds every file whose bytes the segments and data files keep, under lost+found "
-               "by inode number; names, attributes and files of up to 4 KiB were in the index";
-    f.repaired = true;
-    Add(std::move(f));
-    return Status::OK();
-  }
+  if (!HasIndexFiles(index_dir)) return MakeNewIndex(index_dir);
   if (opt_.repair && !rebuild_because_.empty()) {
     CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, rebuild_because_));
   }
   s = OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_,
                   nullptr, /*strict_log=*/true);
   if (s.ok() || s.code() == EBUSY) return s;
+  return OpenDamagedIndex(index_dir, s);
+}
+
+Status Checker::MakeNewIndex(const std::string& index_dir) {
+  const bool backed_up = !ListIndexBackups(dir_).empty();
+  if (!opt_.repair || backed_up) {
+    return Status::Corruption(
+        "the index " + index_dir + " is gone: it holds no CURRENT, MANIFEST, table or log file" +
+        (backed_up
+             ? " (ckptfs fsck --repair --from-backup restores its newest backup)"
+             : " (ckptfs fsck --repair makes a new one and keeps every file under lost+found)"));
+  }
+  // Nothing to rebuild from and no backup: a new index, into which the
+  // checks put every file the segments and data files hold.
+  std::error_code ec;
+  std::filesystem::create_directories(index_dir, ec);
+  if (ec) return Status(EIO, "create " + index_dir + ": " + ec.message());
+  CKPTFS_RETURN_IF_ERROR(
+      OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
+  index_replaced_ = true;
+  FsckFinding f;
+  f.kind = kIndexRebuilt;
+  f.detail = "the index " + index_dir +
+             " was gone and the store has no backup of it: a new one "
+             "holds every file whose bytes the segments and data files keep, under lost+found "
+             "by inode number; names, attributes and files of up to 4 KiB were in the index";
+  f.repaired = true;
+  Add(std::move(f));
+  return Status::OK();
+}
+
+Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) {
   // Damage in the log past a torn last record: replayed up to it, the index
   // opens without what the log held after it.
-  if (s.IsCorruption() && OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair,
-                                      env_.get(), &index_).ok()) {
+  if (s.IsCorruption() &&
+      OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_)
+          .ok()) {
     index_replaced_ = index_is_past_state_ = opt_.repair;
     FsckFinding f;
     f.kind = kIndexRebuilt;
