@@ -17,8 +17,8 @@ Workloads (see bench/README.md for how to read the figures):
               whose disk reads are throttled to 3,000 IOPS and 250 MB/s
 
 The FUSE floor, libfuse's example passthrough_hp (--nopassthrough) over a
-directory on the same disk (--fuse-floor), is a third column of big and layout:
-what any FUSE filesystem costs here.
+directory on the same disk (--fuse-floor), is a third column of big, layout,
+the torch pair of frameworks and steps: what any FUSE filesystem costs here.
 
 Every measurement is repeated --reps times; ckptfs and the plain directory
 (and the floor) alternate (and rotate their order every repetition) so that

@@ -80,7 +80,7 @@ def compute_summary(results):
         for phase in FLOOR_BIG_PHASES:
             S["big"]["floor_%s_daemon_cpu_s_per_GiB" % phase] = summarize(
                 [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big.get("floor", [])
-                 if r[phase]["daemon_cpu_s"] is not None])
+                 if phase in r and r[phase]["daemon_cpu_s"] is not None])
         for phase in BIG_PHASES:
             S["big"]["%s_cpu_s_per_GiB" % phase] = summarize(
                 [r[phase]["daemon_cpu_s"] / (size / GIB) for r in big["ckptfs"]
@@ -161,8 +161,8 @@ def compute_summary(results):
         fw = R["frameworks"]
         S["frameworks"] = {}
         for phase in FRAMEWORK_PHASES:
-            for who in ("ckptfs", "plain"):
-                runs = [r[phase] for r in fw[who]]
+            for who in present(fw):
+                runs = [r[phase] for r in fw[who] if phase in r]
                 S["frameworks"]["%s_%s_MBps" % (who, phase)] = summarize(
                     [r["bytes"] / MB / r["seconds"] for r in runs])
                 S["frameworks"]["%s_%s_s" % (who, phase)] = summarize(
@@ -189,7 +189,7 @@ def compute_summary(results):
     if "steps" in R:
         st = R["steps"]
         S["steps"] = {}
-        for v in STEPS_VARIANTS:
+        for v in [v for v in STEPS_VARIANTS + ("floor",) if v in st]:
             # Per repetition: the timed saves together.
             S["steps"]["%s_MBps" % v] = summarize(
                 [st["bytes"] * len(r["saves"]) / MB / sum(x["seconds"] for x in r["saves"])
@@ -255,15 +255,21 @@ def render_markdown(results):
     L.append("Ratios are ckptfs/plain as throughput (>1: ckptfs faster); \"% of disk\" is "
              "relative to dd with O_DIRECT on the same disk.")
     if env.get("fuse_floor"):
+        # The workloads that ran on the floor.
+        ran = [name for key, name in (("big", "1"), ("layout", "2"),
+                                      ("frameworks", "3's torch pair"), ("steps", "10"))
+               if "floor" in R.get(key, {})]
         L.append("")
-        L.append("FUSE floor (workloads 1 and 2): libfuse's example passthrough_hp (%s) "
+        L.append("FUSE floor (workload%s %s): libfuse's example passthrough_hp (%s) "
                  "mirroring a directory on the same disk, run as `%s`: every read and "
                  "write through its daemon (no kernel passthrough), with the kernel's "
                  "write-back cache, splice, entry and attribute timeouts of 86400 s and "
                  "libfuse's default worker threads, as ckptfs's default mount serves files. "
                  "It is what any FUSE filesystem costs here; ckptfs/floor is a throughput "
                  "ratio too. Cold: caches dropped and the floor remounted, as for ckptfs."
-                 % (env["fuse_floor"], env["fuse_floor_command"]))
+                 % ("s" if len(ran) > 1 else "",
+                    ", ".join(ran[:-1]) + (" and " if len(ran) > 1 else "") + ran[-1],
+                    env["fuse_floor"], env["fuse_floor_command"]))
         if env.get("fuse_floor_output"):
             L.append("passthrough_hp said: %s" % " / ".join(env["fuse_floor_output"][:3]))
     oc = S.get("other_cpu_cores")
@@ -301,7 +307,8 @@ def render_markdown(results):
         if floor:
             L.append("")
             L.append("The FUSE floor's daemon used %s CPU s/GiB (write, cold read, warm "
-                     "read; near 0 where kernel passthrough carries the data)." % ", ".join(
+                     "read, read through mmap; near 0 where kernel passthrough carries the "
+                     "data)." % ", ".join(
                          fmt_spread(s["floor_%s_daemon_cpu_s_per_GiB" % phase], "%.2f")
                          for phase in FLOOR_BIG_PHASES))
     if "layout" in S and not R["layout"].get("only_built_for_sweep"):
@@ -456,19 +463,20 @@ def render_frameworks(results):
         return []
     s, fw = S["frameworks"], R["frameworks"]
     dd = S.get("big", {})
+    floor = "floor" in fw
     L = ["", "## 3. Real frameworks: torch.save/load of a %s state dict; zarr, %d arrays "
          "(%d files) by %d threads (MB/s)"
          % (human_size(fw["torch_mib"] * MIB), fw["zarr_arrays"], fw["zarr_arrays"] * 5 + 1,
-            fw["threads"]), "",
-         "| phase | plain | ckptfs | ckptfs/plain | plain s | ckptfs s | ckptfs % of disk |",
-         "|---|---:|---:|---:|---:|---:|---:|"]
+            fw["threads"]), ""]
+    L += compare_head("phase", floor, ("plain s", "ckptfs s", "ckptfs % of disk"))
     for phase in FRAMEWORK_PHASES:
         label, ddkey = FRAMEWORK_LABELS[phase]
         p, c = s["plain_%s_MBps" % phase], s["ckptfs_%s_MBps" % phase]
-        L.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            label, fmt_spread(p), fmt_spread(c), fmt_ratio(ratio(c, p)),
-            fmt_spread(s["plain_%s_s" % phase], "%.2f"),
-            fmt_spread(s["ckptfs_%s_s" % phase], "%.2f"), fmt_pct(ratio(c, dd.get(ddkey)))))
+        f = s.get("floor_%s_MBps" % phase) or ""
+        L.append(table_row(label, *compare_cells(p, c, f, floor),
+                           fmt_spread(s["plain_%s_s" % phase], "%.2f"),
+                           fmt_spread(s["ckptfs_%s_s" % phase], "%.2f"),
+                           fmt_pct(ratio(c, dd.get(ddkey)))))
     L += ["", "Each phase runs in its own /usr/bin/python3 process (bench/frameworks.py); "
           "the time covers the framework's calls only (torch.save includes an fsync of the "
           "file). Reads are cold: caches dropped, ckptfs remounted. torch.load made the "
@@ -513,15 +521,20 @@ def render_steps(results):
         return []
     s, st = S["steps"], R["steps"]
     p, c, n = (s["%s_MBps" % v] for v in STEPS_VARIANTS)
+    f = s.get("floor_MBps")
+    head = ["plain"] + (["FUSE floor"] if f else []) + [
+        "ckptfs, compaction off", "ckptfs (defaults)", "defaults/off", "defaults/plain"] + (
+        ["defaults/floor"] if f else []) + [
+        "segment bytes / live after the last step: off, defaults"]
+    cells = [fmt_spread(p)] + ([fmt_spread(f)] if f else []) + [
+        fmt_spread(n), fmt_spread(c), fmt_ratio(ratio(c, n)), fmt_ratio(ratio(c, p))] + (
+        [fmt_ratio(ratio(c, f))] if f else []) + [
+        "%s, %s" % (fmt_spread(s["ckptfs-nocompact_space_ratio"], "%.2f"),
+                    fmt_spread(s["ckptfs_space_ratio"], "%.2f"))]
     return ["", "## 10. Keep the last step: saves of %d x %s while the step before is "
             "deleted (MB/s)" % (st["shards"], human_size(st["bytes"] // st["shards"])), "",
-            "| plain | ckptfs, compaction off | ckptfs (defaults) | defaults/off | "
-            "defaults/plain | segment bytes / live after the last step: off, defaults |",
-            "|---:|---:|---:|---:|---:|---|",
-            "| %s | %s | %s | %s | %s | %s, %s |" % (
-                fmt_spread(p), fmt_spread(n), fmt_spread(c), fmt_ratio(ratio(c, n)),
-                fmt_ratio(ratio(c, p)), fmt_spread(s["ckptfs-nocompact_space_ratio"], "%.2f"),
-                fmt_spread(s["ckptfs_space_ratio"], "%.2f")), "",
+            table_row(*head), "|" + "|".join(["---:"] * (len(head) - 1) + ["---"]) + "|",
+            table_row(*cells), "",
             "%d steps, each written (1 MiB writes, fsync per shard) before the one before it "
             "is deleted; the saves of steps 3 to %d are timed, while background "
             "compaction (on by default, `compact_rate` 64M) rewrites what the deletes "

@@ -178,15 +178,16 @@ def run_big_ckptfs(b, rep):
     return out
 
 
-# What the FUSE floor measures of workloads 1 and 2 (report.py's floor cells).
-FLOOR_BIG_PHASES = ("write", "cold_read", "warm_read")
+# What the FUSE floor measures of workloads 1 and 2 (report.py's floor cells);
+# of workload 3 it runs the torch pair (zarr's 25,001 files are more than its
+# daemon can hold open), and workload 10's saves.
+FLOOR_BIG_PHASES = ("write", "cold_read", "warm_read", "mmap_read")
 FLOOR_LAYOUT_KEYS = ("create_files_per_s", "create_sync_files_per_s", "restore_files_per_s",
                      "restore_MBps")
 
 
 def run_big_dir(b, rep, who):
-    """Workload 1 on the plain directory, or on the FUSE floor (its write
-    and its cold and warm reads: the floor leaves the read through mmap out)."""
+    """Workload 1 on the plain directory, or on the FUSE floor."""
     d = fresh_target(b, who, "big")
     path = os.path.join(d, "big.bin")
     out = {"rep": rep}
@@ -199,11 +200,10 @@ def run_big_dir(b, rep, who):
             with Meter(daemon_pid(b, who)) as m:
                 big_read(path, b.big_size, b.big_base)
             out[phase] = m.as_dict()
-        if who == "plain":
-            make_cold(b, who)
-            with Meter() as m:
-                big_mmap_read(path, b.big_size, b.big_base)
-            out["mmap_read"] = m.as_dict()
+        make_cold(b, who)
+        with Meter(daemon_pid(b, who)) as m:
+            big_mmap_read(path, b.big_size, b.big_base)
+        out["mmap_read"] = m.as_dict()
     finally:
         remove_target(b, who, "big")
     return out
@@ -491,11 +491,13 @@ def framework_phase(phase, d, n):
 
 
 def run_frameworks(b, rep, who):
-    """torch.save + torch.load, then zarr write + read; reads cold (caches dropped,
-    ckptfs remounted)."""
+    """torch.save + torch.load, then zarr write + read (not on the FUSE floor);
+    reads cold (caches dropped, the mount started afresh)."""
     out = {"rep": rep}
-    for write, read, n in (("torch-save", "torch-load", b.torch_mib),
-                           ("zarr-write", "zarr-read", b.zarr_arrays)):
+    pairs = [("torch-save", "torch-load", b.torch_mib)]
+    if who != "floor":
+        pairs.append(("zarr-write", "zarr-read", b.zarr_arrays))
+    for write, read, n in pairs:
         d = fresh_target(b, who, "fw")
         with Meter(daemon_pid(b, who)) as m:
             res = framework_phase(write, d, n)
@@ -677,8 +679,8 @@ def run_steps(b, rep, variant):
     step" does. Every delete leaves as many dead bytes as are live, which
     starts background compaction (when on) while the next step is saved:
     the saves of steps 2.. are timed. The space is measured once the store
-    is idle."""
-    who = "plain" if variant == "plain" else "ckptfs"
+    is idle. Variant "floor": the saves on the FUSE floor."""
+    who = variant if variant in ("plain", "floor") else "ckptfs"
     out = {"rep": rep, "variant": variant, "saves": []}
     root = fresh_target(b, who, "steps",
                         ["compact_dead=0"] if variant == "ckptfs-nocompact" else [])
@@ -835,17 +837,22 @@ def run_all(b):
                 R["pieces"][who].append(run_pieces(b, rep, who))
     if "steps" in wl:
         R["steps"] = {"bytes": b.steps_bytes, "steps": STEPS, "shards": STEP_SHARDS}
-        for v in STEPS_VARIANTS:
+        variants = list(STEPS_VARIANTS) + (["floor"] if b.floor else [])
+        for v in variants:
             R["steps"][v] = []
         for rep in range(args.reps):
-            for v in order_for(rep, list(STEPS_VARIANTS)):
+            for v in order_for(rep, variants):
                 log("steps %s: rep %d/%d, %s" % (human_size(b.steps_bytes), rep + 1, args.reps, v))
                 R["steps"][v].append(run_steps(b, rep, v))
     if "frameworks" in wl:
         R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
                            "threads": 16, "ckptfs": [], "plain": []}
+        items = ["ckptfs", "plain"]
+        if b.floor:
+            items.append("floor")
+            R["frameworks"]["floor"] = []
         for rep in range(args.reps):
-            for who in order_for(rep, ["ckptfs", "plain"]):
+            for who in order_for(rep, items):
                 log("frameworks: rep %d/%d, %s" % (rep + 1, args.reps, who))
                 R["frameworks"][who].append(run_frameworks(b, rep, who))
     if "scaling" in wl:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/mount_bench.py --quick end to end: every workload runs against a real
-# mount and a plain directory, workloads 1 and 2 also against the FUSE floor
-# ($CKPTFS_FUSE_FLOOR, bench/'s passthrough_hp), and the outputs exist and
-# parse: results.json (complete, a summary for every workload, the floor's
-# figures), results.md (a section per workload, the floor's column),
-# coalescing.png and scaling.png (PNG images that load), and --report-only
-# rebuilds the same results.md from the JSON.
+# mount and a plain directory, workloads 1, 2, 3 (torch) and 10 also against
+# the FUSE floor ($CKPTFS_FUSE_FLOOR, bench/'s passthrough_hp), and the
+# outputs exist and parse: results.json (complete, a summary for every
+# workload, the floor's figures), results.md (a section per workload, the
+# floor's column), coalescing.png and scaling.png (PNG images that load), and
+# --report-only rebuilds the same results.md from the JSON.
 set -euo pipefail
 source "$(dirname "$0")/ckptfs_mount_lib.sh"  # exits 77 (skipped) without /dev/fuse
 ckptfs_require_root  # drop_caches
@@ -57,11 +57,13 @@ for key in ("create_requests_per_file", "restore_requests_per_file", "restore_wa
             "warmup_s"):
     positive(S["layout"], "ckptfs_" + key)
 positive(S["big"], "dd_write_MBps")
-for phase in ("write", "cold_read"):  # the FUSE floor
+for phase in ("write", "cold_read", "mmap_read"):  # the FUSE floor
     positive(S["big"], "floor_%s_MBps" % phase)
 for key in ("create_files_per_s", "restore_files_per_s"):
     positive(S["layout"], "floor_" + key)
-for v in ("plain", "ckptfs", "ckptfs-nocompact"):
+for phase in ("torch-save", "torch-load"):
+    positive(S["frameworks"], "floor_%s_MBps" % phase)
+for v in ("plain", "ckptfs", "ckptfs-nocompact", "floor"):
     positive(S["steps"], v + "_MBps")
 for v in ("ckptfs", "ckptfs-nocompact"):
     positive(S["steps"], v + "_space_ratio")
@@ -82,9 +84,10 @@ for n, title in ((1, "Big file"), (2, "Per-parameter layout"), (3, "Real framewo
                  (10, "Keep the last step")):
     assert ("## %d. %s" % (n, title)) in md, "results.md lacks section %d" % n
 assert "n/a" not in md.split("## 1.")[1].split("## 2.")[0], "big-file table has gaps"
-for n in (1, 2):
+for n, ratio in ((1, "ckptfs/floor"), (2, "ckptfs/floor"), (3, "ckptfs/floor"),
+                 (10, "defaults/floor")):
     section = md.split("## %d." % n)[1].split("## ")[0]
-    assert "| FUSE floor |" in section and "| ckptfs/floor |" in section, \
+    assert "| FUSE floor |" in section and ("| %s |" % ratio) in section, \
         "results.md section %d lacks the FUSE floor's column" % n
 
 for png in ("coalescing.png", "scaling.png"):
