@@ -64,11 +64,11 @@ struct StoreOptions {
   // Bytes of verified, decoded records kept in memory. Default: 128 MiB.
   // Changes at run time.
   uint64_t cache_size = 128ull << 20;
-  // Reads and writes of data files go past the OS's page cache where the
-  // filesystem allows (direct I/O: io::File::ReadUncachedAt,
-  // WriteUncachedAt): the bytes Write() puts there, and large sequential
-  // reads; and the large records of segments (256 KiB and more, those of
-  // files of a few MiB and up) leave the page cache once synced. For a
+  // Writes of data files go past the OS's page cache where the filesystem
+  // allows (direct I/O: io::File::WriteUncachedAt), and the large records
+  // of segments (256 KiB and more, those of files of a few MiB and up)
+  // leave the page cache once synced. (Reads of data files go through it
+  // either way, read ahead by DataFiles, and drop the pages they read.) For a
   // store whose files are cached by someone else (a mount's kernel caches
   // the pages of the files it reads and writes through the daemon, unless
   // it passes reads through to the data files): no second cached copy.

@@ -34,13 +34,6 @@ class File {
   // Reads up to `len` bytes at `offset` into `buf`; fewer only at the end of
   // the file.
   virtual Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const = 0;
-  // Reads as ReadAt does, for bytes that will not be read again through
-  // this file soon (another cache keeps them): where the backend can, past
-  // its cache. The POSIX Env reads with O_DIRECT when `offset`, `len` and
-  // `buf` meet the filesystem's direct I/O alignment (at least a page), and
-  // through the cache otherwise. The default, and the POSIX Env's reads
-  // through the cache, are ReadAndEvict.
-  virtual Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const;
   // ReadAt, then Evict of the whole pages the read touched: a read through
   // the backend's cache that leaves none of its pages there.
   Result<size_t> ReadAndEvict(uint64_t offset, size_t len, char* buf) const;

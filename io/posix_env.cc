@@ -1,5 +1,5 @@
 // The POSIX Env: pread, pwritev, fdatasync on local files; O_DIRECT for
-// ReadUncachedAt and WriteUncachedAt.
+// WriteUncachedAt.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -88,31 +88,6 @@ class PosixFile final : public File {
     return Status::OK();
   }
 
-  Result<size_t> ReadUncachedAt(uint64_t offset, size_t len, char* buf) const override {
-    const uint64_t align = DirectAlignment();
-    if (align == 0 || offset % align != 0 || len % align != 0 ||
-        reinterpret_cast<uintptr_t>(buf) % PageSize() != 0) {
-      return ReadAndEvict(offset, len, buf);
-    }
-    size_t done = 0;
-    while (done < len) {
-      const ssize_t n = ::pread(direct_fd_, buf + done, len - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EINVAL) {
-        direct_align_.store(0, std::memory_order_relaxed);
-        break;  // refused after all: the rest through the cache
-      }
-      if (n < 0) return Status::IOError(errno, "read " + path());
-      if (n == 0) return done;
-      done += static_cast<size_t>(n);
-      if (done % align != 0) return done;  // the end of the file
-    }
-    if (done == len) return done;
-    CKPTFS_ASSIGN_OR_RETURN(size_t rest,
-                            ReadAndEvict(offset + done, len - done, buf + done));
-    return done + rest;
-  }
-
   Status WriteUncachedAt(uint64_t offset, std::string_view data) override {
     const uint64_t align = DirectAlignment();
     const uint64_t end = offset + data.size();
@@ -177,21 +152,21 @@ class PosixFile final : public File {
                           POSIX_FADV_WILLNEED);
   }
 
+  void NoReadahead() const override { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); }
+
   void Evict(uint64_t offset, uint64_t len) const override {
     // Clean pages go at once; dirty ones stay until written back.
     (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len),
                           POSIX_FADV_DONTNEED);
   }
 
-  void NoReadahead() const override { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); }
-
  private:
-  // The alignment of direct reads' and writes' offsets and lengths,
+  // The alignment of direct writes' offsets and lengths,
   // opening the O_DIRECT descriptor (with fd_'s access mode) on the first
   // call: the filesystem's (statx STATX_DIOALIGN), at least a page, so that
   // a direct write never shares a cached page with a write through the
   // cache. 0 where the filesystem offers no direct I/O, asks more than a
-  // page of memory alignment, or refused a direct read or write (EINVAL).
+  // page of memory alignment, or refused a direct write (EINVAL).
   uint64_t DirectAlignment() const {
     std::call_once(direct_once_, [this] {
       struct statx stx {};
@@ -210,7 +185,7 @@ class PosixFile final : public File {
   }
 
   const int fd_;
-  // Opened on first use, by const methods too.
+  // Opened on first use.
   mutable std::once_flag direct_once_;
   mutable int direct_fd_ = -1;  // set once, under direct_once_
   mutable std::atomic<uint64_t> direct_align_{0};
@@ -276,10 +251,6 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
                               ", expected data up to " + std::to_string(offset + len));
   }
   return Status::OK();
-}
-
-Result<size_t> File::ReadUncachedAt(uint64_t offset, size_t len, char* buf) const {
-  return ReadAndEvict(offset, len, buf);
 }
 
 Result<size_t> File::ReadAndEvict(uint64_t offset, size_t len, char* buf) const {

@@ -141,7 +141,7 @@ TEST_F(PosixEnvTest, UncachedWritesLeaveOnlyTheRaggedEndsInThePageCache) {
   EXPECT_TRUE(back == bytes);
 }
 
-TEST_F(PosixEnvTest, UncachedReadsReturnWhatReadsThroughTheCacheReturn) {
+TEST_F(PosixEnvTest, ReadAndEvictReturnsWhatReadAtReturns) {
   const std::string src = Random((2 << 20) + 300, 3);
   Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
   ASSERT_TRUE(w.ok());
@@ -165,7 +165,7 @@ TEST_F(PosixEnvTest, UncachedReadsReturnWhatReadsThroughTheCacheReturn) {
       {src.size() + 4096, 4096, 0}, // past it
   };
   for (const Case& c : cases) {
-    Result<size_t> n = (*r)->ReadUncachedAt(c.offset, c.len, buf + c.at);
+    Result<size_t> n = (*r)->ReadAndEvict(c.offset, c.len, buf + c.at);
     ASSERT_TRUE(n.ok()) << c.offset;
     const size_t want = c.offset >= src.size() ? 0 : std::min(c.len, src.size() - c.offset);
     ASSERT_EQ(*n, want) << c.offset;
@@ -175,35 +175,7 @@ TEST_F(PosixEnvTest, UncachedReadsReturnWhatReadsThroughTheCacheReturn) {
   std::free(buf);
 }
 
-TEST_F(PosixEnvTest, AlignedUncachedReadsLeaveThePageCacheAlone) {
-  if (!DirectIo()) GTEST_SKIP() << dir_ << " offers no direct I/O";
-  const std::string src = Random(1 << 20, 4);
-  {
-    Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
-    ASSERT_TRUE(w.ok());
-    const std::string_view all(src);
-    ASSERT_TRUE((*w)->WriteUncachedAt(0, all).ok());
-    ASSERT_TRUE((*w)->Sync().ok());
-  }
-  std::vector<bool> cached = Cached(dir_ + "/f");
-  ASSERT_EQ(std::count(cached.begin(), cached.end(), true), 0);
-  Result<std::unique_ptr<File>> r = Env::Posix()->Open(dir_ + "/f", OpenMode::kRead);
-  ASSERT_TRUE(r.ok());
-  char* buf = static_cast<char*>(std::aligned_alloc(kPage, 1 << 20));
-  Result<size_t> n = (*r)->ReadUncachedAt(0, 1 << 20, buf);
-  ASSERT_TRUE(n.ok());
-  EXPECT_TRUE(std::string_view(buf, *n) == src);
-  cached = Cached(dir_ + "/f");
-  EXPECT_EQ(std::count(cached.begin(), cached.end(), true), 0);
-  // Through the cache, the pages read stay.
-  ASSERT_TRUE((*r)->ReadAt(0, 1 << 20, buf).ok());
-  cached = Cached(dir_ + "/f");
-  EXPECT_EQ(std::count(cached.begin(), cached.end(), true), 256);
-  std::free(buf);
-}
-
-TEST_F(PosixEnvTest, UnalignedUncachedReadsDropThePagesTheyRead) {
-  if (!DirectIo()) GTEST_SKIP() << dir_ << " offers no direct I/O";
+TEST_F(PosixEnvTest, ReadAndEvictDropsThePagesItRead) {
   const std::string src = Random(1 << 20, 5);
   {
     Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
@@ -219,7 +191,7 @@ TEST_F(PosixEnvTest, UnalignedUncachedReadsDropThePagesTheyRead) {
   ASSERT_EQ(std::count(cached.begin(), cached.end(), true), 0);
   // Through the cache (an unaligned offset and length), then dropped.
   std::string buf(300000, '\0');
-  Result<size_t> n = (*r)->ReadUncachedAt(12345, buf.size(), buf.data());
+  Result<size_t> n = (*r)->ReadAndEvict(12345, buf.size(), buf.data());
   ASSERT_TRUE(n.ok());
   EXPECT_TRUE(std::string_view(buf.data(), *n) == std::string_view(src).substr(12345, buf.size()));
   // (Readahead may have cached pages past them.)

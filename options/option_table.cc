@@ -273,9 +273,8 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::direct_io>,
      .off_name = "no_direct_io",
-     .help = "without `passthrough`, the daemon writes large files' data files, and reads "
-             "them in large reads, with direct I/O (O_DIRECT where the filesystem allows), and "
-             "drops the large segment records of files of a few MiB from the page cache once "
+     .help = "without `passthrough`, the daemon writes large files' data files with direct "
+             "I/O (O_DIRECT where the filesystem allows), and drops the large segment records of files of a few MiB from the page cache once "
              "synced: the kernel caches those files' pages already, so the bytes are not "
              "cached twice; fewer CPU seconds per GiB, but each data-file write waits for the "
              "disk (see docs/LARGE_FILES.md); off (`no_direct_io`): through the page cache"},

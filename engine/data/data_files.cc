@@ -47,10 +47,7 @@ Result<std::shared_ptr<io::File>> DataFiles::Get(uint64_t ino) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f,
                           env_->Open(Path(ino), read_only_ ? io::OpenMode::kRead
                                                            : io::OpenMode::kReadWrite));
-  // Past the cache, the only reads through it are of single blocks that
-  // reads take in pieces: reading ahead there would read bytes that the
-  // next reads, past the cache, read again.
-  if (bypass_cache_) f->NoReadahead();
+  f->NoReadahead();  // ReadAhead instead
   std::shared_ptr<io::File> file(std::move(f));
   MutexLock l(&mu_);
   auto it = open_.find(ino);
@@ -131,15 +128,37 @@ Result<std::shared_ptr<io::File>> DataFiles::GetToRead(uint64_t ino) {
   return file;
 }
 
+void DataFiles::ReadAhead(uint64_t ino, const io::File& file, uint64_t offset, size_t len) {
+  const uint64_t end = offset + len;
+  uint64_t from = 0, to = 0;
+  {
+    MutexLock l(&mu_);
+    auto it = open_.find(ino);
+    if (it == open_.end()) return;
+    Open& o = it->second;
+    if (offset <= o.read_end && end >= o.read_end) {
+      from = std::max(o.ahead_end, end);
+      to = end + kReadAheadBytes;
+      if (to > from) o.ahead_end = to;
+    }
+    o.read_end = std::max(o.read_end, end);
+  }
+  if (to > from) file.Prefetch(from, to - from);
+}
+
 Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf) {
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, GetToRead(ino));
+  ReadAhead(ino, *file, offset, len);
   return file->ReadAt(offset, len, buf);
 }
 
 Result<size_t> DataFiles::ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf) {
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, GetToRead(ino));
-  // Either way the pages go: the session's reply fills the FUSE file's cache.
-  return bypass_cache_ ? file->ReadUncachedAt(offset, len, buf) : file->ReadAndEvict(offset, len, buf);
+  ReadAhead(ino, *file, offset, len);
+  // Through the OS's cache, where ReadAhead's pages are (a direct read
+  // would wait for the disk each time); the pages go at once: the reply
+  // fills the FUSE file's cache.
+  return file->ReadAndEvict(offset, len, buf);
 }
 
 void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {

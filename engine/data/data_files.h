@@ -20,6 +20,11 @@
 // as an unlink would release them, rather than stay until the deletion
 // after the next sync: writes that come meanwhile reuse that memory.
 //
+// Reads go through the OS's cache with its own readahead off (a reader that
+// jumps back would have it read again what earlier reads dropped); ReadAhead
+// reads ahead of readers that go on through a file instead, so that the disk
+// works while the last block read is verified and served.
+//
 // Thread safety: all methods are thread-safe; reads and writes of the files
 // run outside the lock.
 #pragma once
@@ -45,8 +50,8 @@ namespace ckptfs::engine {
 class DataFiles {
  public:
   // `store_dir` is the store's directory; the files are under its data/.
-  // With `bypass_cache`, Write() and ReadOnce() go past the OS's cache
-  // where they can (io::File::WriteUncachedAt, ReadUncachedAt).
+  // With `bypass_cache`, Write() goes past the OS's cache where it can
+  // (io::File::WriteUncachedAt).
   DataFiles(std::shared_ptr<io::Env> env, std::string store_dir, bool read_only,
             bool bypass_cache = false)
       : env_(std::move(env)),
@@ -70,8 +75,7 @@ class DataFiles {
   // Reads up to `len` bytes, fewer only at the end of the file.
   Result<size_t> ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf);
   // ReadUpTo for bytes read once (a large sequential read, whose bytes the
-  // kernel caches itself): past the OS's cache with `bypass_cache`, and
-  // dropped from it after.
+  // kernel caches itself): their pages are dropped from the OS's cache after.
   Result<size_t> ReadOnce(uint64_t ino, uint64_t offset, size_t len, char* buf);
   // Drops the OS's cached pages of [offset, offset+len) of the data file of
   // `ino` (whole pages only).
@@ -143,6 +147,7 @@ class DataFiles {
 
  private:
   static constexpr size_t kMaxOpen = 64;
+  static constexpr uint64_t kReadAheadBytes = 4ull << 20;
   static constexpr unsigned kHashThreads = 4;
   static constexpr size_t kMaxDirty = 256;
   static constexpr size_t kSyncQueueFiles = 1024;
@@ -151,6 +156,13 @@ class DataFiles {
   // Get for a read of bytes the index points at: a data file that is gone
   // is damage (EIO, "missing"), not a name the caller got wrong.
   Result<std::shared_ptr<io::File>> GetToRead(uint64_t ino);
+  // Before a read of [offset, offset+len) of `file`, the data file of `ino`:
+  // when the read reaches the furthest byte reads have reached (a reader
+  // going on through the file), asks the OS to read the next kReadAheadBytes
+  // past it ahead, in the background. Only bytes no read has reached yet:
+  // a byte read and dropped is never read ahead again (torch.load jumps
+  // back and forth), so each byte still comes from the disk once.
+  void ReadAhead(uint64_t ino, const io::File& file, uint64_t offset, size_t len);
   // The step of the data files' modification times, measured once on a
   // file of data/ (kTimestampProbeName).
   int64_t TimestampStep();
@@ -182,6 +194,8 @@ class DataFiles {
   struct Open {
     std::shared_ptr<io::File> file;
     std::list<uint64_t>::iterator pos;
+    uint64_t read_end = 0;   // the furthest byte a read of it has reached
+    uint64_t ahead_end = 0;  // ReadAhead asked for the bytes up to here
   };
   std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);

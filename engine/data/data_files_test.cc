@@ -9,8 +9,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "io/fault_injection.h"
@@ -19,7 +21,8 @@
 namespace ckptfs::engine {
 namespace {
 
-// The POSIX Env, counting the evictions asked of its files.
+// The POSIX Env, counting the evictions asked of its files and recording the
+// ranges asked to be read ahead.
 class EvictCountingEnv final : public io::Env {
  public:
   Result<std::unique_ptr<io::File>> Open(const std::string& path, io::OpenMode mode) override {
@@ -36,12 +39,17 @@ class EvictCountingEnv final : public io::Env {
   Status Remove(const std::string& path) override { return base_->Remove(path); }
   Result<std::vector<std::string>> List(const std::string& dir) override { return base_->List(dir); }
   uint64_t evictions() const { return evictions_.load(); }
+  // [offset, end) of each Prefetch, in order.
+  std::vector<std::pair<uint64_t, uint64_t>> prefetches() {
+    std::lock_guard<std::mutex> l(mu_);
+    return prefetches_;
+  }
 
  private:
   class CountingFile final : public io::File {
    public:
-    CountingFile(std::unique_ptr<io::File> base, std::atomic<uint64_t>* evictions)
-        : File(base->path()), base_(std::move(base)), evictions_(evictions) {}
+    CountingFile(std::unique_ptr<io::File> base, EvictCountingEnv* env)
+        : File(base->path()), base_(std::move(base)), env_(env) {}
     Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
       return base_->ReadAt(offset, len, buf);
     }
@@ -53,21 +61,31 @@ class EvictCountingEnv final : public io::Env {
     Result<int64_t> ModifiedNs() const override { return base_->ModifiedNs(); }
     Status Truncate(uint64_t size) override { return base_->Truncate(size); }
     void Evict(uint64_t offset, uint64_t len) const override {
-      ++*evictions_;
+      ++env_->evictions_;
       base_->Evict(offset, len);
     }
+    void Prefetch(uint64_t offset, uint64_t len) const override {
+      {
+        std::lock_guard<std::mutex> l(env_->mu_);
+        env_->prefetches_.emplace_back(offset, offset + len);
+      }
+      base_->Prefetch(offset, len);
+    }
+    void NoReadahead() const override { base_->NoReadahead(); }
 
    private:
     const std::unique_ptr<io::File> base_;
-    std::atomic<uint64_t>* const evictions_;
+    EvictCountingEnv* const env_;
   };
   Result<std::unique_ptr<io::File>> Wrap(Result<std::unique_ptr<io::File>> f) {
     CKPTFS_RETURN_IF_ERROR(f.status());
-    return std::unique_ptr<io::File>(std::make_unique<CountingFile>(std::move(*f), &evictions_));
+    return std::unique_ptr<io::File>(std::make_unique<CountingFile>(std::move(*f), this));
   }
 
   const std::shared_ptr<io::Env> base_ = io::Env::Posix();
   std::atomic<uint64_t> evictions_{0};
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> prefetches_;
 };
 
 class DataFilesTest : public ::testing::Test {
@@ -205,6 +223,37 @@ TEST_F(DataFilesTest, TheCachedPagesOfAQueuedFileGoAtOnceUnlessItWasWrittenSince
   ASSERT_TRUE(files_->WaitForRemovals().ok());
   EXPECT_FALSE(Exists(1));
   EXPECT_FALSE(Exists(2));
+}
+
+TEST_F(DataFilesTest, ReadsAheadOfAReaderGoingOnButNeverBehindTheFurthestRead) {
+  constexpr uint64_t kMiB = 1 << 20;
+  const std::string bytes = test::CompressibleData(16 * kMiB);
+  ASSERT_TRUE(files_->Create(1).ok());
+  ASSERT_TRUE(files_->Write(1, 0, bytes).ok());
+  ASSERT_TRUE(files_->SyncDirty().ok());
+  std::string buf(kMiB, '\0');
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  auto read_once = [&](uint64_t offset) {
+    Result<size_t> n = files_->ReadOnce(1, offset, kMiB, buf.data());
+    ASSERT_TRUE(n.ok());
+    ASSERT_EQ(*n, kMiB);
+    EXPECT_EQ(buf, bytes.substr(offset, kMiB)) << offset;
+  };
+  // From the start on: the 4 MiB past each read, each byte asked for once.
+  read_once(0);
+  EXPECT_EQ(env_->prefetches(), (Ranges{{kMiB, 5 * kMiB}}));
+  ASSERT_TRUE(files_->ReadUpTo(1, kMiB, kMiB, buf.data()).ok());
+  EXPECT_EQ(env_->prefetches(), (Ranges{{kMiB, 5 * kMiB}, {5 * kMiB, 6 * kMiB}}));
+  // A jump forward asks for nothing: it does not go on from the furthest
+  // byte read ...
+  read_once(10 * kMiB);
+  // ... nor does a read behind that byte (what is there may have been read
+  // and dropped already).
+  read_once(2 * kMiB);
+  EXPECT_EQ(env_->prefetches().size(), 2u);
+  // Going on from the furthest byte read: ahead of it again.
+  read_once(11 * kMiB);
+  EXPECT_EQ(env_->prefetches().back(), std::make_pair(12 * kMiB, 16 * kMiB));
 }
 
 TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
