@@ -528,12 +528,7 @@ Status StoreImpl::CopyRecord(uint64_t ino, const std::vector<const Extent*>& gro
       note_sealed(ar);
       for (size_t k = i; k < j; ++k) {
         format::ExtentValue nv = sorted[k]->value;
-        nv.segment_id = ar.segment_id;
-        nv.record_offset = ar.offset;
-        nv.stored_len = pr.header.stored_len;
-        nv.raw_len = pr.header.raw_len;
-        nv.codec = pr.header.codec;
-        nv.checksum = pr.header.payload_checksum;
+        format::PointExtentAt(pr.header, ar.segment_id, ar.offset, &nv);
         nv.skip = sorted[k]->value.skip - a;
         puts->emplace_back(format::ExtentKey(ino, sorted[k]->offset), format::EncodeExtent(nv));
       }

@@ -59,12 +59,7 @@ Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view 
     }
     format::ExtentValue e;
     e.length = static_cast<uint32_t>(chunk.size());
-    e.segment_id = r.segment_id;
-    e.record_offset = r.offset;
-    e.stored_len = rec.header.stored_len;
-    e.raw_len = rec.header.raw_len;
-    e.codec = rec.header.codec;
-    e.checksum = rec.header.payload_checksum;
+    format::PointExtentAt(rec.header, r.segment_id, r.offset, &e);
     b->Put(cf_extents_, format::ExtentKey(ino, offset + pos), format::EncodeExtent(e));
     (*deltas)[r.segment_id].live += static_cast<int64_t>(chunk.size());
     counters_.records_written++;

@@ -598,4 +598,13 @@ Status CheckRecordForExtent(const RecordHeader& h, const ExtentValue& e, uint64_
   return Status::OK();
 }
 
+void PointExtentAt(const RecordHeader& h, uint64_t segment_id, uint64_t offset, ExtentValue* e) {
+  e->segment_id = segment_id;
+  e->record_offset = offset;
+  e->stored_len = h.stored_len;
+  e->raw_len = h.raw_len;
+  e->codec = h.codec;
+  e->checksum = h.payload_checksum;
+}
+
 }  // namespace ckptfs::format

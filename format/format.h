@@ -237,5 +237,9 @@ Status CheckDataFileBlock(const ExtentValue& e, std::string_view block);
 // VerifyRecordPayload's.
 Status CheckRecordForExtent(const RecordHeader& h, const ExtentValue& e, uint64_t ino,
                             uint64_t file_offset);
+// Points `e` at the record `h` written at `offset` of segment `segment_id`:
+// sets the fields CheckRecordForExtent compares with the header, and the
+// record's place; the others (length, skip) stay.
+void PointExtentAt(const RecordHeader& h, uint64_t segment_id, uint64_t offset, ExtentValue* e);
 
 }  // namespace ckptfs::format

@@ -203,12 +203,7 @@ uint64_t Checker::PlaceRecord(uint64_t ino, Node* node, SegmentState* seg, size_
   if (next != node->covered.begin() && std::prev(next)->second > start) return 0;
   format::ExtentValue v;
   v.length = static_cast<uint32_t>(end - start);
-  v.segment_id = seg->id;
-  v.record_offset = r.offset;
-  v.stored_len = r.header.stored_len;
-  v.raw_len = r.header.raw_len;
-  v.codec = r.header.codec;
-  v.checksum = r.header.payload_checksum;
+  format::PointExtentAt(r.header, seg->id, r.offset, &v);
   batch_.Put(index_.extents(), format::ExtentKey(ino, start), format::EncodeExtent(v));
   batch_used_ = true;
   node->covered[start] = end;
