@@ -16,14 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What each room may include besides itself.
 LOW = {"base", "io", "format"}
-ENGINE = {"engine/data", "engine/index", "engine"}
+ENGINE = {"engine/data", "engine/index", "engine", "meta"}
 BELOW = {
     "base": set(),
     "io": {"base"},
     "format": {"base"},
+    "meta": {"base", "format"},
     "engine/data": LOW,
-    "engine/index": LOW,
-    "engine": LOW | {"engine/data", "engine/index"},
+    "engine/index": LOW | {"meta"},
+    "engine": LOW | {"engine/data", "engine/index", "meta"},
     "engine/fsck": LOW | ENGINE,
     "stats": LOW | {"engine"},
     "options": LOW | {"engine"},

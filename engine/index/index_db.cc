@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "engine/index/merge_ops.h"
+#include "meta/rocks_kv.h"
 #include "format/format.h"
 
 namespace ckptfs::engine {
@@ -97,11 +97,11 @@ IndexOptions MakeIndexOptions(io::Env* env, std::function<void()> before_flush) 
     return o;
   };
   io.families = {
-      {rocksdb::kDefaultColumnFamilyName, cf_opts(NewCounterMergeOperator())},
+      {rocksdb::kDefaultColumnFamilyName, cf_opts(meta::NewMergeOperator(meta::Space::kMeta))},
       {format::kCfInodes, cf_opts(nullptr)},
       {format::kCfDentries, cf_opts(nullptr)},
       {format::kCfExtents, cf_opts(nullptr)},
-      {format::kCfSegments, cf_opts(NewSegmentStatMergeOperator())},
+      {format::kCfSegments, cf_opts(meta::NewMergeOperator(meta::Space::kSegments))},
       {format::kCfXattrs, cf_opts(nullptr)},
   };
   io.unknown_family = cf_opts(nullptr);
@@ -198,13 +198,6 @@ Status RepairIndexDb(const std::string& path, io::Env* env, std::vector<std::str
   IndexOptions io = MakeIndexOptions(env, nullptr);
   return FromRocksStatus(rocksdb::RepairDB(path, io.db, io.families, io.unknown_family),
                          "repair index " + path);
-}
-
-Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::OK();
-  if (s.IsNoSpace()) return Status(ENOSPC, what + ": " + s.ToString());
-  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
-  return Status(EIO, what + ": " + s.ToString());
 }
 
 }  // namespace ckptfs::engine

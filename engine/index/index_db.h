@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "io/env.h"
+#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -77,6 +78,6 @@ Status RepairIndexDb(const std::string& path, io::Env* env, std::vector<std::str
 Status SeedIndexFamilies(const std::string& path, io::Env* env, std::vector<std::string>* seeds);
 
 // Maps a RocksDB status to ours: ENOSPC, corruption (EIO) or EIO.
-Status FromRocksStatus(const rocksdb::Status& s, const std::string& what);
+using meta::FromRocksStatus;
 
 }  // namespace ckptfs::engine

@@ -1,0 +1,125 @@
+#include "meta/kv.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "format/format.h"
+
+namespace ckptfs::meta {
+
+const char* SpaceName(Space s) {
+  switch (s) {
+    case Space::kMeta: return "meta";
+    case Space::kInodes: return format::kCfInodes;
+    case Space::kDentries: return format::kCfDentries;
+    case Space::kExtents: return format::kCfExtents;
+    case Space::kSegments: return format::kCfSegments;
+    case Space::kXattrs: return format::kCfXattrs;
+  }
+  return "unknown";
+}
+
+bool SpaceMerges(Space s) { return s == Space::kMeta || s == Space::kSegments; }
+
+std::string CounterOperand(int64_t delta) {
+  std::string s;
+  format::PutLE64(&s, static_cast<uint64_t>(delta));
+  return s;
+}
+
+Status ApplyMerge(Space s, std::optional<std::string_view> existing, std::string_view operand,
+                  std::string* out) {
+  switch (s) {
+    case Space::kMeta: {
+      int64_t a = 0;
+      if (existing.has_value()) {
+        if (existing->size() != 8) {
+          return Status::Corruption("counter value of " + std::to_string(existing->size()) +
+                                    " bytes, expected 8");
+        }
+        a = static_cast<int64_t>(format::GetLE64(existing->data()));
+      }
+      if (operand.size() != 8) {
+        return Status::Corruption("counter operand of " + std::to_string(operand.size()) +
+                                  " bytes, expected 8");
+      }
+      const int64_t b = static_cast<int64_t>(format::GetLE64(operand.data()));
+      out->clear();
+      format::PutLE64(out, static_cast<uint64_t>(a + b));
+      return Status::OK();
+    }
+    case Space::kSegments: {
+      format::SegmentStat a, b;
+      if (existing.has_value()) {
+        CKPTFS_RETURN_IF_ERROR(format::DecodeSegmentStat(*existing, &a));
+      }
+      CKPTFS_RETURN_IF_ERROR(format::DecodeSegmentStat(operand, &b));
+      *out = format::EncodeSegmentStat(format::MergeSegmentStat(a, b));
+      return Status::OK();
+    }
+    default:
+      return Status(EINVAL, std::string("the ") + SpaceName(s) + " space takes no merges");
+  }
+}
+
+void Writes::Put(Space s, std::string_view key, std::string_view value) {
+  list_.push_back(Write{Write::Kind::kPut, s, std::string(key), std::string(value)});
+  bytes_ += key.size() + value.size();
+}
+
+void Writes::Delete(Space s, std::string_view key) {
+  list_.push_back(Write{Write::Kind::kDelete, s, std::string(key), {}});
+  bytes_ += key.size();
+}
+
+void Writes::Merge(Space s, std::string_view key, std::string_view operand) {
+  list_.push_back(Write{Write::Kind::kMerge, s, std::string(key), std::string(operand)});
+  bytes_ += key.size() + operand.size();
+}
+
+void Writes::Append(const Writes& other) {
+  list_.insert(list_.end(), other.list_.begin(), other.list_.end());
+  bytes_ += other.bytes_;
+}
+
+void Writes::Clear() {
+  list_.clear();
+  bytes_ = 0;
+}
+
+Status ConflictStatus(std::string message) {
+  return Status(EAGAIN, std::move(message)).WithPayload(TxnConflict{});
+}
+
+bool IsConflict(const Status& s) { return s.payload<TxnConflict>() != nullptr; }
+
+namespace {
+
+void Backoff(const RetryPolicy& policy, int attempt) {
+  const uint64_t cap = std::min<uint64_t>(
+      policy.backoff_max_us, static_cast<uint64_t>(policy.backoff_base_us)
+                                 << std::min(attempt - 2, 20));
+  if (cap == 0) return;
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap));
+}
+
+}  // namespace
+
+Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, bool sync,
+              const RetryPolicy& policy) {
+  Status last;
+  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+    if (attempt > 1) Backoff(policy, attempt);
+    Result<std::unique_ptr<Txn>> txn = kv->Begin();
+    if (!txn.ok()) return txn.status();
+    last = body(txn->get());
+    if (last.ok()) last = (*txn)->Commit(sync);
+    if (!IsConflict(last)) return last;
+  }
+  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+}
+
+}  // namespace ckptfs::meta

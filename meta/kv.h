@@ -1,0 +1,162 @@
+// The metadata seam: the small ordered key-value transaction interface
+// through which a store reaches its index (docs/SHARED.md, "The seam").
+//
+// Keys and values are format/'s encodings, byte for byte, in every
+// implementation: RocksDB (meta/rocks_kv.h: embedded, one host, the
+// default) and PostgreSQL (meta/pg_kv.h: shared by several hosts). Keys
+// sort bytewise (memcmp, then the shorter first) in each key space.
+//
+// A transaction reads (Get, Scan, Last), gathers writes (Put, Delete,
+// Merge) and commits them atomically. Its reads do not see its own
+// uncommitted writes. Commit fails with a conflict (IsConflict) when an
+// implementation finds that another writer changed what the transaction
+// read; RunTxn runs a transaction body again until it commits. The embedded
+// implementation never reports conflicts: its one process serializes
+// writers with its own locks and reads the latest committed state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace ckptfs::meta {
+
+// The key spaces of the index (docs/FORMAT.md, "Index"): RocksDB column
+// families, PostgreSQL tables.
+enum class Space : uint8_t { kMeta = 0, kInodes, kDentries, kExtents, kSegments, kXattrs };
+inline constexpr int kSpaceCount = 6;
+inline constexpr Space kAllSpaces[kSpaceCount] = {Space::kMeta,     Space::kInodes,
+                                                   Space::kDentries, Space::kExtents,
+                                                   Space::kSegments, Space::kXattrs};
+// "meta", "inodes", ...: the space's name in messages and PostgreSQL tables.
+const char* SpaceName(Space s);
+
+// How Merge operands combine with a key's value, per space:
+//   kMeta      8-byte little-endian int64 counters that add up (a Put sets one)
+//   kSegments  format::SegmentStat encodings (format::MergeSegmentStat)
+//   the others take no merges
+// `existing`: the value so far (nullopt: none). Corruption when an operand
+// or the value is not of the space's encoding; EINVAL for a space without
+// merges. This one function is the rule of every implementation.
+Status ApplyMerge(Space s, std::optional<std::string_view> existing, std::string_view operand,
+                  std::string* out);
+bool SpaceMerges(Space s);
+
+// The operand that adds `delta` to a kMeta counter.
+std::string CounterOperand(int64_t delta);
+
+// One write of a transaction.
+struct Write {
+  enum class Kind : uint8_t { kPut, kDelete, kMerge };
+  Kind kind;
+  Space space;
+  std::string key;
+  std::string value;  // kPut: the value; kMerge: the operand; kDelete: empty
+};
+
+// The writes of a transaction, in the order they apply.
+class Writes {
+ public:
+  void Put(Space s, std::string_view key, std::string_view value);
+  void Delete(Space s, std::string_view key);
+  void Merge(Space s, std::string_view key, std::string_view operand);
+  // Appends `other`'s writes after these.
+  void Append(const Writes& other);
+  const std::vector<Write>& list() const { return list_; }
+  bool empty() const { return list_.empty(); }
+  size_t size() const { return list_.size(); }
+  // Bytes of keys and values held.
+  uint64_t bytes() const { return bytes_; }
+  void Clear();
+
+ private:
+  std::vector<Write> list_;
+  uint64_t bytes_ = 0;
+};
+
+// Called for each key of a Scan in order; false stops the scan.
+using ScanFn = std::function<bool(std::string_view key, std::string_view value)>;
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+};
+
+// A conflict: another writer changed what a transaction read, or the
+// transaction could not be ordered with one. Nothing of the transaction was
+// applied; running it again from the start may succeed.
+struct TxnConflict {};
+Status ConflictStatus(std::string message);
+bool IsConflict(const Status& s);
+
+// One transaction. Not thread-safe: one thread uses it at a time.
+class Txn {
+ public:
+  virtual ~Txn() = default;
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+
+  // The value of `key`, merge operands applied; nullopt when there is none.
+  virtual Result<std::optional<std::string>> Get(Space s, std::string_view key) = 0;
+  // Calls `fn` for each key in [begin, end) in ascending order (end empty:
+  // to the end of the space) until it returns false. The views are valid
+  // during the call only.
+  virtual Status Scan(Space s, std::string_view begin, std::string_view end,
+                      const ScanFn& fn) = 0;
+  // The greatest key in [begin, end) with its value; nullopt when none.
+  virtual Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
+                                               std::string_view end) = 0;
+
+  void Put(Space s, std::string_view key, std::string_view value) { writes_.Put(s, key, value); }
+  void Delete(Space s, std::string_view key) { writes_.Delete(s, key); }
+  void Merge(Space s, std::string_view key, std::string_view operand) {
+    writes_.Merge(s, key, operand);
+  }
+  Writes& writes() { return writes_; }
+
+  // Applies the writes atomically; with `sync`, durable against power loss
+  // when it returns (else durable against a kill of this process, and made
+  // durable by the next Kv::Sync or synced commit). Call at most once; a
+  // transaction without writes commits nothing. IsConflict: nothing applied,
+  // run again. Other errors: nothing applied, except where the message says
+  // the outcome is unknown (the connection was lost during the commit).
+  virtual Status Commit(bool sync) = 0;
+
+ protected:
+  Txn() = default;
+  Writes writes_;
+};
+
+// An index: where transactions begin. Thread-safe.
+class Kv {
+ public:
+  virtual ~Kv() = default;
+  virtual Result<std::unique_ptr<Txn>> Begin() = 0;
+  // Makes every commit that returned so far durable against power loss.
+  virtual Status Sync() = 0;
+  // What it is, for messages: "RocksDB at PATH", "PostgreSQL DB on HOST".
+  virtual std::string Describe() const = 0;
+};
+
+// How RunTxn runs a body again after a conflict.
+struct RetryPolicy {
+  int max_attempts = 64;
+  // The wait before attempt n (n >= 2) is random in [0, min(max, base * 2^(n-2))).
+  uint32_t backoff_base_us = 100;
+  uint32_t backoff_max_us = 50'000;
+};
+
+// Runs `body` in a new transaction and commits what it wrote; when a read or
+// the commit reports a conflict, waits a little and runs it again in a fresh
+// transaction. The body's errors end it without a commit. After
+// `policy.max_attempts` conflicts, the last conflict (EAGAIN).
+Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, bool sync,
+              const RetryPolicy& policy = {});
+
+}  // namespace ckptfs::meta

@@ -1,0 +1,464 @@
+// The seam's conformance suite (meta/kv.h), run on each implementation:
+// RocksDB in a temporary directory, and PostgreSQL in the private cluster
+// that scripts/with-postgres.sh starts (CKPTFS_TEST_PG), a schema per test.
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "format/format.h"
+#include "meta/kv.h"
+#include "meta/pg_kv.h"
+#include "meta/rocks_kv.h"
+
+namespace ckptfs::meta {
+namespace {
+
+// One implementation under test.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Kv* kv() = 0;
+  // Whether it finds conflicts between transactions itself (the embedded
+  // one leaves that to its caller's locks).
+  virtual bool DetectsConflicts() const = 0;
+};
+
+class RocksBackend final : public Backend {
+ public:
+  RocksBackend() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ckptfs-kv-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::remove_all(dir_);
+    rocksdb::DBOptions o;
+    o.create_if_missing = true;
+    o.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> fams;
+    for (Space s : kAllSpaces) {
+      rocksdb::ColumnFamilyOptions co;
+      co.merge_operator = NewMergeOperator(s);
+      fams.emplace_back(FamilyName(s), co);
+    }
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status st = rocksdb::DB::Open(o, dir_.string(), fams, &handles_, &db);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    db_.reset(db);
+    kv_ = std::make_unique<RocksKv>(db_.get(), handles_);
+  }
+  ~RocksBackend() override {
+    kv_.reset();
+    for (auto* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
+    db_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  Kv* kv() override { return kv_.get(); }
+  bool DetectsConflicts() const override { return false; }
+
+ private:
+  static inline std::atomic<int> counter_{0};
+  std::filesystem::path dir_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<RocksKv> kv_;
+};
+
+// The URI of the test cluster; the test fails without one.
+std::string TestPgUri() {
+  const char* uri = std::getenv("CKPTFS_TEST_PG");
+  return uri == nullptr ? "" : uri;
+}
+
+class PgBackend final : public Backend {
+ public:
+  PgBackend() {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    std::string schema = "t_" + std::string(info->name());
+    for (char& c : schema) c = std::isalnum(static_cast<unsigned char>(c)) ? std::tolower(c) : '_';
+    schema = schema.substr(0, 50) + "_" + std::to_string(getpid());
+    PgOptions o;
+    o.uri = TestPgUri();
+    o.schema = schema;
+    o.create = true;
+    Result<std::unique_ptr<PgKv>> kv = PgKv::Open(o);
+    EXPECT_TRUE(kv.ok()) << kv.status().ToString();
+    if (kv.ok()) kv_ = std::move(*kv);
+  }
+  ~PgBackend() override {
+    if (kv_ != nullptr) {
+      EXPECT_TRUE(kv_->DropSchema().ok());
+    }
+  }
+  Kv* kv() override { return kv_.get(); }
+  PgKv* pg() { return kv_.get(); }
+  bool DetectsConflicts() const override { return true; }
+
+ private:
+  std::unique_ptr<PgKv> kv_;
+};
+
+enum class Impl { kRocksDb, kPostgreSql };
+
+class KvTest : public testing::TestWithParam<Impl> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Impl::kPostgreSql) {
+      ASSERT_FALSE(TestPgUri().empty())
+          << "CKPTFS_TEST_PG is not set: run this through scripts/with-postgres.sh";
+      backend_ = std::make_unique<PgBackend>();
+    } else {
+      backend_ = std::make_unique<RocksBackend>();
+    }
+    ASSERT_NE(backend_->kv(), nullptr);
+    kv_ = backend_->kv();
+  }
+
+  std::unique_ptr<Txn> Begin() {
+    Result<std::unique_ptr<Txn>> t = kv_->Begin();
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? std::move(*t) : nullptr;
+  }
+  // Commits `fn`'s writes in a transaction of their own.
+  void Write(const std::function<void(Txn*)>& fn, bool sync = false) {
+    Status st = RunTxn(kv_, [&](Txn* t) { fn(t); return Status::OK(); }, sync);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  std::optional<std::string> Get(Space s, std::string_view key) {
+    auto t = Begin();
+    Result<std::optional<std::string>> v = t->Get(s, key);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(t->Commit(false).ok());
+    return v.ok() ? *v : std::nullopt;
+  }
+  std::vector<std::pair<std::string, std::string>> Scan(Space s, std::string_view begin,
+                                                        std::string_view end, size_t stop = 0) {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto t = Begin();
+    Status st = t->Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
+      out.emplace_back(k, v);
+      return stop == 0 || out.size() < stop;
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(t->Commit(false).ok());
+    return out;
+  }
+  int64_t Counter(std::string_view key) {
+    std::optional<std::string> v = Get(Space::kMeta, key);
+    if (!v.has_value() || v->size() != 8) return -1;
+    return static_cast<int64_t>(format::GetLE64(v->data()));
+  }
+
+  std::unique_ptr<Backend> backend_;
+  Kv* kv_ = nullptr;
+};
+
+using namespace std::string_literals;
+
+TEST_P(KvTest, PutGetAndDeleteKeepEveryByte) {
+  const std::string key = "k\0\xff\x01"s;
+  const std::string value = "v\0\x80 bytes"s;
+  Write([&](Txn* t) {
+    t->Put(Space::kInodes, key, value);
+    t->Put(Space::kInodes, "empty", "");
+  });
+  EXPECT_EQ(Get(Space::kInodes, key), value);
+  EXPECT_EQ(Get(Space::kInodes, "empty"), ""s);
+  EXPECT_EQ(Get(Space::kInodes, "missing"), std::nullopt);
+  Write([&](Txn* t) { t->Put(Space::kInodes, key, "second"); });
+  EXPECT_EQ(Get(Space::kInodes, key), "second"s);
+  Write([&](Txn* t) { t->Delete(Space::kInodes, key); });
+  EXPECT_EQ(Get(Space::kInodes, key), std::nullopt);
+}
+
+TEST_P(KvTest, SpacesAreApart) {
+  Write([&](Txn* t) {
+    t->Put(Space::kDentries, "x", "dentry");
+    t->Put(Space::kXattrs, "x", "xattr");
+  });
+  EXPECT_EQ(Get(Space::kDentries, "x"), "dentry"s);
+  EXPECT_EQ(Get(Space::kXattrs, "x"), "xattr"s);
+  EXPECT_EQ(Get(Space::kExtents, "x"), std::nullopt);
+}
+
+TEST_P(KvTest, ScanIsBytewiseOrderedAndBounded) {
+  const std::vector<std::string> keys = {"a", "a\0"s, "a\x01", "ab", "b", "\x7f", "\x80", "\xff"};
+  Write([&](Txn* t) {
+    for (auto it = keys.rbegin(); it != keys.rend(); ++it) t->Put(Space::kDentries, *it, *it + "!");
+  });
+  auto all = Scan(Space::kDentries, "", "");
+  ASSERT_EQ(all.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(all[i].first, keys[i]) << i;
+    EXPECT_EQ(all[i].second, keys[i] + "!");
+  }
+  // [a\0, b): the end is left out.
+  auto part = Scan(Space::kDentries, "a\0"s, "b");
+  ASSERT_EQ(part.size(), 3u);
+  EXPECT_EQ(part.front().first, "a\0"s);
+  EXPECT_EQ(part.back().first, "ab");
+  EXPECT_EQ(Scan(Space::kDentries, "\x80", "").size(), 2u);
+  EXPECT_EQ(Scan(Space::kDentries, "", "", /*stop=*/2).size(), 2u);
+  EXPECT_TRUE(Scan(Space::kDentries, "c", "d").empty());
+}
+
+TEST_P(KvTest, ScanCrossesPages) {
+  // More keys than one page of the PostgreSQL implementation, in one commit
+  // larger than one of its pipelines.
+  const int n = 1500;
+  Write([&](Txn* t) {
+    for (int i = 0; i < n; ++i) t->Put(Space::kExtents, format::ExtentKey(7, i * 4096ull), "e");
+    t->Put(Space::kExtents, format::ExtentKey(8, 0), "other file");
+  });
+  auto got = Scan(Space::kExtents, format::ExtentPrefix(7), format::ExtentPrefix(8));
+  ASSERT_EQ(got.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[i].first, format::ExtentKey(7, i * 4096ull));
+}
+
+TEST_P(KvTest, LastFindsTheGreatestKeyBeforeTheEnd) {
+  Write([&](Txn* t) {
+    for (uint64_t off : {0ull, 4096ull, 8192ull}) {
+      t->Put(Space::kExtents, format::ExtentKey(3, off), std::to_string(off));
+    }
+    t->Put(Space::kExtents, format::ExtentKey(4, 0), "next");
+  });
+  auto t = Begin();
+  auto last = t->Last(Space::kExtents, format::ExtentPrefix(3), format::ExtentKey(3, 8192));
+  ASSERT_TRUE(last.ok());
+  ASSERT_TRUE(last->has_value());
+  EXPECT_EQ((*last)->key, format::ExtentKey(3, 4096));
+  EXPECT_EQ((*last)->value, "4096");
+  last = t->Last(Space::kExtents, format::ExtentPrefix(3), format::ExtentKey(3, 8193));
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ((*last)->value, "8192");
+  last = t->Last(Space::kExtents, format::ExtentPrefix(3), format::ExtentKey(3, 0));
+  ASSERT_TRUE(last.ok());
+  EXPECT_FALSE(last->has_value());
+  last = t->Last(Space::kExtents, format::ExtentPrefix(3), "");
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ((*last)->value, "next");
+  EXPECT_TRUE(t->Commit(false).ok());
+}
+
+TEST_P(KvTest, CountersAddUpAndAPutResetsThem) {
+  Write([&](Txn* t) {
+    t->Merge(Space::kMeta, "count", CounterOperand(5));
+    t->Merge(Space::kMeta, "count", CounterOperand(-2));
+  });
+  EXPECT_EQ(Counter("count"), 3);
+  Write([&](Txn* t) { t->Merge(Space::kMeta, "count", CounterOperand(10)); });
+  EXPECT_EQ(Counter("count"), 13);
+  // In one transaction, in order: a Put replaces what came before it.
+  Write([&](Txn* t) {
+    t->Merge(Space::kMeta, "count", CounterOperand(100));
+    t->Put(Space::kMeta, "count", CounterOperand(1));
+    t->Merge(Space::kMeta, "count", CounterOperand(1));
+  });
+  EXPECT_EQ(Counter("count"), 2);
+  auto scanned = Scan(Space::kMeta, "count", "count\0"s);
+  ASSERT_EQ(scanned.size(), 1u);
+  EXPECT_EQ(format::GetLE64(scanned[0].second.data()), 2u);
+  Write([&](Txn* t) { t->Delete(Space::kMeta, "count"); });
+  EXPECT_EQ(Get(Space::kMeta, "count"), std::nullopt);
+  Write([&](Txn* t) { t->Merge(Space::kMeta, "count", CounterOperand(4)); });
+  EXPECT_EQ(Counter("count"), 4);
+}
+
+TEST_P(KvTest, SegmentStatsMergeAsTheFormatSays) {
+  const std::string key = format::SegmentKey(9);
+  Write([&](Txn* t) {
+    t->Put(Space::kSegments, key, format::EncodeSegmentStat({100, 0, 0, 0}));
+    t->Merge(Space::kSegments, key, format::EncodeSegmentStat({-30, 30, 0, 0}));
+  });
+  Write([&](Txn* t) {
+    t->Merge(Space::kSegments, key, format::EncodeSegmentStat({0, 0, 1, 4096}));
+    t->Merge(Space::kSegments, format::SegmentKey(10), format::EncodeSegmentStat({5, 0, 0, 0}));
+  });
+  std::optional<std::string> v = Get(Space::kSegments, key);
+  ASSERT_TRUE(v.has_value());
+  format::SegmentStat st;
+  ASSERT_TRUE(format::DecodeSegmentStat(*v, &st).ok());
+  EXPECT_EQ(st, (format::SegmentStat{70, 30, 1, 4096}));
+  auto all = Scan(Space::kSegments, "", "");
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].first, format::SegmentKey(10));
+  ASSERT_TRUE(format::DecodeSegmentStat(all[1].second, &st).ok());
+  EXPECT_EQ(st, (format::SegmentStat{5, 0, 0, 0}));
+}
+
+TEST_P(KvTest, ACommitThatFailsAppliesNothing) {
+  auto t = Begin();
+  t->Put(Space::kInodes, "a", "1");
+  t->Merge(Space::kInodes, "b", CounterOperand(1));  // inodes take no merges
+  Status st = t->Commit(false);
+  EXPECT_EQ(st.code(), EINVAL) << st.ToString();
+  t.reset();
+  EXPECT_EQ(Get(Space::kInodes, "a"), std::nullopt);
+}
+
+TEST_P(KvTest, ReadsDoNotSeeTheirOwnTransactionsWrites) {
+  Write([&](Txn* t) { t->Put(Space::kInodes, "a", "old"); });
+  auto t = Begin();
+  t->Put(Space::kInodes, "a", "new");
+  auto v = t->Get(Space::kInodes, "a");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "old"s);
+  ASSERT_TRUE(t->Commit(false).ok());
+  EXPECT_EQ(Get(Space::kInodes, "a"), "new"s);
+}
+
+TEST_P(KvTest, SyncedCommitsAndSync) {
+  Write([&](Txn* t) { t->Put(Space::kMeta, "durable", "yes"); }, /*sync=*/true);
+  Write([&](Txn* t) { t->Put(Space::kMeta, "later", "yes"); });
+  Status st = kv_->Sync();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Get(Space::kMeta, "later"), "yes"s);
+}
+
+TEST_P(KvTest, MergesFromManyThreadsNeverConflictAndAddUp) {
+  const int threads = 8, each = 100;
+  std::atomic<int> runs{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&] {
+      for (int j = 0; j < each; ++j) {
+        Status st = RunTxn(kv_, [&](Txn* t) {
+          ++runs;
+          t->Merge(Space::kMeta, "hot", CounterOperand(1));
+          return Status::OK();
+        }, false);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(Counter("hot"), threads * each);
+  EXPECT_EQ(runs.load(), threads * each) << "a blind merge was run again";
+}
+
+TEST_P(KvTest, TwoCreatesOfOneNameConflict) {
+  if (!backend_->DetectsConflicts()) GTEST_SKIP() << "the embedded index leaves this to its caller";
+  auto a = Begin();
+  auto b = Begin();
+  ASSERT_FALSE(a->Get(Space::kDentries, "step_1")->has_value());
+  ASSERT_FALSE(b->Get(Space::kDentries, "step_1")->has_value());
+  a->Put(Space::kDentries, "step_1", "from a");
+  b->Put(Space::kDentries, "step_1", "from b");
+  ASSERT_TRUE(a->Commit(false).ok());
+  Status st = b->Commit(false);
+  EXPECT_TRUE(IsConflict(st)) << st.ToString();
+  EXPECT_EQ(st.code(), EAGAIN);
+  EXPECT_EQ(Get(Space::kDentries, "step_1"), "from a"s);
+}
+
+TEST_P(KvTest, AnEmptinessCheckRacingACreateConflicts) {
+  // rmdir on one host (scan the directory: empty; delete it) against a
+  // create in it on another (the directory is there; add a name): write
+  // skew, which only a serializable index refuses.
+  if (!backend_->DetectsConflicts()) GTEST_SKIP() << "the embedded index leaves this to its caller";
+  Write([&](Txn* t) { t->Put(Space::kInodes, format::InodeKey(5), "dir"); });
+  auto rmdir = Begin();
+  auto create = Begin();
+  size_t children = 0;
+  ASSERT_TRUE(rmdir->Scan(Space::kDentries, format::DentryPrefix(5), format::DentryPrefix(6),
+                          [&](std::string_view, std::string_view) { return ++children, true; })
+                  .ok());
+  EXPECT_EQ(children, 0u);
+  ASSERT_TRUE(create->Get(Space::kInodes, format::InodeKey(5))->has_value());
+  rmdir->Delete(Space::kInodes, format::InodeKey(5));
+  create->Put(Space::kDentries, format::DentryKey(5, "file"), "child");
+  Status first = rmdir->Commit(false);
+  Status second = create->Commit(false);
+  EXPECT_TRUE(first.ok() != second.ok()) << first.ToString() << " / " << second.ToString();
+  EXPECT_TRUE(IsConflict(first.ok() ? second : first));
+}
+
+TEST_P(KvTest, ReadModifyWriteFromManyThreadsIsSerializable) {
+  if (!backend_->DetectsConflicts()) GTEST_SKIP() << "the embedded index leaves this to its caller";
+  const int threads = 4, each = 25;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&] {
+      for (int j = 0; j < each; ++j) {
+        Status st = RunTxn(kv_, [&](Txn* t) {
+          CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, t->Get(Space::kMeta, "rmw"));
+          const int64_t n = v.has_value() ? static_cast<int64_t>(format::GetLE64(v->data())) : 0;
+          t->Put(Space::kMeta, "rmw", CounterOperand(n + 1));
+          return Status::OK();
+        }, false);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(Counter("rmw"), threads * each);
+}
+
+INSTANTIATE_TEST_SUITE_P(Impls, KvTest, testing::Values(Impl::kRocksDb, Impl::kPostgreSql),
+                         [](const testing::TestParamInfo<Impl>& i) {
+                           return i.param == Impl::kRocksDb ? "RocksDb" : "PostgreSql";
+                         });
+
+// ---- PostgreSQL only. ----
+class PgKvTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(TestPgUri().empty())
+        << "CKPTFS_TEST_PG is not set: run this through scripts/with-postgres.sh";
+    backend_ = std::make_unique<PgBackend>();
+    ASSERT_NE(backend_->pg(), nullptr);
+  }
+  std::unique_ptr<PgBackend> backend_;
+};
+
+TEST_F(PgKvTest, PostgreSqlFoldsMergesWithoutChangingValues) {
+  PgKv* kv = backend_->pg();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(RunTxn(kv, [&](Txn* t) {
+      t->Merge(Space::kMeta, "n", CounterOperand(i));
+      t->Merge(Space::kSegments, format::SegmentKey(i % 3), format::EncodeSegmentStat({1, 0, 0, 0}));
+      return Status::OK();
+    }, false).ok());
+  }
+  ASSERT_EQ(*kv->PendingMerges(), 20u);
+  size_t folded = 0;
+  ASSERT_TRUE(kv->FoldMerges(2, &folded).ok());
+  EXPECT_EQ(folded, 2u);
+  ASSERT_TRUE(kv->FoldMerges(100, &folded).ok());
+  EXPECT_EQ(folded, 2u);  // the other two keys
+  EXPECT_EQ(*kv->PendingMerges(), 0u);
+  std::unique_ptr<Txn> t = std::move(kv->Begin()).value();
+  auto n = t->Get(Space::kMeta, "n");
+  ASSERT_TRUE(n.ok() && n->has_value());
+  EXPECT_EQ(format::GetLE64((*n)->data()), 45u);
+  format::SegmentStat st;
+  ASSERT_TRUE(format::DecodeSegmentStat(**t->Get(Space::kSegments, format::SegmentKey(0)), &st).ok());
+  EXPECT_EQ(st.live, 4);
+}
+
+TEST_F(PgKvTest, PostgreSqlUnreachableIsOneClearError) {
+  PgOptions o;
+  o.uri = "postgresql:///postgres?host=/nonexistent-ckptfs-socket-dir";
+  o.connect_timeout_s = 2;
+  Result<std::unique_ptr<PgKv>> kv = PgKv::Open(o);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_EQ(kv.status().code(), EIO);
+  EXPECT_NE(kv.status().message().find("cannot connect to PostgreSQL"), std::string::npos);
+  EXPECT_EQ(kv.status().message().find('\n'), std::string::npos) << kv.status().message();
+}
+
+TEST_F(PgKvTest, PostgreSqlOpenWithoutCreateNeedsTheTables) {
+  PgOptions o;
+  o.uri = TestPgUri();
+  o.schema = "never_created_" + std::to_string(getpid());
+  Result<std::unique_ptr<PgKv>> kv = PgKv::Open(o);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_EQ(kv.status().code(), ENOENT) << kv.status().ToString();
+  o.schema = "Bad-Name";
+  EXPECT_EQ(PgKv::Open(o).status().code(), EINVAL);
+}
+
+}  // namespace
+}  // namespace ckptfs::meta

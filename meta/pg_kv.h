@@ -1,0 +1,90 @@
+// The shared implementation of the seam (meta/kv.h): PostgreSQL through
+// libpq, so that the mounts of several hosts share one index
+// (docs/SHARED.md).
+//
+// Schema: in a PostgreSQL schema of the store's own, one table per key
+// space, kv_<space>(k bytea PRIMARY KEY, v bytea), and kv_merges(sp, k,
+// seq, op) for the merge operands of the spaces that take merges: a Merge
+// inserts a row of its own, so that writers adding to one counter never
+// touch one row; reads fold a key's operands into its value (ApplyMerge),
+// and FoldMerges writes folded values back.
+//
+// Transactions run at SERIALIZABLE: PostgreSQL then reports (SQLSTATE 40001)
+// any transaction that could not have run alone in some order, which
+// becomes a conflict (IsConflict) for RunTxn to run again. The first read
+// begins the transaction on the server (one round trip with the read);
+// writes wait in the client and go with the COMMIT in one pipeline.
+// Commits without `sync` run with synchronous_commit off: durable against a
+// crash of this process at once, against a crash of the server once a
+// later synced commit or Sync() returned.
+//
+// Thread-safe: each transaction holds one connection of a pool.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+#include "meta/kv.h"
+
+typedef struct pg_conn PGconn;
+
+namespace ckptfs::meta {
+
+struct PgOptions {
+  // A libpq connection string or URI ("postgresql://host/db", "host=/run/x
+  // dbname=ckptfs"); what it leaves out comes from libpq's environment
+  // variables and files (PGHOST, PGUSER, ~/.pgpass, PGSERVICE ...).
+  std::string uri;
+  // The PostgreSQL schema that holds the store's tables: lower-case
+  // letters, digits and '_', at most 63, not starting with a digit.
+  std::string schema = "ckptfs";
+  // Creates the schema and its tables when missing.
+  bool create = false;
+  // Connections kept open for transactions to reuse.
+  size_t idle_connections = 8;
+  // Seconds to wait for a connection to the server.
+  int connect_timeout_s = 10;
+};
+
+class PgKv final : public Kv {
+ public:
+  // Connects once (EIO with libpq's message when the server cannot be
+  // reached) and checks, or creates, the schema. EINVAL for a bad schema
+  // name; ENOENT when the tables are missing and `create` is false.
+  static Result<std::unique_ptr<PgKv>> Open(const PgOptions& options);
+  ~PgKv() override;
+
+  Result<std::unique_ptr<Txn>> Begin() override;
+  Status Sync() override;
+  std::string Describe() const override;
+
+  // Folds the merge operands of up to `max_keys` keys into their values;
+  // `*folded` gets how many keys it folded. Runs in transactions of its own
+  // (RunTxn), so it may run beside any writer.
+  Status FoldMerges(size_t max_keys, size_t* folded);
+  // Merge operands waiting to be folded, over all keys.
+  Result<uint64_t> PendingMerges();
+  // Drops the schema and everything in it.
+  Status DropSchema();
+
+  // The connection pool, for transactions (pg_kv.cc).
+  Result<PGconn*> TakeConnection();
+  // Gives a connection back; a broken one (or one over the idle bound) is
+  // closed instead.
+  void ReturnConnection(PGconn* conn);
+  const std::string& schema() const { return options_.schema; }
+
+ private:
+  explicit PgKv(PgOptions options) : options_(std::move(options)) {}
+  Status CreateOrCheckSchema();
+
+  const PgOptions options_;
+  std::string server_;  // "HOST:PORT/DB", for messages
+  Mutex mu_;
+  std::vector<PGconn*> idle_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckptfs::meta

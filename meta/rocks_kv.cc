@@ -1,0 +1,133 @@
+#include "meta/rocks_kv.h"
+
+#include <rocksdb/write_batch.h>
+
+namespace ckptfs::meta {
+namespace {
+
+class SpaceMerge final : public rocksdb::AssociativeMergeOperator {
+ public:
+  explicit SpaceMerge(Space s) : space_(s) {}
+  bool Merge(const rocksdb::Slice& key, const rocksdb::Slice* existing, const rocksdb::Slice& value,
+             std::string* new_value, rocksdb::Logger* logger) const override {
+    std::optional<std::string_view> have;
+    if (existing != nullptr) have = std::string_view(existing->data(), existing->size());
+    // false: corruption, which RocksDB reports to the reader.
+    return ApplyMerge(space_, have, std::string_view(value.data(), value.size()), new_value).ok();
+  }
+  const char* Name() const override {
+    return space_ == Space::kMeta ? "ckptfs.Counter" : "ckptfs.SegmentStat";
+  }
+
+ private:
+  const Space space_;
+};
+
+rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
+std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
+
+class RocksTxn final : public Txn {
+ public:
+  explicit RocksTxn(const RocksKv* kv) : kv_(kv) {}
+
+  Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
+    std::string v;
+    rocksdb::Status st = kv_->db()->Get(rocksdb::ReadOptions(), kv_->family(s), ToSlice(key), &v);
+    if (st.IsNotFound()) return std::optional<std::string>();
+    if (!st.ok()) return FromRocksStatus(st, std::string("read index ") + SpaceName(s));
+    return std::optional<std::string>(std::move(v));
+  }
+
+  Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override {
+    rocksdb::ReadOptions ro;
+    rocksdb::Slice upper = ToSlice(end);
+    if (!end.empty()) ro.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(kv_->db()->NewIterator(ro, kv_->family(s)));
+    for (it->Seek(ToSlice(begin)); it->Valid(); it->Next()) {
+      if (!fn(ToView(it->key()), ToView(it->value()))) break;
+    }
+    return FromRocksStatus(it->status(), std::string("scan index ") + SpaceName(s));
+  }
+
+  Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
+                                       std::string_view end) override {
+    rocksdb::ReadOptions ro;
+    rocksdb::Slice lower = ToSlice(begin);
+    rocksdb::Slice upper = ToSlice(end);
+    ro.iterate_lower_bound = &lower;
+    if (!end.empty()) ro.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(kv_->db()->NewIterator(ro, kv_->family(s)));
+    if (end.empty()) {
+      it->SeekToLast();
+    } else {
+      it->SeekForPrev(upper);
+      // SeekForPrev lands on `end` itself when it exists; the range ends before it.
+      if (it->Valid() && it->key() == upper) it->Prev();
+    }
+    if (!it->Valid()) {
+      CKPTFS_RETURN_IF_ERROR(
+          FromRocksStatus(it->status(), std::string("scan index ") + SpaceName(s)));
+      return std::optional<KeyValue>();
+    }
+    return std::optional<KeyValue>(
+        KeyValue{std::string(ToView(it->key())), std::string(ToView(it->value()))});
+  }
+
+  Status Commit(bool sync) override {
+    if (writes_.empty()) return Status::OK();
+    rocksdb::WriteBatch batch;
+    for (const Write& w : writes_.list()) {
+      rocksdb::ColumnFamilyHandle* cf = kv_->family(w.space);
+      rocksdb::Status st;
+      switch (w.kind) {
+        case Write::Kind::kPut: st = batch.Put(cf, w.key, w.value); break;
+        case Write::Kind::kDelete: st = batch.Delete(cf, w.key); break;
+        case Write::Kind::kMerge:
+          if (!SpaceMerges(w.space)) {
+            return Status(EINVAL, std::string("the ") + SpaceName(w.space) +
+                                      " space takes no merges");
+          }
+          st = batch.Merge(cf, w.key, w.value);
+          break;
+      }
+      CKPTFS_RETURN_IF_ERROR(FromRocksStatus(st, "build index batch"));
+    }
+    rocksdb::WriteOptions wo;
+    wo.sync = sync;
+    return FromRocksStatus(kv_->db()->Write(wo, &batch), "write index");
+  }
+
+ private:
+  const RocksKv* const kv_;
+};
+
+}  // namespace
+
+std::shared_ptr<rocksdb::MergeOperator> NewMergeOperator(Space s) {
+  if (!SpaceMerges(s)) return nullptr;
+  return std::make_shared<SpaceMerge>(s);
+}
+
+std::string FamilyName(Space s) {
+  return s == Space::kMeta ? rocksdb::kDefaultColumnFamilyName : SpaceName(s);
+}
+
+Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::OK();
+  if (s.IsNoSpace()) return Status(ENOSPC, what + ": " + s.ToString());
+  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
+  return Status(EIO, what + ": " + s.ToString());
+}
+
+RocksKv::RocksKv(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families)
+    : db_(db), families_(std::move(families)) {}
+
+Result<std::unique_ptr<Txn>> RocksKv::Begin() {
+  return std::unique_ptr<Txn>(std::make_unique<RocksTxn>(this));
+}
+
+Status RocksKv::Sync() { return FromRocksStatus(db_->SyncWAL(), "sync index log"); }
+
+std::string RocksKv::Describe() const { return "RocksDB at " + db_->GetName(); }
+
+}  // namespace ckptfs::meta
