@@ -56,7 +56,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   const bool shrinks = req.size && *req.size < s->attr.size && S_ISREG(s->attr.mode);
   if (shrinks) CKPTFS_RETURN_IF_ERROR(CountDataBytesLocked(s.get()));
   format::InodeValue v = s->attr;
-  rocksdb::WriteBatch b;
+  meta::Writes b;
   StatDeltas deltas;
   Timespec now = Now();
   if (req.mode) v.mode = (v.mode & S_IFMT) | (*req.mode & 07777);
@@ -111,7 +111,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   v.ctime_sec = ctime.sec;
   v.ctime_nsec = ctime.nsec;
   PutInode(&b, ino, v);
-  EmitDeltas(deltas, &b, cf_segments_);
+  EmitDeltas(deltas, &b);
   // Writes go into the data file from its (new) end on: the index that
   // lowers the end must be durable before a write lands there, or a power
   // loss could bring back extents whose bytes that write replaced.
@@ -158,7 +158,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
 
   Status st = CountDataBytesLocked(s.get());
   format::InodeValue v = s->attr;
-  rocksdb::WriteBatch b;
+  meta::Writes b;
   StatDeltas deltas;
   if (st.ok() && clear) {
     uint64_t removed = 0;
@@ -175,7 +175,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   v.ctime_nsec = now.nsec;
   if (st.ok()) {
     PutInode(&b, ino, v);
-    EmitDeltas(deltas, &b, cf_segments_);
+    EmitDeltas(deltas, &b);
     st = Commit(&b);
   }
   if (!st.ok()) {
@@ -198,13 +198,12 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   format::InodeValue v = s->attr;
   v.atime_sec = now.sec;
   v.atime_nsec = now.nsec;
-  rocksdb::WriteBatch b;
+  meta::Writes b;
   PutInode(&b, ino, v);
-  // Without the log: a memtable insert, no I/O under s->mu. RocksDB flushes
-  // such writes when the index closes. An inode batch changes no extent map.
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;
-  CKPTFS_RETURN_IF_ERROR(FromRocks(db_->Write(wo, &b), "index write"));
+  // Volatile: with RocksDB a memtable insert without the log, no I/O under
+  // s->mu, flushed when the index closes. An inode batch changes no extent
+  // map.
+  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_.get(), &b, meta::Durability::kVolatile));
   s->attr = v;
   return Status::OK();
 }
@@ -230,13 +229,13 @@ Status StoreImpl::Release(Ino ino) {
   Status result;
   if (--s->open_count == 0 && s->loaded && s->attr.nlink == 0 && !s->purged && !options_.read_only &&
       !closed_) {
-    rocksdb::WriteBatch b;
+    meta::Writes b;
     StatDeltas deltas;
     // On failure the inode stays an orphan: fsck reports it, and the next
     // open tries the purge again.
     result = PurgeLocked(s, &b, &deltas);
     if (result.ok()) {
-      EmitDeltas(deltas, &b, cf_segments_);
+      EmitDeltas(deltas, &b);
       result = Commit(&b);
     }
     if (result.ok()) {

@@ -214,14 +214,14 @@ CompactReport StoreImpl::FinishCompaction(const CompactRun& run, CompactReport r
 Status StoreImpl::SealVictims(const std::vector<Victim>& victims) {
   // 1b. A victim that is the active segment (or the newest file) is sealed
   // and the next segment started, so appends go elsewhere from now on.
-  rocksdb::WriteBatch seal;
+  meta::Writes seal;
   for (const Victim& v : victims) {
     CKPTFS_ASSIGN_OR_RETURN(const uint64_t sealed_size, segments_->SealForCompaction(v.id));
     if (sealed_size == 0) continue;
     format::SegmentStat st;
     st.sealed = 1;
     st.size = static_cast<int64_t>(sealed_size);
-    EmitDeltas(StatDeltas{{v.id, st}}, &seal, cf_segments_);
+    EmitDeltas(StatDeltas{{v.id, st}}, &seal);
   }
   // 2. Writes into the victims have all committed after this, those into a
   // segment just sealed included.
@@ -229,7 +229,7 @@ Status StoreImpl::SealVictims(const std::vector<Victim>& victims) {
   // Its sealed state, once every byte reserved in it is written. A crash
   // before this commit leaves it unsealed but no longer the newest file:
   // the next open does not append to it, and compaction takes it as sealed.
-  if (seal.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&seal));
+  if (seal.size() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&seal));
   return Status::OK();
 }
 
@@ -283,8 +283,8 @@ Status StoreImpl::CompactRound(const std::set<uint64_t>& round,
       continue;
     }
     const uint64_t bytes = segments_->Size(id);
-    rocksdb::WriteBatch b;
-    b.Delete(cf_segments_, format::SegmentKey(id));
+    meta::Writes b;
+    b.Delete(Space::kSegments, format::SegmentKey(id));
     CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/true));
     CKPTFS_RETURN_IF_ERROR(segments_->Remove(id));
     cache_->EraseSegment(id);
@@ -297,24 +297,28 @@ Status StoreImpl::CompactRound(const std::set<uint64_t>& round,
 
 Status StoreImpl::FindExtentsIn(const std::set<uint64_t>& segments, std::set<uint64_t>* inos,
                                 std::set<uint64_t>* used) {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_extents_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (it->key().size() != 16) {
-      return Status::Corruption("an extent key is not 16 bytes; no segment can be shown unused");
-    }
-    const uint64_t ino = format::GetBE64(it->key().data());
-    format::ExtentValue e;
-    Status ds = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e);
-    if (!ds.ok()) {
-      return Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
-                                   std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
-                                   ds.message() + "; it may point into any segment");
-    }
-    if (e.is_inline || e.in_data_file || !segments.count(e.segment_id)) continue;
-    inos->insert(ino);
-    used->insert(e.segment_id);
-  }
-  return FromRocks(it->status(), "scan extents");
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(
+      IndexScan(Space::kExtents, "", "", [&](std::string_view k, std::string_view v) {
+        if (k.size() != 16) {
+          bad = Status::Corruption("an extent key is not 16 bytes; no segment can be shown unused");
+          return false;
+        }
+        const uint64_t ino = format::GetBE64(k.data());
+        format::ExtentValue e;
+        Status ds = format::DecodeExtent(v, &e);
+        if (!ds.ok()) {
+          bad = Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
+                                      std::to_string(format::GetBE64(k.data() + 8)) + ": " +
+                                      ds.message() + "; it may point into any segment");
+          return false;
+        }
+        if (e.is_inline || e.in_data_file || !segments.count(e.segment_id)) return true;
+        inos->insert(ino);
+        used->insert(e.segment_id);
+        return true;
+      }));
+  return bad;
 }
 
 Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, CompactRun* run,
@@ -364,10 +368,10 @@ Status StoreImpl::CompactInode(uint64_t ino, const std::set<uint64_t>& victims, 
       }
       if (!p.records.empty() && now) {
         CKPTFS_RETURN_IF_ERROR(segments_->SyncDirty());
-        rocksdb::WriteBatch b;
+        meta::Writes b;
         StatDeltas deltas;
         for (const CopiedRecord& r : p.records) AddCopy(r, &b, &deltas);
-        EmitDeltas(deltas, &b, cf_segments_);
+        EmitDeltas(deltas, &b);
         CKPTFS_RETURN_IF_ERROR(Commit(&b));
       } else if (!p.records.empty()) {
         run->pending.push_back(std::move(p));
@@ -402,7 +406,7 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
   for (const PendingRepoint& p : pending) {
     InodeRef s(&inodes_, p.ino);
     MutexLock l(&s->mu);
-    rocksdb::WriteBatch b;
+    meta::Writes b;
     StatDeltas deltas;
     bool was_changed = false;
     // The inode's extents now, read once: no batch of it commits while its
@@ -438,15 +442,15 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
       }
       MergeDeltas(dead, &deltas);
     }
-    EmitDeltas(deltas, &b, cf_segments_);
-    if (b.Count() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
+    EmitDeltas(deltas, &b);
+    if (b.size() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
     if (was_changed && live) changed->insert(p.ino);
   }
   return synced;
 }
 
-void StoreImpl::AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDeltas* deltas) {
-  for (const auto& [key, value] : r.puts) b->Put(cf_extents_, key, value);
+void StoreImpl::AddCopy(const CopiedRecord& r, meta::Writes* b, StatDeltas* deltas) {
+  for (const auto& [key, value] : r.puts) b->Put(Space::kExtents, key, value);
   MergeDeltas(r.deltas, deltas);
 }
 

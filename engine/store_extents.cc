@@ -11,10 +11,9 @@
 
 namespace ckptfs::engine {
 
-void StoreImpl::EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
-                           rocksdb::ColumnFamilyHandle* cf) {
+void StoreImpl::EmitDeltas(const StatDeltas& deltas, meta::Writes* b) {
   for (const auto& [id, d] : deltas) {
-    b->Merge(cf, format::SegmentKey(id), format::EncodeSegmentStat(d));
+    b->Merge(Space::kSegments, format::SegmentKey(id), format::EncodeSegmentStat(d));
   }
 }
 
@@ -58,40 +57,44 @@ Status StoreImpl::CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t e
 Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
                                       std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
-  std::string prefix = format::ExtentPrefix(ino);
-  std::string upper = format::ExtentPrefix(ino + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_extents_));
-  std::string key = format::ExtentKey(ino, start);
-  it->SeekForPrev(key);
-  if (!it->Valid() || !it->key().starts_with(prefix)) it->Seek(key);
-  for (; it->Valid(); it->Next()) {
-    if (it->key().size() != 16) return Status::Corruption("extent key is not 16 bytes");
-    Extent e;
-    e.offset = format::GetBE64(it->key().data() + 8);
-    if (e.offset >= end) break;
-    Status s = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e.value);
-    if (!s.ok()) {
-      return s.Annotate("inode " + std::to_string(ino) + " extent at " + std::to_string(e.offset));
-    }
-    if (e.offset + e.value.length > start) out->push_back(std::move(e));
-  }
-  return FromRocks(it->status(), "read extents");
+  const std::string prefix = format::ExtentPrefix(ino);
+  const std::string key = format::ExtentKey(ino, start);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  // From the extent at or before `start`, which may reach into the range.
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<meta::KeyValue> before,
+                          t->Last(Space::kExtents, prefix, key + '\0'));
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(t->Scan(
+      Space::kExtents, before.has_value() ? before->key : key, format::ExtentPrefix(ino + 1),
+      [&](std::string_view k, std::string_view v) {
+        if (k.size() != 16) {
+          bad = Status::Corruption("extent key is not 16 bytes");
+          return false;
+        }
+        Extent e;
+        e.offset = format::GetBE64(k.data() + 8);
+        if (e.offset >= end) return false;
+        Status s = format::DecodeExtent(v, &e.value);
+        if (!s.ok()) {
+          bad = s.Annotate("inode " + std::to_string(ino) + " extent at " +
+                           std::to_string(e.offset));
+          return false;
+        }
+        if (e.offset + e.value.length > start) out->push_back(std::move(e));
+        return true;
+      }));
+  return bad;
 }
 
 Result<bool> StoreImpl::ExtentCovering(Ino ino, uint64_t start, uint64_t end,
                                        std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
-  std::string value;
-  rocksdb::Status rs =
-      db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, start), &value);
-  if (rs.IsNotFound()) return false;
-  if (!rs.ok()) return FromRocks(rs, "read extent");
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> value,
+                          IndexGet(Space::kExtents, format::ExtentKey(ino, start)));
+  if (!value.has_value()) return false;
   Extent e;
   e.offset = start;
-  Status s = format::DecodeExtent(value, &e.value);
+  Status s = format::DecodeExtent(*value, &e.value);
   if (!s.ok()) {
     return s.Annotate("inode " + std::to_string(ino) + " extent at " + std::to_string(start));
   }
@@ -111,7 +114,7 @@ Status StoreImpl::CountDataBytesLocked(InodeState* s) {
   return Status::OK();
 }
 
-Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
+Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, meta::Writes* b,
                               StatDeltas* deltas, uint64_t* removed) {
   std::vector<Extent> ex;
   CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, start, end, &ex));
@@ -120,7 +123,7 @@ Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocks
     const uint64_t ov_start = std::max(start, e.offset);
     const uint64_t ov_end = std::min(end, e_end);
     *removed += ov_end - ov_start;
-    b->Delete(cf_extents_, format::ExtentKey(s->ino, e.offset));
+    b->Delete(Space::kExtents, format::ExtentKey(s->ino, e.offset));
     if (!e.value.is_inline && !e.value.in_data_file) {
       auto& d = (*deltas)[e.value.segment_id];
       d.live -= static_cast<int64_t>(ov_end - ov_start);
@@ -130,7 +133,7 @@ Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocks
       format::ExtentValue left = e.value;
       left.length = static_cast<uint32_t>(start - e.offset);
       if (left.is_inline) left.inline_data.resize(left.length);
-      b->Put(cf_extents_, format::ExtentKey(s->ino, e.offset), format::EncodeExtent(left));
+      b->Put(Space::kExtents, format::ExtentKey(s->ino, e.offset), format::EncodeExtent(left));
     }
     if (end < e_end) {  // right piece starts at `end`
       format::ExtentValue right = e.value;
@@ -141,14 +144,14 @@ Status StoreImpl::PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocks
       } else {
         right.skip += cut;
       }
-      b->Put(cf_extents_, format::ExtentKey(s->ino, end), format::EncodeExtent(right));
+      b->Put(Space::kExtents, format::ExtentKey(s->ino, end), format::EncodeExtent(right));
     }
   }
   return Status::OK();
 }
 
 void StoreImpl::PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_view data,
-                                   rocksdb::WriteBatch* b) {
+                                   meta::Writes* b) {
   const uint64_t max = options_.max_record_bytes;
   for (size_t pos = 0, len = 0; pos < data.size(); pos += len) {
     const uint64_t at = offset + pos;
@@ -158,21 +161,21 @@ void StoreImpl::PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_vi
 }
 
 void StoreImpl::PutDataFileExtent(uint64_t ino, uint64_t at, uint64_t len, uint64_t checksum,
-                                  rocksdb::WriteBatch* b) {
+                                  meta::Writes* b) {
   format::ExtentValue e;
   e.in_data_file = true;
   e.length = e.stored_len = e.raw_len = static_cast<uint32_t>(len);
   e.record_offset = at;
   e.checksum = checksum;
-  b->Put(cf_extents_, format::ExtentKey(ino, at), format::EncodeExtent(e));
+  b->Put(Space::kExtents, format::ExtentKey(ino, at), format::EncodeExtent(e));
 }
 
-void StoreImpl::PutInlineExtent(uint64_t ino, std::string content, rocksdb::WriteBatch* b) {
+void StoreImpl::PutInlineExtent(uint64_t ino, std::string content, meta::Writes* b) {
   format::ExtentValue iv;
   iv.is_inline = true;
   iv.length = static_cast<uint32_t>(content.size());
   iv.inline_data = std::move(content);
-  b->Put(cf_extents_, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
+  b->Put(Space::kExtents, format::ExtentKey(ino, 0), format::EncodeExtent(iv));
 }
 
 Result<std::vector<ExtentInfo>> StoreImpl::GetExtents(Ino ino) {

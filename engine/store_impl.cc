@@ -16,6 +16,7 @@
 
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
+#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -171,20 +172,23 @@ Status StoreImpl::Init() {
 
   std::vector<uint64_t> sealed;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_segments_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      format::SegmentStat st;
-      if (it->key().size() != 8) continue;
-      const uint64_t id = format::GetBE64(it->key().data());
-      // Only `sealed` is needed here; ListSegments checks the counters.
-      Status ds =
-          format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &st);
-      if (!ds.ok()) {
-        return Status(ds.code(), "accounting of segment " + std::to_string(id) + ": " + ds.message());
-      }
-      if (st.sealed) sealed.push_back(id);
-    }
-    CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan segments"));
+    Status bad;
+    CKPTFS_RETURN_IF_ERROR(
+        IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view v) {
+          format::SegmentStat st;
+          if (k.size() != 8) return true;
+          const uint64_t id = format::GetBE64(k.data());
+          // Only `sealed` is needed here; ListSegments checks the counters.
+          Status ds = format::DecodeSegmentStat(v, &st);
+          if (!ds.ok()) {
+            bad = Status(ds.code(),
+                         "accounting of segment " + std::to_string(id) + ": " + ds.message());
+            return false;
+          }
+          if (st.sealed) sealed.push_back(id);
+          return true;
+        }));
+    CKPTFS_RETURN_IF_ERROR(bad);
   }
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
@@ -237,25 +241,20 @@ Status StoreImpl::OpenIndex(bool create) {
   index_memtables_ = std::move(index.memtables);
   db_ = std::move(index.db);
   handles_ = std::move(index.handles);
-  cf_meta_ = handles_[0];
-  cf_inodes_ = handles_[1];
-  cf_dentries_ = handles_[2];
-  cf_extents_ = handles_[3];
-  cf_segments_ = handles_[4];
-  cf_xattrs_ = handles_[5];
+  kv_ = std::make_unique<meta::RocksKv>(db_.get(), handles_);
   return Status::OK();
 }
 
 Status StoreImpl::LoadMeta(bool creating) {
   MutexLock ns(&ns_mu_);  // uncontended (Init); next_ino_ is guarded by it
-  std::string v;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaFormatVersion, &v);
-  if (s.IsNotFound()) {
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> version,
+                          IndexGet(Space::kMeta, format::kMetaFormatVersion));
+  if (!version.has_value()) {
     if (!creating) return Status::Corruption(dir_ + ": index has no format_version");
-    rocksdb::WriteBatch b;
+    meta::Writes b;
     std::string ver;
     format::PutLE32(&ver, format::kFormatVersion);
-    b.Put(cf_meta_, format::kMetaFormatVersion, ver);
+    b.Put(Space::kMeta, format::kMetaFormatVersion, ver);
     Timespec now = Now();
     format::InodeValue root;
     root.mode = S_IFDIR | 0755;
@@ -268,27 +267,26 @@ Status StoreImpl::LoadMeta(bool creating) {
     PutInode(&b, kRootIno, root);
     std::string one;
     format::PutLE64(&one, 1);
-    b.Put(cf_meta_, format::kMetaInodeCount, one);
+    b.Put(Space::kMeta, format::kMetaInodeCount, one);
     next_ino_ = kRootIno + 1;
     ino_limit_ = next_ino_ + kInoBlock;
     std::string lim;
     format::PutLE64(&lim, ino_limit_);
-    b.Put(cf_meta_, format::kMetaNextIno, lim);
+    b.Put(Space::kMeta, format::kMetaNextIno, lim);
     return Commit(&b, /*sync=*/true);
   }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read format_version"));
-  if (v.size() != 4 || format::GetLE32(v.data()) != format::kFormatVersion) {
+  if (version->size() != 4 || format::GetLE32(version->data()) != format::kFormatVersion) {
     return Status::Corruption(dir_ + ": index format_version does not match this build");
   }
-  s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaNextIno, &v);
-  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read next_ino"));
-  if (v.size() != 8) return Status::Corruption("next_ino value is not 8 bytes");
-  next_ino_ = ino_limit_ = format::GetLE64(v.data());
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> next,
+                          IndexGet(Space::kMeta, format::kMetaNextIno));
+  if (!next.has_value()) return Status::Corruption(dir_ + ": index has no next_ino");
+  if (next->size() != 8) return Status::Corruption("next_ino value is not 8 bytes");
+  next_ino_ = ino_limit_ = format::GetLE64(next->data());
   if (!options_.read_only) {
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    CKPTFS_RETURN_IF_ERROR(
-        FromRocks(db_->Delete(wo, cf_meta_, format::kMetaCleanShutdown), "clear clean mark"));
+    meta::Writes b;
+    b.Delete(Space::kMeta, format::kMetaCleanShutdown);
+    CKPTFS_RETURN_IF_ERROR(CommitSynced(&b));
   }
   return Status::OK();
 }
@@ -296,29 +294,30 @@ Status StoreImpl::LoadMeta(bool creating) {
 Status StoreImpl::PurgeOrphans() {
   std::vector<uint64_t> orphans;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_meta_));
-    std::string_view prefix(format::kMetaOrphanPrefix);
-    for (it->Seek(prefix.data()); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-      if (it->key().size() == prefix.size() + 8) {
-        orphans.push_back(format::GetBE64(it->key().data() + prefix.size()));
-      }
-    }
-    CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan orphans"));
+    const std::string_view prefix(format::kMetaOrphanPrefix);
+    CKPTFS_RETURN_IF_ERROR(
+        IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view) {
+          if (!k.starts_with(prefix)) return false;
+          if (k.size() == prefix.size() + 8) {
+            orphans.push_back(format::GetBE64(k.data() + prefix.size()));
+          }
+          return true;
+        }));
   }
   for (uint64_t ino : orphans) {
     InodeRef s(&inodes_, ino);
     MutexLock l(&s->mu);
-    rocksdb::WriteBatch b;
+    meta::Writes b;
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
     if (st.ok()) {
       CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas));
     } else if (st.code() == ENOENT) {
-      b.Delete(cf_meta_, format::OrphanKey(ino));
+      b.Delete(Space::kMeta, format::OrphanKey(ino));
     } else {
       return st;
     }
-    EmitDeltas(deltas, &b, cf_segments_);
+    EmitDeltas(deltas, &b);
     CKPTFS_RETURN_IF_ERROR(Commit(&b));
     if (s->attr.data_file_end != 0) (void)data_files_->RemoveAfterSync(ino, s->attr.data_file_end);
     s->purged = true;
@@ -329,15 +328,11 @@ Status StoreImpl::PurgeOrphans() {
 Status StoreImpl::RemoveUnusedDataFiles() {
   CKPTFS_ASSIGN_OR_RETURN(std::vector<uint64_t> inos, data_files_->List());
   for (uint64_t ino : inos) {
-    std::string v;
-    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(ino), &v);
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                            IndexGet(Space::kInodes, format::InodeKey(ino)));
     format::InodeValue iv;
-    if (rs.ok()) {
-      // An inode that cannot be decoded keeps its data file (fsck reports it).
-      if (!format::DecodeInode(v, &iv).ok() || iv.data_file_end != 0) continue;
-    } else if (!rs.IsNotFound()) {
-      return FromRocks(rs, "read inode " + std::to_string(ino));
-    }
+    // An inode that cannot be decoded keeps its data file (fsck reports it).
+    if (v.has_value() && (!format::DecodeInode(*v, &iv).ok() || iv.data_file_end != 0)) continue;
     CKPTFS_RETURN_IF_ERROR(data_files_->Remove(ino));
   }
   return Status::OK();
@@ -351,16 +346,16 @@ Status StoreImpl::Close() {
     result = FlushDurable();
     // Marked clean only when everything written is durable.
     if (result.ok()) {
-      rocksdb::WriteOptions wo;
-      wo.sync = true;
-      result = FromRocks(db_->Put(wo, cf_meta_, format::kMetaCleanShutdown, ""), "mark clean");
+      meta::Writes b;
+      b.Put(Space::kMeta, format::kMetaCleanShutdown, "");
+      result = CommitSynced(&b);
     }
     // The index at rest lives in its table files, which a repair reads whole
     // (RocksDB's repair replays only part of the logs).
     if (result.ok()) {
       rocksdb::FlushOptions fo;
       fo.wait = true;
-      result = FromRocks(db_->Flush(fo, handles_), "flush index");
+      result = FromRocksStatus(db_->Flush(fo, handles_), "flush index");
     }
     // A failed backup leaves the store as it is: said, not failed.
     if (result.ok()) {
@@ -375,13 +370,14 @@ Status StoreImpl::Close() {
     Status s = data_files_->WaitForRemovals();
     if (result.ok()) result = s;
   }
+  kv_.reset();
   if (db_ != nullptr) {
     for (auto* h : handles_) {
-      Status s = FromRocks(db_->DestroyColumnFamilyHandle(h), "close index column family");
+      Status s = FromRocksStatus(db_->DestroyColumnFamilyHandle(h), "close index column family");
       if (result.ok()) result = s;
     }
     handles_.clear();
-    Status s = FromRocks(db_->Close(), "close index");
+    Status s = FromRocksStatus(db_->Close(), "close index");
     if (result.ok()) result = s;
     db_.reset();
   }
@@ -392,32 +388,34 @@ Status StoreImpl::Close() {
   return result;
 }
 
-Status StoreImpl::FromRocks(const rocksdb::Status& s, const std::string& what) const {
-  if (s.ok()) return Status::OK();
-  if (s.IsNoSpace()) return Status(ENOSPC, what + ": " + s.ToString());
-  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
-  return Status(EIO, what + ": " + s.ToString());
-}
-
-Status StoreImpl::Commit(rocksdb::WriteBatch* batch, bool sync) {
-  // A durable commit goes through FlushDurable, never RocksDB's sync write,
-  // which would also make other writers' batches durable before their
-  // records.
-  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), batch);
+Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
+  // A durable commit goes through FlushDurable, never a synced commit of
+  // the index, which would also make other writers' batches durable before
+  // their records.
+  Status s = meta::CommitWrites(kv_.get(), batch, meta::Durability::kLogged);
   if (s.ok()) {
     // The caller still holds the mutexes of the inodes the batch changes.
-    extent_maps_.Apply(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
+    extent_maps_.Apply(*batch);
     return sync ? MakeDurable() : Status::OK();
   }
   // The batch may or may not be in the index.
-  extent_maps_.ForgetTouched(*batch, cf_extents_->GetID(), cf_inodes_->GetID());
-  if (s.IsNoSpace() || (s.getState() && std::strstr(s.getState(), "No space"))) {
-    // RocksDB stops writes after a failed WAL append; try to resume so that
-    // the store is usable again once space is freed.
-    db_->Resume();
-    return Status(ENOSPC, "index write: no space left on device");
-  }
-  return FromRocks(s, "index write");
+  extent_maps_.ForgetTouched(*batch);
+  return s;
+}
+
+Status StoreImpl::CommitSynced(meta::Writes* batch) {
+  return meta::CommitWrites(kv_.get(), batch, meta::Durability::kSynced);
+}
+
+Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  return t->Get(s, key);
+}
+
+Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
+                            const meta::ScanFn& fn) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  return t->Scan(s, begin, end, fn);
 }
 
 Status StoreImpl::MakeDurable() {
@@ -497,7 +495,7 @@ uint64_t StoreImpl::ReservedBytes(Ino ino) {
 Status StoreImpl::FlushDurable() {
   // segments_ is null when Init failed before opening them (e.g. a segment
   // with a damaged header); Close() still runs then.
-  if (segments_ == nullptr) return FromRocks(db_->SyncWAL(), "sync index log");
+  if (segments_ == nullptr) return kv_->Sync();
   index_syncs_.fetch_add(1);  // before any batch it makes durable is read back
   // The bulk of the segment bytes while writes go on, then, with no write
   // between its append and its commit, what was appended meanwhile and the
@@ -512,7 +510,7 @@ Status StoreImpl::FlushDurable() {
     CommitGate::Closed closed(&commit_gate_);
     st = segments_->SyncDirty();
     if (st.ok()) st = data_files_->SyncDirty();
-    if (st.ok()) st = FromRocks(db_->SyncWAL(), "sync index log");
+    if (st.ok()) st = kv_->Sync();
   }
   // On failure the files stay queued for the next sync.
   data_files_->AfterIndexSync(unused, st.ok());

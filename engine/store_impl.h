@@ -54,6 +54,7 @@
 #include "engine/store_compact.h"
 #include "format/format.h"
 #include "io/read_plan.h"
+#include "meta/kv.h"
 
 namespace ckptfs::engine {
 
@@ -61,6 +62,7 @@ using io::BackingRead;
 using io::CoalesceSettings;
 using io::PlanReads;
 using io::RecordRef;
+using meta::Space;
 
 // The largest file size (and end of a write or fallocate).
 inline constexpr uint64_t kMaxFileSize = 1ull << 60;
@@ -144,8 +146,15 @@ class StoreImpl final : public Store {
   // Applies one batch; maps RocksDB errors to errno.
   // Makes every commit so far durable (group commit when syncing).
   Status MakeDurable();
-  Status Commit(rocksdb::WriteBatch* batch, bool sync = false);
-  Status FromRocks(const rocksdb::Status& s, const std::string& what) const;
+  // Applies `batch` in one transaction of the index, and to the extent maps.
+  Status Commit(meta::Writes* batch, bool sync = false);
+  // Applies `batch` in a synced transaction of its own: for the
+  // marks of an open and a clean close, which no record depends on.
+  Status CommitSynced(meta::Writes* batch);
+  // Reads of the index, each in a transaction of its own.
+  Result<std::optional<std::string>> IndexGet(Space s, std::string_view key);
+  Status IndexScan(Space s, std::string_view begin, std::string_view end,
+                   const meta::ScanFn& fn);
   Status CheckWritable() const;
   // ENOSPC when `incoming` more bytes would leave the filesystem under the
   // store short of min_free plus what fallocate reserved. The bytes of
@@ -196,7 +205,7 @@ class StoreImpl final : public Store {
     std::vector<std::unique_lock<Mutex>> locks;
     std::map<uint64_t, format::InodeValue> attrs;
     std::vector<uint64_t> purged;
-    rocksdb::WriteBatch batch;
+    meta::Writes batch;
     StatDeltas deltas;
   };
 
@@ -204,13 +213,13 @@ class StoreImpl final : public Store {
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name);
   Result<Attr> GetAttrOf(InodeState* s);
-  void PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v);
-  uint64_t AllocIno(rocksdb::WriteBatch* b) REQUIRES(ns_mu_);
+  void PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v);
+  uint64_t AllocIno(meta::Writes* b) REQUIRES(ns_mu_);
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
   // Removes the inode and everything it owns. EIO when one of its extents
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
   // hold part of the purge and must not be committed.
-  Status PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
+  Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas) REQUIRES(s->mu);
   Result<bool> DirIsEmpty(Ino dir);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor);
@@ -249,7 +258,7 @@ class StoreImpl final : public Store {
   Result<bool> ExtentCovering(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
   // Removes [start, end) from the file's extents; adds the bytes they held
   // to `*removed`.
-  Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, rocksdb::WriteBatch* b,
+  Status PunchLocked(InodeState* s, uint64_t start, uint64_t end, meta::Writes* b,
                      StatDeltas* deltas, uint64_t* removed) REQUIRES(s->mu);
   // Makes s->attr.data_bytes known: an inode of a store written before the
   // counter existed gets its extents counted once.
@@ -264,13 +273,13 @@ class StoreImpl final : public Store {
   // when the file has records.
   Result<bool> WriteInlineLocked(InodeState* s, uint64_t offset, std::string_view data,
                                  uint64_t new_size, format::InodeValue* v,
-                                 rocksdb::WriteBatch* b) REQUIRES(s->mu);
+                                 meta::Writes* b) REQUIRES(s->mu);
   // WriteLocked's other files: the bytes into records and the data file
   // (an inline head the write touches folds into its record). Syncs the
   // bytes it moves first when `moved_may_be_synced`.
   Status WriteStoredLocked(InodeState* s, uint64_t offset, std::string_view data,
                            bool moved_may_be_synced, format::InodeValue* v,
-                           rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
+                           meta::Writes* b, StatDeltas* deltas) REQUIRES(s->mu);
   // The inline extent at offset 0 of `ino` when `offset` lies in it (0 <
   // offset <= its length): its bytes with `data` written at `offset`, in
   // `*folded`; else `*folded` stays empty.
@@ -279,19 +288,19 @@ class StoreImpl final : public Store {
   // Appends `data`, the file's bytes at `offset`, as records of at most
   // max_record_bytes to the active segment and puts their extents into `b`.
   Status AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
-                       rocksdb::WriteBatch* b, StatDeltas* deltas);
+                       meta::Writes* b, StatDeltas* deltas);
   // Writes `data` at `offset` of the data file of `ino` and puts its
   // extents (blocks cut as records are) into `b`.
   Status AppendDataFile(uint64_t ino, uint64_t offset, std::string_view data,
-                        rocksdb::WriteBatch* b);
+                        meta::Writes* b);
   // Extents of `data`, the data file's bytes at `offset`: one per block,
   // blocks ending where records would (AppendRecords).
   void PutDataFileExtents(uint64_t ino, uint64_t offset, std::string_view data,
-                          rocksdb::WriteBatch* b);
+                          meta::Writes* b);
   void PutDataFileExtent(uint64_t ino, uint64_t at, uint64_t len, uint64_t checksum,
-                         rocksdb::WriteBatch* b);
+                         meta::Writes* b);
   // The one inline extent of a file whose bytes are all `content`.
-  void PutInlineExtent(uint64_t ino, std::string content, rocksdb::WriteBatch* b);
+  void PutInlineExtent(uint64_t ino, std::string content, meta::Writes* b);
   // AdoptDirectWrites; with `sync`, for an fsync, syncs the data file
   // alongside.
   Status Adopt(Ino ino, bool sync);
@@ -302,7 +311,7 @@ class StoreImpl final : public Store {
   // (copied from segments and inline extents, repointed in `b`); sets
   // v->data_file_end to `upto`.
   Status MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
-                              rocksdb::WriteBatch* b, StatDeltas* deltas) REQUIRES(s->mu);
+                              meta::Writes* b, StatDeltas* deltas) REQUIRES(s->mu);
   // Copies the bytes of `ex` that lie in [offset, end) into buf (which
   // holds [offset, end); holes are left alone), verifying every checksum.
   Status ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset, uint64_t end,
@@ -310,8 +319,7 @@ class StoreImpl final : public Store {
   // Reads the data-file block of extent `v` of `ino` into dst (v.stored_len
   // bytes) and verifies it; `once`: a large sequential read (ReadOnce).
   Status ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool once, char* dst);
-  static void EmitDeltas(const StatDeltas& deltas, rocksdb::WriteBatch* b,
-                         rocksdb::ColumnFamilyHandle* cf);
+  static void EmitDeltas(const StatDeltas& deltas, meta::Writes* b);
   // Adds `from` into `*to`, segment by segment (format::MergeSegmentStat).
   static void MergeDeltas(const StatDeltas& from, StatDeltas* to);
   // Fetches verified, decoded records, from the cache or with planned reads.
@@ -370,7 +378,7 @@ class StoreImpl final : public Store {
                       std::set<uint64_t>* changed);
   // Adds the repointing of copied record `r` and its accounting to `b` and
   // `deltas`.
-  void AddCopy(const CopiedRecord& r, rocksdb::WriteBatch* b, StatDeltas* deltas);
+  void AddCopy(const CopiedRecord& r, meta::Writes* b, StatDeltas* deltas);
   // A victim record read and verified (format::DecodeRecord): its views
   // point into the run's scratch buffer and `decoded`.
   struct SourceRecord {
@@ -427,13 +435,10 @@ class StoreImpl final : public Store {
   std::shared_ptr<rocksdb::Cache> index_block_cache_;
   std::shared_ptr<rocksdb::WriteBufferManager> index_memtables_;
   std::unique_ptr<rocksdb::DB> db_;
-  rocksdb::ColumnFamilyHandle* cf_meta_ = nullptr;
-  rocksdb::ColumnFamilyHandle* cf_inodes_ = nullptr;
-  rocksdb::ColumnFamilyHandle* cf_dentries_ = nullptr;
-  rocksdb::ColumnFamilyHandle* cf_extents_ = nullptr;
-  rocksdb::ColumnFamilyHandle* cf_segments_ = nullptr;
-  rocksdb::ColumnFamilyHandle* cf_xattrs_ = nullptr;
+  // In kAllSpaces order.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  // The index, through the seam (meta/kv.h): every read and write of it.
+  std::unique_ptr<meta::Kv> kv_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit

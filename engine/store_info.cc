@@ -27,12 +27,11 @@ Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
     info.path = SegmentPath(id);
     info.file_bytes = segments_->Size(id);
     const std::string what = "accounting of segment " + std::to_string(id);
-    std::string v;
-    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_segments_, format::SegmentKey(id), &v);
-    if (!rs.IsNotFound()) {  // no value yet: nothing committed counts it
-      CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read " + what));
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                            IndexGet(Space::kSegments, format::SegmentKey(id)));
+    if (v.has_value()) {  // no value yet: nothing committed counts it
       format::SegmentStat st;
-      Status ds = format::DecodeSegmentStat(v, &st);
+      Status ds = format::DecodeSegmentStat(*v, &st);
       if (ds.ok()) ds = format::CheckSegmentStat(st);
       if (!ds.ok()) return Status(ds.code(), what + ": " + ds.message());
       info.live_bytes = st.live;
@@ -180,27 +179,28 @@ Result<FsStats> StoreImpl::StatFs() {
     const uint64_t kept = reserved + options_.min_free;
     st.avail_bytes = Reservations::LargestFitting(st.avail_bytes - std::min(st.avail_bytes, kept));
   }
-  std::string v;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_meta_, format::kMetaInodeCount, &v);
-  CKPTFS_RETURN_IF_ERROR(FromRocks(s, "read inode_count"));
-  if (v.size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
-  st.inodes = format::GetLE64(v.data());
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                          IndexGet(Space::kMeta, format::kMetaInodeCount));
+  if (!v.has_value()) return Status(EIO, "read inode_count: not found");
+  if (v->size() != 8) return Status::Corruption("inode_count value is not 8 bytes");
+  st.inodes = format::GetLE64(v->data());
   return st;
 }
 
 Result<NamespaceCounts> StoreImpl::CountNamespace() {
   if (closed_) return Status(EIO, "store is closed");
   NamespaceCounts c;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_inodes_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kInodes, "", "", [&](std::string_view k,
+                                                                std::string_view value) {
     format::InodeValue v;
-    Status s = format::DecodeInode(std::string_view(it->value().data(), it->value().size()), &v);
+    Status s = format::DecodeInode(value, &v);
     if (!s.ok()) {
-      const std::string ino =
-          it->key().size() == 8 ? std::to_string(format::GetBE64(it->key().data())) : "?";
-      return s.Annotate("inode " + ino);
+      const std::string ino = k.size() == 8 ? std::to_string(format::GetBE64(k.data())) : "?";
+      bad = s.Annotate("inode " + ino);
+      return false;
     }
-    if (v.nlink == 0) continue;  // unlinked while open
+    if (v.nlink == 0) return true;  // unlinked while open
     if (S_ISREG(v.mode)) {
       c.files++;
       c.logical_bytes += v.size;
@@ -215,8 +215,9 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
     } else {
       c.other++;
     }
-  }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan inodes"));
+    return true;
+  }));
+  CKPTFS_RETURN_IF_ERROR(bad);
   // RocksDB may delete files while we walk: skip what vanishes.
   namespace stdfs = std::filesystem;
   const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;

@@ -98,7 +98,7 @@ Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
 
 Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   if (State(ino)->open_count.load() > 0) {
-    batch.Put(st->cf_meta_, format::OrphanKey(ino), "");
+    batch.Put(Space::kMeta, format::OrphanKey(ino), "");
     return Status::OK();
   }
   return Purge(ino);
@@ -110,7 +110,7 @@ Status StoreImpl::Txn::Commit() {
       st->PutInode(&batch, ino, v);
     }
   }
-  EmitDeltas(deltas, &batch, st->cf_segments_);
+  EmitDeltas(deltas, &batch);
   CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
   for (uint64_t ino : purged) {
     if (State(ino)->attr.data_file_end != 0) {
@@ -129,39 +129,36 @@ Status StoreImpl::LoadLocked(InodeState* s) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
   if (s->loaded) return Status::OK();
-  std::string v;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(s->ino), &v);
-  if (rs.IsNotFound()) return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read inode " + std::to_string(s->ino)));
-  Status ds = format::DecodeInode(v, &s->attr);
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                          IndexGet(Space::kInodes, format::InodeKey(s->ino)));
+  if (!v.has_value()) return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
+  Status ds = format::DecodeInode(*v, &s->attr);
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
   s->loaded = true;
   return Status::OK();
 }
 
-void StoreImpl::PutInode(rocksdb::WriteBatch* b, uint64_t ino, const format::InodeValue& v) {
-  b->Put(cf_inodes_, format::InodeKey(ino), format::EncodeInode(v));
+void StoreImpl::PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v) {
+  b->Put(Space::kInodes, format::InodeKey(ino), format::EncodeInode(v));
 }
 
-uint64_t StoreImpl::AllocIno(rocksdb::WriteBatch* b) {
+uint64_t StoreImpl::AllocIno(meta::Writes* b) {
   if (next_ino_ >= ino_limit_) {
     ino_limit_ = next_ino_ + kInoBlock;
     std::string lim;
     format::PutLE64(&lim, ino_limit_);
-    b->Put(cf_meta_, format::kMetaNextIno, lim);
+    b->Put(Space::kMeta, format::kMetaNextIno, lim);
   }
   return next_ino_++;
 }
 
 Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name) {
   if (closed_) return Status(EIO, "store is closed");
-  std::string v;
-  rocksdb::Status rs =
-      db_->Get(rocksdb::ReadOptions(), cf_dentries_, format::DentryKey(parent, name), &v);
-  if (rs.IsNotFound()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read dentry"));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                          IndexGet(Space::kDentries, format::DentryKey(parent, name)));
+  if (!v.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
   format::DentryValue d;
-  CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(v, &d));
+  CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
   return d;
 }
 
@@ -181,58 +178,60 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   return a;
 }
 
-Status StoreImpl::PurgeLocked(InodeState* s, rocksdb::WriteBatch* b, StatDeltas* deltas) {
+Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas) {
   const uint64_t ino = s->ino;
   {
     MutexLock l(&space_mu_);
     reservations_.RemoveInode(ino);
     reserved_bytes_.store(reservations_.bytes());
   }
-  b->Delete(cf_inodes_, format::InodeKey(ino));
-  b->Delete(cf_meta_, format::OrphanKey(ino));
-  b->Merge(cf_meta_, format::kMetaInodeCount, CounterDelta(-1));
-  std::string upper = format::ExtentPrefix(ino + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_extents_));
-  for (it->Seek(format::ExtentPrefix(ino)); it->Valid(); it->Next()) {
-    // An extent that cannot be read still holds live bytes of some segment:
-    // dropping it uncounted would leave them live forever.
-    if (it->key().size() != 16) {
-      return Status::Corruption("inode " + std::to_string(ino) + ": extent key is not 16 bytes");
-    }
-    format::ExtentValue e;
-    Status ds = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e);
-    if (!ds.ok()) {
-      return Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
-                                   std::to_string(format::GetBE64(it->key().data() + 8)) + ": " +
-                                   ds.message());
-    }
-    if (!e.is_inline && !e.in_data_file) {
-      auto& d = (*deltas)[e.segment_id];
-      d.live -= e.length;
-      d.dead += e.length;
-    }
-    b->Delete(cf_extents_, it->key());
-  }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "read extents of inode " + std::to_string(ino)));
-  std::unique_ptr<rocksdb::Iterator> xt(db_->NewIterator(ro, cf_xattrs_));
-  for (xt->Seek(format::ExtentPrefix(ino)); xt->Valid(); xt->Next()) {
-    b->Delete(cf_xattrs_, xt->key());
-  }
-  return FromRocks(xt->status(), "read xattrs of inode " + std::to_string(ino));
+  b->Delete(Space::kInodes, format::InodeKey(ino));
+  b->Delete(Space::kMeta, format::OrphanKey(ino));
+  b->Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(-1));
+  const std::string lower = format::ExtentPrefix(ino);
+  const std::string upper = format::ExtentPrefix(ino + 1);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(
+      t->Scan(Space::kExtents, lower, upper, [&](std::string_view k, std::string_view v) {
+        // An extent that cannot be read still holds live bytes of some
+        // segment: dropping it uncounted would leave them live forever.
+        if (k.size() != 16) {
+          bad = Status::Corruption("inode " + std::to_string(ino) + ": extent key is not 16 bytes");
+          return false;
+        }
+        format::ExtentValue e;
+        Status ds = format::DecodeExtent(v, &e);
+        if (!ds.ok()) {
+          bad = Status(ds.code(), "inode " + std::to_string(ino) + " extent at " +
+                                      std::to_string(format::GetBE64(k.data() + 8)) + ": " +
+                                      ds.message());
+          return false;
+        }
+        if (!e.is_inline && !e.in_data_file) {
+          auto& d = (*deltas)[e.segment_id];
+          d.live -= e.length;
+          d.dead += e.length;
+        }
+        b->Delete(Space::kExtents, k);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(bad);
+  // Extended attributes' keys start with the inode number as extents' do.
+  return t->Scan(Space::kXattrs, lower, upper, [&](std::string_view k, std::string_view) {
+    b->Delete(Space::kXattrs, k);
+    return true;
+  });
 }
 
 Result<bool> StoreImpl::DirIsEmpty(Ino dir) {
-  std::string upper = format::DentryPrefix(dir + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_dentries_));
-  it->Seek(format::DentryPrefix(dir));
-  bool empty = !it->Valid();
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "scan directory"));
+  bool empty = true;
+  CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kDentries, format::DentryPrefix(dir),
+                                   format::DentryPrefix(dir + 1),
+                                   [&](std::string_view, std::string_view) {
+                                     empty = false;
+                                     return false;
+                                   }));
   return empty;
 }
 
@@ -242,11 +241,11 @@ Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor) {
   for (int depth = 0; depth < 100000; ++depth) {
     if (ino == ancestor) return true;
     if (ino == kRootIno) return false;
-    std::string v;
-    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_inodes_, format::InodeKey(ino), &v);
-    CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read inode " + std::to_string(ino)));
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                            IndexGet(Space::kInodes, format::InodeKey(ino)));
+    if (!v.has_value()) return Status(EIO, "read inode " + std::to_string(ino) + ": not found");
     format::InodeValue iv;
-    CKPTFS_RETURN_IF_ERROR(format::DecodeInode(v, &iv));
+    CKPTFS_RETURN_IF_ERROR(format::DecodeInode(*v, &iv));
     ino = iv.parent;
   }
   return Status::Corruption("directory parent chain does not reach the root");
@@ -271,26 +270,24 @@ Status StoreImpl::ReadDir(Ino ino, std::string_view after,
                           const std::function<bool(const DirEntry&)>& fn) {
   CKPTFS_ASSIGN_OR_RETURN(Attr a, GetAttr(ino));
   if (!S_ISDIR(a.mode)) return Status(ENOTDIR, "inode " + std::to_string(ino) + " is not a directory");
-  std::string prefix = format::DentryPrefix(ino);
-  std::string upper = format::DentryPrefix(ino + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_dentries_));
+  const size_t prefix = format::DentryPrefix(ino).size();
   std::string start = format::DentryKey(ino, after);
-  it->Seek(start);
-  if (!after.empty() && it->Valid() && it->key() == rocksdb::Slice(start)) it->Next();
-  for (; it->Valid(); it->Next()) {
-    format::DentryValue d;
-    CKPTFS_RETURN_IF_ERROR(
-        format::DecodeDentry(std::string_view(it->value().data(), it->value().size()), &d));
-    DirEntry e;
-    e.name.assign(it->key().data() + prefix.size(), it->key().size() - prefix.size());
-    e.ino = d.ino;
-    e.type = static_cast<uint32_t>(d.type) << 12;
-    if (!fn(e)) break;
-  }
-  return FromRocks(it->status(), "read directory");
+  // The entries after `after`: from the smallest key greater than it.
+  if (!after.empty()) start.push_back('\0');
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(IndexScan(
+      Space::kDentries, start, format::DentryPrefix(ino + 1),
+      [&](std::string_view k, std::string_view v) {
+        format::DentryValue d;
+        bad = format::DecodeDentry(v, &d);
+        if (!bad.ok()) return false;
+        DirEntry e;
+        e.name.assign(k.substr(prefix));
+        e.ino = d.ino;
+        e.type = static_cast<uint32_t>(d.type) << 12;
+        return fn(e);
+      }));
+  return bad;
 }
 
 Result<std::string> StoreImpl::ReadLink(Ino ino) {
@@ -328,9 +325,9 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   }
   SetMtime(&p, now);
   PutInode(&t.batch, ino, v);
-  t.batch.Put(cf_dentries_, format::DentryKey(parent, name),
+  t.batch.Put(Space::kDentries, format::DentryKey(parent, name),
               format::EncodeDentry({ino, TypeOf(v.mode)}));
-  t.batch.Merge(cf_meta_, format::kMetaInodeCount, CounterDelta(1));
+  t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
   CKPTFS_RETURN_IF_ERROR(t.Commit());
   return ToAttr(ino, v);
 }
@@ -392,7 +389,7 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
   v.nlink++;
   SetCtime(&v, now);
   SetMtime(&p, now);
-  t.batch.Put(cf_dentries_, format::DentryKey(new_parent, new_name),
+  t.batch.Put(Space::kDentries, format::DentryKey(new_parent, new_name),
               format::EncodeDentry({ino, TypeOf(v.mode)}));
   CKPTFS_RETURN_IF_ERROR(t.Commit());
   return ToAttr(ino, v);
@@ -408,7 +405,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   if (S_ISDIR(t.Edit(d.ino).mode)) return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
   Timespec now = Now();
   SetMtime(&t.Edit(parent), now);
-  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
+  t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
   CKPTFS_RETURN_IF_ERROR(t.DropLink(d.ino, now));
   return t.Commit();
 }
@@ -427,7 +424,7 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   format::InodeValue& p = t.Edit(parent);
   p.nlink--;
   SetMtime(&p, now);
-  t.batch.Delete(cf_dentries_, format::DentryKey(parent, name));
+  t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
   CKPTFS_RETURN_IF_ERROR(t.DropDir(d.ino, now));
   return t.Commit();
 }
@@ -476,8 +473,8 @@ Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
   }
-  t->batch.Put(cf_dentries_, format::DentryKey(r.parent, r.name), format::EncodeDentry(dst));
-  t->batch.Put(cf_dentries_, format::DentryKey(r.new_parent, r.new_name),
+  t->batch.Put(Space::kDentries, format::DentryKey(r.parent, r.name), format::EncodeDentry(dst));
+  t->batch.Put(Space::kDentries, format::DentryKey(r.new_parent, r.new_name),
                format::EncodeDentry(src));
   if (moves && r.src_dir) {
     t->Edit(src.ino).parent = r.new_parent;
@@ -525,8 +522,8 @@ Status StoreImpl::MoveLocked(const RenameSides& r, Txn* t) {
   }
 
   const Timespec now = Now();
-  t->batch.Delete(cf_dentries_, format::DentryKey(r.parent, r.name));
-  t->batch.Put(cf_dentries_, format::DentryKey(r.new_parent, r.new_name),
+  t->batch.Delete(Space::kDentries, format::DentryKey(r.parent, r.name));
+  t->batch.Put(Space::kDentries, format::DentryKey(r.new_parent, r.new_name),
                format::EncodeDentry(src));
   if (r.has_dst) {
     if (r.dst_dir) {

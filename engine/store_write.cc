@@ -33,7 +33,7 @@ constexpr uint64_t kCachedElsewhereRecordBytes = 256 << 10;
 }  // namespace
 
 Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view data,
-                                rocksdb::WriteBatch* b, StatDeltas* deltas) {
+                                meta::Writes* b, StatDeltas* deltas) {
   const int level = compression_level_.load();
   // Records end at file offsets that are multiples of max_record_bytes:
   // the kernel reads a big file in aligned requests of that size, and each
@@ -60,7 +60,7 @@ Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view 
     format::ExtentValue e;
     e.length = static_cast<uint32_t>(chunk.size());
     format::PointExtentAt(rec.header, r.segment_id, r.offset, &e);
-    b->Put(cf_extents_, format::ExtentKey(ino, offset + pos), format::EncodeExtent(e));
+    b->Put(Space::kExtents, format::ExtentKey(ino, offset + pos), format::EncodeExtent(e));
     (*deltas)[r.segment_id].live += static_cast<int64_t>(chunk.size());
     counters_.records_written++;
     counters_.stored_bytes += rec.header.stored_len;
@@ -69,7 +69,7 @@ Status StoreImpl::AppendRecords(uint64_t ino, uint64_t offset, std::string_view 
 }
 
 Status StoreImpl::AppendDataFile(uint64_t ino, uint64_t offset, std::string_view data,
-                                 rocksdb::WriteBatch* b) {
+                                 meta::Writes* b) {
   CKPTFS_RETURN_IF_ERROR(data_files_->Write(ino, offset, data));
   counters_.data_file_writes++;
   counters_.data_file_write_bytes += data.size();
@@ -78,7 +78,7 @@ Status StoreImpl::AppendDataFile(uint64_t ino, uint64_t offset, std::string_view
 }
 
 Status StoreImpl::MoveToDataFileLocked(InodeState* s, uint64_t upto, format::InodeValue* v,
-                                       rocksdb::WriteBatch* b, StatDeltas* deltas) {
+                                       meta::Writes* b, StatDeltas* deltas) {
   std::vector<Extent> ex;
   CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, 0, upto, &ex));
   CKPTFS_RETURN_IF_ERROR(data_files_->Create(s->ino));
@@ -142,7 +142,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   const uint64_t first_write_syncs = v.size == 0 ? syncs : s->first_write_syncs;
   // Whether bytes this write moves may be durable where they are.
   const bool moved_may_be_synced = first_write_syncs == 0 || first_write_syncs != syncs;
-  rocksdb::WriteBatch b;
+  meta::Writes b;
   StatDeltas deltas;
 
   bool stored = false;
@@ -160,7 +160,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
     v.mtime_nsec = v.ctime_nsec = now.nsec;
   }
   PutInode(&b, s->ino, v);
-  EmitDeltas(deltas, &b, cf_segments_);
+  EmitDeltas(deltas, &b);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
   s->attr = v;
   s->first_write_syncs = first_write_syncs;
@@ -171,7 +171,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
 
 Result<bool> StoreImpl::WriteInlineLocked(InodeState* s, uint64_t offset, std::string_view data,
                                           uint64_t new_size, format::InodeValue* v,
-                                          rocksdb::WriteBatch* b) {
+                                          meta::Writes* b) {
   // Small file: keep all of it in one inline extent, if it has no records.
   std::vector<Extent> ex;
   CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s, 0, kMaxFileSize, &ex));
@@ -183,7 +183,7 @@ Result<bool> StoreImpl::WriteInlineLocked(InodeState* s, uint64_t offset, std::s
     if (e.offset >= new_size) continue;
     size_t n = std::min<uint64_t>(e.value.inline_data.size(), new_size - e.offset);
     std::memcpy(content.data() + e.offset, e.value.inline_data.data(), n);
-    b->Delete(cf_extents_, format::ExtentKey(s->ino, e.offset));
+    b->Delete(Space::kExtents, format::ExtentKey(s->ino, e.offset));
   }
   std::memcpy(content.data() + offset, data.data(), data.size());
   PutInlineExtent(s->ino, std::move(content), b);
@@ -194,13 +194,11 @@ Result<bool> StoreImpl::WriteInlineLocked(InodeState* s, uint64_t offset, std::s
 
 Status StoreImpl::FoldInlineHead(uint64_t ino, uint64_t offset, std::string_view data,
                                  std::string* folded) {
-  std::string head;
-  rocksdb::Status rs =
-      db_->Get(rocksdb::ReadOptions(), cf_extents_, format::ExtentKey(ino, 0), &head);
-  if (rs.IsNotFound()) return Status::OK();
-  if (!rs.ok()) return FromRocks(rs, "read extent");
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> head,
+                          IndexGet(Space::kExtents, format::ExtentKey(ino, 0)));
+  if (!head.has_value()) return Status::OK();
   format::ExtentValue hv;
-  Status ds = format::DecodeExtent(head, &hv);
+  Status ds = format::DecodeExtent(*head, &hv);
   if (!ds.ok()) {
     return Status(ds.code(), "inode " + std::to_string(ino) + " extent at 0: " + ds.message());
   }
@@ -215,7 +213,7 @@ Status StoreImpl::FoldInlineHead(uint64_t ino, uint64_t offset, std::string_view
 
 Status StoreImpl::WriteStoredLocked(InodeState* s, uint64_t offset, std::string_view data,
                                     bool moved_may_be_synced, format::InodeValue* v,
-                                    rocksdb::WriteBatch* b, StatDeltas* deltas) {
+                                    meta::Writes* b, StatDeltas* deltas) {
   const uint64_t ino = s->ino;
   // A small inline head that this write touches moves into the record.
   std::string folded;
@@ -325,7 +323,7 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   EpochGate::Guard gate(&io_gate_);
   CommitGate::Write commit(&commit_gate_);
   format::InodeValue v = s->attr;
-  rocksdb::WriteBatch b;
+  meta::Writes b;
   StatDeltas deltas;
   uint64_t removed = 0;
   CKPTFS_RETURN_IF_ERROR(PunchLocked(s, 0, kMaxFileSize, &b, &deltas, &removed));
@@ -352,7 +350,7 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   v.mtime_sec = v.ctime_sec = modified.sec;
   v.mtime_nsec = v.ctime_nsec = modified.nsec;
   PutInode(&b, ino, v);
-  EmitDeltas(deltas, &b, cf_segments_);
+  EmitDeltas(deltas, &b);
   // Before the commit: a sync, or a flush of the index's memtable, that
   // finds the commit syncs the data file first.
   if (!copy) CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));

@@ -19,39 +19,31 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
   std::string key = format::XattrKey(ino, name);
-  std::string old;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
-  if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read xattr");
-  if ((flags & XATTR_CREATE) && rs.ok()) return Status(EEXIST, "xattr exists");
-  if ((flags & XATTR_REPLACE) && rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  t.batch.Put(cf_xattrs_, key, rocksdb::Slice(value.data(), value.size()));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old, IndexGet(Space::kXattrs, key));
+  if ((flags & XATTR_CREATE) && old.has_value()) return Status(EEXIST, "xattr exists");
+  if ((flags & XATTR_REPLACE) && !old.has_value()) return Status(ENODATA, "no such xattr");
+  t.batch.Put(Space::kXattrs, key, value);
   SetCtime(&t.Edit(ino), Now());
   return t.Commit();
 }
 
 Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
-  std::string v;
-  rocksdb::Status rs =
-      db_->Get(rocksdb::ReadOptions(), cf_xattrs_, format::XattrKey(ino, name), &v);
-  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
-  return v;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                          IndexGet(Space::kXattrs, format::XattrKey(ino, name)));
+  if (!v.has_value()) return Status(ENODATA, "no such xattr");
+  return std::move(*v);
 }
 
 Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(GetAttr(ino).status());
-  std::string prefix = format::XattrKey(ino, "");
-  std::string upper = format::XattrKey(ino + 1, "");
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf_xattrs_));
+  const std::string prefix = format::XattrKey(ino, "");
   std::vector<std::string> names;
-  for (it->Seek(prefix); it->Valid(); it->Next()) {
-    names.emplace_back(it->key().data() + prefix.size(), it->key().size() - prefix.size());
-  }
-  CKPTFS_RETURN_IF_ERROR(FromRocks(it->status(), "list xattrs"));
+  CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kXattrs, prefix, format::XattrKey(ino + 1, ""),
+                                   [&](std::string_view k, std::string_view) {
+                                     names.emplace_back(k.substr(prefix.size()));
+                                     return true;
+                                   }));
   return names;
 }
 
@@ -60,11 +52,9 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
   Txn t(this);
   CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
   std::string key = format::XattrKey(ino, name);
-  std::string old;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cf_xattrs_, key, &old);
-  if (rs.IsNotFound()) return Status(ENODATA, "no such xattr");
-  CKPTFS_RETURN_IF_ERROR(FromRocks(rs, "read xattr"));
-  t.batch.Delete(cf_xattrs_, key);
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old, IndexGet(Space::kXattrs, key));
+  if (!old.has_value()) return Status(ENODATA, "no such xattr");
+  t.batch.Delete(Space::kXattrs, key);
   SetCtime(&t.Edit(ino), Now());
   return t.Commit();
 }

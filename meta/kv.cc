@@ -108,7 +108,7 @@ void Backoff(const RetryPolicy& policy, int attempt) {
 
 }  // namespace
 
-Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, bool sync,
+Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy) {
   Status last;
   for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
@@ -116,7 +116,22 @@ Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, bool sync,
     Result<std::unique_ptr<Txn>> txn = kv->Begin();
     if (!txn.ok()) return txn.status();
     last = body(txn->get());
-    if (last.ok()) last = (*txn)->Commit(sync);
+    if (last.ok()) last = (*txn)->Commit(d);
+    if (!IsConflict(last)) return last;
+  }
+  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+}
+
+Status CommitWrites(Kv* kv, Writes* writes, Durability d, const RetryPolicy& policy) {
+  Status last;
+  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+    if (attempt > 1) Backoff(policy, attempt);
+    Result<std::unique_ptr<Txn>> txn = kv->Begin();
+    if (!txn.ok()) return txn.status();
+    // Lent to the transaction, not copied: the common case commits once.
+    std::swap((*txn)->writes(), *writes);
+    last = (*txn)->Commit(d);
+    std::swap((*txn)->writes(), *writes);
     if (!IsConflict(last)) return last;
   }
   return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");

@@ -95,6 +95,19 @@ struct TxnConflict {};
 Status ConflictStatus(std::string message);
 bool IsConflict(const Status& s);
 
+// What a commit survives when it returns.
+enum class Durability : uint8_t {
+  // A kill of this process; made durable against power loss by the next
+  // Kv::Sync or synced commit.
+  kLogged,
+  // Power loss.
+  kSynced,
+  // Nothing: a crash may lose it (RocksDB keeps it out of its log until the
+  // index is flushed or closed). For what is not worth a log write: access
+  // times.
+  kVolatile,
+};
+
 // One transaction. Not thread-safe: one thread uses it at a time.
 class Txn {
  public:
@@ -120,13 +133,12 @@ class Txn {
   }
   Writes& writes() { return writes_; }
 
-  // Applies the writes atomically; with `sync`, durable against power loss
-  // when it returns (else durable against a kill of this process, and made
-  // durable by the next Kv::Sync or synced commit). Call at most once; a
-  // transaction without writes commits nothing. IsConflict: nothing applied,
-  // run again. Other errors: nothing applied, except where the message says
-  // the outcome is unknown (the connection was lost during the commit).
-  virtual Status Commit(bool sync) = 0;
+  // Applies the writes atomically, as durable as `d` says. Call at most
+  // once; a transaction without writes commits nothing. IsConflict: nothing
+  // applied, run again. Other errors: nothing applied, except where the
+  // message says the outcome is unknown (the connection was lost during the
+  // commit).
+  virtual Status Commit(Durability d) = 0;
 
  protected:
   Txn() = default;
@@ -156,7 +168,12 @@ struct RetryPolicy {
 // the commit reports a conflict, waits a little and runs it again in a fresh
 // transaction. The body's errors end it without a commit. After
 // `policy.max_attempts` conflicts, the last conflict (EAGAIN).
-Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, bool sync,
+Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy = {});
+
+// Commits `*writes` in a transaction of its own, which reads nothing, and
+// commits it again after a conflict (as RunTxn). `*writes` is left as it
+// was. For a caller whose own locks keep what it read from changing.
+Status CommitWrites(Kv* kv, Writes* writes, Durability d, const RetryPolicy& policy = {});
 
 }  // namespace ckptfs::meta

@@ -122,15 +122,15 @@ class KvTest : public testing::TestWithParam<Impl> {
     return t.ok() ? std::move(*t) : nullptr;
   }
   // Commits `fn`'s writes in a transaction of their own.
-  void Write(const std::function<void(Txn*)>& fn, bool sync = false) {
-    Status st = RunTxn(kv_, [&](Txn* t) { fn(t); return Status::OK(); }, sync);
+  void Write(const std::function<void(Txn*)>& fn, Durability d = Durability::kLogged) {
+    Status st = RunTxn(kv_, [&](Txn* t) { fn(t); return Status::OK(); }, d);
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   std::optional<std::string> Get(Space s, std::string_view key) {
     auto t = Begin();
     Result<std::optional<std::string>> v = t->Get(s, key);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
-    EXPECT_TRUE(t->Commit(false).ok());
+    EXPECT_TRUE(t->Commit(Durability::kLogged).ok());
     return v.ok() ? *v : std::nullopt;
   }
   std::vector<std::pair<std::string, std::string>> Scan(Space s, std::string_view begin,
@@ -142,7 +142,7 @@ class KvTest : public testing::TestWithParam<Impl> {
       return stop == 0 || out.size() < stop;
     });
     EXPECT_TRUE(st.ok()) << st.ToString();
-    EXPECT_TRUE(t->Commit(false).ok());
+    EXPECT_TRUE(t->Commit(Durability::kLogged).ok());
     return out;
   }
   int64_t Counter(std::string_view key) {
@@ -239,7 +239,7 @@ TEST_P(KvTest, LastFindsTheGreatestKeyBeforeTheEnd) {
   last = t->Last(Space::kExtents, format::ExtentPrefix(3), "");
   ASSERT_TRUE(last.ok() && last->has_value());
   EXPECT_EQ((*last)->value, "next");
-  EXPECT_TRUE(t->Commit(false).ok());
+  EXPECT_TRUE(t->Commit(Durability::kLogged).ok());
 }
 
 TEST_P(KvTest, CountersAddUpAndAPutResetsThem) {
@@ -292,7 +292,7 @@ TEST_P(KvTest, ACommitThatFailsAppliesNothing) {
   auto t = Begin();
   t->Put(Space::kInodes, "a", "1");
   t->Merge(Space::kInodes, "b", CounterOperand(1));  // inodes take no merges
-  Status st = t->Commit(false);
+  Status st = t->Commit(Durability::kLogged);
   EXPECT_EQ(st.code(), EINVAL) << st.ToString();
   t.reset();
   EXPECT_EQ(Get(Space::kInodes, "a"), std::nullopt);
@@ -305,16 +305,30 @@ TEST_P(KvTest, ReadsDoNotSeeTheirOwnTransactionsWrites) {
   auto v = t->Get(Space::kInodes, "a");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, "old"s);
-  ASSERT_TRUE(t->Commit(false).ok());
+  ASSERT_TRUE(t->Commit(Durability::kLogged).ok());
   EXPECT_EQ(Get(Space::kInodes, "a"), "new"s);
 }
 
+TEST_P(KvTest, CommitWritesLeavesTheWritesAsTheyWere) {
+  Writes w;
+  w.Put(Space::kInodes, "a", "1");
+  w.Merge(Space::kMeta, "n", CounterOperand(2));
+  ASSERT_TRUE(CommitWrites(kv_, &w, Durability::kLogged).ok());
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w.list()[0].value, "1");
+  ASSERT_TRUE(CommitWrites(kv_, &w, Durability::kLogged).ok());
+  EXPECT_EQ(Get(Space::kInodes, "a"), "1"s);
+  EXPECT_EQ(Counter("n"), 4);
+}
+
 TEST_P(KvTest, SyncedCommitsAndSync) {
-  Write([&](Txn* t) { t->Put(Space::kMeta, "durable", "yes"); }, /*sync=*/true);
+  Write([&](Txn* t) { t->Put(Space::kMeta, "durable", "yes"); }, Durability::kSynced);
+  Write([&](Txn* t) { t->Put(Space::kMeta, "volatile", "yes"); }, Durability::kVolatile);
   Write([&](Txn* t) { t->Put(Space::kMeta, "later", "yes"); });
   Status st = kv_->Sync();
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(Get(Space::kMeta, "later"), "yes"s);
+  EXPECT_EQ(Get(Space::kMeta, "volatile"), "yes"s);
 }
 
 TEST_P(KvTest, MergesFromManyThreadsNeverConflictAndAddUp) {
@@ -328,7 +342,7 @@ TEST_P(KvTest, MergesFromManyThreadsNeverConflictAndAddUp) {
           ++runs;
           t->Merge(Space::kMeta, "hot", CounterOperand(1));
           return Status::OK();
-        }, false);
+        }, Durability::kLogged);
         EXPECT_TRUE(st.ok()) << st.ToString();
       }
     });
@@ -346,8 +360,8 @@ TEST_P(KvTest, TwoCreatesOfOneNameConflict) {
   ASSERT_FALSE(b->Get(Space::kDentries, "step_1")->has_value());
   a->Put(Space::kDentries, "step_1", "from a");
   b->Put(Space::kDentries, "step_1", "from b");
-  ASSERT_TRUE(a->Commit(false).ok());
-  Status st = b->Commit(false);
+  ASSERT_TRUE(a->Commit(Durability::kLogged).ok());
+  Status st = b->Commit(Durability::kLogged);
   EXPECT_TRUE(IsConflict(st)) << st.ToString();
   EXPECT_EQ(st.code(), EAGAIN);
   EXPECT_EQ(Get(Space::kDentries, "step_1"), "from a"s);
@@ -369,8 +383,8 @@ TEST_P(KvTest, AnEmptinessCheckRacingACreateConflicts) {
   ASSERT_TRUE(create->Get(Space::kInodes, format::InodeKey(5))->has_value());
   rmdir->Delete(Space::kInodes, format::InodeKey(5));
   create->Put(Space::kDentries, format::DentryKey(5, "file"), "child");
-  Status first = rmdir->Commit(false);
-  Status second = create->Commit(false);
+  Status first = rmdir->Commit(Durability::kLogged);
+  Status second = create->Commit(Durability::kLogged);
   EXPECT_TRUE(first.ok() != second.ok()) << first.ToString() << " / " << second.ToString();
   EXPECT_TRUE(IsConflict(first.ok() ? second : first));
 }
@@ -387,7 +401,7 @@ TEST_P(KvTest, ReadModifyWriteFromManyThreadsIsSerializable) {
           const int64_t n = v.has_value() ? static_cast<int64_t>(format::GetLE64(v->data())) : 0;
           t->Put(Space::kMeta, "rmw", CounterOperand(n + 1));
           return Status::OK();
-        }, false);
+        }, Durability::kLogged);
         EXPECT_TRUE(st.ok()) << st.ToString();
       }
     });
@@ -420,7 +434,7 @@ TEST_F(PgKvTest, PostgreSqlFoldsMergesWithoutChangingValues) {
       t->Merge(Space::kMeta, "n", CounterOperand(i));
       t->Merge(Space::kSegments, format::SegmentKey(i % 3), format::EncodeSegmentStat({1, 0, 0, 0}));
       return Status::OK();
-    }, false).ok());
+    }, Durability::kLogged).ok());
   }
   ASSERT_EQ(*kv->PendingMerges(), 20u);
   size_t folded = 0;

@@ -243,7 +243,7 @@ class PgTxn final : public Txn {
         KeyValue{std::string(Cell(r.get(), 0, 0)), std::string(Cell(r.get(), 0, 1))});
   }
 
-  Status Commit(bool sync) override {
+  Status Commit(Durability d) override {
     if (ended_) return Status(EINVAL, "transaction already committed");
     if (writes_.empty() && !begun_) {
       ended_ = true;
@@ -252,8 +252,8 @@ class PgTxn final : public Txn {
     std::vector<Stmt> stmts;
     if (!begun_) stmts.push_back(Stmt{kBegin, {}});
     begun_ = true;
-    stmts.push_back(Stmt{sync ? "SET LOCAL synchronous_commit TO on"
-                              : "SET LOCAL synchronous_commit TO off",
+    stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
+                                                  : "SET LOCAL synchronous_commit TO off",
                          {}});
     std::vector<SpaceSql> sql;
     for (Space s : kAllSpaces) sql.emplace_back(kv_->schema(), s);
@@ -494,7 +494,7 @@ Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
         }
         return Status::OK();
       },
-      /*sync=*/false);
+      Durability::kLogged);
 }
 
 Result<uint64_t> PgKv::PendingMerges() {

@@ -14,9 +14,9 @@
 // becomes a conflict (IsConflict) for RunTxn to run again. The first read
 // begins the transaction on the server (one round trip with the read);
 // writes wait in the client and go with the COMMIT in one pipeline.
-// Commits without `sync` run with synchronous_commit off: durable against a
-// crash of this process at once, against a crash of the server once a
-// later synced commit or Sync() returned.
+// Commits that are not kSynced run with synchronous_commit off: durable
+// against a crash of this process at once, against a crash of the server
+// once a later synced commit or Sync() returned.
 //
 // Thread-safe: each transaction holds one connection of a pool.
 #pragma once

@@ -2,6 +2,8 @@
 
 #include <rocksdb/write_batch.h>
 
+#include <cstring>
+
 namespace ckptfs::meta {
 namespace {
 
@@ -73,7 +75,7 @@ class RocksTxn final : public Txn {
         KeyValue{std::string(ToView(it->key())), std::string(ToView(it->value()))});
   }
 
-  Status Commit(bool sync) override {
+  Status Commit(Durability d) override {
     if (writes_.empty()) return Status::OK();
     rocksdb::WriteBatch batch;
     for (const Write& w : writes_.list()) {
@@ -93,8 +95,16 @@ class RocksTxn final : public Txn {
       CKPTFS_RETURN_IF_ERROR(FromRocksStatus(st, "build index batch"));
     }
     rocksdb::WriteOptions wo;
-    wo.sync = sync;
-    return FromRocksStatus(kv_->db()->Write(wo, &batch), "write index");
+    wo.sync = d == Durability::kSynced;
+    wo.disableWAL = d == Durability::kVolatile;
+    rocksdb::Status st = kv_->db()->Write(wo, &batch);
+    if (st.IsNoSpace() || (st.getState() != nullptr && std::strstr(st.getState(), "No space"))) {
+      // RocksDB stops writes after a failed log append; resume, so that the
+      // index takes writes again once space is freed.
+      (void)kv_->db()->Resume();
+      return Status(ENOSPC, "index write: no space left on device");
+    }
+    return FromRocksStatus(st, "index write");
   }
 
  private:

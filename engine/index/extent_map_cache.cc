@@ -10,7 +10,7 @@
 namespace ckptfs::engine {
 
 // Lists a batch's changes of extents and inodes; skips everything else.
-class ExtentMapCache::BatchReader : public rocksdb::WriteBatch::Handler {
+class ExtentMapCache::BatchReader {
  public:
   struct Change {
     // An extent key written (`value` set) or deleted, or (`forget`) the
@@ -18,53 +18,28 @@ class ExtentMapCache::BatchReader : public rocksdb::WriteBatch::Handler {
     bool forget = false;
     uint64_t first = 0, last = 0;
     uint64_t offset = 0;
-    std::optional<std::string> value;
+    const std::string* value = nullptr;  // points into the batch
   };
 
-  // The changes of `batch`; nullopt when it cannot be read (then nothing
-  // it touched is known).
-  static std::optional<std::vector<Change>> Read(const rocksdb::WriteBatch& batch,
-                                                 uint32_t extents_cf, uint32_t inodes_cf) {
-    BatchReader reader(extents_cf, inodes_cf);
-    if (!batch.Iterate(&reader).ok()) return std::nullopt;
+  static std::vector<Change> Read(const meta::Writes& batch) {
+    BatchReader reader;
+    for (const meta::Write& w : batch.list()) {
+      if (w.space == meta::Space::kExtents) {
+        switch (w.kind) {
+          case meta::Write::Kind::kPut: reader.Extent(w.key, &w.value); break;
+          case meta::Write::Kind::kDelete: reader.Extent(w.key, nullptr); break;
+          // Extents take no merges; forget rather than guess.
+          case meta::Write::Kind::kMerge: reader.Inode(w.key); break;
+        }
+      } else if (w.space == meta::Space::kInodes && w.kind != meta::Write::Kind::kPut) {
+        reader.Inode(w.key);
+      }
+    }
     return std::move(reader.changes_);
   }
 
-  BatchReader(uint32_t extents_cf, uint32_t inodes_cf)
-      : extents_cf_(extents_cf), inodes_cf_(inodes_cf) {}
-
-  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key,
-                        const rocksdb::Slice& value) override {
-    if (cf == extents_cf_) Extent(key, &value);
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
-    if (cf == extents_cf_) Extent(key, nullptr);
-    if (cf == inodes_cf_) Inode(key);
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status SingleDeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
-    return DeleteCF(cf, key);
-  }
-  rocksdb::Status DeleteRangeCF(uint32_t cf, const rocksdb::Slice& begin,
-                                const rocksdb::Slice& end) override {
-    if (cf == extents_cf_ || cf == inodes_cf_) {
-      Change c;
-      c.forget = true;
-      c.first = begin.size() >= 8 ? format::GetBE64(begin.data()) : 0;
-      c.last = end.size() >= 8 ? format::GetBE64(end.data()) : UINT64_MAX;
-      changes_.push_back(std::move(c));
-    }
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status MergeCF(uint32_t cf, const rocksdb::Slice& key, const rocksdb::Slice&) override {
-    // Extents and inodes have no merge operator; forget rather than guess.
-    if (cf == extents_cf_ || cf == inodes_cf_) Inode(key);
-    return rocksdb::Status::OK();
-  }
-
  private:
-  void Extent(const rocksdb::Slice& key, const rocksdb::Slice* value) {
+  void Extent(std::string_view key, const std::string* value) {
     if (key.size() != 16) {
       Inode(key);
       return;
@@ -72,19 +47,17 @@ class ExtentMapCache::BatchReader : public rocksdb::WriteBatch::Handler {
     Change c;
     c.first = c.last = format::GetBE64(key.data());
     c.offset = format::GetBE64(key.data() + 8);
-    if (value != nullptr) c.value.emplace(value->data(), value->size());
-    changes_.push_back(std::move(c));
+    c.value = value;
+    changes_.push_back(c);
   }
-  void Inode(const rocksdb::Slice& key) {
+  void Inode(std::string_view key) {
     Change c;
     c.forget = true;
     c.first = key.size() >= 8 ? format::GetBE64(key.data()) : 0;
     c.last = key.size() >= 8 ? c.first : UINT64_MAX;
-    changes_.push_back(std::move(c));
+    changes_.push_back(c);
   }
 
-  const uint32_t extents_cf_;
-  const uint32_t inodes_cf_;
   std::vector<Change> changes_;
 };
 
@@ -135,18 +108,15 @@ void ExtentMapCache::Insert(uint64_t ino, std::vector<Extent> extents) {
   EnforceBoundsLocked(lru_.begin());
 }
 
-void ExtentMapCache::Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf,
-                           uint32_t inodes_cf) {
+void ExtentMapCache::Apply(const meta::Writes& batch) {
   {
     MutexLock l(&mu_);
     if (by_ino_.empty()) return;
   }
-  std::optional<std::vector<BatchReader::Change>> changes =
-      BatchReader::Read(batch, extents_cf, inodes_cf);
+  const std::vector<BatchReader::Change> changes = BatchReader::Read(batch);
   MutexLock l(&mu_);
-  if (!changes) return ForgetAllLocked();
   std::set<uint64_t> written;
-  for (BatchReader::Change& c : *changes) {
+  for (const BatchReader::Change& c : changes) {
     if (c.forget) {
       ForgetRangeLocked(c.first, c.last);
       continue;
@@ -189,13 +159,10 @@ void ExtentMapCache::Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf
   }
 }
 
-void ExtentMapCache::ForgetTouched(const rocksdb::WriteBatch& batch, uint32_t extents_cf,
-                                   uint32_t inodes_cf) {
-  std::optional<std::vector<BatchReader::Change>> changes =
-      BatchReader::Read(batch, extents_cf, inodes_cf);
+void ExtentMapCache::ForgetTouched(const meta::Writes& batch) {
+  const std::vector<BatchReader::Change> changes = BatchReader::Read(batch);
   MutexLock l(&mu_);
-  if (!changes) return ForgetAllLocked();
-  for (const BatchReader::Change& c : *changes) ForgetRangeLocked(c.first, c.last);
+  for (const BatchReader::Change& c : changes) ForgetRangeLocked(c.first, c.last);
 }
 
 void ExtentMapCache::Forget(uint64_t ino) {

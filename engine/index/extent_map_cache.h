@@ -31,7 +31,6 @@
 // a leaf (taken under inode mutexes, nothing taken under it).
 #pragma once
 
-#include <rocksdb/write_batch.h>
 
 #include <cstdint>
 #include <list>
@@ -41,6 +40,7 @@
 
 #include "base/mutex.h"
 #include "format/format.h"
+#include "meta/kv.h"
 
 namespace ckptfs::engine {
 
@@ -84,13 +84,12 @@ class ExtentMapCache {
   // REQUIRES: the caller holds the mutex of `ino`'s InodeState.
   void Insert(uint64_t ino, std::vector<Extent> extents);
 
-  // Applies a batch that committed. `extents_cf` and `inodes_cf` are the
-  // column family ids of the extents and of the inodes; an inode whose key
-  // the batch deletes is forgotten.
-  void Apply(const rocksdb::WriteBatch& batch, uint32_t extents_cf, uint32_t inodes_cf);
+  // Applies a batch that committed; an inode whose key the batch deletes is
+  // forgotten.
+  void Apply(const meta::Writes& batch);
   // Forgets the inodes a batch touches, for a batch whose commit failed (and
   // that may or may not be in the index).
-  void ForgetTouched(const rocksdb::WriteBatch& batch, uint32_t extents_cf, uint32_t inodes_cf);
+  void ForgetTouched(const meta::Writes& batch);
   void Forget(uint64_t ino);
   void ForgetAll();
 

@@ -1,8 +1,6 @@
 #include "engine/index/extent_map_cache.h"
 
 #include <gtest/gtest.h>
-#include <rocksdb/comparator.h>
-#include <rocksdb/db.h>
 
 #include <string>
 #include <vector>
@@ -10,8 +8,7 @@
 namespace ckptfs::engine {
 namespace {
 
-constexpr uint32_t kExtentsCf = 3;
-constexpr uint32_t kInodesCf = 1;
+using meta::Space;
 
 format::ExtentValue Record(uint32_t length, uint64_t segment, uint64_t record_offset) {
   format::ExtentValue v;
@@ -45,22 +42,6 @@ std::string Held(ExtentMapCache* c, uint64_t ino, uint64_t start = 0, uint64_t e
   return s;
 }
 
-// A column family handle is needed only for its id.
-class FakeCf : public rocksdb::ColumnFamilyHandle {
- public:
-  explicit FakeCf(uint32_t id) : id_(id) {}
-  const std::string& GetName() const override { return name_; }
-  uint32_t GetID() const override { return id_; }
-  rocksdb::Status GetDescriptor(rocksdb::ColumnFamilyDescriptor*) override {
-    return rocksdb::Status::NotSupported();
-  }
-  const rocksdb::Comparator* GetComparator() const override { return rocksdb::BytewiseComparator(); }
-
- private:
-  uint32_t id_;
-  std::string name_ = "fake";
-};
-
 TEST(ExtentMapCacheTest, CollectReturnsTheOverlappingExtentsInOrder) {
   ExtentMapCache c(100, 100);
   EXPECT_EQ(Held(&c, 7), "absent");
@@ -76,14 +57,13 @@ TEST(ExtentMapCacheTest, CollectReturnsTheOverlappingExtentsInOrder) {
 TEST(ExtentMapCacheTest, ApplyFollowsPutsAndDeletesOfHeldInodesOnly) {
   ExtentMapCache c(100, 100);
   c.Insert(7, Extents({{0, 10}, {10, 10}}));
-  FakeCf extents(kExtentsCf), inodes(kInodesCf), other(5);
-  rocksdb::WriteBatch b;
-  ASSERT_TRUE(b.Delete(&extents, format::ExtentKey(7, 10)).ok());
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(7, 0), format::EncodeExtent(Record(4, 2, 0))).ok());
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(7, 4), format::EncodeExtent(Record(12, 2, 100))).ok());
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(8, 0), format::EncodeExtent(Record(1, 2, 0))).ok());
-  ASSERT_TRUE(b.Merge(&other, "segment", "delta").ok());
-  c.Apply(b, kExtentsCf, kInodesCf);
+  meta::Writes b;
+  b.Delete(Space::kExtents, format::ExtentKey(7, 10));
+  b.Put(Space::kExtents, format::ExtentKey(7, 0), format::EncodeExtent(Record(4, 2, 0)));
+  b.Put(Space::kExtents, format::ExtentKey(7, 4), format::EncodeExtent(Record(12, 2, 100)));
+  b.Put(Space::kExtents, format::ExtentKey(8, 0), format::EncodeExtent(Record(1, 2, 0)));
+  b.Merge(Space::kSegments, "segment", "delta");
+  c.Apply(b);
   EXPECT_EQ(Held(&c, 7), "0+4 4+12 ");
   EXPECT_EQ(Held(&c, 8), "absent");  // not loaded: the index answers
   std::vector<Extent> got;
@@ -98,11 +78,10 @@ TEST(ExtentMapCacheTest, DeletedInodeAndUndecodableValuesAreForgotten) {
   ExtentMapCache c(100, 100);
   c.Insert(7, Extents({{0, 10}}));
   c.Insert(9, Extents({{0, 10}}));
-  FakeCf extents(kExtentsCf), inodes(kInodesCf);
-  rocksdb::WriteBatch b;
-  ASSERT_TRUE(b.Delete(&inodes, format::InodeKey(7)).ok());
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(9, 0), "not an extent").ok());
-  c.Apply(b, kExtentsCf, kInodesCf);
+  meta::Writes b;
+  b.Delete(Space::kInodes, format::InodeKey(7));
+  b.Put(Space::kExtents, format::ExtentKey(9, 0), "not an extent");
+  c.Apply(b);
   EXPECT_EQ(Held(&c, 7), "absent");
   EXPECT_EQ(Held(&c, 9), "absent");
   EXPECT_EQ(c.inodes(), 0u);
@@ -113,10 +92,9 @@ TEST(ExtentMapCacheTest, ForgetTouchedDropsEveryInodeOfAFailedBatch) {
   ExtentMapCache c(100, 100);
   c.Insert(7, Extents({{0, 10}}));
   c.Insert(9, Extents({{0, 10}}));
-  FakeCf extents(kExtentsCf);
-  rocksdb::WriteBatch b;
-  ASSERT_TRUE(b.Delete(&extents, format::ExtentKey(9, 0)).ok());
-  c.ForgetTouched(b, kExtentsCf, kInodesCf);
+  meta::Writes b;
+  b.Delete(Space::kExtents, format::ExtentKey(9, 0));
+  c.ForgetTouched(b);
   EXPECT_EQ(Held(&c, 7), "0+10 ");
   EXPECT_EQ(Held(&c, 9), "absent");
 }
@@ -129,14 +107,13 @@ TEST(ExtentMapCacheTest, BoundsEvictTheLeastRecentlyWrittenAndMarkLargeInodes) {
   EXPECT_EQ(Held(&c, 3), "too large");
   EXPECT_EQ(c.inodes(), 3u);
   // A write of inode 1 makes inode 2 the least recently written.
-  FakeCf extents(kExtentsCf);
-  rocksdb::WriteBatch b;
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(1, 3), format::EncodeExtent(Record(1, 1, 3))).ok());
-  c.Apply(b, kExtentsCf, kInodesCf);  // 10
+  meta::Writes b;
+  b.Put(Space::kExtents, format::ExtentKey(1, 3), format::EncodeExtent(Record(1, 1, 3)));
+  c.Apply(b);  // 10
   EXPECT_EQ(c.inodes(), 3u);
-  rocksdb::WriteBatch b2;
-  ASSERT_TRUE(b2.Put(&extents, format::ExtentKey(1, 4), format::EncodeExtent(Record(1, 1, 4))).ok());
-  c.Apply(b2, kExtentsCf, kInodesCf);  // inode 1 grows past 4: marked too large
+  meta::Writes b2;
+  b2.Put(Space::kExtents, format::ExtentKey(1, 4), format::EncodeExtent(Record(1, 1, 4)));
+  c.Apply(b2);  // inode 1 grows past 4: marked too large
   EXPECT_EQ(Held(&c, 1), "too large");
   EXPECT_EQ(Held(&c, 2), "0+1 1+1 2+1 ");
   c.Insert(4, Extents({{0, 1}, {1, 1}, {2, 1}, {3, 1}}));  // 5 more: evicts from the back
@@ -163,14 +140,13 @@ TEST(ExtentMapCacheTest, InlineDataIsBoundedInBytes) {
   EXPECT_EQ(Held(&c, 5), "0+3000 ");
   EXPECT_EQ(c.bytes(), 6 * ExtentMapCache::kBytesPerExtent + 9000);
   // A write that replaces inline data counts the new bytes, not both.
-  FakeCf extents(kExtentsCf);
-  rocksdb::WriteBatch b;
-  ASSERT_TRUE(b.Put(&extents, format::ExtentKey(5, 0), format::EncodeExtent(Inline(100))).ok());
-  c.Apply(b, kExtentsCf, kInodesCf);
+  meta::Writes b;
+  b.Put(Space::kExtents, format::ExtentKey(5, 0), format::EncodeExtent(Inline(100)));
+  c.Apply(b);
   EXPECT_EQ(c.inline_bytes(), 6100u);
-  rocksdb::WriteBatch d;
-  ASSERT_TRUE(d.Delete(&extents, format::ExtentKey(4, 0)).ok());
-  c.Apply(d, kExtentsCf, kInodesCf);
+  meta::Writes d;
+  d.Delete(Space::kExtents, format::ExtentKey(4, 0));
+  c.Apply(d);
   EXPECT_EQ(c.inline_bytes(), 3100u);
   EXPECT_EQ(Held(&c, 4), "");
   c.Forget(3);
