@@ -1,8 +1,10 @@
 // kv_bench: the index's seam (meta/kv.h) on each implementation, with the
 // transactions a store runs most, from 1 and from several threads:
-//   create   read a directory entry (absent), then write it, the new inode
-//            and a merge of the inode count: one create(2)
-//   lookup   read an entry, then its inode, each in a transaction of its own
+//   create   read the directory's inode, insert the new entry (Txn::Insert),
+//            write the new inode and merge the inode count: one create(2);
+//            on PostgreSQL also as get+put: read the entry's absent key,
+//            then put it (what Insert avoids: conflicts between creates)
+//   lookup   read an entry, then its inode, each a read of its own (kReads)
 //   extent   write one extent, no read: the index part of a write(2)
 // Every thread creates its names in one common directory, so that the
 // creates of all threads meet in one key range. Prints operations per
@@ -62,8 +64,13 @@ Figures Run(int threads, int ops, const std::function<Status(int, int, std::atom
   return Figures{ops / s, s * 1e6 / ops * threads, reruns.load()};
 }
 
-// RunTxn, counting the bodies run more than once.
-Status Counted(Kv* kv, std::atomic<uint64_t>* reruns, const std::function<Status(Txn*)>& body) {
+// RunTxn, counting the bodies run more than once; a kReads body runs once.
+Status Counted(Kv* kv, std::atomic<uint64_t>* reruns, const std::function<Status(Txn*)>& body,
+               TxnMode mode = TxnMode::kReadWrite) {
+  if (mode == TxnMode::kReads) {
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<Txn> t, kv->Begin(mode));
+    return body(t.get());
+  }
   bool first = true;
   return RunTxn(kv, [&](Txn* t) {
     if (!first) ++*reruns;
@@ -72,7 +79,19 @@ Status Counted(Kv* kv, std::atomic<uint64_t>* reruns, const std::function<Status
   }, Durability::kLogged);
 }
 
-void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_counts) {
+#define CKPTFS_CHECK_OK(expr)                                         \
+  do {                                                                \
+    Status _st = (expr);                                              \
+    if (!_st.ok()) {                                                  \
+      std::fprintf(stderr, "kv_bench: %s\n", _st.ToString().c_str()); \
+      std::exit(1);                                                   \
+    }                                                                 \
+  } while (0)
+
+// `read_then_put`: a create reads its entry's absent key, then puts it;
+// otherwise it reads the directory's inode and inserts the entry (Insert).
+void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_counts,
+           bool read_then_put) {
   static std::atomic<uint64_t> round{0};
   format::InodeValue inode;
   inode.mode = 0100644;
@@ -80,17 +99,31 @@ void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_cou
   const std::string inode_value = format::EncodeInode(inode);
   for (int threads : thread_counts) {
     const uint64_t dir = 1000 + round++;
+    CKPTFS_CHECK_OK(RunTxn(kv, [&](Txn* t) {
+      t->Put(Space::kInodes, format::InodeKey(dir), inode_value);
+      return Status::OK();
+    }, Durability::kLogged));
     Figures create = Run(threads, ops, [&](int, int i, std::atomic<uint64_t>* reruns) {
       const std::string name = "param_" + std::to_string(i) + ".zarray";
       const uint64_t ino = dir * 1000000 + i;
       return Counted(kv, reruns, [&](Txn* t) -> Status {
-        CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
-                                t->Get(Space::kDentries, format::DentryKey(dir, name)));
-        if (old.has_value()) return Status(EEXIST, name);
+        if (read_then_put) {
+          CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
+                                  t->Get(Space::kDentries, format::DentryKey(dir, name)));
+          if (old.has_value()) return Status(EEXIST, name);
+        } else {
+          CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> parent,
+                                  t->Get(Space::kInodes, format::InodeKey(dir)));
+          if (!parent.has_value()) return Status(ENOENT, "directory");
+        }
         format::DentryValue d;
         d.ino = ino;
         d.type = 8;
-        t->Put(Space::kDentries, format::DentryKey(dir, name), format::EncodeDentry(d));
+        if (read_then_put) {
+          t->Put(Space::kDentries, format::DentryKey(dir, name), format::EncodeDentry(d));
+        } else {
+          t->Insert(Space::kDentries, format::DentryKey(dir, name), format::EncodeDentry(d));
+        }
         t->Put(Space::kInodes, format::InodeKey(ino), inode_value);
         t->Merge(Space::kMeta, format::kMetaInodeCount, CounterOperand(1));
         return Status::OK();
@@ -107,12 +140,12 @@ void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_cou
         CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
         ino = d.ino;
         return Status::OK();
-      }));
+      }, TxnMode::kReads));
       return Counted(kv, reruns, [&](Txn* t) -> Status {
         CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                                 t->Get(Space::kInodes, format::InodeKey(ino)));
         return v.has_value() ? Status::OK() : Status(ENOENT, "inode");
-      });
+      }, TxnMode::kReads);
     });
     format::ExtentValue e;
     e.length = 1 << 20;
@@ -126,7 +159,9 @@ void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_cou
         return Status::OK();
       });
     });
-    for (auto [what, f] : {std::pair{"create", create}, {"lookup", lookup}, {"extent", extent}}) {
+    const char* create_name = read_then_put ? "get+put" : "create";
+    for (auto [what, f] :
+         {std::pair{create_name, create}, {"lookup", lookup}, {"extent", extent}}) {
       std::printf("%-10s %-7s %2d threads  %9.0f ops/s  %8.1f us/op  %6llu reruns\n", name, what,
                   threads, f.ops_per_s, f.us_per_op, static_cast<unsigned long long>(f.reruns));
     }
@@ -173,7 +208,7 @@ int Main(int argc, char** argv) {
   }
   {
     RocksKv kv(db, handles);
-    Bench("rocksdb", &kv, ops, threads);
+    Bench("rocksdb", &kv, ops, threads, /*read_then_put=*/false);
   }
   for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
   delete db;
@@ -190,7 +225,8 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "kv_bench: %s\n", kv.status().ToString().c_str());
       return 1;
     }
-    Bench("postgresql", kv->get(), ops, threads);
+    Bench("postgresql", kv->get(), ops, threads, /*read_then_put=*/true);
+    Bench("postgresql", kv->get(), ops, threads, /*read_then_put=*/false);
     (void)(*kv)->DropSchema();
   } else {
     std::printf("postgresql: CKPTFS_TEST_PG is not set (run through scripts/with-postgres.sh)\n");

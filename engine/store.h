@@ -163,7 +163,8 @@ struct NamespaceCounts {
   uint64_t symlinks = 0;
   uint64_t other = 0;          // fifos, sockets, device nodes
   uint64_t logical_bytes = 0;  // sum of the regular files' sizes (holes included)
-  uint64_t index_bytes = 0;    // bytes of the files under STORE/index on disk
+  uint64_t index_bytes = 0;    // bytes of the files under STORE/index on disk (a
+                               // shared store: of its PostgreSQL tables)
   uint64_t data_files = 0;     // regular files with a data file (STORE/data/)
   uint64_t data_file_bytes = 0;  // the bytes those data files hold (their ends)
 };

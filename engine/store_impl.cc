@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
+#include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
@@ -29,6 +31,25 @@ uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
+}
+
+// Writes `content` to `path` through a fsynced `path`.tmp renamed into place.
+Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(errno, "create " + tmp);
+  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
+            ::fsync(fd) == 0;
+  int err = errno;
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) return Status::IOError(err, "write " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::IOError(errno, "rename " + tmp);
+  }
+  return Status::OK();
 }
 
 // Returns 1 when `path` is a directory with entries, 0 when empty, -1 when absent.
@@ -155,6 +176,7 @@ Status StoreImpl::Init() {
     std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
     if (DirState(index_dir, &ignored) == -1 && DirState(seg_dir, &ignored) <= 0) creating = true;
   }
+  CKPTFS_RETURN_IF_ERROR(ChooseIndex(creating));
   if (creating) {
     CKPTFS_RETURN_IF_ERROR(CreateLayout());
   } else {
@@ -204,30 +226,49 @@ Status StoreImpl::Init() {
   return Status::OK();
 }
 
+Status StoreImpl::ChooseIndex(bool creating) {
+  const std::string path = dir_ + "/" + format::kSharedFileName;
+  std::ifstream in(path);
+  if (in) {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    format::SharedIndex shared;
+    Status s = format::ParseSharedFile(ss.str(), &shared);
+    if (!s.ok()) return s.Annotate(dir_);
+    shared_ = std::move(shared);
+    return Status::OK();
+  }
+  if (options_.meta.empty()) return Status::OK();
+  if (!creating) {
+    return Status(EINVAL, dir_ + " keeps its index in " + format::kIndexDirName +
+                              "/: meta= chooses the index of a new store only");
+  }
+  CKPTFS_ASSIGN_OR_RETURN(std::string conninfo, meta::ConninfoWithoutPassword(options_.meta));
+  std::random_device rd;
+  char schema[32];
+  std::snprintf(schema, sizeof(schema), "ckptfs_%08x%08x", rd(), rd());
+  shared_ = format::SharedIndex{std::move(conninfo), schema};
+  return WriteFileAtomically(path, format::SharedFileContents(*shared_));
+}
+
 Status StoreImpl::CreateLayout() {
   for (const char* sub : {format::kSegmentsDirName, format::kDataDirName}) {
     std::string d = dir_ + "/" + sub;
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return Status::IOError(errno, "create " + d);
   }
-  std::string tmp = dir_ + "/" + format::kFormatFileName + ".tmp";
-  std::string content = format::FormatFileContents();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError(errno, "create " + tmp);
-  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-            ::fsync(fd) == 0;
-  int err = errno;
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) return Status::IOError(err, "write " + tmp);
-  if (::rename(tmp.c_str(), (dir_ + "/" + format::kFormatFileName).c_str()) != 0) {
-    return Status::IOError(errno, "rename " + tmp);
-  }
-  return Status::OK();
+  return WriteFileAtomically(dir_ + "/" + format::kFormatFileName, format::FormatFileContents());
 }
 
 Status StoreImpl::OpenIndex(bool create) {
+  if (shared_.has_value()) {
+    meta::PgOptions po;
+    po.uri = options_.meta.empty() ? shared_->meta : options_.meta;
+    po.schema = shared_->schema;
+    po.create = create;
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
+    kv_ = std::move(kv);
+    return Status::OK();
+  }
   IndexDb index;
   auto before_flush = [this] {
     // A failed sync is sticky in the set: the next fsync reports it.
@@ -342,7 +383,7 @@ Status StoreImpl::Close() {
   if (closed_.exchange(true)) return Status(EIO, "store already closed");
   StopBackgroundCompaction();
   Status result;
-  if (!options_.read_only && db_ != nullptr) {
+  if (!options_.read_only && kv_ != nullptr) {
     result = FlushDurable();
     // Marked clean only when everything written is durable.
     if (result.ok()) {
@@ -352,7 +393,7 @@ Status StoreImpl::Close() {
     }
     // The index at rest lives in its table files, which a repair reads whole
     // (RocksDB's repair replays only part of the logs).
-    if (result.ok()) {
+    if (result.ok() && db_ != nullptr) {
       rocksdb::FlushOptions fo;
       fo.wait = true;
       result = FromRocksStatus(db_->Flush(fo, handles_), "flush index");
@@ -408,13 +449,13 @@ Status StoreImpl::CommitSynced(meta::Writes* batch) {
 }
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
   return t->Get(s, key);
 }
 
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
   return t->Scan(s, begin, end, fn);
 }
 

@@ -136,6 +136,9 @@ class StoreImpl final : public Store {
   using Extent = engine::Extent;
 
   // ---- store_impl.cc, store_info.cc ----
+  // Reads STORE/SHARED into shared_ when there is one; else, when
+  // `creating` with options_.meta set, chooses a schema and writes it.
+  Status ChooseIndex(bool creating);
   Status CreateLayout();
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
@@ -439,6 +442,8 @@ class StoreImpl final : public Store {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   // The index, through the seam (meta/kv.h): every read and write of it.
   std::unique_ptr<meta::Kv> kv_;
+  // Where the index is when in PostgreSQL (STORE/SHARED); db_ is null then.
+  std::optional<format::SharedIndex> shared_;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit

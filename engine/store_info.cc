@@ -11,6 +11,7 @@
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
 #include "engine/store_impl.h"
+#include "meta/pg_kv.h"
 
 namespace ckptfs::engine {
 
@@ -218,6 +219,10 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
     return true;
   }));
   CKPTFS_RETURN_IF_ERROR(bad);
+  if (shared_.has_value()) {
+    CKPTFS_ASSIGN_OR_RETURN(c.index_bytes, static_cast<meta::PgKv*>(kv_.get())->TableBytes());
+    return c;
+  }
   // RocksDB may delete files while we walk: skip what vanishes.
   namespace stdfs = std::filesystem;
   const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;

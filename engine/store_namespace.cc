@@ -190,7 +190,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   b->Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(-1));
   const std::string lower = format::ExtentPrefix(ino);
   const std::string upper = format::ExtentPrefix(ino + 1);
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin());
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
   Status bad;
   CKPTFS_RETURN_IF_ERROR(
       t->Scan(Space::kExtents, lower, upper, [&](std::string_view k, std::string_view v) {

@@ -35,6 +35,14 @@ struct StoreOptions {
   // filesystem of the index). Default: nullptr, the local filesystem
   // (io::Env::Posix()). Tests pass an io::FaultInjectionEnv. Fixed while open.
   std::shared_ptr<io::Env> env;
+  // Where the index of a store that this open creates lives: empty, RocksDB
+  // in STORE/index (an embedded store); a libpq connection URI or string,
+  // PostgreSQL (docs/SHARED.md), which the store then remembers in
+  // STORE/SHARED (without a password). Opening such a store with this set
+  // connects with it instead of the remembered one (another host name for
+  // the same server, a password); opening an embedded store with it set is
+  // EINVAL. Default: empty. Fixed while open.
+  std::string meta;
 
   // ---- Layout: where new bytes go. Fixed while open ----
   // A segment is sealed and a new one started once it reaches this size.

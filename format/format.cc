@@ -78,6 +78,39 @@ std::string FormatFileContents() {
   return std::string(kFormatMagicLine) + std::to_string(kFormatVersion) + "\n";
 }
 
+std::string SharedFileContents(const SharedIndex& v) {
+  return "meta=" + v.meta + "\nschema=" + v.schema + "\n";
+}
+
+Status ParseSharedFile(std::string_view contents, SharedIndex* v) {
+  SharedIndex out;
+  bool has_meta = false, has_schema = false;
+  while (!contents.empty()) {
+    const size_t nl = contents.find('\n');
+    std::string_view line = contents.substr(0, nl);
+    contents = nl == std::string_view::npos ? std::string_view() : contents.substr(nl + 1);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    const std::string_view key = line.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? "" : line.substr(eq + 1);
+    if (key == "meta" && !value.empty()) {
+      out.meta = std::string(value);
+      has_meta = true;
+    } else if (key == "schema" && !value.empty()) {
+      out.schema = std::string(value);
+      has_schema = true;
+    } else {
+      return Status::Corruption("SHARED file: bad line \"" + std::string(line) + "\"");
+    }
+  }
+  if (!has_meta || !has_schema) {
+    return Status::Corruption(std::string("SHARED file: no ") + (has_meta ? "schema" : "meta") +
+                              " line");
+  }
+  *v = std::move(out);
+  return Status::OK();
+}
+
 Status ParseFormatFile(std::string_view contents) {
   std::string_view magic(kFormatMagicLine);
   if (contents.substr(0, magic.size()) != magic) {

@@ -35,6 +35,17 @@ inline constexpr char kIndexDirName[] = "index";
 inline constexpr char kSegmentsDirName[] = "segments";
 inline constexpr char kDataDirName[] = "data";
 inline constexpr char kLockFileName[] = "LOCK";
+// Present in a store whose index is in PostgreSQL (docs/SHARED.md).
+inline constexpr char kSharedFileName[] = "SHARED";
+// Where a shared store's index is: the SHARED file's two lines.
+struct SharedIndex {
+  std::string meta;    // a libpq connection string, without a password
+  std::string schema;  // the PostgreSQL schema that holds the index
+  bool operator==(const SharedIndex&) const = default;
+};
+std::string SharedFileContents(const SharedIndex& v);
+// Corruption when a line is missing, empty or unknown.
+Status ParseSharedFile(std::string_view contents, SharedIndex* v);
 // Content of the FORMAT file.
 std::string FormatFileContents();
 // Checks the FORMAT file's content: magic line and a supported version.

@@ -216,7 +216,7 @@ const std::set<std::string> kHexBlocks = {
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
-                                           "column-families", "meta-keys"};
+                                           "column-families", "meta-keys", "shared-file"};
 
 // Asserts that `st` is a corruption whose message contains `what`.
 void ExpectCorruption(const Status& st, std::string_view what) {
@@ -369,6 +369,22 @@ TEST(DocExamples, DocumentHasExactlyTheCheckedBlocks) {
 TEST(Golden, FormatFile) {
   EXPECT_EQ(Hex(FormatFileContents()), Hex(DocHex("format-file")));
   EXPECT_TRUE(ParseFormatFile(DocHex("format-file")).ok());
+}
+
+TEST(Golden, SharedFile) {
+  const SharedIndex v{"host=/run/postgresql dbname=ckpt user=trainer", "ckptfs_3f2a9c0d1e4b5a69"};
+  EXPECT_EQ(SharedFileContents(v), DocText("shared-file") + "\n");
+  SharedIndex back;
+  ASSERT_TRUE(ParseSharedFile(DocText("shared-file"), &back).ok());
+  EXPECT_EQ(back, v);
+}
+
+TEST(SharedFile, RejectsMissingAndUnknownLines) {
+  SharedIndex v;
+  ExpectCorruption(ParseSharedFile("meta=host=/x\n", &v), "no schema");
+  ExpectCorruption(ParseSharedFile("schema=s\n", &v), "no meta");
+  ExpectCorruption(ParseSharedFile("meta=host=/x\nschema=\n", &v), "bad line");
+  ExpectCorruption(ParseSharedFile("meta=host=/x\nschema=s\npassword=p\n", &v), "bad line");
 }
 
 TEST(Golden, SegmentFileNames) {

@@ -69,6 +69,11 @@ void Writes::Put(Space s, std::string_view key, std::string_view value) {
   bytes_ += key.size() + value.size();
 }
 
+void Writes::Insert(Space s, std::string_view key, std::string_view value) {
+  list_.push_back(Write{Write::Kind::kInsert, s, std::string(key), std::string(value)});
+  bytes_ += key.size() + value.size();
+}
+
 void Writes::Delete(Space s, std::string_view key) {
   list_.push_back(Write{Write::Kind::kDelete, s, std::string(key), {}});
   bytes_ += key.size();

@@ -6,8 +6,8 @@
 // default) and PostgreSQL (meta/pg_kv.h: shared by several hosts). Keys
 // sort bytewise (memcmp, then the shorter first) in each key space.
 //
-// A transaction reads (Get, Scan, Last), gathers writes (Put, Delete,
-// Merge) and commits them atomically. Its reads do not see its own
+// A transaction reads (Get, Scan, Last), gathers writes (Put, Insert,
+// Delete, Merge) and commits them atomically. Its reads do not see its own
 // uncommitted writes. Commit fails with a conflict (IsConflict) when an
 // implementation finds that another writer changed what the transaction
 // read; RunTxn runs a transaction body again until it commits. The embedded
@@ -53,17 +53,19 @@ std::string CounterOperand(int64_t delta);
 
 // One write of a transaction.
 struct Write {
-  enum class Kind : uint8_t { kPut, kDelete, kMerge };
+  enum class Kind : uint8_t { kPut, kInsert, kDelete, kMerge };
   Kind kind;
   Space space;
   std::string key;
-  std::string value;  // kPut: the value; kMerge: the operand; kDelete: empty
+  std::string value;  // kPut, kInsert: the value; kMerge: the operand; kDelete: empty
 };
 
 // The writes of a transaction, in the order they apply.
 class Writes {
  public:
   void Put(Space s, std::string_view key, std::string_view value);
+  // A Put of a key that must not exist yet (Txn::Insert).
+  void Insert(Space s, std::string_view key, std::string_view value);
   void Delete(Space s, std::string_view key);
   void Merge(Space s, std::string_view key, std::string_view operand);
   // Appends `other`'s writes after these.
@@ -127,6 +129,14 @@ class Txn {
                                                std::string_view end) = 0;
 
   void Put(Space s, std::string_view key, std::string_view value) { writes_.Put(s, key, value); }
+  // Writes a key that must not exist: the commit fails with EEXIST, and
+  // applies nothing, when it does, also when another transaction created
+  // it since this one began. Unlike a Get that finds no key followed by a
+  // Put, it reads nothing, so that creates of neighbouring keys from many
+  // transactions do not conflict. Not in spaces that take merges.
+  void Insert(Space s, std::string_view key, std::string_view value) {
+    writes_.Insert(s, key, value);
+  }
   void Delete(Space s, std::string_view key) { writes_.Delete(s, key); }
   void Merge(Space s, std::string_view key, std::string_view operand) {
     writes_.Merge(s, key, operand);
@@ -145,11 +155,22 @@ class Txn {
   Writes writes_;
 };
 
+// What a transaction does.
+enum class TxnMode : uint8_t {
+  // Reads and writes, committed atomically, conflicts reported.
+  kReadWrite,
+  // Reads only, each of which sees a consistent state of its own (a Scan
+  // of many keys may see commits between its pages): cheaper where a read
+  // stands alone. A commit with writes fails with EINVAL.
+  kReads,
+};
+
 // An index: where transactions begin. Thread-safe.
 class Kv {
  public:
   virtual ~Kv() = default;
-  virtual Result<std::unique_ptr<Txn>> Begin() = 0;
+  virtual Result<std::unique_ptr<Txn>> Begin(TxnMode mode) = 0;
+  Result<std::unique_ptr<Txn>> Begin() { return Begin(TxnMode::kReadWrite); }
   // Makes every commit that returned so far durable against power loss.
   virtual Status Sync() = 0;
   // What it is, for messages: "RocksDB at PATH", "PostgreSQL DB on HOST".

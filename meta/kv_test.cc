@@ -309,6 +309,33 @@ TEST_P(KvTest, ReadsDoNotSeeTheirOwnTransactionsWrites) {
   EXPECT_EQ(Get(Space::kInodes, "a"), "new"s);
 }
 
+TEST_P(KvTest, AnInsertOfAnExistingKeyIsEexistAndAppliesNothing) {
+  Write([&](Txn* t) { t->Insert(Space::kDentries, "name", "first"); });
+  auto t = Begin();
+  t->Put(Space::kInodes, "other", "x");
+  t->Insert(Space::kDentries, "name", "second");
+  Status st = t->Commit(Durability::kLogged);
+  EXPECT_EQ(st.code(), EEXIST) << st.ToString();
+  EXPECT_FALSE(IsConflict(st));
+  t.reset();
+  EXPECT_EQ(Get(Space::kDentries, "name"), "first"s);
+  EXPECT_EQ(Get(Space::kInodes, "other"), std::nullopt);
+  t = Begin();
+  t->Insert(Space::kMeta, "counter", CounterOperand(1));
+  EXPECT_EQ(t->Commit(Durability::kLogged).code(), EINVAL);
+}
+
+TEST_P(KvTest, AReadsTransactionReadsAndRefusesWrites) {
+  Write([&](Txn* t) { t->Put(Space::kInodes, "a", "1"); });
+  Result<std::unique_ptr<Txn>> t = kv_->Begin(TxnMode::kReads);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*(*t)->Get(Space::kInodes, "a"), "1"s);
+  EXPECT_EQ(*(*t)->Get(Space::kInodes, "b"), std::nullopt);
+  (*t)->Put(Space::kInodes, "b", "2");
+  EXPECT_EQ((*t)->Commit(Durability::kLogged).code(), EINVAL);
+  EXPECT_EQ(Get(Space::kInodes, "b"), std::nullopt);
+}
+
 TEST_P(KvTest, CommitWritesLeavesTheWritesAsTheyWere) {
   Writes w;
   w.Put(Space::kInodes, "a", "1");
@@ -389,6 +416,62 @@ TEST_P(KvTest, AnEmptinessCheckRacingACreateConflicts) {
   EXPECT_TRUE(IsConflict(first.ok() ? second : first));
 }
 
+TEST_P(KvTest, ConcurrentInsertsOfOneKeyHaveOneWinner) {
+  if (!backend_->DetectsConflicts()) GTEST_SKIP() << "the embedded index leaves this to its caller";
+  const int threads = 8;
+  std::atomic<int> won{0}, exists{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&, i] {
+      Status st = RunTxn(kv_, [&](Txn* t) {
+        t->Insert(Space::kDentries, "step_1", "host " + std::to_string(i));
+        return Status::OK();
+      }, Durability::kLogged);
+      if (st.ok()) {
+        ++won;
+      } else {
+        EXPECT_EQ(st.code(), EEXIST) << st.ToString();
+        ++exists;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(exists.load(), threads - 1);
+}
+
+TEST_P(KvTest, CreatesInOneDirectoryFromManyThreadsDoNotConflict) {
+  // Each create reads the directory's inode, inserts its entry (no read of
+  // the absent key) and adds to a counter: nothing two of them write or
+  // read-and-write is common, so none is run again.
+  Write([&](Txn* t) { t->Put(Space::kInodes, format::InodeKey(5), "dir"); });
+  const int threads = 4, each = 50;
+  std::atomic<int> runs{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&, i] {
+      for (int j = 0; j < each; ++j) {
+        const std::string name = "param_" + std::to_string(i) + "_" + std::to_string(j);
+        Status st = RunTxn(kv_, [&](Txn* t) -> Status {
+          ++runs;
+          CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> dir,
+                                  t->Get(Space::kInodes, format::InodeKey(5)));
+          if (!dir.has_value()) return Status(ENOENT, "no directory");
+          t->Insert(Space::kDentries, format::DentryKey(5, name), "entry");
+          t->Merge(Space::kMeta, "count", CounterOperand(1));
+          return Status::OK();
+        }, Durability::kLogged);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(Scan(Space::kDentries, format::DentryPrefix(5), format::DentryPrefix(6)).size(),
+            static_cast<size_t>(threads * each));
+  EXPECT_EQ(Counter("count"), threads * each);
+  EXPECT_EQ(runs.load(), threads * each) << "creates conflicted";
+}
+
 TEST_P(KvTest, ReadModifyWriteFromManyThreadsIsSerializable) {
   if (!backend_->DetectsConflicts()) GTEST_SKIP() << "the embedded index leaves this to its caller";
   const int threads = 4, each = 25;
@@ -461,6 +544,27 @@ TEST_F(PgKvTest, PostgreSqlUnreachableIsOneClearError) {
   EXPECT_EQ(kv.status().code(), EIO);
   EXPECT_NE(kv.status().message().find("cannot connect to PostgreSQL"), std::string::npos);
   EXPECT_EQ(kv.status().message().find('\n'), std::string::npos) << kv.status().message();
+}
+
+TEST(PgConninfoTest, PostgreSqlConninfoLosesItsPasswordAndKeepsTheRest) {
+  Result<std::string> c =
+      ConninfoWithoutPassword("postgresql://trainer:s3cret@db.example:5433/ckpt?sslmode=require");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->find("s3cret"), std::string::npos) << *c;
+  EXPECT_NE(c->find("host='db.example'"), std::string::npos) << *c;
+  EXPECT_NE(c->find("port='5433'"), std::string::npos) << *c;
+  EXPECT_NE(c->find("dbname='ckpt'"), std::string::npos) << *c;
+  EXPECT_NE(c->find("user='trainer'"), std::string::npos) << *c;
+  EXPECT_NE(c->find("sslmode='require'"), std::string::npos) << *c;
+  c = ConninfoWithoutPassword("host='/tmp/it\\'s' dbname=x password=p");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->find("password"), std::string::npos) << *c;
+  EXPECT_NE(c->find("host='/tmp/it\\'s'"), std::string::npos) << *c;
+  // What it writes parses back to the same.
+  Result<std::string> again = ConninfoWithoutPassword(*c);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *c);
+  EXPECT_EQ(ConninfoWithoutPassword("postgresql://[bad").status().code(), EINVAL);
 }
 
 TEST_F(PgKvTest, PostgreSqlOpenWithoutCreateNeedsTheTables) {

@@ -48,9 +48,10 @@ Status StatementError(PGconn* c, const PGresult* r, const std::string& what) {
     return ConflictStatus("lost the connection to PostgreSQL: " + msg);
   }
   const std::string_view code(state);
-  // serialization_failure, deadlock_detected, unique_violation (two inserts
-  // of one key racing).
-  if (code == "40001" || code == "40P01" || code == "23505") return ConflictStatus(msg);
+  // serialization_failure, deadlock_detected.
+  if (code == "40001" || code == "40P01") return ConflictStatus(msg);
+  // unique_violation: only an Insert writes without ON CONFLICT.
+  if (code == "23505") return Status(EEXIST, msg);
   if (code == "53100") return Status(ENOSPC, msg);
   return Status(EIO, msg);
 }
@@ -133,6 +134,7 @@ struct SpaceSql {
     const std::string range = " k >= $1 AND ($2 = ''::bytea OR k < $2)";
     merges = SpaceMerges(s);
     put = "INSERT INTO " + t + " (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v";
+    insert = "INSERT INTO " + t + " (k, v) VALUES ($1, $2)";
     del = "DELETE FROM " + t + " WHERE k = $1";
     drop_merges = "DELETE FROM " + m + " WHERE sp = " + sp + " AND k = $1";
     merge = "INSERT INTO " + m + " (sp, k, op) VALUES (" + sp + ", $1, $2)";
@@ -150,7 +152,7 @@ struct SpaceSql {
     merged_keys = "SELECT DISTINCT k FROM " + m + " WHERE sp = " + sp + " ORDER BY k LIMIT ";
   }
   bool merges;
-  std::string put, del, drop_merges, merge, get, scan_first, scan_next, scan_merged, last,
+  std::string put, insert, del, drop_merges, merge, get, scan_first, scan_next, scan_merged, last,
       merged_keys;
 };
 
@@ -179,7 +181,7 @@ class Folder {
 
 class PgTxn final : public Txn {
  public:
-  PgTxn(PgKv* kv, PGconn* conn) : kv_(kv), conn_(conn) {}
+  PgTxn(PgKv* kv, PGconn* conn, TxnMode mode) : kv_(kv), conn_(conn), mode_(mode) {}
   ~PgTxn() override {
     if (begun_ && !ended_) {
       PGresult* r = PQexec(conn_, "ROLLBACK");
@@ -249,6 +251,11 @@ class PgTxn final : public Txn {
       ended_ = true;
       return Status::OK();
     }
+    if (mode_ == TxnMode::kReads) {
+      ended_ = true;
+      if (writes_.empty()) return Status::OK();
+      return Status(EINVAL, "writes in a read-only transaction");
+    }
     std::vector<Stmt> stmts;
     if (!begun_) stmts.push_back(Stmt{kBegin, {}});
     begun_ = true;
@@ -263,6 +270,13 @@ class PgTxn final : public Txn {
         case Write::Kind::kPut:
           stmts.push_back(Stmt{q.put, {w.key, w.value}});
           if (q.merges) stmts.push_back(Stmt{q.drop_merges, {w.key}});
+          break;
+        case Write::Kind::kInsert:
+          if (q.merges) {
+            return Status(EINVAL, std::string("no inserts in the ") + SpaceName(w.space) +
+                                      " space");
+          }
+          stmts.push_back(Stmt{q.insert, {w.key, w.value}});
           break;
         case Write::Kind::kDelete:
           stmts.push_back(Stmt{q.del, {w.key}});
@@ -312,13 +326,16 @@ class PgTxn final : public Txn {
  private:
   static constexpr char kBegin[] = "BEGIN ISOLATION LEVEL SERIALIZABLE";
 
-  // Runs one read, beginning the transaction with it when it is the first.
+  // Runs one read, beginning the transaction with it when it is the first
+  // (kReadWrite; a kReads transaction has no transaction block).
   Status Query(const Stmt& stmt, PgResult* out, const std::string& what) {
     if (ended_) return Status(EINVAL, "transaction already committed");
     std::vector<Stmt> stmts;
-    if (!begun_) stmts.push_back(Stmt{kBegin, {}});
+    if (!begun_ && mode_ == TxnMode::kReadWrite) {
+      stmts.push_back(Stmt{kBegin, {}});
+      begun_ = true;
+    }
     stmts.push_back(stmt);
-    begun_ = true;
     std::vector<PgResult> results;
     CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(conn_, stmts, &results, what)));
     *out = std::move(results.back());
@@ -356,11 +373,38 @@ class PgTxn final : public Txn {
 
   PgKv* const kv_;
   PGconn* const conn_;
+  const TxnMode mode_;
   bool begun_ = false;  // BEGIN sent
   bool ended_ = false;  // committed, rolled back or failed
 };
 
 }  // namespace
+
+Result<std::string> ConninfoWithoutPassword(const std::string& uri) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(uri.c_str(), &err);
+  if (opts == nullptr) {
+    Status st(EINVAL, "bad PostgreSQL connection string: " +
+                          (err != nullptr ? FirstLine(err) : std::string("out of memory")));
+    PQfreemem(err);
+    return st;
+  }
+  std::string out;
+  for (PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || std::string_view(o->keyword) == "password") continue;
+    // Single quotes around every value, with ' and \ escaped (libpq's rules).
+    std::string v = "'";
+    for (const char* p = o->val; *p != '\0'; ++p) {
+      if (*p == '\'' || *p == '\\') v.push_back('\\');
+      v.push_back(*p);
+    }
+    v.push_back('\'');
+    if (!out.empty()) out.push_back(' ');
+    out += std::string(o->keyword) + "=" + v;
+  }
+  PQconninfoFree(opts);
+  return out;
+}
 
 Result<std::unique_ptr<PgKv>> PgKv::Open(const PgOptions& options) {
   if (!ValidSchemaName(options.schema)) {
@@ -452,9 +496,9 @@ Status PgKv::CreateOrCheckSchema() {
   return st;
 }
 
-Result<std::unique_ptr<Txn>> PgKv::Begin() {
+Result<std::unique_ptr<Txn>> PgKv::Begin(TxnMode mode) {
   CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  return std::unique_ptr<Txn>(std::make_unique<PgTxn>(this, c));
+  return std::unique_ptr<Txn>(std::make_unique<PgTxn>(this, c, mode));
 }
 
 Status PgKv::Sync() {
@@ -495,6 +539,20 @@ Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
         return Status::OK();
       },
       Durability::kLogged);
+}
+
+Result<uint64_t> PgKv::TableBytes() {
+  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
+  const std::string sql =
+      "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+      "ON n.oid = c.relnamespace WHERE n.nspname = '" + schema() + "' AND c.relkind = 'r'";
+  PgResult r(PQexec(c, sql.c_str()));
+  Result<uint64_t> out = Status(EIO, "size of the index: " + FirstLine(PQresultErrorMessage(r.get())));
+  if (PQresultStatus(r.get()) == PGRES_TUPLES_OK) {
+    out = static_cast<uint64_t>(std::strtoull(PQgetvalue(r.get(), 0, 0), nullptr, 10));
+  }
+  ReturnConnection(c);
+  return out;
 }
 
 Result<uint64_t> PgKv::PendingMerges() {

@@ -13,7 +13,10 @@
 // any transaction that could not have run alone in some order, which
 // becomes a conflict (IsConflict) for RunTxn to run again. The first read
 // begins the transaction on the server (one round trip with the read);
-// writes wait in the client and go with the COMMIT in one pipeline.
+// writes wait in the client and go with the COMMIT in one pipeline. An
+// Insert is a plain INSERT: a unique violation (23505) is EEXIST. Reads of
+// a TxnMode::kReads transaction run as statements of their own, without a
+// transaction block: one round trip each, none to end it.
 // Commits that are not kSynced run with synchronous_commit off: durable
 // against a crash of this process at once, against a crash of the server
 // once a later synced commit or Sync() returned.
@@ -49,6 +52,12 @@ struct PgOptions {
   int connect_timeout_s = 10;
 };
 
+// `uri` (a libpq connection URI or string) as a connection string of
+// key=value pairs without its password, to be written down: libpq finds
+// the password in its usual places. EINVAL with libpq's reason when it
+// does not parse.
+Result<std::string> ConninfoWithoutPassword(const std::string& uri);
+
 class PgKv final : public Kv {
  public:
   // Connects once (EIO with libpq's message when the server cannot be
@@ -57,7 +66,8 @@ class PgKv final : public Kv {
   static Result<std::unique_ptr<PgKv>> Open(const PgOptions& options);
   ~PgKv() override;
 
-  Result<std::unique_ptr<Txn>> Begin() override;
+  using Kv::Begin;
+  Result<std::unique_ptr<Txn>> Begin(TxnMode mode) override;
   Status Sync() override;
   std::string Describe() const override;
 
@@ -65,6 +75,9 @@ class PgKv final : public Kv {
   // `*folded` gets how many keys it folded. Runs in transactions of its own
   // (RunTxn), so it may run beside any writer.
   Status FoldMerges(size_t max_keys, size_t* folded);
+  // Bytes of the schema's tables with their indexes and TOAST, as
+  // PostgreSQL counts them (pg_total_relation_size).
+  Result<uint64_t> TableBytes();
   // Merge operands waiting to be folded, over all keys.
   Result<uint64_t> PendingMerges();
   // Drops the schema and everything in it.

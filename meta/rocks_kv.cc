@@ -30,7 +30,7 @@ std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.dat
 
 class RocksTxn final : public Txn {
  public:
-  explicit RocksTxn(const RocksKv* kv) : kv_(kv) {}
+  RocksTxn(const RocksKv* kv, TxnMode mode) : kv_(kv), mode_(mode) {}
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
     std::string v;
@@ -77,12 +77,18 @@ class RocksTxn final : public Txn {
 
   Status Commit(Durability d) override {
     if (writes_.empty()) return Status::OK();
+    if (mode_ == TxnMode::kReads) return Status(EINVAL, "writes in a read-only transaction");
     rocksdb::WriteBatch batch;
     for (const Write& w : writes_.list()) {
       rocksdb::ColumnFamilyHandle* cf = kv_->family(w.space);
       rocksdb::Status st;
       switch (w.kind) {
         case Write::Kind::kPut: st = batch.Put(cf, w.key, w.value); break;
+        case Write::Kind::kInsert: {
+          CKPTFS_RETURN_IF_ERROR(CheckInsert(w));
+          st = batch.Put(cf, w.key, w.value);
+          break;
+        }
         case Write::Kind::kDelete: st = batch.Delete(cf, w.key); break;
         case Write::Kind::kMerge:
           if (!SpaceMerges(w.space)) {
@@ -108,7 +114,19 @@ class RocksTxn final : public Txn {
   }
 
  private:
+  Status CheckInsert(const Write& w) {
+    if (SpaceMerges(w.space)) {
+      return Status(EINVAL, std::string("no inserts in the ") + SpaceName(w.space) + " space");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> have, Get(w.space, w.key));
+    if (have.has_value()) {
+      return Status(EEXIST, std::string("insert into ") + SpaceName(w.space) + ": key exists");
+    }
+    return Status::OK();
+  }
+
   const RocksKv* const kv_;
+  const TxnMode mode_;
 };
 
 }  // namespace
@@ -132,8 +150,8 @@ Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {
 RocksKv::RocksKv(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families)
     : db_(db), families_(std::move(families)) {}
 
-Result<std::unique_ptr<Txn>> RocksKv::Begin() {
-  return std::unique_ptr<Txn>(std::make_unique<RocksTxn>(this));
+Result<std::unique_ptr<Txn>> RocksKv::Begin(TxnMode mode) {
+  return std::unique_ptr<Txn>(std::make_unique<RocksTxn>(this, mode));
 }
 
 Status RocksKv::Sync() { return FromRocksStatus(db_->SyncWAL(), "sync index log"); }

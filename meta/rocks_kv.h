@@ -4,7 +4,9 @@
 //
 // A transaction reads the latest committed state (no snapshot: the
 // engine's own locks keep what it reads from changing under it) and
-// commits one WriteBatch. It never reports a conflict.
+// commits one WriteBatch. It never reports a conflict. An Insert reads its
+// key at the commit (EEXIST when present); the caller's locks keep another
+// writer from creating it between that read and the write.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -34,7 +36,9 @@ class RocksKv final : public Kv {
   // `db` and `families` (in kAllSpaces order) must outlive this.
   RocksKv(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families);
 
-  Result<std::unique_ptr<Txn>> Begin() override;
+  using Kv::Begin;
+  // Both modes read the same way.
+  Result<std::unique_ptr<Txn>> Begin(TxnMode mode) override;
   Status Sync() override;
   std::string Describe() const override;
 

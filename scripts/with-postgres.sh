@@ -10,8 +10,15 @@
 #   CKPTFS_TEST_PG_DATA     its data directory
 #   CKPTFS_TEST_PG_CTL      "pg_ctl" with the user to run it as, to stop or
 #                           restart the server (fault tests)
-# Usage: scripts/with-postgres.sh COMMAND [ARG...]
+#   CKPTFS_TEST_META        with --meta: the same URI, which makes the
+#                           engine's tests keep their stores' index there
+# Usage: scripts/with-postgres.sh [--meta] COMMAND [ARG...]
 set -euo pipefail
+as_meta=false
+if [ "${1:-}" = "--meta" ]; then
+  as_meta=true
+  shift
+fi
 
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
@@ -44,6 +51,7 @@ trap 'exit 130' INT TERM
 export CKPTFS_TEST_PG="postgresql:///postgres?host=$tmp&user=ckptfs"
 export CKPTFS_TEST_PG_DATA="$tmp/data"
 export CKPTFS_TEST_PG_CTL="${as_pg[*]} $bindir/pg_ctl"
+if $as_meta; then export CKPTFS_TEST_META="$CKPTFS_TEST_PG"; fi
 set +e
 "$@"
 rc=$?

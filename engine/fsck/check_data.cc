@@ -43,14 +43,13 @@ Status Checker::LoadSegments() {
     s.file_size = size;
     s.file = std::move(file).value();
   }
-  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.segments()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (it->key().size() != 8) continue;
-    const uint64_t id = format::GetBE64(it->key().data());
+  return ScanAll(Space::kSegments, [&](std::string_view key, std::string_view value) {
+    if (key.size() != 8) return;
+    const uint64_t id = format::GetBE64(key.data());
     SegmentState& s = segments_[id];
     s.id = id;
     s.has_stat = true;
-    Status st = format::DecodeSegmentStat(std::string_view(it->value().data(), it->value().size()), &s.stat);
+    Status st = format::DecodeSegmentStat(value, &s.stat);
     format::SegmentStat kept;  // what survives of a stat that is unusable
     if (st.ok()) {
       st = format::CheckSegmentStat(s.stat);
@@ -62,8 +61,7 @@ Status Checker::LoadSegments() {
       s.stat = kept;
       s.stat.live = -1;  // forces a live mismatch, which rewrites the stat
     }
-  }
-  return FromRocksStatus(it->status(), "scan segment stats");
+  });
 }
 
 Status Checker::ScanSegments() {
@@ -152,18 +150,17 @@ const ScannedRecord* Checker::FindRecord(SegmentState* seg, uint64_t offset, siz
   return &*it;
 }
 
-void Checker::DropExtent(const rocksdb::Slice& key) {
+void Checker::DropExtent(std::string_view key) {
   if (!opt_.repair) return;
-  batch_.Delete(index_.extents(), key);
+  batch_.Delete(Space::kExtents, key);
   batch_used_ = true;
 }
 
 Status Checker::CheckExtents() {
-  std::unique_ptr<rocksdb::Iterator> it(
-      index_.db->NewIterator(rocksdb::ReadOptions(), index_.extents()));
   uint64_t cur_ino = 0, prev_end = 0;
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
+  Status failed;
+  CKPTFS_RETURN_IF_ERROR(ScanAll(Space::kExtents, [&](std::string_view key, std::string_view value) {
+    if (!failed.ok()) return;
     if (key.size() != 16) {
       FsckFinding f;
       f.kind = kBadExtent;
@@ -171,7 +168,7 @@ Status Checker::CheckExtents() {
       f.repaired = opt_.repair;
       Add(std::move(f));
       DropExtent(key);
-      continue;
+      return;
     }
     const uint64_t ino = format::GetBE64(key.data());
     const uint64_t off = format::GetBE64(key.data() + 8);
@@ -180,13 +177,13 @@ Status Checker::CheckExtents() {
       prev_end = 0;
     }
     format::ExtentValue e;
-    Status ds = format::DecodeExtent(std::string_view(it->value().data(), it->value().size()), &e);
+    Status ds = format::DecodeExtent(value, &e);
     auto node_it = nodes_.find(ino);
     if (!ds.ok()) {
       AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
       if (node_it != nodes_.end()) lost_inos_.insert(ino);
       DropExtent(key);
-      continue;
+      return;
     }
     const uint64_t len = e.length;
     SegmentState* seg = nullptr;
@@ -198,7 +195,7 @@ Status Checker::CheckExtents() {
     if (node_it == nodes_.end()) {
       ReportExtentWithoutInode(ino, off, len);
       DropExtent(key);
-      continue;
+      return;
     }
     Node& node = node_it->second;
     node.data_all += len;
@@ -206,14 +203,14 @@ Status Checker::CheckExtents() {
       AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
               true);
       DropExtent(key);
-      continue;
+      return;
     }
     if (off < prev_end) {
       AddData(kOverlappingExtents, ino, e.segment_id, off, len,
               "overlaps the previous extent, which ends at " + std::to_string(prev_end), true);
       lost_inos_.insert(ino);
       DropExtent(key);
-      continue;
+      return;
     }
     prev_end = off + len;
 
@@ -222,7 +219,12 @@ Status Checker::CheckExtents() {
     if (e.in_data_file) {
       detail = CheckDataFileExtent(node, ino, off, e, &kind);
     } else if (!e.is_inline) {
-      CKPTFS_ASSIGN_OR_RETURN(detail, CheckSegmentExtent(seg, ino, off, e, &kind));
+      Result<std::string> checked = CheckSegmentExtent(seg, ino, off, e, &kind);
+      if (!checked.ok()) {
+        failed = checked.status();
+        return;
+      }
+      detail = std::move(*checked);
     }
     if (!detail.empty()) {
       AddData(kind, ino, e.segment_id, off, len,
@@ -232,11 +234,11 @@ Status Checker::CheckExtents() {
       // bytes the file no longer had.
       if (len > 0) node.covered[off] = std::max(node.covered[off], off + len);
       DropExtent(key);
-      continue;
+      return;
     }
     KeepExtent(key, e, ino, off, &node, seg);
-  }
-  return FromRocksStatus(it->status(), "scan extents");
+  }));
+  return failed;
 }
 
 void Checker::ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len) {
@@ -313,7 +315,7 @@ Result<std::string> Checker::CheckSegmentExtent(SegmentState* seg, uint64_t ino,
   return std::string();
 }
 
-void Checker::KeepExtent(const rocksdb::Slice& key, const format::ExtentValue& e, uint64_t ino,
+void Checker::KeepExtent(std::string_view key, const format::ExtentValue& e, uint64_t ino,
                          uint64_t off, Node* node, SegmentState* seg) {
   const uint64_t len = e.length;
   uint64_t kept = len;
@@ -328,7 +330,7 @@ void Checker::KeepExtent(const rocksdb::Slice& key, const format::ExtentValue& e
         format::ExtentValue t = e;
         t.length = static_cast<uint32_t>(kept);
         if (t.is_inline) t.inline_data.resize(kept);
-        batch_.Put(index_.extents(), key, format::EncodeExtent(t));
+        batch_.Put(Space::kExtents, key, format::EncodeExtent(t));
         batch_used_ = true;
       }
     }
@@ -455,7 +457,7 @@ void Checker::ReportMissingSegment(uint64_t id, const SegmentState& s) {
   }
   f.repaired = opt_.repair;
   if (opt_.repair) {
-    batch_.Delete(index_.segments(), format::SegmentKey(id));
+    batch_.Delete(Space::kSegments, format::SegmentKey(id));
     batch_used_ = true;
   }
   Add(std::move(f));
@@ -508,7 +510,7 @@ void Checker::CheckSegmentStat(uint64_t id, const SegmentState& s) {
     put = true;
   }
   if (put && opt_.repair) {
-    batch_.Put(index_.segments(), format::SegmentKey(id), format::EncodeSegmentStat(st));
+    batch_.Put(Space::kSegments, format::SegmentKey(id), format::EncodeSegmentStat(st));
     batch_used_ = true;
   }
 }

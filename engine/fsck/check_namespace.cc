@@ -35,7 +35,7 @@ Status Checker::LoadNamespace() {
 Status Checker::LoadMeta() {
   std::string v;
   bool found = false;
-  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaFormatVersion, &v, &found));
+  CKPTFS_RETURN_IF_ERROR(Get(Space::kMeta, format::kMetaFormatVersion, &v, &found));
   if (!found || v.size() != 4 || format::GetLE32(v.data()) != format::kFormatVersion) {
     FsckFinding f;
     f.kind = kBadMeta;
@@ -45,41 +45,29 @@ Status Checker::LoadMeta() {
     if (opt_.repair) {
       std::string ver;
       format::PutLE32(&ver, format::kFormatVersion);
-      batch_.Put(index_.meta(), format::kMetaFormatVersion, ver);
+      batch_.Put(Space::kMeta, format::kMetaFormatVersion, ver);
       batch_used_ = true;
     }
     Add(std::move(f));
   }
-  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaNextIno, &v, &found));
+  CKPTFS_RETURN_IF_ERROR(Get(Space::kMeta, format::kMetaNextIno, &v, &found));
   next_ino_ = found && v.size() == 8 ? format::GetLE64(v.data()) : 0;
-  CKPTFS_RETURN_IF_ERROR(Get(index_.meta(), format::kMetaInodeCount, &v, &found));
+  CKPTFS_RETURN_IF_ERROR(Get(Space::kMeta, format::kMetaInodeCount, &v, &found));
   has_inode_count_ = found && v.size() == 8;
   stored_inode_count_ = has_inode_count_ ? format::GetLE64(v.data()) : 0;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        index_.db->NewIterator(rocksdb::ReadOptions(), index_.meta()));
-    const std::string_view prefix(format::kMetaOrphanPrefix);
-    for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size()));
-         it->Valid() && it->key().starts_with(rocksdb::Slice(prefix.data(), prefix.size()));
-         it->Next()) {
-      if (it->key().size() == prefix.size() + 8) {
-        orphan_keys_.insert(format::GetBE64(it->key().data() + prefix.size()));
-      }
+  const std::string_view prefix(format::kMetaOrphanPrefix);
+  return ScanAll(Space::kMeta, [&](std::string_view key, std::string_view) {
+    if (key.starts_with(prefix) && key.size() == prefix.size() + 8) {
+      orphan_keys_.insert(format::GetBE64(key.data() + prefix.size()));
     }
-    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan orphans"));
-  }
-  return Status::OK();
+  });
 }
 
 Status Checker::LoadInodes() {
-  std::unique_ptr<rocksdb::Iterator> it(
-      index_.db->NewIterator(rocksdb::ReadOptions(), index_.inodes()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const std::string_view key(it->key().data(), it->key().size());
+  return ScanAll(Space::kInodes, [&](std::string_view key, std::string_view value) {
     const uint64_t ino = key.size() == 8 ? format::GetBE64(key.data()) : 0;
     Node n;
-    Status s = key.size() == 8 ? format::DecodeInode(
-                                     std::string_view(it->value().data(), it->value().size()), &n.v)
+    Status s = key.size() == 8 ? format::DecodeInode(value, &n.v)
                                : Status::Corruption("inode key is " + std::to_string(key.size()) +
                                                     " bytes, expected 8");
     if (!s.ok() || ino == 0) {
@@ -89,33 +77,30 @@ Status Checker::LoadInodes() {
       f.detail = s.ok() ? "inode number 0" : s.message();
       f.repaired = opt_.repair;
       if (opt_.repair) {
-        batch_.Delete(index_.inodes(), it->key());
+        batch_.Delete(Space::kInodes, key);
         batch_used_ = true;
       }
       Add(std::move(f));
       if (ino != 0) bad_inos_.insert(ino);
-      continue;
+      return;
     }
     n.is_dir = S_ISDIR(n.v.mode);
     n.orphan_key = orphan_keys_.count(ino) > 0;
     max_ino_ = std::max(max_ino_, ino);
     nodes_.emplace(ino, std::move(n));
-  }
-  return FromRocksStatus(it->status(), "scan inodes");
+  });
 }
 
 Status Checker::LoadEntries() {
-  std::unique_ptr<rocksdb::Iterator> it(
-      index_.db->NewIterator(rocksdb::ReadOptions(), index_.dentries()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+  return ScanAll(Space::kDentries, [&](std::string_view key, std::string_view value) {
     RawEntry e;
     Status s;
-    if (it->key().size() < 9) {
-      s = Status::Corruption("entry key is " + std::to_string(it->key().size()) + " bytes");
+    if (key.size() < 9) {
+      s = Status::Corruption("entry key is " + std::to_string(key.size()) + " bytes");
     } else {
-      e.parent = format::GetBE64(it->key().data());
-      e.name.assign(it->key().data() + 8, it->key().size() - 8);
-      s = format::DecodeDentry(std::string_view(it->value().data(), it->value().size()), &e.d);
+      e.parent = format::GetBE64(key.data());
+      e.name.assign(key.substr(8));
+      s = format::DecodeDentry(value, &e.d);
     }
     if (!s.ok()) {
       FsckFinding f;
@@ -124,15 +109,14 @@ Status Checker::LoadEntries() {
       f.detail = "entry \"" + e.name + "\": " + s.message();
       f.repaired = opt_.repair;
       if (opt_.repair) {
-        batch_.Delete(index_.dentries(), it->key());
+        batch_.Delete(Space::kDentries, key);
         batch_used_ = true;
       }
       Add(std::move(f));
-      continue;
+      return;
     }
     entries_.push_back(std::move(e));
-  }
-  return FromRocksStatus(it->status(), "scan directory entries");
+  });
 }
 
 void Checker::WalkTree(uint64_t from) {
@@ -171,7 +155,7 @@ void Checker::WalkTree(uint64_t from) {
         f.repaired = opt_.repair;
         if (opt_.repair) {
           f.detail += "; entry removed";
-          batch_.Delete(index_.dentries(), format::DentryKey(d, name));
+          batch_.Delete(Space::kDentries, format::DentryKey(d, name));
           batch_used_ = true;
         }
         Add(std::move(f));
@@ -232,9 +216,9 @@ uint64_t Checker::EnsureLostFound() {
   max_ino_ = ino;
   next_ino_ = std::max(next_ino_, ino + 1);
   if (opt_.repair) {
-    batch_.Put(index_.dentries(), format::DentryKey(kRootIno, lost_found_name_),
+    batch_.Put(Space::kDentries, format::DentryKey(kRootIno, lost_found_name_),
                format::EncodeDentry({ino, TypeOf(S_IFDIR)}));
-    batch_.Put(index_.meta(), format::kMetaNextIno, Counter(next_ino_));
+    batch_.Put(Space::kMeta, format::kMetaNextIno, Counter(next_ino_));
     batch_used_ = true;
   }
   lost_found_ = ino;
@@ -256,7 +240,7 @@ void Checker::LinkUnderLostFound(uint64_t ino) {
   n.attached = true;
   n.path = Join(dir.path, name);
   if (opt_.repair) {
-    batch_.Put(index_.dentries(), format::DentryKey(lf, name),
+    batch_.Put(Space::kDentries, format::DentryKey(lf, name),
                format::EncodeDentry({ino, TypeOf(n.v.mode)}));
     batch_used_ = true;
   }
@@ -354,7 +338,7 @@ std::vector<Checker::BadEntry> Checker::ClassifyEntries() {
                    ", the inode is type " + std::to_string(TypeOf(c->second.v.mode));
         f.repaired = opt_.repair;
         if (opt_.repair) {
-          batch_.Put(index_.dentries(), format::DentryKey(e.parent, e.name),
+          batch_.Put(Space::kDentries, format::DentryKey(e.parent, e.name),
                      format::EncodeDentry({e.d.ino, TypeOf(c->second.v.mode)}));
           batch_used_ = true;
         }
@@ -394,7 +378,7 @@ void Checker::ReportBadEntries(const std::vector<BadEntry>& bad) {
     f.repaired = opt_.repair;
     if (opt_.repair) {
       f.detail += "; entry removed";
-      batch_.Delete(index_.dentries(), format::DentryKey(b.e->parent, b.e->name));
+      batch_.Delete(Space::kDentries, format::DentryKey(b.e->parent, b.e->name));
       batch_used_ = true;
     }
     if (nodes_.find(b.e->d.ino) == nodes_.end()) dangling_paths_.emplace(b.e->d.ino, f.path);
@@ -411,7 +395,7 @@ void Checker::CheckLinks(uint64_t ino, Node& n) {
     f.detail = "inode is marked for purging at the next open but still has a name";
     f.repaired = opt_.repair;
     if (opt_.repair) {
-      batch_.Delete(index_.meta(), format::OrphanKey(ino));
+      batch_.Delete(Space::kMeta, format::OrphanKey(ino));
       batch_used_ = true;
     }
     Add(std::move(f));
@@ -475,7 +459,7 @@ void Checker::CheckCounters() {
     Add(std::move(f));
   }
   if (opt_.repair && (stored_inode_count_ != after || !has_inode_count_)) {
-    batch_.Put(index_.meta(), format::kMetaInodeCount, Counter(after));
+    batch_.Put(Space::kMeta, format::kMetaInodeCount, Counter(after));
     batch_used_ = true;
   }
   if (next_ino_ <= max_ino_) {
@@ -486,24 +470,23 @@ void Checker::CheckCounters() {
     f.repaired = opt_.repair;
     Add(std::move(f));
     if (opt_.repair) {
-      batch_.Put(index_.meta(), format::kMetaNextIno, Counter(max_ino_ + 4096));
+      batch_.Put(Space::kMeta, format::kMetaNextIno, Counter(max_ino_ + 4096));
       batch_used_ = true;
     }
   }
 }
 
 Status Checker::CheckXattrs() {
-  std::unique_ptr<rocksdb::Iterator> it(index_.db->NewIterator(rocksdb::ReadOptions(), index_.xattrs()));
   uint64_t last = 0;
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const uint64_t ino = it->key().size() >= 8 ? format::GetBE64(it->key().data()) : 0;
-    if (ino != 0 && nodes_.count(ino)) continue;
+  return ScanAll(Space::kXattrs, [&](std::string_view key, std::string_view) {
+    const uint64_t ino = key.size() >= 8 ? format::GetBE64(key.data()) : 0;
+    if (ino != 0 && nodes_.count(ino)) return;
     if (opt_.repair) {
-      batch_.Delete(index_.xattrs(), it->key());
+      batch_.Delete(Space::kXattrs, key);
       batch_used_ = true;
     }
     if (ino == last && !report_.findings.empty() && report_.findings.back().kind == kXattrWithoutInode) {
-      continue;
+      return;
     }
     last = ino;
     FsckFinding f;
@@ -514,8 +497,7 @@ Status Checker::CheckXattrs() {
     f.detail = "extended attributes of inode " + std::to_string(ino) + ", which does not exist";
     f.repaired = opt_.repair;
     Add(std::move(f));
-  }
-  return FromRocksStatus(it->status(), "scan xattrs");
+  });
 }
 
 }  // namespace ckptfs::engine::fsck

@@ -98,7 +98,7 @@ Status Checker::FinishAdopted() {
           e.length = e.stored_len = e.raw_len = static_cast<uint32_t>(len);
           e.record_offset = at;
           e.checksum = format::Checksum(block);
-          batch_.Put(index_.extents(), format::ExtentKey(ino, at), format::EncodeExtent(e));
+          batch_.Put(Space::kExtents, format::ExtentKey(ino, at), format::EncodeExtent(e));
           batch_used_ = true;
           node.covered[at] = at + len;
           node.data_kept += len;
@@ -204,7 +204,7 @@ uint64_t Checker::PlaceRecord(uint64_t ino, Node* node, SegmentState* seg, size_
   format::ExtentValue v;
   v.length = static_cast<uint32_t>(end - start);
   format::PointExtentAt(r.header, seg->id, r.offset, &v);
-  batch_.Put(index_.extents(), format::ExtentKey(ino, start), format::EncodeExtent(v));
+  batch_.Put(Space::kExtents, format::ExtentKey(ino, start), format::EncodeExtent(v));
   batch_used_ = true;
   node->covered[start] = end;
   node->data_kept += end - start;

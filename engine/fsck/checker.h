@@ -2,7 +2,8 @@
 // check_recover.cc).
 //
 // Fsck runs on a store nobody has open: it takes the store lock, opens the
-// index itself (read-only unless repairing), and checks
+// index itself (read-only unless repairing; a shared store's in PostgreSQL,
+// STORE/SHARED), reads it through the seam (meta/kv.h), and checks
 //   - the namespace: dentries against inodes (dangling entries), reachability
 //     from the root (orphans), link counts, directory parent pointers and
 //     cycles, the inode counter and next_ino;
@@ -10,8 +11,8 @@
 //     quick) the payload checksum of every record;
 //   - every segment file record by record, from offset 32 (records nothing
 //     points to, gaps, truncation) and its live-byte count.
-// Repairs are gathered in one WriteBatch and committed (synced) at the end,
-// after any segment header rewrites.
+// Repairs are gathered in one batch of writes and committed (synced) at the
+// end, after any segment header rewrites.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,11 @@
 #include "engine/store.h"
 #include "format/format.h"
 #include "format/segment_scan.h"
+#include "meta/kv.h"
 
 namespace ckptfs::engine::fsck {
+
+using meta::Space;
 
 using format::ScanSegment;
 using format::ScannedGap;
@@ -151,6 +155,10 @@ class Checker {
   // With repair, when the index has no file left: a new, empty one (the
   // checks put every file the segments and data files hold under
   // lost+found). Without, or with a backup to restore: the error saying so.
+  // Open's two kinds of index: STORE/index (opened, repaired, rebuilt or
+  // restored as the options say), or PostgreSQL's (STORE/SHARED's text).
+  Status OpenEmbedded();
+  Status OpenShared(const std::string& shared_file);
   Status MakeNewIndex(const std::string& index_dir);
   // The index did not open (`s`): replayed up to damage in its log, pointed
   // at its newest MANIFEST, or rebuilt (only when repairing).
@@ -167,7 +175,9 @@ class Checker {
                std::string detail, bool repairable);
   std::string PathOf(uint64_t ino) const;
   Status ApplyRepairs();
-  Status Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v, bool* found);
+  Status Get(Space s, const std::string& key, std::string* v, bool* found);
+  // Calls `fn` for every key of space `s`, in order.
+  Status ScanAll(Space s, const std::function<void(std::string_view key, std::string_view value)>& fn);
 
   // ---- check_namespace.cc ----
   // The meta keys (format version, counters, orphan keys), the inodes and
@@ -240,7 +250,7 @@ class Checker {
   // Data files on disk that no inode uses.
   Status CheckDataFiles();
   // With repair: the extent at `key` goes (in the repair batch).
-  void DropExtent(const rocksdb::Slice& key);
+  void DropExtent(std::string_view key);
   // An extent of `ino`, which does not exist: one finding per run of them.
   void ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len);
   // What is wrong with data-file extent `e` of (ino, off) of `node`; sets
@@ -253,7 +263,7 @@ class Checker {
                                          const format::ExtentValue& e, const char** kind);
   // An intact extent: counted for its node and segment, cut to the file's
   // size (repair rewrites it).
-  void KeepExtent(const rocksdb::Slice& key, const format::ExtentValue& e, uint64_t ino,
+  void KeepExtent(std::string_view key, const format::ExtentValue& e, uint64_t ino,
                   uint64_t off, Node* node, SegmentState* seg);
   // The scanned record of `seg` at `offset`, or nullptr.
   const ScannedRecord* FindRecord(SegmentState* seg, uint64_t offset, size_t* index);
@@ -267,9 +277,12 @@ class Checker {
   // ... and holds a state the store was in: a backup, a log replayed up to
   // its damage (not a rebuild that lost a table file).
   bool index_is_past_state_ = false;
+  // The embedded index (not opened for a shared store).
   IndexDb index_;
+  // The index through the seam: over index_, or in PostgreSQL.
+  std::unique_ptr<meta::Kv> kv_;
   FsckReport report_;
-  rocksdb::WriteBatch batch_;
+  meta::Writes batch_;
   bool batch_used_ = false;
 
   std::unordered_map<uint64_t, Node> nodes_;

@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "engine/index/index_backup.h"
+#include "meta/pg_kv.h"
+#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -107,7 +109,36 @@ Status Checker::Open() {
   ss << in.rdbuf();
   Status s = format::ParseFormatFile(ss.str());
   if (!s.ok()) return s.Annotate(dir_);
+  std::ifstream shared(dir_ + "/" + format::kSharedFileName);
+  if (shared) {
+    std::stringstream text;
+    text << shared.rdbuf();
+    return OpenShared(text.str());
+  }
+  CKPTFS_RETURN_IF_ERROR(OpenEmbedded());
+  kv_ = std::make_unique<meta::RocksKv>(index_.db.get(), index_.handles);
+  return Status::OK();
+}
+
+Status Checker::OpenShared(const std::string& shared_file) {
+  format::SharedIndex where;
+  Status s = format::ParseSharedFile(shared_file, &where);
+  if (!s.ok()) return s.Annotate(dir_);
+  if (opt_.from_backup) {
+    return Status(EINVAL, dir_ + " keeps its index in PostgreSQL, which has no backups in the "
+                              "store: restore it with PostgreSQL's own tools");
+  }
+  meta::PgOptions po;
+  po.uri = where.meta;
+  po.schema = where.schema;
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
+  kv_ = std::move(kv);
+  return Status::OK();
+}
+
+Status Checker::OpenEmbedded() {
   const std::string index_dir = dir_ + "/" + format::kIndexDirName;
+  Status s;
   if (opt_.repair && opt_.from_backup) CKPTFS_RETURN_IF_ERROR(RestoreNewestBackup());
   if (!HasIndexFiles(index_dir)) return MakeNewIndex(index_dir);
   if (opt_.repair && !rebuild_because_.empty()) {
@@ -241,12 +272,21 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
   return Status::OK();
 }
 
-Status Checker::Get(rocksdb::ColumnFamilyHandle* cf, const std::string& key, std::string* v,
-                    bool* found) {
-  rocksdb::Status s = index_.db->Get(rocksdb::ReadOptions(), cf, key, v);
-  *found = s.ok();
-  if (s.IsNotFound()) return Status::OK();
-  return FromRocksStatus(s, "read index");
+Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> got, t->Get(s, key));
+  *found = got.has_value();
+  if (got.has_value()) *v = std::move(*got);
+  return Status::OK();
+}
+
+Status Checker::ScanAll(Space s,
+                        const std::function<void(std::string_view, std::string_view)>& fn) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  return t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
+    fn(k, v);
+    return true;
+  });
 }
 
 void Checker::Add(FsckFinding f) {
@@ -298,14 +338,12 @@ Status Checker::ApplyRepairs() {
   }
   for (auto& [ino, n] : nodes_) {
     if (n.attr_dirty) {
-      batch_.Put(index_.inodes(), format::InodeKey(ino), format::EncodeInode(n.v));
+      batch_.Put(Space::kInodes, format::InodeKey(ino), format::EncodeInode(n.v));
       batch_used_ = true;
     }
   }
   if (!batch_used_) return Status::OK();
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return FromRocksStatus(index_.db->Write(wo, &batch_), "write repairs");
+  return meta::CommitWrites(kv_.get(), &batch_, meta::Durability::kSynced).Annotate("write repairs");
 }
 
 Status Checker::Check() {
@@ -337,6 +375,7 @@ Status Checker::Check() {
 
 Result<FsckReport> Checker::Run() {
   Status s = Check();
+  kv_.reset();
   Status closed = index_.Close();  // a no-op when the index never opened
   if (!s.ok()) {
     if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing the index: " + closed.message());

@@ -26,12 +26,14 @@ class ExtentMapCache::BatchReader {
     for (const meta::Write& w : batch.list()) {
       if (w.space == meta::Space::kExtents) {
         switch (w.kind) {
-          case meta::Write::Kind::kPut: reader.Extent(w.key, &w.value); break;
+          case meta::Write::Kind::kPut:
+          case meta::Write::Kind::kInsert: reader.Extent(w.key, &w.value); break;
           case meta::Write::Kind::kDelete: reader.Extent(w.key, nullptr); break;
           // Extents take no merges; forget rather than guess.
           case meta::Write::Kind::kMerge: reader.Inode(w.key); break;
         }
-      } else if (w.space == meta::Space::kInodes && w.kind != meta::Write::Kind::kPut) {
+      } else if (w.space == meta::Space::kInodes && (w.kind == meta::Write::Kind::kDelete ||
+                                                     w.kind == meta::Write::Kind::kMerge)) {
         reader.Inode(w.key);
       }
     }

@@ -189,10 +189,14 @@ inline StoreOptions SmallOptions() {
   return o;
 }
 
+// The options of a test store. With CKPTFS_TEST_META set (a libpq URI: the
+// "postgresql" runs of the engine's suites, tests/CMakeLists.txt), the
+// stores the tests create keep their index in PostgreSQL.
 inline StoreOptions TestOptions() {
   StoreOptions o;
   o.min_free = 0;
   o.holder = "ckptfs engine test";
+  if (const char* meta = std::getenv("CKPTFS_TEST_META")) o.meta = meta;
   return o;
 }
 
