@@ -18,8 +18,8 @@ using engine::StoreOptions;
 namespace {
 
 template <typename T>
-OptionValue ToValue(T v) {
-  if constexpr (std::is_same_v<T, bool>) {
+OptionValue ToValue(const T& v) {
+  if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
     return v;
   } else if constexpr (std::is_floating_point_v<T>) {
     return static_cast<double>(v);
@@ -34,6 +34,8 @@ template <typename T>
 void Assign(T* field, const OptionValue& v) {
   if constexpr (std::is_same_v<T, bool>) {
     *field = std::get<bool>(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    *field = std::get<std::string>(v);
   } else if constexpr (std::is_floating_point_v<T>) {
     *field = std::get<double>(v);
   } else {
@@ -84,6 +86,13 @@ constexpr std::string_view kFstabOptionNames[] = {"defaults", "auto",   "noauto"
 // The table. Keep help texts to what a user needs to choose a value; the
 // option table of docs/OPTIONS.md is generated from them (see OptionsMarkdown).
 constexpr OptionSpec kOptions[] = {
+    {.name = "meta",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::meta>,
+     .help = "a store created by this mount keeps its index in the PostgreSQL database at "
+             "this libpq URL (`postgresql://HOST/DB`; see docs/SHARED.md) instead of in "
+             "STORE/index, and remembers it without its password; for a store that has one, "
+             "connect with this URL instead (another name of the same server)"},
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::coalesce_gap>,
@@ -315,6 +324,8 @@ std::string Expected(const OptionSpec& spec) {
       return "seconds such as 1 or 0.5";
     case OptionType::kFlag:
       return "no value, or 1/0";
+    case OptionType::kText:
+      return "text without a comma";
   }
   return "";
 }
@@ -339,6 +350,32 @@ Result<uint64_t> ParseCount(std::string_view text) {
   return v;
 }
 
+// A URL's or connection string's password, where it has one, as "***".
+std::string WithoutPassword(const std::string& text) {
+  std::string s = text;
+  // postgresql://user:password@host/...
+  const size_t scheme = s.find("://");
+  if (scheme != std::string::npos) {
+    const size_t start = scheme + 3;
+    const size_t at = s.find('@', start);
+    const size_t colon = s.find(':', start);
+    const size_t slash = s.find('/', start);
+    if (at != std::string::npos && colon != std::string::npos && colon < at &&
+        (slash == std::string::npos || at < slash)) {
+      s.replace(colon + 1, at - colon - 1, "***");
+    }
+  }
+  // password=... (a key of the query or of a connection string)
+  for (size_t at = s.find("password="); at != std::string::npos;
+       at = s.find("password=", at + 1)) {
+    const size_t from = at + 9;
+    size_t to = from;
+    while (to < s.size() && s[to] != '&' && s[to] != ' ') ++to;
+    s.replace(from, to - from, "***");
+  }
+  return s;
+}
+
 Result<bool> ParseFlag(std::string_view text) {
   if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
   if (text == "0" || text == "false" || text == "no" || text == "off") return false;
@@ -361,6 +398,8 @@ std::string_view Placeholder(OptionType type) {
       return "SECS";
     case OptionType::kFlag:
       return "";
+    case OptionType::kText:
+      return "URL";
   }
   return "";
 }
@@ -417,12 +456,15 @@ Result<OptionValue> ParseOptionValue(const OptionSpec& spec, std::string_view ke
       if (!v.ok()) return bad();
       return OptionValue(*v);
     }
+    case OptionType::kText:
+      return OptionValue(std::string(*value));
   }
   return bad();
 }
 
 std::string OptionValueText(const OptionSpec& spec, const OptionValue& value) {
   if (const bool* b = std::get_if<bool>(&value)) return *b ? "1" : "0";
+  if (const std::string* t = std::get_if<std::string>(&value)) return WithoutPassword(*t);
   if (const double* d = std::get_if<double>(&value)) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%g", *d);
@@ -433,6 +475,9 @@ std::string OptionValueText(const OptionSpec& spec, const OptionValue& value) {
 
 std::string OptionValueHuman(const OptionSpec& spec, const OptionValue& value) {
   if (const bool* b = std::get_if<bool>(&value)) return *b ? "on" : "off";
+  if (const std::string* t = std::get_if<std::string>(&value)) {
+    return t->empty() ? "none" : WithoutPassword(*t);
+  }
   if (spec.type == OptionType::kSize) return HumanSize(std::get<uint64_t>(value));
   return OptionValueText(spec, value);
 }

@@ -29,11 +29,12 @@ enum class OptionType {
   kCount,    // a whole number
   kSeconds,  // a non-negative number of seconds, "1" or "0.5"
   kFlag,     // "name" alone, or name=1|0|true|false|yes|no|on|off
+  kText,     // any text without a comma (a URL)
 };
 
 // A setting's value: uint64_t for kSize and kCount, double for kSeconds,
-// bool for kFlag.
-using OptionValue = std::variant<uint64_t, double, bool>;
+// bool for kFlag, std::string for kText.
+using OptionValue = std::variant<uint64_t, double, bool, std::string>;
 
 // Where a setting lives. Engine settings live in MountOptions::store and
 // have store_get/store_set for engine::StoreOptions alone (run-time changes

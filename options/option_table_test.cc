@@ -195,6 +195,24 @@ TEST(OptionTableTest, ConfigLinesReadBackAsTheSameSettings) {
   EXPECT_EQ(OptionLines(back), lines);
 }
 
+TEST(OptionTableTest, TheMetaUrlIsTextAndShownWithoutItsPassword) {
+  MountOptions o;
+  ASSERT_TRUE(ParseMountOptions("meta=postgresql://trainer:s3cret@db:5433/ckpt?sslmode=require,"
+                                "threads=3",
+                                &o)
+                  .ok());
+  EXPECT_EQ(o.store.meta, "postgresql://trainer:s3cret@db:5433/ckpt?sslmode=require");
+  EXPECT_EQ(o.threads, 3u);
+  const std::string lines = OptionLines(o);
+  EXPECT_NE(lines.find("meta=postgresql://trainer:***@db:5433/ckpt?sslmode=require\n"),
+            std::string::npos)
+      << lines;
+  EXPECT_EQ(lines.find("s3cret"), std::string::npos) << lines;
+  ASSERT_TRUE(ParseMountOptions("meta=postgresql:///ckpt?host=/run/pg&password=pw", &o).ok());
+  EXPECT_EQ(OptionLines(o).find("=pw"), std::string::npos) << OptionLines(o);
+  EXPECT_EQ(ParseMountOptions("meta", &o).code(), EINVAL);
+}
+
 TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   const MountOptions d;
   auto human = [&](std::string_view name) {

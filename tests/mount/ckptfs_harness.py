@@ -433,6 +433,12 @@ class Session:
         store, mnt = os.path.abspath(store), os.path.abspath(mnt)
         os.makedirs(mnt, exist_ok=True)
         cmd = [binary, "mount"]
+        options = list(options)
+        # CKPTFS_TEST_META (scripts/with-postgres.sh --meta): stores keep
+        # their index in that PostgreSQL database.
+        meta = os.environ.get("CKPTFS_TEST_META")
+        if meta and not any(o.startswith("meta=") for o in options):
+            options.append("meta=" + meta)
         if options:
             cmd += ["-o", ",".join(options)]
         cmd += [store, mnt]
