@@ -115,6 +115,9 @@ Status ValidateStoreOptions(const StoreOptions& o) {
   if (o.compression < 0 || o.compression > kCompressionMax) {
     return Status(EINVAL, "compression must be 0 (off) to 22");
   }
+  if (!(o.meta_timeout >= 0 && o.meta_timeout < 1e9)) {
+    return Status(EINVAL, "meta_timeout must be a number of seconds, 0 or more");
+  }
   return Status::OK();
 }
 
@@ -265,6 +268,7 @@ Status StoreImpl::OpenIndex(bool create) {
     po.uri = options_.meta.empty() ? shared_->meta : options_.meta;
     po.schema = shared_->schema;
     po.create = create;
+    po.reconnect_wait_s = options_.meta_timeout;
     CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
     kv_ = std::move(kv);
     return Status::OK();
@@ -449,14 +453,26 @@ Status StoreImpl::CommitSynced(meta::Writes* batch) {
 }
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  return t->Get(s, key);
+  std::optional<std::string> out;
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(out, t->Get(s, key));
+    return Status::OK();
+  }));
+  return out;
 }
 
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  return t->Scan(s, begin, end, fn);
+  bool delivered = false;
+  return meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
+    Status st = t->Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
+      delivered = true;
+      return fn(k, v);
+    });
+    // Keys already passed on are not passed on again.
+    if (meta::IsConflict(st) && delivered) return Status(EIO, st.message());
+    return st;
+  });
 }
 
 Status StoreImpl::MakeDurable() {

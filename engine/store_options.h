@@ -43,6 +43,10 @@ struct StoreOptions {
   // the same server, a password); opening an embedded store with it set is
   // EINVAL. Default: empty. Fixed while open.
   std::string meta;
+  // A store whose index is in PostgreSQL: how long a call that cannot reach
+  // the server waits for it (a restart, a failover), trying again, before
+  // it fails with EIO. Default: 60 s. Fixed while open.
+  double meta_timeout = 60;
 
   // ---- Layout: where new bytes go. Fixed while open ----
   // A segment is sealed and a new one started once it reaches this size.

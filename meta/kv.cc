@@ -127,6 +127,18 @@ Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
   return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
 }
 
+Status RunReads(Kv* kv, const std::function<Status(Txn*)>& body, const RetryPolicy& policy) {
+  Status last;
+  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+    if (attempt > 1) Backoff(policy, attempt);
+    Result<std::unique_ptr<Txn>> txn = kv->Begin(TxnMode::kReads);
+    if (!txn.ok()) return txn.status();
+    last = body(txn->get());
+    if (!IsConflict(last)) return last;
+  }
+  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+}
+
 Status CommitWrites(Kv* kv, Writes* writes, Durability d, const RetryPolicy& policy) {
   Status last;
   for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {

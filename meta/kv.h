@@ -192,6 +192,11 @@ struct RetryPolicy {
 Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy = {});
 
+// Runs `body` in a TxnMode::kReads transaction, and again in a new one
+// after a conflict (there: a connection lost before the reads ended); the
+// body must be safe to run again.
+Status RunReads(Kv* kv, const std::function<Status(Txn*)>& body, const RetryPolicy& policy = {});
+
 // Commits `*writes` in a transaction of its own, which reads nothing, and
 // commits it again after a conflict (as RunTxn). `*writes` is left as it
 // was. For a caller whose own locks keep what it read from changing.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -89,7 +90,8 @@ class PgBackend final : public Backend {
   }
   ~PgBackend() override {
     if (kv_ != nullptr) {
-      EXPECT_TRUE(kv_->DropSchema().ok());
+      Status st = kv_->DropSchema();
+      EXPECT_TRUE(st.ok()) << st.ToString();
     }
   }
   Kv* kv() override { return kv_.get(); }
@@ -533,6 +535,65 @@ TEST_F(PgKvTest, PostgreSqlFoldsMergesWithoutChangingValues) {
   format::SegmentStat st;
   ASSERT_TRUE(format::DecodeSegmentStat(**t->Get(Space::kSegments, format::SegmentKey(0)), &st).ok());
   EXPECT_EQ(st.live, 4);
+}
+
+// Runs `what` ("stop", "start", "restart") on the test's server.
+void Server(const char* what) {
+  const char* server = std::getenv("CKPTFS_TEST_PG_SERVER");
+  ASSERT_NE(server, nullptr) << "CKPTFS_TEST_PG_SERVER is not set";
+  const std::string cmd = std::string(server) + " " + what;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+TEST_F(PgKvTest, PostgreSqlRestartIsWaitedOutAndNothingIsLost) {
+  PgKv* kv = backend_->pg();
+  ASSERT_TRUE(RunTxn(kv, [&](Txn* t) {
+    t->Put(Space::kInodes, "before", "1");
+    return Status::OK();
+  }, Durability::kSynced).ok());
+  ASSERT_NO_FATAL_FAILURE(Server("restart"));
+  // The pooled connections died with the server: new ones are made, and
+  // the commit is not one whose outcome is unknown.
+  Status st = RunTxn(kv, [&](Txn* t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, t->Get(Space::kInodes, "before"));
+    if (v != "1") return Status(EIO, "lost the write before the restart");
+    t->Put(Space::kInodes, "after", "2");
+    return Status::OK();
+  }, Durability::kLogged);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  Writes w;
+  w.Put(Space::kInodes, "third", "3");
+  EXPECT_TRUE(CommitWrites(kv, &w, Durability::kLogged).ok());
+}
+
+TEST_F(PgKvTest, PostgreSqlDownFailsAfterTheWaitAndComesBack) {
+  PgOptions o;
+  o.uri = TestPgUri();
+  o.schema = "down_" + std::to_string(getpid());
+  o.create = true;
+  o.reconnect_wait_s = 1;
+  o.idle_connections = 0;  // every transaction connects
+  Result<std::unique_ptr<PgKv>> kv = PgKv::Open(o);
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(Server("stop"));
+  const auto start = std::chrono::steady_clock::now();
+  Status st = RunTxn(kv->get(), [&](Txn* t) {
+    t->Put(Space::kInodes, "x", "1");
+    return Status::OK();
+  }, Durability::kLogged);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_NO_FATAL_FAILURE(Server("start"));
+  EXPECT_EQ(st.code(), EIO) << st.ToString();
+  EXPECT_NE(st.message().find("tried for 1 s"), std::string::npos) << st.message();
+  EXPECT_GE(waited, 0.5);
+  EXPECT_LT(waited, 30);
+  st = RunTxn(kv->get(), [&](Txn* t) {
+    t->Put(Space::kInodes, "x", "2");
+    return Status::OK();
+  }, Durability::kLogged);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE((*kv)->DropSchema().ok());
 }
 
 TEST_F(PgKvTest, PostgreSqlUnreachableIsOneClearError) {

@@ -1,8 +1,11 @@
 #include "meta/pg_kv.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "format/format.h"
 
@@ -416,6 +419,7 @@ Result<std::unique_ptr<PgKv>> PgKv::Open(const PgOptions& options) {
   kv->server_ = std::string(PQhost(c)) + ":" + PQport(c) + "/" + PQdb(c);
   kv->ReturnConnection(c);
   CKPTFS_RETURN_IF_ERROR(kv->CreateOrCheckSchema());
+  kv->opened_ = true;
   return kv;
 }
 
@@ -426,14 +430,40 @@ PgKv::~PgKv() {
 }
 
 Result<PGconn*> PgKv::TakeConnection() {
-  {
-    MutexLock l(&mu_);
-    if (!idle_.empty()) {
-      PGconn* c = idle_.back();
+  for (;;) {
+    PGconn* c = nullptr;
+    {
+      MutexLock l(&mu_);
+      if (idle_.empty()) break;
+      c = idle_.back();
       idle_.pop_back();
-      return c;
     }
+    // An idle connection receives nothing, unless its server is going away
+    // (a restart: a termination message, then the end of the stream): such
+    // a connection is dropped here, rather than fail a commit whose
+    // outcome would then be unknown.
+    pollfd p{PQsocket(c), POLLIN, 0};
+    if (PQstatus(c) == CONNECTION_OK && ::poll(&p, 1, 0) == 0) return c;
+    PQfinish(c);
   }
+  // No connection: wait for the server up to reconnect_wait_s, from 50 ms
+  // between tries up to 1 s.
+  const auto start = std::chrono::steady_clock::now();
+  const auto wait = std::chrono::duration<double>(opened_ ? options_.reconnect_wait_s : 0);
+  for (auto pause = std::chrono::milliseconds(50);; pause = std::min(pause * 2, decltype(pause)(1000))) {
+    Result<PGconn*> c = Connect();
+    if (c.ok()) return c;
+    if (std::chrono::steady_clock::now() - start + pause > wait) {
+      if (wait.count() == 0) return c;
+      char waited[32];
+      std::snprintf(waited, sizeof(waited), "%g s", wait.count());
+      return Status(EIO, c.status().message() + " (tried for " + waited + ")");
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+Result<PGconn*> PgKv::Connect() {
   const std::string timeout = std::to_string(options_.connect_timeout_s);
   // Notices (a DROP's cascade, say) are not errors: not printed.
   const char* keys[] = {"dbname", "connect_timeout", "application_name", "options", nullptr};

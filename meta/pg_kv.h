@@ -48,8 +48,12 @@ struct PgOptions {
   bool create = false;
   // Connections kept open for transactions to reuse.
   size_t idle_connections = 8;
-  // Seconds to wait for a connection to the server.
+  // Seconds one try to connect to the server may take.
   int connect_timeout_s = 10;
+  // Once open: how long a transaction that finds no connection waits for
+  // the server (a restart, a failover), trying again, before it fails with
+  // EIO. Open itself does not wait. Default: 60 s.
+  double reconnect_wait_s = 60;
 };
 
 // `uri` (a libpq connection URI or string) as a connection string of
@@ -83,7 +87,8 @@ class PgKv final : public Kv {
   // Drops the schema and everything in it.
   Status DropSchema();
 
-  // The connection pool, for transactions (pg_kv.cc).
+  // The connection pool, for transactions (pg_kv.cc): an idle connection
+  // that still works, or a new one (waiting as reconnect_wait_s says).
   Result<PGconn*> TakeConnection();
   // Gives a connection back; a broken one (or one over the idle bound) is
   // closed instead.
@@ -93,8 +98,11 @@ class PgKv final : public Kv {
  private:
   explicit PgKv(PgOptions options) : options_(std::move(options)) {}
   Status CreateOrCheckSchema();
+  // One try to connect.
+  Result<PGconn*> Connect();
 
   const PgOptions options_;
+  bool opened_ = false;  // Open succeeded: TakeConnection waits for the server
   std::string server_;  // "HOST:PORT/DB", for messages
   Mutex mu_;
   std::vector<PGconn*> idle_ GUARDED_BY(mu_);

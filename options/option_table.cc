@@ -93,6 +93,12 @@ constexpr OptionSpec kOptions[] = {
              "this libpq URL (`postgresql://HOST/DB`; see docs/SHARED.md) instead of in "
              "STORE/index, and remembers it without its password; for a store that has one, "
              "connect with this URL instead (another name of the same server)"},
+    {.name = "meta_timeout",
+     .type = OptionType::kSeconds,
+     .field = kStoreField<&StoreOptions::meta_timeout>,
+     .help = "a store whose index is in PostgreSQL: how long a call that cannot reach the "
+             "server waits for it (a restart, a failover), trying again, before it fails "
+             "with EIO"},
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::coalesce_gap>,

@@ -7,31 +7,50 @@
 #
 # The command gets:
 #   CKPTFS_TEST_PG          the cluster's libpq URI (database postgres, user ckptfs)
-#   CKPTFS_TEST_PG_DATA     its data directory
-#   CKPTFS_TEST_PG_CTL      "pg_ctl" with the user to run it as, to stop or
-#                           restart the server (fault tests)
+#   CKPTFS_TEST_PG_SERVER   a command that takes "stop", "start" or
+#                           "restart" and does that to the server (fault
+#                           tests), waiting until it is done
 #   CKPTFS_TEST_META        with --meta: the same URI, which makes the
 #                           engine's tests keep their stores' index there
 # Usage: scripts/with-postgres.sh [--meta] COMMAND [ARG...]
+#        scripts/with-postgres.sh --server DIR stop|start|restart
 set -euo pipefail
-as_meta=false
-if [ "${1:-}" = "--meta" ]; then
-  as_meta=true
-  shift
-fi
 
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
   echo "with-postgres: no PostgreSQL server under /usr/lib/postgresql (run scripts/install-deps.sh)" >&2
   exit 1
 fi
+as_pg=()
+if [ "$(id -u)" -eq 0 ]; then as_pg=(runuser -u postgres --); fi
+
+# server DIR stop|start|restart
+server() {
+  local dir=$1 what=$2
+  case "$what" in
+    stop) "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null ;;
+    start | restart)
+      # Connections: every thread of every daemon of a test may hold one.
+      "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast \
+        -o "-c listen_addresses='' -k $dir -c max_connections=300 -c shared_buffers=128MB" \
+        "$what" >/dev/null || { cat "$dir/server.log" >&2; return 1; } ;;
+    *) echo "with-postgres: --server DIR stop|start|restart" >&2; return 2 ;;
+  esac
+}
+
+if [ "${1:-}" = "--server" ]; then
+  server "$2" "$3"
+  exit
+fi
+
+as_meta=false
+if [ "${1:-}" = "--meta" ]; then
+  as_meta=true
+  shift
+fi
 
 tmp=$(mktemp -d /tmp/ckptfs-pg.XXXXXX)
-as_pg=()
-if [ "$(id -u)" -eq 0 ]; then
-  chown postgres: "$tmp"
-  as_pg=(runuser -u postgres --)
-fi
+if [ "$(id -u)" -eq 0 ]; then chown postgres: "$tmp"; fi
 chmod 755 "$tmp"
 
 stop() {
@@ -43,14 +62,10 @@ trap 'exit 130' INT TERM
 
 "${as_pg[@]}" "$bindir/initdb" -D "$tmp/data" -U ckptfs -A trust -E UTF8 --no-locale --no-sync \
   >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; exit 1; }
-# Connections: every thread of every daemon of a test may hold one.
-"${as_pg[@]}" "$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 \
-  -o "-c listen_addresses='' -k $tmp -c max_connections=300 -c shared_buffers=128MB" \
-  start >/dev/null || { cat "$tmp/server.log" >&2; exit 1; }
+server "$tmp" start
 
 export CKPTFS_TEST_PG="postgresql:///postgres?host=$tmp&user=ckptfs"
-export CKPTFS_TEST_PG_DATA="$tmp/data"
-export CKPTFS_TEST_PG_CTL="${as_pg[*]} $bindir/pg_ctl"
+export CKPTFS_TEST_PG_SERVER="$(cd "$(dirname "$0")" && pwd)/with-postgres.sh --server $tmp"
 if $as_meta; then export CKPTFS_TEST_META="$CKPTFS_TEST_PG"; fi
 set +e
 "$@"
