@@ -1,7 +1,8 @@
 // Background compaction of StoreImpl: a thread that wakes every
-// background_interval_ms and compacts (engine/store_compact.cc) when the
-// dead space passes the threshold the options set (compact_dead,
-// compact_min), or, with free_empty, deletes segments nothing live is in.
+// background_interval_ms, runs the index's upkeep (meta::Kv::Maintain), and
+// compacts (engine/store_compact.cc) when the dead space passes the
+// threshold the options set (compact_dead, compact_min), or, with
+// free_empty, deletes segments nothing live is in.
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -18,7 +19,9 @@ uint64_t BackgroundCompactThreshold(const StoreOptions& o, uint64_t live) {
 
 void StoreImpl::StartBackgroundCompaction() {
   if (options_.read_only) return;
-  if (options_.compact_dead == 0 && !options_.free_empty) return;
+  // The index's upkeep (a PostgreSQL index folds its merge operands) needs
+  // the thread whatever the compaction settings.
+  if (options_.compact_dead == 0 && !options_.free_empty && !shared_.has_value()) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
     // Errors logged since the last pass without one: a lasting error
@@ -38,6 +41,8 @@ void StoreImpl::StartBackgroundCompaction() {
         }
         if (cs.thread_stop) return;
       }
+      log(kv_->Maintain().Annotate("index upkeep"));
+      if (options_.compact_dead == 0 && !options_.free_empty) continue;
       Result<std::optional<CompactReport>> r = BackgroundPass();
       if (r.ok() && !r->has_value()) {
         logged.clear();

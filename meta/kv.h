@@ -175,6 +175,10 @@ class Kv {
   virtual Status Sync() = 0;
   // What it is, for messages: "RocksDB at PATH", "PostgreSQL DB on HOST".
   virtual std::string Describe() const = 0;
+  // Upkeep that the implementation needs now and then, run by a store's
+  // background thread every second or so (PostgreSQL: folds merge
+  // operands). Default: nothing.
+  virtual Status Maintain() { return Status::OK(); }
 };
 
 // How RunTxn runs a body again after a conflict.

@@ -548,6 +548,11 @@ Status PgKv::Sync() {
 
 std::string PgKv::Describe() const { return "PostgreSQL " + server_ + " schema " + schema(); }
 
+Status PgKv::Maintain() {
+  size_t folded = 0;
+  return FoldMerges(kFoldPerPass, &folded);
+}
+
 Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
   *folded = 0;
   return RunTxn(

@@ -74,6 +74,9 @@ class PgKv final : public Kv {
   Result<std::unique_ptr<Txn>> Begin(TxnMode mode) override;
   Status Sync() override;
   std::string Describe() const override;
+  // Folds up to kFoldPerPass keys' merge operands (FoldMerges).
+  Status Maintain() override;
+  static constexpr size_t kFoldPerPass = 1024;
 
   // Folds the merge operands of up to `max_keys` keys into their values;
   // `*folded` gets how many keys it folded. Runs in transactions of its own

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "meta/pg_kv.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -1205,6 +1206,39 @@ TEST(StoreOpenTest, ForeignDirectoryIsRejected) {
     EXPECT_OK((*s)->Close());
   }
   EXPECT_TRUE(Store::IsStore(empty));
+}
+
+// A store whose index is in PostgreSQL (the pg.namespace_test run): the
+// merge operands its creates and deletes add (the inode count) are folded
+// by the store's background thread, so that they do not pile up.
+TEST_F(NamespaceTest, AnIndexInPostgreSqlHasItsMergesFoldedInTheBackground) {
+  if (options_.meta.empty()) GTEST_SKIP() << "for stores whose index is in PostgreSQL";
+  options_.background_interval_ms = 100;
+  Reopen();
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_OK(s()->Create(kRootIno, "f" + std::to_string(i), 0644, 0, 0, 0).status());
+  }
+  std::ifstream in(dir_.store() + "/SHARED");
+  std::stringstream text;
+  text << in.rdbuf();
+  format::SharedIndex where;
+  ASSERT_OK(format::ParseSharedFile(text.str(), &where));
+  meta::PgOptions po;
+  po.uri = options_.meta;
+  po.schema = where.schema;
+  auto kv = meta::PgKv::Open(po);
+  ASSERT_OK(kv.status());
+  uint64_t pending = 0;
+  for (int tries = 0; tries < 200; ++tries) {
+    auto n = (*kv)->PendingMerges();
+    ASSERT_OK(n.status());
+    pending = *n;
+    if (pending == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(pending, 0u);
+  ASSERT_OK_AND_ASSIGN(FsStats st, s()->StatFs());
+  EXPECT_EQ(st.inodes, 301u);
 }
 
 TEST_F(NamespaceTest, CountNamespaceCountsInodesByType) {
