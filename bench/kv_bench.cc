@@ -14,7 +14,6 @@
 // Usage: kv_bench [--ops N] [--threads A,B,...]
 //   RocksDB in a temporary directory always; PostgreSQL too when
 //   CKPTFS_TEST_PG holds a URI: scripts/with-postgres.sh build/bench/kv_bench
-#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -190,28 +189,14 @@ int Main(int argc, char** argv) {
 
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("ckptfs-kv-bench-" + std::to_string(getpid()));
-  rocksdb::DBOptions o;
-  o.create_if_missing = true;
-  o.create_missing_column_families = true;
-  std::vector<rocksdb::ColumnFamilyDescriptor> fams;
-  for (Space s : kAllSpaces) {
-    rocksdb::ColumnFamilyOptions co;
-    co.merge_operator = NewMergeOperator(s);
-    fams.emplace_back(FamilyName(s), co);
-  }
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status rs = rocksdb::DB::Open(o, dir.string(), fams, &handles, &db);
-  if (!rs.ok()) {
-    std::fprintf(stderr, "kv_bench: %s\n", rs.ToString().c_str());
-    return 1;
-  }
   {
-    RocksKv kv(db, handles);
-    Bench("rocksdb", &kv, ops, threads, /*read_then_put=*/false);
+    Result<std::unique_ptr<OwnedRocksKv>> db = OwnedRocksKv::Open(dir.string());
+    if (!db.ok()) {
+      std::fprintf(stderr, "kv_bench: %s\n", db.status().ToString().c_str());
+      return 1;
+    }
+    Bench("rocksdb", (*db)->kv(), ops, threads, /*read_then_put=*/false);
   }
-  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
-  delete db;
   std::filesystem::remove_all(dir);
 
   if (const char* uri = std::getenv("CKPTFS_TEST_PG")) {

@@ -2,7 +2,6 @@
 // RocksDB in a temporary directory, and PostgreSQL in the private cluster
 // that scripts/with-postgres.sh starts (CKPTFS_TEST_PG), a schema per test.
 #include <gtest/gtest.h>
-#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,36 +34,21 @@ class RocksBackend final : public Backend {
     dir_ = std::filesystem::temp_directory_path() /
            ("ckptfs-kv-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::remove_all(dir_);
-    rocksdb::DBOptions o;
-    o.create_if_missing = true;
-    o.create_missing_column_families = true;
-    std::vector<rocksdb::ColumnFamilyDescriptor> fams;
-    for (Space s : kAllSpaces) {
-      rocksdb::ColumnFamilyOptions co;
-      co.merge_operator = NewMergeOperator(s);
-      fams.emplace_back(FamilyName(s), co);
-    }
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status st = rocksdb::DB::Open(o, dir_.string(), fams, &handles_, &db);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    db_.reset(db);
-    kv_ = std::make_unique<RocksKv>(db_.get(), handles_);
+    Result<std::unique_ptr<OwnedRocksKv>> db = OwnedRocksKv::Open(dir_.string());
+    EXPECT_TRUE(db.ok()) << db.status().ToString();
+    if (db.ok()) db_ = std::move(*db);
   }
   ~RocksBackend() override {
-    kv_.reset();
-    for (auto* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
     db_.reset();
     std::filesystem::remove_all(dir_);
   }
-  Kv* kv() override { return kv_.get(); }
+  Kv* kv() override { return db_ == nullptr ? nullptr : db_->kv(); }
   bool DetectsConflicts() const override { return false; }
 
  private:
   static inline std::atomic<int> counter_{0};
   std::filesystem::path dir_;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<RocksKv> kv_;
+  std::unique_ptr<OwnedRocksKv> db_;
 };
 
 // The URI of the test cluster; the test fails without one.

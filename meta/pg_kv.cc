@@ -576,13 +576,10 @@ Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
       Durability::kLogged);
 }
 
-Result<uint64_t> PgKv::TableBytes() {
+Result<uint64_t> PgKv::QueryNumber(const std::string& sql, const std::string& what) {
   CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  const std::string sql =
-      "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
-      "ON n.oid = c.relnamespace WHERE n.nspname = '" + schema() + "' AND c.relkind = 'r'";
   PgResult r(PQexec(c, sql.c_str()));
-  Result<uint64_t> out = Status(EIO, "size of the index: " + FirstLine(PQresultErrorMessage(r.get())));
+  Result<uint64_t> out = Status(EIO, what + ": " + FirstLine(PQresultErrorMessage(r.get())));
   if (PQresultStatus(r.get()) == PGRES_TUPLES_OK) {
     out = static_cast<uint64_t>(std::strtoull(PQgetvalue(r.get(), 0, 0), nullptr, 10));
   }
@@ -590,16 +587,15 @@ Result<uint64_t> PgKv::TableBytes() {
   return out;
 }
 
+Result<uint64_t> PgKv::TableBytes() {
+  return QueryNumber(
+      "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+      "ON n.oid = c.relnamespace WHERE n.nspname = '" + schema() + "' AND c.relkind = 'r'",
+      "size of the index");
+}
+
 Result<uint64_t> PgKv::PendingMerges() {
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  const std::string sql = "SELECT count(*) FROM " + schema() + ".kv_merges";
-  PgResult r(PQexec(c, sql.c_str()));
-  Result<uint64_t> out = Status(EIO, "count merges: " + FirstLine(PQresultErrorMessage(r.get())));
-  if (PQresultStatus(r.get()) == PGRES_TUPLES_OK) {
-    out = static_cast<uint64_t>(std::strtoull(PQgetvalue(r.get(), 0, 0), nullptr, 10));
-  }
-  ReturnConnection(c);
-  return out;
+  return QueryNumber("SELECT count(*) FROM " + schema() + ".kv_merges", "count merges");
 }
 
 Status PgKv::DropSchema() {

@@ -103,6 +103,8 @@ class PgKv final : public Kv {
   Status CreateOrCheckSchema();
   // One try to connect.
   Result<PGconn*> Connect();
+  // The number that `sql` (one row, one column) answers.
+  Result<uint64_t> QueryNumber(const std::string& sql, const std::string& what);
 
   const PgOptions options_;
   bool opened_ = false;  // Open succeeded: TakeConnection waits for the server

@@ -158,4 +158,29 @@ Status RocksKv::Sync() { return FromRocksStatus(db_->SyncWAL(), "sync index log"
 
 std::string RocksKv::Describe() const { return "RocksDB at " + db_->GetName(); }
 
+Result<std::unique_ptr<OwnedRocksKv>> OwnedRocksKv::Open(const std::string& path) {
+  rocksdb::DBOptions o;
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (Space s : kAllSpaces) {
+    rocksdb::ColumnFamilyOptions co;
+    co.merge_operator = NewMergeOperator(s);
+    families.emplace_back(FamilyName(s), co);
+  }
+  std::unique_ptr<OwnedRocksKv> out(new OwnedRocksKv());
+  rocksdb::DB* db = nullptr;
+  CKPTFS_RETURN_IF_ERROR(
+      FromRocksStatus(rocksdb::DB::Open(o, path, families, &out->handles_, &db), "open " + path));
+  out->db_.reset(db);
+  out->kv_ = std::make_unique<RocksKv>(db, out->handles_);
+  return out;
+}
+
+OwnedRocksKv::~OwnedRocksKv() {
+  kv_.reset();
+  for (rocksdb::ColumnFamilyHandle* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
+  db_.reset();
+}
+
 }  // namespace ckptfs::meta

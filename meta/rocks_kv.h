@@ -52,4 +52,22 @@ class RocksKv final : public Kv {
   const std::vector<rocksdb::ColumnFamilyHandle*> families_;
 };
 
+// A RocksDB database of its own with the seam's column families and merge
+// operators and RocksDB's default options, through RocksKv: for tests and
+// benchmarks of the seam. (A store opens its index with its own options:
+// engine/index/index_db.h.)
+class OwnedRocksKv {
+ public:
+  // Opens, creating when missing, the database at `path`.
+  static Result<std::unique_ptr<OwnedRocksKv>> Open(const std::string& path);
+  ~OwnedRocksKv();
+  RocksKv* kv() { return kv_.get(); }
+
+ private:
+  OwnedRocksKv() = default;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::unique_ptr<RocksKv> kv_;
+};
+
 }  // namespace ckptfs::meta
