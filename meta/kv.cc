@@ -113,45 +113,45 @@ void Backoff(const RetryPolicy& policy, int attempt) {
 
 }  // namespace
 
-Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
-              const RetryPolicy& policy) {
+namespace {
+
+// Runs `once` in a new transaction of `mode` until it reports no conflict,
+// waiting a little between tries, at most policy.max_attempts times.
+Status Retry(Kv* kv, TxnMode mode, const RetryPolicy& policy,
+             const std::function<Status(Txn*)>& once) {
   Status last;
   for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
     if (attempt > 1) Backoff(policy, attempt);
-    Result<std::unique_ptr<Txn>> txn = kv->Begin();
+    Result<std::unique_ptr<Txn>> txn = kv->Begin(mode);
     if (!txn.ok()) return txn.status();
-    last = body(txn->get());
-    if (last.ok()) last = (*txn)->Commit(d);
+    last = once(txn->get());
     if (!IsConflict(last)) return last;
   }
   return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+}
+
+}  // namespace
+
+Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
+              const RetryPolicy& policy) {
+  return Retry(kv, TxnMode::kReadWrite, policy, [&](Txn* t) {
+    Status st = body(t);
+    return st.ok() ? t->Commit(d) : st;
+  });
 }
 
 Status RunReads(Kv* kv, const std::function<Status(Txn*)>& body, const RetryPolicy& policy) {
-  Status last;
-  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
-    if (attempt > 1) Backoff(policy, attempt);
-    Result<std::unique_ptr<Txn>> txn = kv->Begin(TxnMode::kReads);
-    if (!txn.ok()) return txn.status();
-    last = body(txn->get());
-    if (!IsConflict(last)) return last;
-  }
-  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+  return Retry(kv, TxnMode::kReads, policy, body);
 }
 
 Status CommitWrites(Kv* kv, Writes* writes, Durability d, const RetryPolicy& policy) {
-  Status last;
-  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
-    if (attempt > 1) Backoff(policy, attempt);
-    Result<std::unique_ptr<Txn>> txn = kv->Begin();
-    if (!txn.ok()) return txn.status();
+  return Retry(kv, TxnMode::kReadWrite, policy, [&](Txn* t) {
     // Lent to the transaction, not copied: the common case commits once.
-    std::swap((*txn)->writes(), *writes);
-    last = (*txn)->Commit(d);
-    std::swap((*txn)->writes(), *writes);
-    if (!IsConflict(last)) return last;
-  }
-  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
+    std::swap(t->writes(), *writes);
+    Status st = t->Commit(d);
+    std::swap(t->writes(), *writes);
+    return st;
+  });
 }
 
 }  // namespace ckptfs::meta

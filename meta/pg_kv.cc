@@ -128,9 +128,12 @@ bool ValidSchemaName(const std::string& s) {
   return true;
 }
 
+
+}  // namespace
+
 // The SQL of one key space's statements in one schema.
-struct SpaceSql {
-  SpaceSql(const std::string& schema, Space s) {
+struct PgSpaceSql {
+  PgSpaceSql(const std::string& schema, Space s) {
     const std::string t = schema + ".kv_" + SpaceName(s);
     const std::string m = schema + ".kv_merges";
     const std::string sp = std::to_string(static_cast<int>(s));
@@ -158,6 +161,8 @@ struct SpaceSql {
   std::string put, insert, del, drop_merges, merge, get, scan_first, scan_next, scan_merged, last,
       merged_keys;
 };
+
+namespace {
 
 // Folds rows (value first when `seq` is 0, then operands in order) of one key.
 class Folder {
@@ -194,7 +199,7 @@ class PgTxn final : public Txn {
   }
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
-    const SpaceSql q(kv_->schema(), s);
+    const PgSpaceSql& q = kv_->sql(s);
     PgResult r;
     CKPTFS_RETURN_IF_ERROR(Query(Stmt{q.get, {key}}, &r, std::string("get from ") + SpaceName(s)));
     const int rows = PQntuples(r.get());
@@ -210,7 +215,7 @@ class PgTxn final : public Txn {
   }
 
   Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override {
-    const SpaceSql q(kv_->schema(), s);
+    const PgSpaceSql& q = kv_->sql(s);
     const std::string what = std::string("scan ") + SpaceName(s);
     if (q.merges) return ScanMerged(s, q, begin, end, fn, what);
     std::string from(begin);
@@ -231,7 +236,7 @@ class PgTxn final : public Txn {
 
   Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
                                        std::string_view end) override {
-    const SpaceSql q(kv_->schema(), s);
+    const PgSpaceSql& q = kv_->sql(s);
     if (q.merges) {
       std::optional<KeyValue> last;
       CKPTFS_RETURN_IF_ERROR(Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
@@ -265,10 +270,8 @@ class PgTxn final : public Txn {
     stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
                                                   : "SET LOCAL synchronous_commit TO off",
                          {}});
-    std::vector<SpaceSql> sql;
-    for (Space s : kAllSpaces) sql.emplace_back(kv_->schema(), s);
     for (const Write& w : writes_.list()) {
-      const SpaceSql& q = sql[static_cast<size_t>(w.space)];
+      const PgSpaceSql& q = kv_->sql(w.space);
       switch (w.kind) {
         case Write::Kind::kPut:
           stmts.push_back(Stmt{q.put, {w.key, w.value}});
@@ -318,7 +321,7 @@ class PgTxn final : public Txn {
 
   // Keys of `s` that have merge operands, at most `limit`.
   Status MergedKeys(Space s, size_t limit, std::vector<std::string>* keys) {
-    const SpaceSql q(kv_->schema(), s);
+    const PgSpaceSql& q = kv_->sql(s);
     PgResult r;
     CKPTFS_RETURN_IF_ERROR(
         Query(Stmt{q.merged_keys + std::to_string(limit), {}}, &r, "list merged keys"));
@@ -345,7 +348,7 @@ class PgTxn final : public Txn {
     return Status::OK();
   }
 
-  Status ScanMerged(Space s, const SpaceSql& q, std::string_view begin, std::string_view end,
+  Status ScanMerged(Space s, const PgSpaceSql& q, std::string_view begin, std::string_view end,
                     const ScanFn& fn, const std::string& what) {
     PgResult r;
     CKPTFS_RETURN_IF_ERROR(Query(Stmt{q.scan_merged, {begin, end}}, &r, what));
@@ -408,6 +411,12 @@ Result<std::string> ConninfoWithoutPassword(const std::string& uri) {
   PQconninfoFree(opts);
   return out;
 }
+
+PgKv::PgKv(PgOptions options) : options_(std::move(options)) {
+  for (Space s : kAllSpaces) sql_.emplace_back(options_.schema, s);
+}
+
+const PgSpaceSql& PgKv::sql(Space s) const { return sql_[static_cast<size_t>(s)]; }
 
 Result<std::unique_ptr<PgKv>> PgKv::Open(const PgOptions& options) {
   if (!ValidSchemaName(options.schema)) {

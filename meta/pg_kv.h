@@ -36,6 +36,9 @@ typedef struct pg_conn PGconn;
 
 namespace ckptfs::meta {
 
+// The SQL of one key space's statements in one schema (pg_kv.cc).
+struct PgSpaceSql;
+
 struct PgOptions {
   // A libpq connection string or URI ("postgresql://host/db", "host=/run/x
   // dbname=ckptfs"); what it leaves out comes from libpq's environment
@@ -97,9 +100,11 @@ class PgKv final : public Kv {
   // closed instead.
   void ReturnConnection(PGconn* conn);
   const std::string& schema() const { return options_.schema; }
+  // The statements of space `s`, made once at Open.
+  const PgSpaceSql& sql(Space s) const;
 
  private:
-  explicit PgKv(PgOptions options) : options_(std::move(options)) {}
+  explicit PgKv(PgOptions options);
   Status CreateOrCheckSchema();
   // One try to connect.
   Result<PGconn*> Connect();
@@ -107,6 +112,7 @@ class PgKv final : public Kv {
   Result<uint64_t> QueryNumber(const std::string& sql, const std::string& what);
 
   const PgOptions options_;
+  std::vector<PgSpaceSql> sql_;  // by Space
   bool opened_ = false;  // Open succeeded: TakeConnection waits for the server
   std::string server_;  // "HOST:PORT/DB", for messages
   Mutex mu_;
