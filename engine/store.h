@@ -423,6 +423,14 @@ class Store {
   // The effective settings: the options the store was opened with (holder
   // filled in), with the current values of the run-time settings.
   virtual StoreOptions GetOptions() = 0;
+  // Whether the store is shared (its index in PostgreSQL; docs/SHARED.md):
+  // other hosts may change it at any time.
+  virtual bool Shared() const = 0;
+  // Forgets what the store remembers of `ino` beyond the index (its
+  // attributes, extents and verified blocks), so that the next call reads
+  // it afresh: an open of a shared store's file (close-to-open). Nothing
+  // for an embedded store, where every change comes through this process.
+  virtual void Reread(Ino ino) = 0;
   // Changes run-time settings: calls `change` with the effective settings and
   // applies what it changed. Only coalesce_gap, coalesce_max, cache_size and
   // compression (0 to 22) may change; otherwise EINVAL and nothing is

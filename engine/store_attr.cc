@@ -45,7 +45,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
-  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
   SetAttrRequest req = in;
   if (s->direct && req.size && S_ISREG(s->attr.mode)) {
     // The data file is the file: it is cut or extended, then adopted.
@@ -142,7 +142,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   const uint64_t end = offset + len;
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
-  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
   if (s->direct) {
     return Status(EOPNOTSUPP, "fallocate of a file the kernel writes directly");
   }
@@ -192,7 +192,7 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   if (closed_) return Status(EIO, "store is closed");
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
-  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
   const Timespec now = Now();
   if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
   format::InodeValue v = s->attr;
@@ -219,6 +219,14 @@ Status StoreImpl::OpenFile(Ino ino) {
   // Only once its mutex is unlocked: the last Unpin frees the state.
   if (!st.ok()) inodes_.Unpin(s);
   return st;
+}
+
+void StoreImpl::Reread(Ino ino) {
+  if (!shared_.has_value()) return;
+  extent_maps_.Forget(ino);
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  s->loaded = false;
 }
 
 Status StoreImpl::Release(Ino ino) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/store_impl.h"
+#include "meta/hosts.h"
 
 namespace ckptfs::engine {
 
@@ -42,6 +43,8 @@ void StoreImpl::StartBackgroundCompaction() {
         if (cs.thread_stop) return;
       }
       log(kv_->Maintain().Annotate("index upkeep"));
+      log(RenewLeaseIfDue());
+      log(DropGoneSegments());
       if (options_.compact_dead == 0 && !options_.free_empty) continue;
       Result<std::optional<CompactReport>> r = BackgroundPass();
       if (r.ok() && !r->has_value()) {
@@ -57,6 +60,34 @@ void StoreImpl::StartBackgroundCompaction() {
   });
 }
 
+Status StoreImpl::RenewLeaseIfDue() {
+  if (host_id_ == 0 || host_lost_) return Status::OK();
+  const int64_t now = meta::WallMs();
+  if (now - lease_renewed_ms_.load() < kHostLeaseMs / 3) return Status::OK();
+  Status s = meta::RenewHost(kv_.get(), host_name_, kHostLeaseMs);
+  if (s.ok()) {
+    lease_renewed_ms_ = now;
+  } else if (s.code() == EBUSY) {
+    host_lost_ = true;  // another mount took the host: its segments are its own now
+  }
+  return s.Annotate("lease of host \"" + host_name_ + "\"");
+}
+
+Status StoreImpl::DropGoneSegments() {
+  if (!shared_.has_value()) return Status::OK();
+  const int64_t now = meta::WallMs();
+  if (now - segments_dropped_ms_ < kDropGoneSegmentsMs) return Status::OK();
+  segments_dropped_ms_ = now;
+  std::set<uint64_t> indexed;
+  CKPTFS_RETURN_IF_ERROR(
+      IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view) {
+        if (k.size() == 8) indexed.insert(format::GetBE64(k.data()));
+        return true;
+      }));
+  segments_->DropOthersNotIn(indexed);
+  return Status::OK();
+}
+
 Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
   // Decided under the compaction lock: counts read while another compaction
   // runs would show its victims half moved (nothing live, not yet deleted).
@@ -65,7 +96,7 @@ Result<std::optional<CompactReport>> StoreImpl::BackgroundPass() {
   const uint64_t active = segments_->active_id();
   const uint64_t newest = segments_->max_id();
   // Nothing is compacted on counts that could not be read.
-  CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, ListSegments());
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<SegmentInfo> segments, OwnSegments());
   uint64_t dead = 0;  // of every segment, the active one included
   uint64_t live = 0;
   for (const SegmentInfo& seg : segments) {

@@ -149,6 +149,12 @@ Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
   return CompactLocked(options);
 }
 
+Result<std::vector<SegmentInfo>> StoreImpl::OwnSegments() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
+  std::erase_if(segments, [&](const SegmentInfo& s) { return !segments_->Owns(s.id); });
+  return segments;
+}
+
 Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   CompactionState& cs = *compaction_;
   if (cs.cancel || closed_) return Status(ECANCELED, "store is closing");
@@ -159,7 +165,7 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
 
   // 1. Victims. Accounting that cannot be read fails the whole compaction:
   // a segment whose live bytes are unknown is never taken for empty.
-  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, ListSegments());
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, OwnSegments());
   VictimChoice choice = ChooseVictims(segments, segments_->active_id(), segments_->max_id(),
                                 options.dead_ratio);
   const std::vector<Victim>& victims = choice.victims;
@@ -407,46 +413,73 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
     InodeRef s(&inodes_, p.ino);
     MutexLock l(&s->mu);
     meta::Writes b;
-    StatDeltas deltas;
     bool was_changed = false;
-    // The inode's extents now, read once: no batch of it commits while its
-    // mutex is held.
     const bool live = synced.ok() && !s->purged;
-    std::vector<Extent> ex;
-    std::unordered_map<uint64_t, const Extent*> at;  // offset -> extent
-    if (live) {
-      CKPTFS_RETURN_IF_ERROR(CollectExtents(p.ino, 0, kMaxExtentEnd, &ex));
-      at.reserve(ex.size());
-      for (const Extent& e : ex) at.emplace(e.offset, &e);
-    }
-    for (const CopiedRecord& r : p.records) {
-      const bool same =
-          live && std::all_of(r.expect.begin(), r.expect.end(), [&at](const auto& kv) {
-            const auto it = at.find(format::GetBE64(kv.first.data() + 8));
-            return it != at.end() && format::EncodeExtent(it->second->value) == kv.second;
-          });
-      if (same) {
-        AddCopy(r, &b, &deltas);
-        continue;
+    if (live && shared_.has_value()) {
+      // Another host may change the inode's extents meanwhile: they are
+      // read, and the repointing committed, in one transaction, run again
+      // when another host's change conflicts with it.
+      Status st = meta::RunTxn(
+          kv_.get(),
+          [&](meta::Txn* t) -> Status {
+            std::vector<Extent> ex;
+            CKPTFS_RETURN_IF_ERROR(CollectExtentsIn(t, p.ino, 0, kMaxExtentEnd, &ex));
+            b.Clear();
+            was_changed = PlanRepoint(p, victims, /*live=*/true, ex, &b);
+            t->writes().Append(b);
+            return Status::OK();
+          },
+          meta::Durability::kLogged);
+      if (!st.ok()) {
+        extent_maps_.ForgetTouched(b);
+        return st;
       }
-      // The copy stays unreferenced and the victim as it is; the
-      // accounting says so.
-      was_changed = true;
-      StatDeltas dead;
-      for (const auto& [id, st] : r.deltas) {
-        if (victims.count(id)) continue;
-        format::SegmentStat& d = dead[id];
-        d.dead = st.live + st.dead;  // every byte appended, none referenced
-        d.sealed = st.sealed;
-        d.size = st.size;
-      }
-      MergeDeltas(dead, &deltas);
+      extent_maps_.Apply(b);
+    } else {
+      // The inode's extents now, read once: no batch of it commits while
+      // its mutex is held.
+      std::vector<Extent> ex;
+      if (live) CKPTFS_RETURN_IF_ERROR(CollectExtents(p.ino, 0, kMaxExtentEnd, &ex));
+      was_changed = PlanRepoint(p, victims, live, ex, &b);
+      if (b.size() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
     }
-    EmitDeltas(deltas, &b);
-    if (b.size() > 0) CKPTFS_RETURN_IF_ERROR(Commit(&b));
     if (was_changed && live) changed->insert(p.ino);
   }
   return synced;
+}
+
+bool StoreImpl::PlanRepoint(const PendingRepoint& p, const std::set<uint64_t>& victims,
+                            bool live, const std::vector<Extent>& ex, meta::Writes* b) {
+  StatDeltas deltas;
+  bool was_changed = false;
+  std::unordered_map<uint64_t, const Extent*> at;  // offset -> extent
+  at.reserve(ex.size());
+  for (const Extent& e : ex) at.emplace(e.offset, &e);
+  for (const CopiedRecord& r : p.records) {
+    const bool same =
+        live && std::all_of(r.expect.begin(), r.expect.end(), [&at](const auto& kv) {
+          const auto it = at.find(format::GetBE64(kv.first.data() + 8));
+          return it != at.end() && format::EncodeExtent(it->second->value) == kv.second;
+        });
+    if (same) {
+      AddCopy(r, b, &deltas);
+      continue;
+    }
+    // The copy stays unreferenced and the victim as it is; the accounting
+    // says so.
+    was_changed = true;
+    StatDeltas dead;
+    for (const auto& [id, st] : r.deltas) {
+      if (victims.count(id)) continue;
+      format::SegmentStat& d = dead[id];
+      d.dead = st.live + st.dead;  // every byte appended, none referenced
+      d.sealed = st.sealed;
+      d.size = st.size;
+    }
+    MergeDeltas(dead, &deltas);
+  }
+  EmitDeltas(deltas, b);
+  return was_changed;
 }
 
 void StoreImpl::AddCopy(const CopiedRecord& r, meta::Writes* b, StatDeltas* deltas) {

@@ -57,8 +57,6 @@ Status StoreImpl::CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t e
 Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
                                       std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
-  const std::string prefix = format::ExtentPrefix(ino);
-  const std::string key = format::ExtentKey(ino, start);
   const size_t base = out->size();
   // One transaction: the extent before `start` and those after it as of
   // one moment.
@@ -66,32 +64,39 @@ Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
       kv_.get(),
       [&](meta::Txn* t) -> Status {
         out->resize(base);
-        // From the extent at or before `start`, which may reach into the range.
-        CKPTFS_ASSIGN_OR_RETURN(std::optional<meta::KeyValue> before,
-                                t->Last(Space::kExtents, prefix, key + '\0'));
-        Status bad;
-        CKPTFS_RETURN_IF_ERROR(t->Scan(
-            Space::kExtents, before.has_value() ? before->key : key,
-            format::ExtentPrefix(ino + 1), [&](std::string_view k, std::string_view v) {
-              if (k.size() != 16) {
-                bad = Status::Corruption("extent key is not 16 bytes");
-                return false;
-              }
-              Extent e;
-              e.offset = format::GetBE64(k.data() + 8);
-              if (e.offset >= end) return false;
-              Status s = format::DecodeExtent(v, &e.value);
-              if (!s.ok()) {
-                bad = s.Annotate("inode " + std::to_string(ino) + " extent at " +
-                                 std::to_string(e.offset));
-                return false;
-              }
-              if (e.offset + e.value.length > start) out->push_back(std::move(e));
-              return true;
-            }));
-        return bad;
+        return CollectExtentsIn(t, ino, start, end, out);
       },
       meta::Durability::kLogged);
+}
+
+Status StoreImpl::CollectExtentsIn(meta::Txn* t, Ino ino, uint64_t start, uint64_t end,
+                                   std::vector<Extent>* out) {
+  const std::string prefix = format::ExtentPrefix(ino);
+  const std::string key = format::ExtentKey(ino, start);
+  // From the extent at or before `start`, which may reach into the range.
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<meta::KeyValue> before,
+                          t->Last(Space::kExtents, prefix, key + '\0'));
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(t->Scan(
+      Space::kExtents, before.has_value() ? before->key : key, format::ExtentPrefix(ino + 1),
+      [&](std::string_view k, std::string_view v) {
+        if (k.size() != 16) {
+          bad = Status::Corruption("extent key is not 16 bytes");
+          return false;
+        }
+        Extent e;
+        e.offset = format::GetBE64(k.data() + 8);
+        if (e.offset >= end) return false;
+        Status s = format::DecodeExtent(v, &e.value);
+        if (!s.ok()) {
+          bad = s.Annotate("inode " + std::to_string(ino) + " extent at " +
+                           std::to_string(e.offset));
+          return false;
+        }
+        if (e.offset + e.value.length > start) out->push_back(std::move(e));
+        return true;
+      }));
+  return bad;
 }
 
 Result<bool> StoreImpl::ExtentCovering(Ino ino, uint64_t start, uint64_t end,

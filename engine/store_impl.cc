@@ -17,6 +17,7 @@
 
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
+#include "meta/hosts.h"
 #include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
 
@@ -170,8 +171,13 @@ Status StoreImpl::Init() {
     return Status(EINVAL, dir_ + " is not a ckptfs store: it is not empty and has no " +
                               format::kFormatFileName + " file");
   }
-  CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
-  if (!creating && !options_.read_only) {
+  CKPTFS_RETURN_IF_ERROR(ChooseIndex(creating));
+  // A shared store is used by many mounts at once: each holds a host
+  // instead (ClaimHost, below).
+  if (!shared_.has_value()) {
+    CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
+  }
+  if (!creating && !options_.read_only && !shared_.has_value()) {
     // A crash while the store was being created leaves FORMAT without an
     // index and without segments: finish creating it.
     Status ignored;
@@ -179,7 +185,6 @@ Status StoreImpl::Init() {
     std::string seg_dir = dir_ + "/" + format::kSegmentsDirName;
     if (DirState(index_dir, &ignored) == -1 && DirState(seg_dir, &ignored) <= 0) creating = true;
   }
-  CKPTFS_RETURN_IF_ERROR(ChooseIndex(creating));
   if (creating) {
     CKPTFS_RETURN_IF_ERROR(CreateLayout());
   } else {
@@ -194,6 +199,24 @@ Status StoreImpl::Init() {
   if (!options_.read_only) CKPTFS_RETURN_IF_ERROR(data_files_->EnsureDir());
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
+  OwnedSegmentIds owned;
+  if (shared_.has_value() && !options_.read_only) {
+    host_name_ = options_.host.empty() ? meta::MachineName() : options_.host;
+    Result<uint32_t> id = meta::ClaimHost(kv_.get(), host_name_, options_.holder, kHostLeaseMs);
+    if (!id.ok()) {
+      // Said as for an embedded store in use: who holds it.
+      const meta::HostHeld* held = id.status().payload<meta::HostHeld>();
+      if (held == nullptr) return id.status();
+      return Status(EBUSY, id.status().message())
+          .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
+    }
+    host_id_ = *id;
+    lease_renewed_ms_ = meta::WallMs();
+    owned.first = (uint64_t{host_id_} << format::kHostIdShift) + 1;
+    owned.end = (uint64_t{host_id_} + 1) << format::kHostIdShift;
+  } else if (shared_.has_value()) {
+    owned.first = owned.end = 0;  // reads only, of every host's segments
+  }
 
   std::vector<uint64_t> sealed;
   {
@@ -217,7 +240,7 @@ Status StoreImpl::Init() {
   }
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
-                                  options_.segment_size, options_.read_only, sealed));
+                                  options_.segment_size, options_.read_only, sealed, owned));
   flush_segments_ = segments_.get();
   cache_ = std::make_unique<RecordCache>(options_.cache_size);
   syncer_ = std::make_unique<GroupCommit>([this] { return FlushDurable(); });
@@ -328,7 +351,9 @@ Status StoreImpl::LoadMeta(bool creating) {
   if (!next.has_value()) return Status::Corruption(dir_ + ": index has no next_ino");
   if (next->size() != 8) return Status::Corruption("next_ino value is not 8 bytes");
   next_ino_ = ino_limit_ = format::GetLE64(next->data());
-  if (!options_.read_only) {
+  // A shared store's hosts come and go: whether the last close was clean
+  // says nothing there.
+  if (!options_.read_only && !shared_.has_value()) {
     meta::Writes b;
     b.Delete(Space::kMeta, format::kMetaCleanShutdown);
     CKPTFS_RETURN_IF_ERROR(CommitSynced(&b));
@@ -336,14 +361,21 @@ Status StoreImpl::LoadMeta(bool creating) {
   return Status::OK();
 }
 
+std::string StoreImpl::OrphanValue() const {
+  std::string v;
+  if (host_id_ != 0) format::PutLE32(&v, host_id_);
+  return v;
+}
+
 Status StoreImpl::PurgeOrphans() {
   std::vector<uint64_t> orphans;
   {
     const std::string_view prefix(format::kMetaOrphanPrefix);
+    const std::string mine = OrphanValue();
     CKPTFS_RETURN_IF_ERROR(
-        IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view) {
+        IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view v) {
           if (!k.starts_with(prefix)) return false;
-          if (k.size() == prefix.size() + 8) {
+          if (k.size() == prefix.size() + 8 && (host_id_ == 0 || v == mine)) {
             orphans.push_back(format::GetBE64(k.data() + prefix.size()));
           }
           return true;
@@ -377,7 +409,12 @@ Status StoreImpl::RemoveUnusedDataFiles() {
                             IndexGet(Space::kInodes, format::InodeKey(ino)));
     format::InodeValue iv;
     // An inode that cannot be decoded keeps its data file (fsck reports it).
-    if (v.has_value() && (!format::DecodeInode(*v, &iv).ok() || iv.data_file_end != 0)) continue;
+    // On a shared store, so does every inode there is: another host may be
+    // starting its data file, which the inode names only once it commits.
+    if (v.has_value() && (shared_.has_value() || !format::DecodeInode(*v, &iv).ok() ||
+                          iv.data_file_end != 0)) {
+      continue;
+    }
     CKPTFS_RETURN_IF_ERROR(data_files_->Remove(ino));
   }
   return Status::OK();
@@ -389,8 +426,10 @@ Status StoreImpl::Close() {
   Status result;
   if (!options_.read_only && kv_ != nullptr) {
     result = FlushDurable();
-    // Marked clean only when everything written is durable.
-    if (result.ok()) {
+    if (host_id_ != 0) {
+      if (result.ok()) result = meta::ReleaseHost(kv_.get(), host_name_);
+    } else if (result.ok()) {
+      // Marked clean only when everything written is durable.
       meta::Writes b;
       b.Put(Space::kMeta, format::kMetaCleanShutdown, "");
       result = CommitSynced(&b);
@@ -448,6 +487,17 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
   return s;
 }
 
+Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch) {
+  in->writes().Append(*batch);
+  Status s = in->Commit(meta::Durability::kLogged);
+  if (s.ok()) {
+    extent_maps_.Apply(*batch);
+    return s;
+  }
+  extent_maps_.ForgetTouched(*batch);
+  return s;
+}
+
 Status StoreImpl::CommitSynced(meta::Writes* batch) {
   return meta::CommitWrites(kv_.get(), batch, meta::Durability::kSynced);
 }
@@ -482,6 +532,10 @@ Status StoreImpl::MakeDurable() {
 Status StoreImpl::CheckWritable() const {
   if (options_.read_only) return Status(EROFS, "store is read-only");
   if (closed_) return Status(EIO, "store is closed");
+  if (host_lost_.load(std::memory_order_relaxed)) {
+    return Status(EIO, "this mount lost host \"" + host_name_ +
+                           "\" of the shared store (its lease ran out); mount again");
+  }
   return Status::OK();
 }
 

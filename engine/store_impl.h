@@ -122,6 +122,8 @@ class StoreImpl final : public Store {
   Result<EngineStats> GetStats() override;
   Result<NamespaceCounts> CountNamespace() override;
   StoreOptions GetOptions() override;
+  bool Shared() const override { return shared_.has_value(); }
+  void Reread(Ino ino) override;
   Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
   std::optional<CompactionRecord> LastCompaction() override;
   void DropCache() override;
@@ -142,15 +144,26 @@ class StoreImpl final : public Store {
   Status CreateLayout();
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
+  // Purges the inodes that lost their last name while open here, before a
+  // crash: on a shared store, those of this host (their orphan key's value
+  // is OrphanValue()), since other hosts may have theirs open still.
   Status PurgeOrphans();
+  // The value of the orphan keys this store writes: empty, or on a shared
+  // store the host id (u32 LE).
+  std::string OrphanValue() const;
   // Deletes data files that no inode uses (left by a crash between an
-  // inode's removal and its data file's).
+  // inode's removal and its data file's; on a shared store, of inodes that
+  // are gone).
   Status RemoveUnusedDataFiles();
   // Applies one batch; maps RocksDB errors to errno.
   // Makes every commit so far durable (group commit when syncing).
   Status MakeDurable();
   // Applies `batch` in one transaction of the index, and to the extent maps.
   Status Commit(meta::Writes* batch, bool sync = false);
+  // Commit for a change that read the index in `in` (a shared store's
+  // namespace changes): the batch commits in `in`, or not at all (a
+  // conflict).
+  Status CommitIn(meta::Txn* in, meta::Writes* batch);
   // Applies `batch` in a synced transaction of its own: for the
   // marks of an open and a clean close, which no record depends on.
   Status CommitSynced(meta::Writes* batch);
@@ -175,13 +188,19 @@ class StoreImpl final : public Store {
 
   // ---- store_namespace.cc ----
   // One namespace change: the pinned, locked inodes it touches, working
-  // copies of their attributes, and the batch that will carry it.
+  // copies of their attributes, and the batch that will carry it. On a
+  // shared store it also holds the index transaction that every read of
+  // the change goes through and that commits it, so that a change that
+  // another host's overlapped is refused (a conflict) and made again.
   struct Txn {
     // The methods below touch the guarded state of inodes whose mutexes
     // `locks` holds: a set known only at run time, which the analysis cannot
     // follow, hence NO_THREAD_SAFETY_ANALYSIS on them.
     explicit Txn(StoreImpl* store) : st(store) {}
-    // Pins, locks (ascending) and loads these inodes. Call once.
+    // Begins the index transaction of a shared store; nothing otherwise.
+    Status Begin();
+    // Pins, locks (ascending) and loads these inodes (on a shared store,
+    // reads them in `kv`). Call once.
     Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
     format::InodeValue& Edit(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
@@ -210,22 +229,59 @@ class StoreImpl final : public Store {
     std::vector<uint64_t> purged;
     meta::Writes batch;
     StatDeltas deltas;
+    std::unique_ptr<meta::Txn> kv;  // a shared store's; null otherwise
   };
+  // Runs `body`, one namespace change, in a Txn; on a shared store again,
+  // in a new one, when the index reports a conflict.
+  template <typename Body>
+  auto RunChange(Body body) -> decltype(body(std::declval<Txn&>())) {
+    const meta::RetryPolicy policy;
+    for (int attempt = 1;; ++attempt) {
+      if (attempt > 1) {
+        change_retries_.fetch_add(1, std::memory_order_relaxed);
+        meta::Backoff(policy, attempt);
+      }
+      Txn t(this);
+      CKPTFS_RETURN_IF_ERROR(t.Begin());
+      auto r = body(t);
+      if (!meta::IsConflict(StatusOf(r)) || attempt >= policy.max_attempts) return r;
+    }
+  }
+  static const Status& StatusOf(const Status& s) { return s; }
+  template <typename T>
+  static Status StatusOf(const Result<T>& r) { return r.status(); }
+  // Namespace changes made again after a conflict.
+  std::atomic<uint64_t> change_retries_{0};
 
   // Loads attributes from the index when needed.
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
-  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name);
+  // Reads the attributes from the index (in `in`, when given) whether
+  // loaded or not: on a shared store another host may have changed them.
+  Status RefreshLocked(InodeState* s, meta::Txn* in = nullptr) REQUIRES(s->mu);
+  // Before a call that reports or changes attributes: LoadLocked, or on a
+  // shared store (where another host may have changed them) RefreshLocked.
+  Status FreshLocked(InodeState* s) REQUIRES(s->mu);
+  // Reads of the index in `in`, or each in a transaction of its own when
+  // `in` is null.
+  Result<std::optional<std::string>> ReadIndex(meta::Txn* in, Space s, std::string_view key);
+  Status ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
+                   const meta::ScanFn& fn);
+  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name,
+                                        meta::Txn* in = nullptr);
   Result<Attr> GetAttrOf(InodeState* s);
   void PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v);
-  uint64_t AllocIno(meta::Writes* b) REQUIRES(ns_mu_);
+  // The next inode number. A shared store takes blocks of them in
+  // transactions of their own, so that hosts never hand out one number twice.
+  Result<uint64_t> AllocIno(meta::Writes* b) REQUIRES(ns_mu_);
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
   // Removes the inode and everything it owns. EIO when one of its extents
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
   // hold part of the purge and must not be committed.
-  Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas) REQUIRES(s->mu);
-  Result<bool> DirIsEmpty(Ino dir);
+  Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas,
+                     meta::Txn* in = nullptr) REQUIRES(s->mu);
+  Result<bool> DirIsEmpty(Ino dir, meta::Txn* in = nullptr);
   // True when `ino` is `ancestor` or lies below it.
-  Result<bool> IsInSubtree(Ino ino, Ino ancestor);
+  Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in = nullptr);
   // The two sides of a rename, looked up under ns_mu_ (dst only when
   // has_dst), their types read under the Txn's locks.
   struct RenameSides {
@@ -254,6 +310,9 @@ class StoreImpl final : public Store {
                               std::vector<Extent>* out) REQUIRES(s->mu);
   // CollectExtents from the index only.
   Status CollectIndexExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
+  // CollectIndexExtents's reads, in transaction `t`.
+  Status CollectExtentsIn(meta::Txn* t, Ino ino, uint64_t start, uint64_t end,
+                          std::vector<Extent>* out);
   // CollectExtents for the common reads, with one point lookup instead of an
   // iterator: when an extent starts at `start` and reaches `end`, it is the
   // only one in [start, end) (extents never overlap); then it is appended and
@@ -379,6 +438,12 @@ class StoreImpl final : public Store {
   // fsynced file pointing at lost copies.
   Status CommitCopies(const std::set<uint64_t>& victims, CompactRun* run,
                       std::set<uint64_t>* changed);
+  // Adds to `b` the repointing of the copies of `p` whose records `ex`, the
+  // inode's extents now, still point at (none unless `live`: the inode is
+  // still there), and the accounting of all of them; true when some copy
+  // stays unreferenced (its extents changed since the copy).
+  bool PlanRepoint(const PendingRepoint& p, const std::set<uint64_t>& victims, bool live,
+                   const std::vector<Extent>& ex, meta::Writes* b);
   // Adds the repointing of copied record `r` and its accounting to `b` and
   // `deltas`.
   void AddCopy(const CopiedRecord& r, meta::Writes* b, StatDeltas* deltas);
@@ -400,6 +465,9 @@ class StoreImpl final : public Store {
   Status CopyRecord(uint64_t ino, const std::vector<const Extent*>& group, const SourceRecord& src,
                     std::vector<std::pair<std::string, std::string>>* puts, StatDeltas* deltas,
                     CompactRun* run);
+  // ListSegments, less other hosts' segments (a shared store): what this
+  // store compacts.
+  Result<std::vector<SegmentInfo>> OwnSegments();
   // Compact() once the caller holds the compaction lock.
   Result<CompactReport> CompactLocked(const CompactOptions& options) REQUIRES(compaction_->mu);
   // Seals the victims that the active segment or the newest file are, so
@@ -421,6 +489,14 @@ class StoreImpl final : public Store {
   // empty segment call for it (then the report), else nothing (nullopt).
   Result<std::optional<CompactReport>> BackgroundPass();
   void StartBackgroundCompaction();
+  // Renews the host's lease when a third of it has passed (the background
+  // thread, every pass).
+  Status RenewLeaseIfDue();
+  // A shared store, every kDropGoneSegmentsMs (the background thread): lets
+  // go of other hosts' segments that their compactions deleted.
+  Status DropGoneSegments();
+  static constexpr int64_t kDropGoneSegmentsMs = 10'000;
+  int64_t segments_dropped_ms_ = 0;  // the background thread's
   void StopBackgroundCompaction();  // also stops a running Compact()
 
   const std::string dir_;
@@ -444,6 +520,15 @@ class StoreImpl final : public Store {
   std::unique_ptr<meta::Kv> kv_;
   // Where the index is when in PostgreSQL (STORE/SHARED); db_ is null then.
   std::optional<format::SharedIndex> shared_;
+  // A writable open of a shared store holds a host (meta/hosts.h): its
+  // name and id (0: none), and the lease, renewed by the background thread
+  // every third of its length. A mount whose lease ran out and was taken
+  // writes nothing more.
+  static constexpr int64_t kHostLeaseMs = 30'000;
+  std::string host_name_;
+  uint32_t host_id_ = 0;
+  std::atomic<int64_t> lease_renewed_ms_{0};
+  std::atomic<bool> host_lost_{false};
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit

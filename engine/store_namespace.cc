@@ -51,13 +51,20 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
 
 // ---- Txn ----
 
+Status StoreImpl::Txn::Begin() {
+  if (!st->shared_.has_value()) return Status::OK();
+  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv_->Begin(meta::TxnMode::kReadWrite));
+  return Status::OK();
+}
+
 Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
   for (uint64_t ino : inos) {
     refs.emplace_back(&st->inodes_, ino);
     locks.emplace_back(refs.back()->mu);
-    CKPTFS_RETURN_IF_ERROR(st->LoadLocked(refs.back().get()));
+    InodeState* s = refs.back().get();
+    CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->RefreshLocked(s, kv.get()) : st->LoadLocked(s));
   }
   return Status::OK();
 }
@@ -76,7 +83,7 @@ format::InodeValue& StoreImpl::Txn::Edit(uint64_t ino) {
 }
 
 Status StoreImpl::Txn::Purge(uint64_t ino) {
-  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas));
+  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas, kv.get()));
   purged.push_back(ino);
   return Status::OK();
 }
@@ -98,7 +105,7 @@ Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
 
 Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   if (State(ino)->open_count.load() > 0) {
-    batch.Put(Space::kMeta, format::OrphanKey(ino), "");
+    batch.Put(Space::kMeta, format::OrphanKey(ino), st->OrphanValue());
     return Status::OK();
   }
   return Purge(ino);
@@ -111,7 +118,7 @@ Status StoreImpl::Txn::Commit() {
     }
   }
   EmitDeltas(deltas, &batch);
-  CKPTFS_RETURN_IF_ERROR(st->Commit(&batch));
+  CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->CommitIn(kv.get(), &batch) : st->Commit(&batch));
   for (uint64_t ino : purged) {
     if (State(ino)->attr.data_file_end != 0) {
       (void)st->data_files_->RemoveAfterSync(ino, State(ino)->attr.data_file_end);
@@ -126,24 +133,68 @@ Status StoreImpl::Txn::Commit() {
 // ---- helpers ----
 
 Status StoreImpl::LoadLocked(InodeState* s) {
+  if (s->loaded && !s->purged && !closed_) return Status::OK();
+  return RefreshLocked(s);
+}
+
+Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
-  if (s->loaded) return Status::OK();
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          IndexGet(Space::kInodes, format::InodeKey(s->ino)));
-  if (!v.has_value()) return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
-  Status ds = format::DecodeInode(*v, &s->attr);
+                          ReadIndex(in, Space::kInodes, format::InodeKey(s->ino)));
+  if (!v.has_value()) {
+    s->loaded = false;
+    return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
+  }
+  format::InodeValue iv;
+  Status ds = format::DecodeInode(*v, &iv);
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
+  s->attr = std::move(iv);
   s->loaded = true;
   return Status::OK();
+}
+
+Status StoreImpl::FreshLocked(InodeState* s) {
+  return shared_.has_value() ? RefreshLocked(s) : LoadLocked(s);
+}
+
+Result<std::optional<std::string>> StoreImpl::ReadIndex(meta::Txn* in, Space s,
+                                                        std::string_view key) {
+  if (in == nullptr) return IndexGet(s, key);
+  return in->Get(s, key);
+}
+
+Status StoreImpl::ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
+                            const meta::ScanFn& fn) {
+  if (in == nullptr) return IndexScan(s, begin, end, fn);
+  return in->Scan(s, begin, end, fn);
 }
 
 void StoreImpl::PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v) {
   b->Put(Space::kInodes, format::InodeKey(ino), format::EncodeInode(v));
 }
 
-uint64_t StoreImpl::AllocIno(meta::Writes* b) {
-  if (next_ino_ >= ino_limit_) {
+Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
+  if (next_ino_ >= ino_limit_ && shared_.has_value()) {
+    uint64_t start = 0;
+    CKPTFS_RETURN_IF_ERROR(meta::RunTxn(
+        kv_.get(),
+        [&](meta::Txn* t) -> Status {
+          CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                                  t->Get(Space::kMeta, format::kMetaNextIno));
+          if (!v.has_value() || v->size() != 8) {
+            return Status::Corruption("index has no 8-byte next_ino");
+          }
+          start = format::GetLE64(v->data());
+          std::string lim;
+          format::PutLE64(&lim, start + kInoBlock);
+          t->Put(Space::kMeta, format::kMetaNextIno, lim);
+          return Status::OK();
+        },
+        meta::Durability::kLogged));
+    next_ino_ = start;
+    ino_limit_ = start + kInoBlock;
+  } else if (next_ino_ >= ino_limit_) {
     ino_limit_ = next_ino_ + kInoBlock;
     std::string lim;
     format::PutLE64(&lim, ino_limit_);
@@ -152,10 +203,11 @@ uint64_t StoreImpl::AllocIno(meta::Writes* b) {
   return next_ino_++;
 }
 
-Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name) {
+Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name,
+                                                 meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          IndexGet(Space::kDentries, format::DentryKey(parent, name)));
+                          ReadIndex(in, Space::kDentries, format::DentryKey(parent, name)));
   if (!v.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
   format::DentryValue d;
   CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
@@ -164,7 +216,7 @@ Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view na
 
 Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   MutexLock l(&s->mu);
-  CKPTFS_RETURN_IF_ERROR(LoadLocked(s));
+  CKPTFS_RETURN_IF_ERROR(FreshLocked(s));
   Attr a = ToAttr(s->ino, s->attr);
   if (s->direct && !s->purged) {
     // The kernel writes the data file: its size and mtime are the file's.
@@ -178,7 +230,7 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   return a;
 }
 
-Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas) {
+Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas, meta::Txn* in) {
   const uint64_t ino = s->ino;
   {
     MutexLock l(&space_mu_);
@@ -190,7 +242,12 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   b->Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(-1));
   const std::string lower = format::ExtentPrefix(ino);
   const std::string upper = format::ExtentPrefix(ino + 1);
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  std::unique_ptr<meta::Txn> own;
+  meta::Txn* t = in;
+  if (t == nullptr) {
+    CKPTFS_ASSIGN_OR_RETURN(own, kv_->Begin(meta::TxnMode::kReads));
+    t = own.get();
+  }
   Status bad;
   CKPTFS_RETURN_IF_ERROR(
       t->Scan(Space::kExtents, lower, upper, [&](std::string_view k, std::string_view v) {
@@ -224,9 +281,9 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   });
 }
 
-Result<bool> StoreImpl::DirIsEmpty(Ino dir) {
+Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
   bool empty = true;
-  CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kDentries, format::DentryPrefix(dir),
+  CKPTFS_RETURN_IF_ERROR(ScanIndex(in, Space::kDentries, format::DentryPrefix(dir),
                                    format::DentryPrefix(dir + 1),
                                    [&](std::string_view, std::string_view) {
                                      empty = false;
@@ -235,14 +292,15 @@ Result<bool> StoreImpl::DirIsEmpty(Ino dir) {
   return empty;
 }
 
-Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor) {
-  // Parent pointers change only under ns_mu_, which the caller holds; read
-  // them from the index without taking inode locks.
+Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
+  // Parent pointers change only under ns_mu_, which the caller holds (and
+  // on a shared store in transactions that conflict with this one, `in`);
+  // read them from the index without taking inode locks.
   for (int depth = 0; depth < 100000; ++depth) {
     if (ino == ancestor) return true;
     if (ino == kRootIno) return false;
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                            IndexGet(Space::kInodes, format::InodeKey(ino)));
+                            ReadIndex(in, Space::kInodes, format::InodeKey(ino)));
     if (!v.has_value()) return Status(EIO, "read inode " + std::to_string(ino) + ": not found");
     format::InodeValue iv;
     CKPTFS_RETURN_IF_ERROR(format::DecodeInode(*v, &iv));
@@ -305,31 +363,34 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
   MutexLock ns(&ns_mu_);
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
-  format::InodeValue& p = t.Edit(parent);
-  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
-  if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
-  Result<format::DentryValue> existing = GetDentry(parent, name);
-  if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
-  if (existing.status().code() != ENOENT) return existing.status();
+  return RunChange([&](Txn& t) -> Result<Attr> {
+    ns_mu_.AssertHeld();
+    CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
+    format::InodeValue& p = t.Edit(parent);
+    if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
+    if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+    Result<format::DentryValue> existing = GetDentry(parent, name, t.kv.get());
+    if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
+    if (existing.status().code() != ENOENT) return existing.status();
 
-  Timespec now = Now();
-  v.atime_sec = v.mtime_sec = v.ctime_sec = now.sec;
-  v.atime_nsec = v.mtime_nsec = v.ctime_nsec = now.nsec;
-  v.generation = 1;
-  uint64_t ino = AllocIno(&t.batch);
-  if (S_ISDIR(v.mode)) {
-    v.parent = parent;
-    p.nlink++;
-  }
-  SetMtime(&p, now);
-  PutInode(&t.batch, ino, v);
-  t.batch.Put(Space::kDentries, format::DentryKey(parent, name),
-              format::EncodeDentry({ino, TypeOf(v.mode)}));
-  t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
-  CKPTFS_RETURN_IF_ERROR(t.Commit());
-  return ToAttr(ino, v);
+    format::InodeValue n = v;
+    Timespec now = Now();
+    n.atime_sec = n.mtime_sec = n.ctime_sec = now.sec;
+    n.atime_nsec = n.mtime_nsec = n.ctime_nsec = now.nsec;
+    n.generation = 1;
+    CKPTFS_ASSIGN_OR_RETURN(uint64_t ino, AllocIno(&t.batch));
+    if (S_ISDIR(n.mode)) {
+      n.parent = parent;
+      p.nlink++;
+    }
+    SetMtime(&p, now);
+    PutInode(&t.batch, ino, n);
+    t.batch.Put(Space::kDentries, format::DentryKey(parent, name),
+                format::EncodeDentry({ino, TypeOf(n.mode)}));
+    t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
+    CKPTFS_RETURN_IF_ERROR(t.Commit());
+    return ToAttr(ino, n);
+  });
 }
 
 Result<Attr> StoreImpl::Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
@@ -374,59 +435,66 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
   MutexLock ns(&ns_mu_);
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
-  format::InodeValue& v = t.Edit(ino);
-  format::InodeValue& p = t.Edit(new_parent);
-  if (S_ISDIR(v.mode)) return Status(EPERM, "hard links to directories are not allowed");
-  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
-  if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
-  if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
-  Result<format::DentryValue> existing = GetDentry(new_parent, new_name);
-  if (existing.ok()) return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
-  if (existing.status().code() != ENOENT) return existing.status();
-  Timespec now = Now();
-  v.nlink++;
-  SetCtime(&v, now);
-  SetMtime(&p, now);
-  t.batch.Put(Space::kDentries, format::DentryKey(new_parent, new_name),
-              format::EncodeDentry({ino, TypeOf(v.mode)}));
-  CKPTFS_RETURN_IF_ERROR(t.Commit());
-  return ToAttr(ino, v);
+  return RunChange([&](Txn& t) -> Result<Attr> {
+    CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
+    format::InodeValue& v = t.Edit(ino);
+    format::InodeValue& p = t.Edit(new_parent);
+    if (S_ISDIR(v.mode)) return Status(EPERM, "hard links to directories are not allowed");
+    if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
+    if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
+    if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+    Result<format::DentryValue> existing = GetDentry(new_parent, new_name, t.kv.get());
+    if (existing.ok()) return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
+    if (existing.status().code() != ENOENT) return existing.status();
+    Timespec now = Now();
+    v.nlink++;
+    SetCtime(&v, now);
+    SetMtime(&p, now);
+    t.batch.Put(Space::kDentries, format::DentryKey(new_parent, new_name),
+                format::EncodeDentry({ino, TypeOf(v.mode)}));
+    CKPTFS_RETURN_IF_ERROR(t.Commit());
+    return ToAttr(ino, v);
+  });
 }
 
 Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   MutexLock ns(&ns_mu_);
-  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
-  if (S_ISDIR(t.Edit(d.ino).mode)) return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
-  Timespec now = Now();
-  SetMtime(&t.Edit(parent), now);
-  t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
-  CKPTFS_RETURN_IF_ERROR(t.DropLink(d.ino, now));
-  return t.Commit();
+  return RunChange([&](Txn& t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+    if (S_ISDIR(t.Edit(d.ino).mode)) {
+      return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
+    }
+    Timespec now = Now();
+    SetMtime(&t.Edit(parent), now);
+    t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
+    CKPTFS_RETURN_IF_ERROR(t.DropLink(d.ino, now));
+    return t.Commit();
+  });
 }
 
 Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   MutexLock ns(&ns_mu_);
-  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
-  if (!S_ISDIR(t.Edit(d.ino).mode)) return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
-  CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino));
-  if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
-  Timespec now = Now();
-  format::InodeValue& p = t.Edit(parent);
-  p.nlink--;
-  SetMtime(&p, now);
-  t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
-  CKPTFS_RETURN_IF_ERROR(t.DropDir(d.ino, now));
-  return t.Commit();
+  return RunChange([&](Txn& t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+    if (!S_ISDIR(t.Edit(d.ino).mode)) {
+      return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
+    }
+    CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino, t.kv.get()));
+    if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
+    Timespec now = Now();
+    format::InodeValue& p = t.Edit(parent);
+    p.nlink--;
+    SetMtime(&p, now);
+    t.batch.Delete(Space::kDentries, format::DentryKey(parent, name));
+    CKPTFS_RETURN_IF_ERROR(t.DropDir(d.ino, now));
+    return t.Commit();
+  });
 }
 
 Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
@@ -435,26 +503,30 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
   MutexLock ns(&ns_mu_);
-  RenameSides r{parent, name, new_parent, new_name};
-  CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name));
-  Result<format::DentryValue> dst = GetDentry(new_parent, new_name);
-  if (!dst.ok() && dst.status().code() != ENOENT) return dst.status();
-  r.has_dst = dst.ok();
-  if (r.has_dst) r.dst = *dst;
+  return RunChange([&](Txn& t) -> Status {
+    ns_mu_.AssertHeld();
+    RenameSides r{parent, name, new_parent, new_name};
+    CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.kv.get()));
+    Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.kv.get());
+    if (!dst.ok() && dst.status().code() != ENOENT) return dst.status();
+    r.has_dst = dst.ok();
+    if (r.has_dst) r.dst = *dst;
 
-  Txn t(this);
-  std::vector<uint64_t> inos = {parent, new_parent, r.src.ino};
-  if (r.has_dst) inos.push_back(r.dst.ino);
-  CKPTFS_RETURN_IF_ERROR(t.Lock(inos));
-  if (!S_ISDIR(t.Edit(new_parent).mode)) return Status(ENOTDIR, "target parent is not a directory");
-  if (t.Edit(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
-  r.src_dir = S_ISDIR(t.Edit(r.src.ino).mode);
-  r.dst_dir = r.has_dst && S_ISDIR(t.Edit(r.dst.ino).mode);
-  if (mode == RenameMode::kExchange) return ExchangeLocked(r, &t);
-  if (r.has_dst && mode == RenameMode::kNoReplace) {
-    return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
-  }
-  return MoveLocked(r, &t);
+    std::vector<uint64_t> inos = {parent, new_parent, r.src.ino};
+    if (r.has_dst) inos.push_back(r.dst.ino);
+    CKPTFS_RETURN_IF_ERROR(t.Lock(inos));
+    if (!S_ISDIR(t.Edit(new_parent).mode)) {
+      return Status(ENOTDIR, "target parent is not a directory");
+    }
+    if (t.Edit(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
+    r.src_dir = S_ISDIR(t.Edit(r.src.ino).mode);
+    r.dst_dir = r.has_dst && S_ISDIR(t.Edit(r.dst.ino).mode);
+    if (mode == RenameMode::kExchange) return ExchangeLocked(r, &t);
+    if (r.has_dst && mode == RenameMode::kNoReplace) {
+      return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
+    }
+    return MoveLocked(r, &t);
+  });
 }
 
 Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
@@ -465,11 +537,11 @@ Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
   const bool moves = r.parent != r.new_parent;
   if (moves) {
     if (r.src_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
   }
@@ -507,17 +579,17 @@ Status StoreImpl::MoveLocked(const RenameSides& r, Txn* t) {
       return Status(EISDIR, "cannot replace a directory with a non-directory");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino));
+      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino, t->kv.get()));
       if (!empty) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
     }
   }
   if (r.src_dir && r.parent != r.new_parent) {
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
     if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
   }
   if (r.src_dir && r.has_dst && r.dst_dir) {
     // Replacing an ancestor of the source would detach it.
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
     if (loop) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
   }
 

@@ -47,6 +47,10 @@ struct StoreOptions {
   // the server waits for it (a restart, a failover), trying again, before
   // it fails with EIO. Default: 60 s. Fixed while open.
   double meta_timeout = 60;
+  // A shared store: the name of the host this mount writes as (docs/SHARED.md,
+  // "Hosts and their files"). One mount at a time holds a host; each has its
+  // own segments. Default: empty, the machine's name. Fixed while open.
+  std::string host;
 
   // ---- Layout: where new bytes go. Fixed while open ----
   // A segment is sealed and a new one started once it reaches this size.

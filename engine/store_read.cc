@@ -249,7 +249,16 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
     if (!covered) CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
   }
-  CKPTFS_RETURN_IF_ERROR(ReadExtentsInto(ino, ex, offset, end, buf));
+  Status st = ReadExtentsInto(ino, ex, offset, end, buf);
+  if (!st.ok() && shared_.has_value() && st.payload<SegmentMissing>() != nullptr) {
+    // The host that wrote the records compacted them into another segment
+    // and deleted this one since the extents were read: read them again.
+    ex.clear();
+    extent_maps_.Forget(ino);
+    CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
+    st = ReadExtentsInto(ino, ex, offset, end, buf);
+  }
+  CKPTFS_RETURN_IF_ERROR(st);
   counters_.read_bytes += len;
   return len;
 }

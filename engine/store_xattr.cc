@@ -16,15 +16,17 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   if (name.empty() || name.size() > 255) return Status(ERANGE, "bad xattr name length");
   if (value.size() > kMaxXattrValue) return Status(E2BIG, "xattr value too large");
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
-  std::string key = format::XattrKey(ino, name);
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old, IndexGet(Space::kXattrs, key));
-  if ((flags & XATTR_CREATE) && old.has_value()) return Status(EEXIST, "xattr exists");
-  if ((flags & XATTR_REPLACE) && !old.has_value()) return Status(ENODATA, "no such xattr");
-  t.batch.Put(Space::kXattrs, key, value);
-  SetCtime(&t.Edit(ino), Now());
-  return t.Commit();
+  return RunChange([&](Txn& t) -> Status {
+    CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+    std::string key = format::XattrKey(ino, name);
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
+                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+    if ((flags & XATTR_CREATE) && old.has_value()) return Status(EEXIST, "xattr exists");
+    if ((flags & XATTR_REPLACE) && !old.has_value()) return Status(ENODATA, "no such xattr");
+    t.batch.Put(Space::kXattrs, key, value);
+    SetCtime(&t.Edit(ino), Now());
+    return t.Commit();
+  });
 }
 
 Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
@@ -49,14 +51,16 @@ Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
 
 Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
-  Txn t(this);
-  CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
-  std::string key = format::XattrKey(ino, name);
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old, IndexGet(Space::kXattrs, key));
-  if (!old.has_value()) return Status(ENODATA, "no such xattr");
-  t.batch.Delete(Space::kXattrs, key);
-  SetCtime(&t.Edit(ino), Now());
-  return t.Commit();
+  return RunChange([&](Txn& t) -> Status {
+    CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+    std::string key = format::XattrKey(ino, name);
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
+                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+    if (!old.has_value()) return Status(ENODATA, "no such xattr");
+    t.batch.Delete(Space::kXattrs, key);
+    SetCtime(&t.Edit(ino), Now());
+    return t.Commit();
+  });
 }
 
 }  // namespace ckptfs::engine

@@ -204,6 +204,38 @@ std::string OrphanKey(uint64_t ino) {
   return k;
 }
 
+std::string HostKey(std::string_view name) {
+  std::string k(kMetaHostPrefix);
+  k.append(name);
+  return k;
+}
+
+std::string EncodeHost(const HostValue& v) {
+  std::string s;
+  PutLE32(&s, v.id);
+  PutLE64(&s, static_cast<uint64_t>(v.lease_until_ms));
+  PutLE32(&s, v.pid);
+  PutLE16(&s, static_cast<uint16_t>(v.machine.size()));
+  s.append(v.machine);
+  s.append(v.holder);
+  return s;
+}
+
+Status DecodeHost(std::string_view in, HostValue* v) {
+  if (in.size() < 18) return Short("host value", in.size(), 18);
+  v->id = GetLE32(in.data());
+  v->lease_until_ms = static_cast<int64_t>(GetLE64(in.data() + 4));
+  v->pid = GetLE32(in.data() + 12);
+  const size_t machine = GetLE16(in.data() + 16);
+  if (in.size() < 18 + machine) return Short("host value", in.size(), 18 + machine);
+  v->machine.assign(in.substr(18, machine));
+  v->holder.assign(in.substr(18 + machine));
+  if (v->id == 0 || v->id > kMaxHostId) {
+    return Status::Corruption("host value has id " + std::to_string(v->id));
+  }
+  return Status::OK();
+}
+
 // ---- Inodes. ----
 namespace {
 constexpr size_t kInodeFixedSize1 = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85

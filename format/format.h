@@ -88,6 +88,28 @@ inline constexpr char kMetaInodeCount[] = "inode_count";
 inline constexpr char kMetaCleanShutdown[] = "clean_shutdown";
 inline constexpr char kMetaOrphanPrefix[] = "orphan/";
 std::string OrphanKey(uint64_t ino);
+// Shared stores (docs/SHARED.md, "Hosts and their files"): the host ids
+// handed out so far, and one key per host name.
+inline constexpr char kMetaNextHostId[] = "next_host_id";
+inline constexpr char kMetaHostPrefix[] = "host/";
+std::string HostKey(std::string_view name);
+
+// A host of a shared store: its id, and the mount that holds it until its
+// lease runs out (lease_until_ms 0: released at a clean close).
+struct HostValue {
+  uint32_t id = 0;
+  int64_t lease_until_ms = 0;  // wall-clock milliseconds since the epoch
+  uint32_t pid = 0;            // of the mount's process
+  std::string machine;         // the machine's name (gethostname), < 64 KiB
+  std::string holder;          // the mount, for messages (StoreOptions::holder)
+  bool operator==(const HostValue&) const = default;
+};
+std::string EncodeHost(const HostValue& v);
+Status DecodeHost(std::string_view in, HostValue* v);
+// Host ids live in the high bits of segment ids: host h appends to the
+// segments (h << kHostIdShift) + 1, + 2, ... The embedded store is host 0.
+inline constexpr int kHostIdShift = 40;
+inline constexpr uint32_t kMaxHostId = (1u << 23) - 1;
 
 struct InodeValue {
   uint32_t mode = 0, uid = 0, gid = 0, nlink = 0, rdev = 0;

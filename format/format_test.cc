@@ -214,7 +214,7 @@ const std::set<std::string> kHexBlocks = {
     "inode-file-v2",  "inode-file-v3", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
-    "segment-header", "record"};
+    "segment-header", "record",       "host-value"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
 
@@ -398,8 +398,21 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
                 kCfSegments + "\n" + kCfXattrs,
             DocText("column-families"));
   EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
-                kMetaCleanShutdown + "\n" + kMetaOrphanPrefix,
+                kMetaCleanShutdown + "\n" + kMetaOrphanPrefix + "\n" + kMetaNextHostId + "\n" +
+                kMetaHostPrefix,
             DocText("meta-keys"));
+}
+
+TEST(Golden, HostValue) {
+  const HostValue v{3, 1'800'000'000'000, 4242, "node07", "mount /ck"};
+  EXPECT_EQ(Hex(EncodeHost(v)), Hex(DocHex("host-value")));
+  HostValue back;
+  ASSERT_TRUE(DecodeHost(DocHex("host-value"), &back).ok());
+  EXPECT_EQ(back, v);
+  EXPECT_EQ(HostKey("node07"), "host/node07");
+  ExpectCorruption(DecodeHost(DocHex("host-value").substr(0, 17), &back), "host value");
+  ExpectCorruption(DecodeHost(DocHex("host-value").substr(0, 23), &back), "host value");
+  ExpectCorruption(DecodeHost(std::string(18, '\0'), &back), "id 0");
 }
 
 TEST(Golden, Keys) {

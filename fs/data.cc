@@ -39,6 +39,10 @@ void ReleaseOpen(fuse_req_t req, Filesystem& fs, Ino ino, uint64_t handle) {
 // fuse_direct_IO through READ and WRITE, and control files are read and
 // written without handles (control.h).
 //
+// On a shared store every open is answered too, without FOPEN_KEEP_CACHE,
+// and the store forgets what it remembers of the file (Store::Reread):
+// another host may have written it since (close-to-open, docs/SHARED.md).
+//
 // With passthrough (Filesystem::passthrough) every open is answered:
 // read-only opens of files whole in their data file get a backing file, the
 // others keep the kernel's cache as above (fs/open_files.h). Control files
@@ -51,7 +55,10 @@ void ReleaseOpen(fuse_req_t req, Filesystem& fs, Ino ino, uint64_t handle) {
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Serve(req, Op::kOpen, [&](Request& r) {
     Filesystem& fs = r.fs();
-    if (!fs.passthrough()) return r.Err(ENOSYS);
+    // Declined once, OPEN is never sent again (no_open): a shared store
+    // answers every one, control files' too.
+    const bool shared = fs.store().Shared();
+    if (!fs.passthrough() && !shared) return r.Err(ENOSYS);
     const bool truncate = fs.atomic_o_trunc() && (fi->flags & O_TRUNC) != 0;
     if (IsControl(ino)) {
       if (truncate) {
@@ -61,6 +68,16 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       }
       fi->fh = 0;
       fi->direct_io = 1;
+      r.Open(fi);
+      return;
+    }
+    if (shared) {
+      // Another host may have written the file since this one read it:
+      // the kernel drops its pages and the store what it remembers.
+      fs.store().Reread(ino);
+      fi->fh = 0;
+      fi->keep_cache = 0;
+      fi->noflush = 1;
       r.Open(fi);
       return;
     }

@@ -252,6 +252,19 @@ std::string MountHolder(pid_t pid, const std::string& mountpoint) {
   return "ckptfs mount (pid " + std::to_string(pid) + ") on " + mountpoint;
 }
 
+// What a mount of a shared store serves with (docs/SHARED.md, "What one
+// host sees of another's work"): the kernel caches no names, attributes or
+// misses, so that a call that starts after another host's change returned
+// sees it; no write-back cache, whose cached sizes the kernel would trust
+// over another host's; and no passthrough. Opens are answered (fs/data.cc)
+// without keeping the cached pages: close-to-open for file contents.
+MountOptions ForSharedStore(MountOptions o) {
+  o.entry_timeout = o.attr_timeout = o.negative_timeout = 0;
+  o.writeback_cache = false;
+  o.passthrough = o.passthrough_writes = false;
+  return o;
+}
+
 // How long a mount waits for a mount that was unmounted to close the store.
 constexpr auto kUnmountedHolderWait = std::chrono::seconds(30);
 
@@ -312,11 +325,12 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
                                                       store.status().ToString()));
     return 1;
   }
+  const MountOptions effective = (*store)->Shared() ? ForSharedStore(options) : options;
   int rc = 1;
   bool reported = false;
   try {
-    Filesystem fs(store->get(), options);
-    rc = RunSession(fs, options, [&](const Status& st) {
+    Filesystem fs(store->get(), effective);
+    rc = RunSession(fs, effective, [&](const Status& st) {
       reported = true;
       on_ready(st);
     });

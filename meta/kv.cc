@@ -100,8 +100,6 @@ Status ConflictStatus(std::string message) {
 
 bool IsConflict(const Status& s) { return s.payload<TxnConflict>() != nullptr; }
 
-namespace {
-
 void Backoff(const RetryPolicy& policy, int attempt) {
   const uint64_t cap = std::min<uint64_t>(
       policy.backoff_max_us, static_cast<uint64_t>(policy.backoff_base_us)
@@ -110,8 +108,6 @@ void Backoff(const RetryPolicy& policy, int attempt) {
   thread_local std::minstd_rand rng(std::random_device{}());
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap));
 }
-
-}  // namespace
 
 namespace {
 

@@ -189,6 +189,9 @@ struct RetryPolicy {
   uint32_t backoff_max_us = 50'000;
 };
 
+// Waits before attempt `attempt` (2 or more) of a transaction that
+// conflicted: a random time in [0, min(max, base * 2^(attempt-2))).
+void Backoff(const RetryPolicy& policy, int attempt);
 // Runs `body` in a new transaction and commits what it wrote; when a read or
 // the commit reports a conflict, waits a little and runs it again in a fresh
 // transaction. The body's errors end it without a commit. After

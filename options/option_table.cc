@@ -99,6 +99,11 @@ constexpr OptionSpec kOptions[] = {
      .help = "a store whose index is in PostgreSQL: how long a call that cannot reach the "
              "server waits for it (a restart, a failover), trying again, before it fails "
              "with EIO"},
+    {.name = "host",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::host>,
+     .help = "a shared store (docs/SHARED.md): the host name this mount writes as; each "
+             "mount of the store needs its own (default: the machine's name)"},
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::coalesce_gap>,

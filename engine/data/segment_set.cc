@@ -10,9 +10,13 @@ namespace ckptfs::engine {
 Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(std::shared_ptr<io::Env> env,
                                                      const std::string& segments_dir,
                                                      uint64_t target_bytes, bool read_only,
-                                                     const std::vector<uint64_t>& sealed) {
-  std::unique_ptr<SegmentSet> set(new SegmentSet(env, segments_dir, target_bytes, read_only));
-  if (!read_only) CKPTFS_RETURN_IF_ERROR(env->RemoveLeftovers(segments_dir));  // segments never started
+                                                     const std::vector<uint64_t>& sealed,
+                                                     OwnedSegmentIds owned) {
+  std::unique_ptr<SegmentSet> set(
+      new SegmentSet(env, segments_dir, target_bytes, read_only, owned));
+  // Segments never started. Not in a shared store's directory, where other
+  // hosts are starting theirs.
+  if (!read_only && !owned.shared()) CKPTFS_RETURN_IF_ERROR(env->RemoveLeftovers(segments_dir));
   CKPTFS_ASSIGN_OR_RETURN(std::vector<std::string> names, env->List(segments_dir));
   std::vector<uint64_t> ids;
   for (const std::string& name : names) {
@@ -21,27 +25,40 @@ Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(std::shared_ptr<io::Env> en
   }
   std::sort(ids.begin(), ids.end());
   MutexLock l(&set->mu_);  // not shared yet; taken for the analysis
+  set->next_id_ = owned.first;
+  uint64_t newest_owned = 0;
   for (uint64_t id : ids) {
-    auto seg = std::make_shared<Segment>();
-    seg->id = id;
-    const std::string path = set->Path(id);
-    CKPTFS_ASSIGN_OR_RETURN(seg->file,
-                            env->Open(path, read_only ? io::OpenMode::kRead : io::OpenMode::kReadWrite));
-    CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, seg->file->Size());
-    char hdr[format::kSegmentHeaderSize];
-    Status s = seg->file->ReadExactly(0, sizeof(hdr), hdr);
-    if (s.ok()) s = format::CheckSegmentHeader(std::string_view(hdr, sizeof(hdr)), id);
-    if (!s.ok()) return s.Annotate(path);
-    seg->end = size;
-    set->segments_[id] = seg;
-    set->next_id_ = id + 1;
+    const bool mine = owned.Has(id);
+    CKPTFS_ASSIGN_OR_RETURN(set->segments_[id], set->OpenSegment(id, mine && !read_only));
+    if (mine) {
+      newest_owned = id;
+      set->next_id_ = id + 1;
+    }
   }
   // The newest unsealed segment continues to take appends.
-  if (!ids.empty() && !std::binary_search(sealed.begin(), sealed.end(), ids.back())) {
-    set->active_ = set->segments_[ids.back()];
+  if (newest_owned != 0 && !std::binary_search(sealed.begin(), sealed.end(), newest_owned)) {
+    set->active_ = set->segments_[newest_owned];
   }
-  if (!sealed.empty()) set->next_id_ = std::max(set->next_id_, sealed.back() + 1);
+  for (uint64_t id : sealed) {
+    if (owned.Has(id)) set->next_id_ = std::max(set->next_id_, id + 1);
+  }
   return set;
+}
+
+Result<std::shared_ptr<SegmentSet::Segment>> SegmentSet::OpenSegment(uint64_t id,
+                                                                    bool writable) const {
+  auto seg = std::make_shared<Segment>();
+  seg->id = id;
+  const std::string path = Path(id);
+  CKPTFS_ASSIGN_OR_RETURN(seg->file,
+                          env_->Open(path, writable ? io::OpenMode::kReadWrite : io::OpenMode::kRead));
+  CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, seg->file->Size());
+  char hdr[format::kSegmentHeaderSize];
+  Status s = seg->file->ReadExactly(0, sizeof(hdr), hdr);
+  if (s.ok()) s = format::CheckSegmentHeader(std::string_view(hdr, sizeof(hdr)), id);
+  if (!s.ok()) return s.Annotate(path);
+  seg->end = size;
+  return seg;
 }
 
 SegmentSet::~SegmentSet() = default;
@@ -103,7 +120,7 @@ Result<uint64_t> SegmentSet::SealForCompaction(uint64_t id) {
   if (read_only_) return Status(EROFS, "store is read-only");
   MutexLock l(&mu_);
   const bool active = active_ != nullptr && active_->id == id;
-  const bool newest = !segments_.empty() && segments_.rbegin()->first == id;
+  const bool newest = MaxOwnedLocked() == id;
   if (!active && !newest) return uint64_t{0};
   const uint64_t size = active ? active_->end.load() : 0;
   std::shared_ptr<Segment> old = active_;
@@ -117,9 +134,18 @@ Result<uint64_t> SegmentSet::SealForCompaction(uint64_t id) {
 }
 
 std::shared_ptr<SegmentSet::Segment> SegmentSet::Find(uint64_t id) const {
+  {
+    MutexLock l(&mu_);
+    auto it = segments_.find(id);
+    if (it != segments_.end() || owned_.Has(id) || !owned_.shared()) {
+      return it == segments_.end() ? nullptr : it->second;
+    }
+  }
+  // Another host's segment, new since the set was opened.
+  Result<std::shared_ptr<Segment>> seg = OpenSegment(id, /*writable=*/false);
+  if (!seg.ok()) return nullptr;
   MutexLock l(&mu_);
-  auto it = segments_.find(id);
-  return it == segments_.end() ? nullptr : it->second;
+  return segments_.emplace(id, std::move(*seg)).first->second;
 }
 
 void SegmentSet::Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const {
@@ -136,7 +162,8 @@ Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t
                                     char* buf) const {
   std::shared_ptr<Segment> seg = Find(segment_id);
   if (seg == nullptr) {
-    return Status::Corruption("segment " + std::to_string(segment_id) + " is missing");
+    return Status::Corruption("segment " + std::to_string(segment_id) + " is missing")
+        .WithPayload(SegmentMissing{segment_id});
   }
   return seg->file->ReadAt(offset, len, buf);
 }
@@ -144,7 +171,8 @@ Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t
 Status SegmentSet::Read(uint64_t segment_id, uint64_t offset, size_t len, char* buf) const {
   std::shared_ptr<Segment> seg = Find(segment_id);
   if (seg == nullptr) {
-    return Status::Corruption("segment " + std::to_string(segment_id) + " is missing");
+    return Status::Corruption("segment " + std::to_string(segment_id) + " is missing")
+        .WithPayload(SegmentMissing{segment_id});
   }
   return seg->file->ReadExactly(offset, len, buf);
 }
@@ -194,9 +222,23 @@ std::vector<uint64_t> SegmentSet::Ids() const {
   return ids;
 }
 
+void SegmentSet::DropOthersNotIn(const std::set<uint64_t>& indexed) {
+  MutexLock l(&mu_);
+  std::erase_if(segments_, [&](const auto& entry) {
+    return !owned_.Has(entry.first) && indexed.count(entry.first) == 0;
+  });
+}
+
 uint64_t SegmentSet::max_id() const {
   MutexLock l(&mu_);
-  return segments_.empty() ? 0 : segments_.rbegin()->first;
+  return MaxOwnedLocked();
+}
+
+uint64_t SegmentSet::MaxOwnedLocked() const {
+  auto it = segments_.lower_bound(owned_.end);
+  if (it == segments_.begin()) return 0;
+  --it;
+  return owned_.Has(it->first) ? it->first : 0;
 }
 
 Status SegmentSet::Remove(uint64_t segment_id) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "engine/index/index_backup.h"
+#include "meta/hosts.h"
 #include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
 
@@ -133,7 +134,9 @@ Status Checker::OpenShared(const std::string& shared_file) {
   po.schema = where.schema;
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
   kv_ = std::move(kv);
-  return Status::OK();
+  // The whole store, every host's files, is checked only with no host
+  // mounted: a mount's writes in flight would look like damage.
+  return meta::CheckNoLiveHost(kv_.get()).Annotate(dir_);
 }
 
 Status Checker::OpenEmbedded() {

@@ -1,0 +1,381 @@
+#!/usr/bin/python3
+"""Several mounts of one shared store (its index in PostgreSQL), each a
+host of its own, as several hosts of a training job would mount it.
+
+Run beside a private cluster (scripts/with-postgres.sh --meta). Three
+daemons on this machine stand for three hosts (host=h1, h2, h3):
+  - the orbax flow: mount 1 creates step_1.orbax-checkpoint-tmp-N/, mounts
+    2 and 3 write parameter directories (.zarray and chunk files) under it,
+    mount 1 writes the metadata files, fsyncs and renames the directory to
+    step_1; then every mount lists and reads every file, byte for byte;
+  - names: a lookup that missed before another host created the name finds
+    it afterwards; an unlink, a rename and a rmdir on one host are seen at
+    once on the others;
+  - close-to-open: a file rewritten and closed on one host reads with its
+    new bytes when another host opens it afterwards, also when that host
+    had read (and cached) the old ones;
+  - conflicts: two hosts creating one name with O_EXCL, many times over:
+    exactly one wins each; rmdir of a directory another host is filling
+    ends ENOTEMPTY, or removes it and the create then fails with ENOENT,
+    never both; 3 hosts x 2 threads creating files in one directory at once
+    get no error and every host lists them all;
+  - a second mount with a host name that is mounted is refused, naming the
+    holder;
+  - a host killed with SIGKILL mid-save: the others go on, every file it
+    closed before the kill reads back from every host, its host name mounts
+    again at once, and fsck of the store, with nothing mounted, is clean;
+  - torch.distributed with gloo on 127.0.0.1, one process per mount: each
+    rank saves its shard (torch.save) into its own mount, rank 0 writes the
+    metadata, and every rank loads the shards the others wrote through its
+    own mount.
+Needs CKPTFS_BIN.
+"""
+
+import errno
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_harness as harness  # noqa: E402
+import ckptfs_testlib as lib  # noqa: E402
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+HOSTS = ("h1", "h2", "h3")
+
+
+def blob(seed, size):
+    return hashlib.shake_256(seed.encode()).digest(size)
+
+
+class SharedStoreTest(unittest.TestCase):
+    def setUp(self):
+        if not os.environ.get("CKPTFS_TEST_META"):
+            self.fail("run through scripts/with-postgres.sh --meta")
+        self.tmp = harness.make_tmpdir()
+        self.store = os.path.join(self.tmp, "store")
+        self.mounts = []
+        for h in HOSTS:
+            m = harness.Mount(self.store, os.path.join(self.tmp, "mnt_" + h), ["host=" + h])
+            m.mount()
+            self.mounts.append(m)
+
+    def tearDown(self):
+        for m in self.mounts:
+            if m.pid is not None:
+                m.unmount()
+
+    def unmount_all_and_fsck(self):
+        for m in self.mounts:
+            if m.pid is not None:
+                m.unmount()
+        r = subprocess.run([harness.ckptfs_bin(), "fsck", self.store], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def read_everywhere(self, files):
+        for m in self.mounts:
+            for name, data in files.items():
+                self.assertEqual(lib.read_file(m.path(name)), data, "%s on %s" % (name, m.mnt))
+
+    def test_orbax_flow_across_three_mounts(self):
+        m1, m2, m3 = self.mounts
+        tmp = "step_1.orbax-checkpoint-tmp-1700000000"
+        os.mkdir(m1.path(tmp))
+        files = {}
+        for i, m in enumerate((m2, m3)):
+            for p in range(6):
+                param = "%s/params.layer_%d.w%d" % (tmp, p, i)
+                os.mkdir(m.path(param))
+                zarray = b'{"chunks":[64],"dtype":"<f4","shape":[256],"zarr_format":2}'
+                lib.write_file(m.path(param, ".zarray"), zarray)
+                files[param + "/.zarray"] = zarray
+                for c in range(4):
+                    data = blob("%s/%d" % (param, c), 256 + 1000 * c + 37 * p)
+                    lib.write_file(m.path(param, str(c)), data)
+                    files["%s/%d" % (param, c)] = data
+        meta = b'{"tree": "params", "format": "ocdbt=false"}'
+        lib.write_file(m1.path(tmp, "_METADATA"), meta, fsync=True)
+        lib.write_file(m1.path(tmp, "_CHECKPOINT_METADATA"), b'{"step": 1}', fsync=True)
+        files[tmp + "/_METADATA"] = meta
+        files[tmp + "/_CHECKPOINT_METADATA"] = b'{"step": 1}'
+        os.rename(m1.path(tmp), m1.path("step_1"))
+        files = {n.replace(tmp, "step_1"): d for n, d in files.items()}
+        for m in self.mounts:
+            self.assertEqual(os.listdir(m.path()), ["step_1"], m.mnt)
+            self.assertEqual(len(os.listdir(m.path("step_1"))), 2 + 12, m.mnt)
+        self.read_everywhere(files)
+        self.unmount_all_and_fsck()
+
+    def test_names_seen_at_once(self):
+        m1, m2, m3 = self.mounts
+        # Misses first: a cached miss would hide what comes next.
+        for m in (m2, m3):
+            self.assertFalse(os.path.exists(m.path("step_2")))
+            self.assertFalse(os.path.exists(m.path("step_2.tmp", "x")))
+        os.mkdir(m1.path("step_2.tmp"))
+        lib.write_file(m1.path("step_2.tmp", "x"), b"x-bytes")
+        self.assertEqual(lib.read_file(m2.path("step_2.tmp", "x")), b"x-bytes")
+        os.rename(m1.path("step_2.tmp"), m1.path("step_2"))
+        for m in (m2, m3):
+            self.assertFalse(os.path.exists(m.path("step_2.tmp")), m.mnt)
+            self.assertEqual(lib.read_file(m.path("step_2", "x")), b"x-bytes", m.mnt)
+            self.assertEqual(os.listdir(m.path("step_2")), ["x"])
+        os.unlink(m3.path("step_2", "x"))
+        for m in (m1, m2):
+            self.assertFalse(os.path.exists(m.path("step_2", "x")), m.mnt)
+            self.assertEqual(os.listdir(m.path("step_2")), [])
+        os.rmdir(m2.path("step_2"))
+        for m in (m1, m3):
+            self.assertEqual(os.listdir(m.path()), [], m.mnt)
+            with self.assertRaises(FileNotFoundError):
+                os.stat(m.path("step_2"))
+        # Attributes too.
+        lib.write_file(m1.path("a"), b"1")
+        self.assertEqual(os.stat(m2.path("a")).st_mode & 0o777, 0o644)
+        os.chmod(m1.path("a"), 0o600)
+        self.assertEqual(os.stat(m2.path("a")).st_mode & 0o777, 0o600)
+        self.unmount_all_and_fsck()
+
+    def test_close_to_open(self):
+        m1, m2, _ = self.mounts
+        for size in (100, 70000, 3 << 20):
+            name = "f%d" % size
+            old, new = blob("old" + name, size), blob("new" + name, size + size // 3)
+            lib.write_file(m1.path(name), old)
+            self.assertEqual(lib.read_file(m2.path(name)), old)
+            # m2 has the old bytes in its page cache now.
+            with open(m1.path(name), "r+b") as f:
+                f.write(new)
+            self.assertEqual(lib.read_file(m2.path(name)), new, name)
+            self.assertEqual(os.stat(m2.path(name)).st_size, len(new))
+            # And back the other way, truncated.
+            lib.write_file(m2.path(name), old[: size // 2])
+            self.assertEqual(lib.read_file(m1.path(name)), old[: size // 2], name)
+        self.unmount_all_and_fsck()
+
+    def test_conflicts(self):
+        m1, m2, m3 = self.mounts
+        os.mkdir(m1.path("race"))
+        wins = {}
+
+        def excl(m, tag):
+            for i in range(60):
+                try:
+                    fd = os.open(m.path("race", "n%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    continue
+                os.write(fd, tag.encode())
+                os.close(fd)
+                wins.setdefault(i, []).append(tag)
+
+        threads = [threading.Thread(target=excl, args=(m, m.mnt)) for m in (m1, m2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(sorted(wins), list(range(60)))
+        for i, who in wins.items():
+            self.assertEqual(len(who), 1, "n%d created by %s" % (i, who))
+            for m in self.mounts:
+                self.assertEqual(lib.read_file(m.path("race", "n%d" % i)), who[0].encode())
+
+        # rmdir against a host filling the directory.
+        outcomes = []
+        for rnd in range(10):
+            d = "fill_%d" % rnd
+            os.mkdir(m1.path(d))
+            created, errors = [], []
+
+            def fill():
+                # Odd rounds give the rmdir a head start.
+                time.sleep(0.01 * (rnd % 2))
+                for i in range(20):
+                    try:
+                        lib.write_file(m2.path(d, "f%d" % i), b"x")
+                        created.append(i)
+                    except FileNotFoundError:
+                        errors.append(i)
+                        return
+
+            t = threading.Thread(target=fill)
+            t.start()
+            time.sleep(0.01 * ((rnd + 1) % 2))
+            try:
+                os.rmdir(m3.path(d))
+                removed = True
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENOTEMPTY, e)
+                removed = False
+            t.join()
+            if removed:
+                self.assertEqual(created, [], "created in a removed directory")
+                self.assertFalse(os.path.exists(m1.path(d)))
+            else:
+                self.assertGreater(len(created), 0)
+                self.assertEqual(errors, [])
+                self.assertEqual(sorted(os.listdir(m1.path(d))),
+                                 sorted("f%d" % i for i in created))
+            outcomes.append(removed)
+        harness.log("rmdir against a filling host: %d removed, %d ENOTEMPTY" %
+                    (outcomes.count(True), outcomes.count(False)))
+
+        # Every host creating in one directory at once.
+        os.mkdir(m1.path("hot"))
+        failures = []
+
+        def create_many(m, tag):
+            try:
+                for i in range(150):
+                    lib.write_file(m.path("hot", "%s_%d" % (tag, i)), tag.encode())
+            except OSError as e:
+                failures.append(e)
+
+        threads = [threading.Thread(target=create_many, args=(m, "%s_t%d" % (h, k)))
+                   for m, h in zip(self.mounts, HOSTS) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures, [])
+        for m in self.mounts:
+            self.assertEqual(len(os.listdir(m.path("hot"))), 6 * 150, m.mnt)
+        self.unmount_all_and_fsck()
+
+    def test_compaction_of_files_other_hosts_read_and_removed(self):
+        m1, m2, m3 = self.mounts
+        os.mkdir(m1.path("c"))
+        files = {}
+        for i in range(80):
+            name = "c/f%d" % i
+            files[name] = blob(name, 60000 + i)
+            lib.write_file(m1.path(name), files[name])
+        self.read_everywhere(files)  # every host has h1's segments open now
+        for i in range(0, 80, 2):
+            os.unlink(m2.path("c/f%d" % i))
+            del files["c/f%d" % i]
+        r = subprocess.run([harness.ckptfs_bin(), "compact", "--dead-ratio", "0.1", "--json",
+                            m1.mnt], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        import json
+        report = json.loads(r.stdout)
+        self.assertGreater(report["segments_rewritten"], 0, report)
+        self.assertGreater(report["bytes_reclaimed"], 0, report)
+        # Hosts that read the old segments read the moved records.
+        self.read_everywhere(files)
+        for m in (m2, m3):
+            self.assertEqual(sorted(os.listdir(m.path("c"))),
+                             sorted(n.split("/")[1] for n in files))
+        self.unmount_all_and_fsck()
+
+    def test_host_name_taken(self):
+        other = harness.Mount(self.store, os.path.join(self.tmp, "mnt_dup"), ["host=h2"])
+        with self.assertRaises(harness.HarnessError) as e:
+            other.mount()
+        self.assertIn('host "h2"', str(e.exception))
+        self.assertIn("pid %d" % self.mounts[1].pid, str(e.exception))
+
+    def test_host_killed_mid_save(self):
+        m1, m2, m3 = self.mounts
+        os.mkdir(m1.path("save"))
+        log_path = os.path.join(self.tmp, "writer.log")
+        writer = subprocess.Popen([PY, "-c", textwrap.dedent(r"""
+            import hashlib, os, sys
+            mnt, log_path = sys.argv[1], sys.argv[2]
+            log = open(log_path, "a", buffering=1)
+            for i in range(100000):
+                name = "save/w_%d" % i
+                data = hashlib.shake_256(name.encode()).digest(1000 + (i * 7919) % 300000)
+                with open(os.path.join(mnt, name), "wb") as f:
+                    f.write(data)
+                log.write(name + "\n")
+            """), m3.mnt, log_path], stderr=subprocess.DEVNULL)
+        # Meanwhile the other hosts save too.
+        mine = {}
+        deadline = time.monotonic() + 2.0
+        i = 0
+        while time.monotonic() < deadline:
+            name = "save/m1_%d" % i
+            mine[name] = blob(name, 5000 + i)
+            lib.write_file(m1.path(name), mine[name])
+            i += 1
+        pid = m3.pid
+        os.kill(pid, signal.SIGKILL)
+        self.assertTrue(harness.wait_pid_gone(pid, 30), "daemon survived SIGKILL")
+        writer.kill()
+        writer.wait()
+        m3.pid = None
+        self.assertTrue(harness.fuse_unmount(m3.mnt), "the dead mount would not go away")
+        with open(log_path) as f:
+            closed = [line.strip() for line in f if line.strip()]
+        self.assertGreater(len(closed), 0, "the writer closed no file before the kill")
+        harness.log("killed host h3 after %d closed files" % len(closed))
+        files = dict(mine)
+        for name in closed:
+            files[name] = hashlib.shake_256(name.encode()).digest(
+                1000 + (int(name.split("_")[1]) * 7919) % 300000)
+        # The others go on.
+        for k in range(20):
+            name = "save/after_%d" % k
+            files[name] = blob(name, 777 * k)
+            lib.write_file(m2.path(name), files[name])
+        for m in (m1, m2):
+            for name, data in files.items():
+                self.assertEqual(lib.read_file(m.path(name)), data, "%s on %s" % (name, m.mnt))
+        # The host name mounts again at once, and reads everything.
+        m3.mount()
+        self.read_everywhere(files)
+        self.unmount_all_and_fsck()
+
+    def test_torch_distributed_gloo(self):
+        script = textwrap.dedent(r"""
+            import os, sys, pickle, torch, torch.distributed as dist
+            rank, world, mnt, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + port,
+                                    rank=rank, world_size=world)
+            def shard(r):
+                g = torch.Generator().manual_seed(1000 + r)
+                return {"w": torch.randn(256, 512, generator=g), "b": torch.randn(512, generator=g)}
+            ckpt = os.path.join(mnt, "dcp_step_5")
+            if rank == 0:
+                os.makedirs(ckpt)
+            dist.barrier()
+            torch.save(shard(rank), os.path.join(ckpt, "__%d_0.distcp" % rank))
+            dist.barrier()
+            if rank == 0:
+                meta = {"world": world, "files": ["__%d_0.distcp" % r for r in range(world)]}
+                with open(os.path.join(ckpt, ".metadata"), "wb") as f:
+                    pickle.dump(meta, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            dist.barrier()
+            with open(os.path.join(ckpt, ".metadata"), "rb") as f:
+                meta = pickle.load(f)
+            for r in range(world):
+                got = torch.load(os.path.join(ckpt, meta["files"][r]))
+                want = shard(r)
+                assert all(torch.equal(got[k], want[k]) for k in want), (rank, r)
+            dist.barrier()
+            print("rank %d loaded %d shards" % (rank, world))
+            """)
+        port = str(29500 + os.getpid() % 1000)
+        procs = [subprocess.Popen([PY, "-c", script, str(r), str(len(self.mounts)), m.mnt, port],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r, m in enumerate(self.mounts)]
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=240)
+            self.assertEqual(p.returncode, 0, "rank %d: %s%s" % (r, out, err[-3000:]))
+            self.assertIn("rank %d loaded 3 shards" % r, out)
+        self.unmount_all_and_fsck()
+
+
+if __name__ == "__main__":
+    harness.require_fuse()
+    harness.set_deadline(400)
+    unittest.main(verbosity=2)
