@@ -30,9 +30,6 @@ class CAPABILITY("mutex") Mutex {
 
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
-  // Tells the analysis that the caller holds it (where it cannot see that:
-  // in a lambda run under the lock). Checks nothing at run time.
-  void AssertHeld() const ASSERT_CAPABILITY(this) {}
 
   // BasicLockable, for std::unique_lock<Mutex> where a run-time set of locks
   // is held (the analysis does not follow those; see StoreImpl::Txn).
@@ -107,6 +104,10 @@ class CAPABILITY("shared mutex") SharedMutex {
   void Unlock() RELEASE() { mu_.unlock(); }
   void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
   void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
+  // Tells the analysis that the caller holds it at least shared (where it
+  // cannot see that: in a lambda run under the lock). Checks nothing at
+  // run time.
+  void AssertReaderHeld() const ASSERT_SHARED_CAPABILITY(this) {}
 
  private:
   std::shared_mutex mu_;

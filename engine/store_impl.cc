@@ -314,7 +314,7 @@ Status StoreImpl::OpenIndex(bool create) {
 }
 
 Status StoreImpl::LoadMeta(bool creating) {
-  MutexLock ns(&ns_mu_);  // uncontended (Init); next_ino_ is guarded by it
+  MutexLock ino(&ino_mu_);  // uncontended (Init); next_ino_ is guarded by it
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> version,
                           IndexGet(Space::kMeta, format::kMetaFormatVersion));
   if (!version.has_value()) {

@@ -6,8 +6,11 @@
 // close, commits and space in store_impl.cc; what it reports and its
 // run-time settings in store_info.cc.
 //
-// Concurrency: namespace mutations take ns_mu_ and then the InodeState
-// mutexes of every inode they touch, in ascending inode order. File data
+// Concurrency: namespace mutations take ns_mu_ (exclusively on an embedded
+// store; shared on a shared store, whose index's SERIALIZABLE transactions
+// order them across threads and hosts, ChangeNamespace) and then the
+// InodeState mutexes of every inode they touch, in ascending inode order,
+// each loaded from the index in the change's transaction. File data
 // operations take only their inode's mutex, so writers of different files run
 // in parallel; their segment appends reserve space under SegmentSet's short
 // lock and write outside it. Readers take no inode lock for the data: a
@@ -23,7 +26,7 @@
 //   CompactionState::mu or ns_mu_ (no caller holds both)
 //   a write's turn on its inode (InodeState::write_order), held by Write only
 //   InodeState::mu, of several inodes in ascending inode number
-//   one at a time: space_mu_, the SegmentSet's (then the Env's, io/), the
+//   one at a time: ino_mu_, space_mu_, the SegmentSet's (then the Env's, io/), the
 //   record cache's shards, InflightReads', GroupCommit's, the InodeTable
 //   shards'
 #pragma once
@@ -231,6 +234,17 @@ class StoreImpl final : public Store {
     StatDeltas deltas;
     std::unique_ptr<meta::Txn> kv;  // a shared store's; null otherwise
   };
+  // RunChange(body) under ns_mu_: exclusive on an embedded store, shared on
+  // a shared one.
+  template <typename Body>
+  auto ChangeNamespace(Body body) -> decltype(body(std::declval<Txn&>())) {
+    if (shared_.has_value()) {
+      ReaderMutexLock ns(&ns_mu_);
+      return RunChange(body);
+    }
+    WriterMutexLock ns(&ns_mu_);
+    return RunChange(body);
+  }
   // Runs `body`, one namespace change, in a Txn; on a shared store again,
   // in a new one, when the index reports a conflict.
   template <typename Body>
@@ -269,10 +283,14 @@ class StoreImpl final : public Store {
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name,
                                         meta::Txn* in = nullptr);
   Result<Attr> GetAttrOf(InodeState* s);
+  // ENOENT when `ino` is not there: from the inode's cached attributes
+  // when it has them, also on a shared store (a removed inode's other keys
+  // are gone too).
+  Status CheckExists(Ino ino);
   void PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v);
   // The next inode number. A shared store takes blocks of them in
   // transactions of their own, so that hosts never hand out one number twice.
-  Result<uint64_t> AllocIno(meta::Writes* b) REQUIRES(ns_mu_);
+  Result<uint64_t> AllocIno(meta::Writes* b) EXCLUDES(ino_mu_);
   Result<Attr> MakeNode(Ino parent, std::string_view name, format::InodeValue v);
   // Removes the inode and everything it owns. EIO when one of its extents
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
@@ -280,6 +298,10 @@ class StoreImpl final : public Store {
   Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas,
                      meta::Txn* in = nullptr) REQUIRES(s->mu);
   Result<bool> DirIsEmpty(Ino dir, meta::Txn* in = nullptr);
+  // EEXIST when `name` is in `parent`, for a change that adds it with
+  // AddName (which, on a shared store, checks instead).
+  Status CheckNameFree(Txn* t, Ino parent, std::string_view name);
+  void AddName(Txn* t, Ino parent, std::string_view name, const format::DentryValue& d);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in = nullptr);
   // The two sides of a rename, looked up under ns_mu_ (dst only when
@@ -296,9 +318,9 @@ class StoreImpl final : public Store {
     bool dst_dir = false;
   };
   // RenameMode::kExchange: swaps the two entries.
-  Status ExchangeLocked(const RenameSides& r, Txn* t) REQUIRES(ns_mu_);
+  Status ExchangeLocked(const RenameSides& r, Txn* t) REQUIRES_SHARED(ns_mu_);
   // Moves src to the new name, replacing what is there.
-  Status MoveLocked(const RenameSides& r, Txn* t) REQUIRES(ns_mu_);
+  Status MoveLocked(const RenameSides& r, Txn* t) REQUIRES_SHARED(ns_mu_);
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its
@@ -556,10 +578,14 @@ class StoreImpl final : public Store {
   std::unique_ptr<CompactionState> compaction_ = std::make_unique<CompactionState>();
 
   static constexpr uint64_t kInoBlock = 4096;  // inode numbers persisted at a time
-  // Serializes namespace mutations. Lock order: see the top.
-  Mutex ns_mu_;
-  uint64_t next_ino_ GUARDED_BY(ns_mu_) = 0;
-  uint64_t ino_limit_ GUARDED_BY(ns_mu_) = 0;  // persisted high-water mark
+  // Serializes namespace mutations of an embedded store (held exclusively);
+  // a shared store's hold it shared, since its index's transactions order
+  // them, across threads as across hosts. Lock order: see the top.
+  SharedMutex ns_mu_;
+  // The inode numbers this store hands out next. A leaf lock.
+  Mutex ino_mu_;
+  uint64_t next_ino_ GUARDED_BY(ino_mu_) = 0;
+  uint64_t ino_limit_ GUARDED_BY(ino_mu_) = 0;  // persisted high-water mark
 
   // Serializes index backups: the idle mount's, compaction's and close's. A
   // leaf lock (taken under the compaction lock).

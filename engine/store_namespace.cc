@@ -175,6 +175,7 @@ void StoreImpl::PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue
 }
 
 Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
+  MutexLock l(&ino_mu_);
   if (next_ino_ >= ino_limit_ && shared_.has_value()) {
     uint64_t start = 0;
     CKPTFS_RETURN_IF_ERROR(meta::RunTxn(
@@ -281,6 +282,25 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   });
 }
 
+Status StoreImpl::CheckNameFree(Txn* t, Ino parent, std::string_view name) {
+  // A shared store's AddName checks at the commit: reading a name that is
+  // not there would make creates of neighbouring names conflict.
+  if (t->kv != nullptr) return Status::OK();
+  Result<format::DentryValue> existing = GetDentry(parent, name);
+  if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
+  return existing.status().code() == ENOENT ? Status::OK() : existing.status();
+}
+
+void StoreImpl::AddName(Txn* t, Ino parent, std::string_view name,
+                        const format::DentryValue& d) {
+  const std::string key = format::DentryKey(parent, name);
+  if (t->kv != nullptr) {
+    t->batch.Insert(Space::kDentries, key, format::EncodeDentry(d));  // EEXIST at the commit
+  } else {
+    t->batch.Put(Space::kDentries, key, format::EncodeDentry(d));
+  }
+}
+
 Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
   bool empty = true;
   CKPTFS_RETURN_IF_ERROR(ScanIndex(in, Space::kDentries, format::DentryPrefix(dir),
@@ -293,9 +313,10 @@ Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
 }
 
 Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
-  // Parent pointers change only under ns_mu_, which the caller holds (and
-  // on a shared store in transactions that conflict with this one, `in`);
-  // read them from the index without taking inode locks.
+  // Parent pointers change only under ns_mu_, which the caller holds
+  // exclusively on an embedded store; on a shared one, only in
+  // transactions that conflict with this one, `in`. Read them from the
+  // index without taking inode locks.
   for (int depth = 0; depth < 100000; ++depth) {
     if (ino == ancestor) return true;
     if (ino == kRootIno) return false;
@@ -318,8 +339,16 @@ Result<Attr> StoreImpl::GetAttr(Ino ino) {
 
 Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  CKPTFS_ASSIGN_OR_RETURN(Attr p, GetAttr(parent));
-  if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
+  uint32_t mode;
+  {
+    // Only the type, which never changes: no fresh read on a shared store
+    // (a parent removed meanwhile has no entries).
+    InodeRef s(&inodes_, parent);
+    MutexLock l(&s->mu);
+    CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+    mode = s->attr.mode;
+  }
+  if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   return GetAttr(d.ino);
 }
@@ -362,16 +391,12 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
-  MutexLock ns(&ns_mu_);
-  return RunChange([&](Txn& t) -> Result<Attr> {
-    ns_mu_.AssertHeld();
+  return ChangeNamespace([&](Txn& t) -> Result<Attr> {
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
     format::InodeValue& p = t.Edit(parent);
     if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
     if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
-    Result<format::DentryValue> existing = GetDentry(parent, name, t.kv.get());
-    if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
-    if (existing.status().code() != ENOENT) return existing.status();
+    CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, parent, name));
 
     format::InodeValue n = v;
     Timespec now = Now();
@@ -385,8 +410,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     }
     SetMtime(&p, now);
     PutInode(&t.batch, ino, n);
-    t.batch.Put(Space::kDentries, format::DentryKey(parent, name),
-                format::EncodeDentry({ino, TypeOf(n.mode)}));
+    AddName(&t, parent, name, {ino, TypeOf(n.mode)});
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
     CKPTFS_RETURN_IF_ERROR(t.Commit());
     return ToAttr(ino, n);
@@ -434,8 +458,7 @@ Result<Attr> StoreImpl::Symlink(Ino parent, std::string_view name, std::string_v
 Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
-  MutexLock ns(&ns_mu_);
-  return RunChange([&](Txn& t) -> Result<Attr> {
+  return ChangeNamespace([&](Txn& t) -> Result<Attr> {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino, new_parent}));
     format::InodeValue& v = t.Edit(ino);
     format::InodeValue& p = t.Edit(new_parent);
@@ -443,15 +466,12 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
     if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
     if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
     if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
-    Result<format::DentryValue> existing = GetDentry(new_parent, new_name, t.kv.get());
-    if (existing.ok()) return Status(EEXIST, "\"" + std::string(new_name) + "\" exists");
-    if (existing.status().code() != ENOENT) return existing.status();
+    CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, new_parent, new_name));
     Timespec now = Now();
     v.nlink++;
     SetCtime(&v, now);
     SetMtime(&p, now);
-    t.batch.Put(Space::kDentries, format::DentryKey(new_parent, new_name),
-                format::EncodeDentry({ino, TypeOf(v.mode)}));
+    AddName(&t, new_parent, new_name, {ino, TypeOf(v.mode)});
     CKPTFS_RETURN_IF_ERROR(t.Commit());
     return ToAttr(ino, v);
   });
@@ -460,8 +480,7 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
 Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  MutexLock ns(&ns_mu_);
-  return RunChange([&](Txn& t) -> Status {
+  return ChangeNamespace([&](Txn& t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (S_ISDIR(t.Edit(d.ino).mode)) {
@@ -478,8 +497,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
 Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  MutexLock ns(&ns_mu_);
-  return RunChange([&](Txn& t) -> Status {
+  return ChangeNamespace([&](Txn& t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (!S_ISDIR(t.Edit(d.ino).mode)) {
@@ -502,9 +520,8 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(ValidateName(new_name));
-  MutexLock ns(&ns_mu_);
-  return RunChange([&](Txn& t) -> Status {
-    ns_mu_.AssertHeld();
+  return ChangeNamespace([&](Txn& t) -> Status {
+    ns_mu_.AssertReaderHeld();
     RenameSides r{parent, name, new_parent, new_name};
     CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.kv.get()));
     Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.kv.get());

@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""The `shared` workload: several mounts of one shared store (its index in
+PostgreSQL, docs/SHARED.md) against one mount of an embedded store and a
+plain directory on the same disk, in the same run.
+
+For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
+  tree      the orbax flow: mount 1 makes step_1.orbax-checkpoint-tmp/, the
+            mounts write --dirs parameter directories (.zarray and 4 chunks
+            of --chunk bytes) under it, one writer thread per mount, the
+            directories dealt out in turn; mount 1 renames it to step_1.
+            Files per second, all mounts together.
+  ranks     one --rank-size file per mount, as torch.distributed.checkpoint
+            writes one per rank (1 MiB writes, fsync), all mounts at once.
+            MB/s, all mounts together.
+  restore   every mount unmounted, the caches dropped, mounted again; then
+            each mount reads, one after the other, the directories it wrote
+            ("own") and as many that another mount wrote ("others"), and
+            the rank file of the next mount. Files/s and MB/s per mount,
+            medians over the mounts.
+The embedded store (one mount) and the plain directory (one writer) do the
+same work. PostgreSQL transactions per file created come from the server's
+pg_stat_database.
+
+Run beside a PostgreSQL cluster, as root (drop_caches, mounting):
+  scripts/with-postgres.sh /usr/bin/python3 bench/shared_bench.py
+(scripts/with-postgres.sh starts a private one and sets CKPTFS_TEST_PG.)
+It asserts nothing about speed; it checks every byte it reads.
+"""
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure import BenchError, drop_caches, log  # noqa: E402
+from target import DEFAULT_CKPTFS, wipe  # noqa: E402
+import ckptfs_harness as harness  # noqa: E402  (target.py put tests/mount on the path)
+
+MiB = 1 << 20
+ZARRAY = json.dumps({"chunks": [64, 64], "dtype": "<f4", "shape": [128, 128],
+                     "zarr_format": 2}).encode()
+CHUNKS = ("0.0", "0.1", "1.0", "1.1")
+
+
+def chunk(i, c, size):
+    seed = hashlib.sha256(b"%d/%d" % (i, c)).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def write_dirs(root, dirs, size):
+    for i in dirs:
+        d = os.path.join(root, "params.layer_%05d" % i)
+        os.mkdir(d)
+        with open(os.path.join(d, ".zarray"), "wb") as f:
+            f.write(ZARRAY)
+        for c, name in enumerate(CHUNKS):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(chunk(i, c, size))
+
+
+def read_dirs(root, dirs, size):
+    """Reads and checks them; returns (files, bytes)."""
+    files = nbytes = 0
+    for i in dirs:
+        d = os.path.join(root, "params.layer_%05d" % i)
+        with open(os.path.join(d, ".zarray"), "rb") as f:
+            if f.read() != ZARRAY:
+                raise BenchError("%s/.zarray differs" % d)
+        for c, name in enumerate(CHUNKS):
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            if data != chunk(i, c, size):
+                raise BenchError("%s/%s differs from what was written" % (d, name))
+            nbytes += len(data)
+        files += 1 + len(CHUNKS)
+    return files, nbytes
+
+
+def rank_block(k, n):
+    return hashlib.sha256(b"rank%d/%d" % (k, n)).digest() * (MiB // 32)
+
+
+def write_rank(path, k, size):
+    with open(path, "wb") as f:
+        for n in range(size // MiB):
+            f.write(rank_block(k, n))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rank(path, k, size):
+    got = 0
+    with open(path, "rb") as f:
+        for n in range(size // MiB):
+            if f.read(MiB) != rank_block(k, n):
+                raise BenchError("%s differs at MiB %d" % (path, n))
+            got += MiB
+    return got
+
+
+def run_all(fns):
+    """Runs the callables at once, one thread each; returns their results."""
+    with concurrent.futures.ThreadPoolExecutor(len(fns)) as ex:
+        return [f.result() for f in [ex.submit(fn) for fn in fns]]
+
+
+def pg_commits():
+    pg = os.environ.get("CKPTFS_TEST_PG")
+    if not pg:
+        return None
+    time.sleep(1.2)  # the server publishes its counters about once a second
+    r = subprocess.run(["psql", pg, "-Atc", "select xact_commit + xact_rollback from "
+                        "pg_stat_database where datname = current_database()"],
+                       capture_output=True, text=True)
+    return int(r.stdout.strip()) if r.returncode == 0 else None
+
+
+class Setup:
+    """One configuration: `n` mounts of a fresh store (shared with `meta`),
+    or a plain directory (mounts 0)."""
+
+    def __init__(self, args, name, n, meta=None):
+        self.args, self.name, self.n, self.meta = args, name, n, meta
+        self.base = os.path.join(args.work, name)
+        self.mounts = []
+
+    def roots(self):
+        if self.n == 0:
+            return [self.base + "/plain"]
+        return [m.mnt for m in self.mounts]
+
+    def mount_all(self):
+        store = os.path.join(self.base, "store")
+        for k in range(self.n):
+            opts = ["host=h%d" % (k + 1)] if self.meta else []
+            if self.meta and k == 0:
+                opts.append("meta=" + self.meta)
+            m = harness.Mount(store, os.path.join(self.base, "mnt%d" % k), opts,
+                              binary=self.args.ckptfs)
+            m.mount()
+            self.mounts.append(m)
+
+    def unmount_all(self):
+        for m in self.mounts:
+            m.unmount()
+
+    def run(self):
+        a = self.args
+        wipe(self.base)
+        os.makedirs(self.base + "/plain")
+        if self.n:
+            self.mount_all()
+        roots = self.roots()
+        writers = max(1, self.n)
+        share = [list(range(k, a.dirs, writers)) for k in range(writers)]
+        out = {"setup": self.name, "mounts": self.n}
+        try:
+            tmp = "step_1.orbax-checkpoint-tmp"
+            os.mkdir(os.path.join(roots[0], tmp))
+            c0 = pg_commits() if self.meta else None
+            t0 = time.monotonic()
+            run_all([lambda k=k: write_dirs(os.path.join(roots[k], tmp), share[k], a.chunk)
+                     for k in range(writers)])
+            os.rename(os.path.join(roots[0], tmp), os.path.join(roots[0], "step_1"))
+            files = a.dirs * (1 + len(CHUNKS))
+            out["create_files_s"] = files / (time.monotonic() - t0)
+            c1 = pg_commits() if self.meta else None
+            if c0 is not None and c1 is not None:
+                out["pg_txns_per_file"] = (c1 - c0) / files
+            t0 = time.monotonic()
+            run_all([lambda k=k: write_rank(os.path.join(roots[k], "rank_%d.distcp" % k), k,
+                                            a.rank_size) for k in range(writers)])
+            out["ranks_mb_s"] = writers * a.rank_size / MiB / (time.monotonic() - t0)
+
+            # Cold: nothing cached in the kernels or the daemons.
+            if self.n:
+                self.unmount_all()
+                self.mounts = []
+                drop_caches()
+                self.mount_all()
+                roots = self.roots()
+            else:
+                drop_caches()
+            own, others, ranks = [], [], []
+            for k in range(writers):
+                root = os.path.join(roots[k], "step_1")
+                t0 = time.monotonic()
+                n, _ = read_dirs(root, share[k], a.chunk)
+                own.append(n / (time.monotonic() - t0))
+                if writers > 1:
+                    t0 = time.monotonic()
+                    n, _ = read_dirs(root, share[(k + 1) % writers], a.chunk)
+                    others.append(n / (time.monotonic() - t0))
+                t0 = time.monotonic()
+                nbytes = read_rank(os.path.join(roots[k], "rank_%d.distcp" % ((k + 1) % writers)),
+                                   (k + 1) % writers, a.rank_size)
+                ranks.append(nbytes / MiB / (time.monotonic() - t0))
+            med = lambda v: sorted(v)[len(v) // 2] if v else None  # noqa: E731
+            out["restore_own_files_s"] = med(own)
+            out["restore_others_files_s"] = med(others)
+            out["restore_rank_mb_s"] = med(ranks)
+        finally:
+            if self.n:
+                self.unmount_all()
+            wipe(self.base)
+        log("%s: %s" % (self.name, json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                               for k, v in out.items()})))
+        return out
+
+
+def fmt(v, digits=0):
+    return "-" if v is None else "{:,.{}f}".format(v, digits)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mounts", default="1,2,4", help="shared-store mount counts (default 1,2,4)")
+    ap.add_argument("--dirs", type=int, default=400, help="parameter directories (default 400)")
+    ap.add_argument("--chunk", type=int, default=16384, help="chunk file bytes (default 16384)")
+    ap.add_argument("--rank-size", type=int, default=512, help="rank file MiB (default 512)")
+    ap.add_argument("--ckptfs", default=DEFAULT_CKPTFS, help="the binary (default %(default)s)")
+    ap.add_argument("--work", default="/tmp/ckptfs-shared-bench", help="work directory")
+    ap.add_argument("--json", metavar="PATH", help="also write the results there")
+    a = ap.parse_args()
+    a.rank_size *= MiB
+    meta = os.environ.get("CKPTFS_TEST_PG")
+    if not meta:
+        raise SystemExit("run beside PostgreSQL: scripts/with-postgres.sh /usr/bin/python3 %s"
+                         % sys.argv[0])
+    os.environ["CKPTFS_BIN"] = a.ckptfs
+    os.environ.pop("CKPTFS_TEST_META", None)  # the embedded setup stays embedded
+    harness.require_fuse(root=True)
+    results = [Setup(a, "plain", 0).run(), Setup(a, "embedded", 1).run()]
+    for n in [int(x) for x in a.mounts.split(",")]:
+        results.append(Setup(a, "shared-%d" % n, n, meta).run())
+    emb = results[1]
+    print("\n| setup | create files/s | x embedded | rank writes MB/s | cold restore, own "
+          "files/s | others' files/s | rank read MB/s | PostgreSQL txns/file |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["setup"], fmt(r["create_files_s"]),
+            fmt(r["create_files_s"] / emb["create_files_s"], 2),
+            fmt(r["ranks_mb_s"]), fmt(r["restore_own_files_s"]),
+            fmt(r.get("restore_others_files_s")), fmt(r["restore_rank_mb_s"]),
+            fmt(r.get("pg_txns_per_file"), 1)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
