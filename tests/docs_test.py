@@ -24,7 +24,8 @@ README_MAX_LINES = 250
 # The README's sections, in this order (each a "## " heading starting so).
 README_SECTIONS = [
     "Is it for you", "Two commands", "Quick start", "Options", "Guarantees",
-    "Where it differs from a local filesystem", "Keeping a store", "How it works",
+    "Where it differs from a local filesystem", "Keeping a store",
+    "Several hosts, one store", "How it works",
     "Performance", "Development and tests", "Troubleshooting",
 ]
 # The README's one line that may name a commit: the performance table's caption.
