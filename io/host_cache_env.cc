@@ -1,0 +1,134 @@
+#include "io/host_cache_env.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckptfs::io {
+
+// A file as one host sees it: its own unflushed writes over the file's bytes.
+class HostCachedFile final : public File {
+ public:
+  HostCachedFile(std::shared_ptr<HostCacheEnv> env, std::unique_ptr<File> base)
+      : File(base->path()), env_(std::move(env)), base_(std::move(base)) {}
+
+  Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
+    CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, Size());
+    if (offset >= size) return size_t{0};
+    len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
+    CKPTFS_ASSIGN_OR_RETURN(size_t n, base_->ReadAt(offset, len, buf));
+    std::memset(buf + n, 0, len - n);  // past the file's end: the host's own writes
+    for (const auto& [at, bytes] : env_->PendingOf(path())) {
+      const uint64_t from = std::max(at, offset);
+      const uint64_t to = std::min<uint64_t>(at + bytes.size(), offset + len);
+      if (from < to) std::memcpy(buf + (from - offset), bytes.data() + (from - at), to - from);
+    }
+    return len;
+  }
+
+  Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+    std::string bytes;
+    for (std::string_view p : pieces) bytes.append(p);
+    env_->AddWrite(path(), offset, std::move(bytes));
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    CKPTFS_RETURN_IF_ERROR(Flush());
+    return base_->Sync();
+  }
+
+  Result<uint64_t> Size() const override {
+    CKPTFS_ASSIGN_OR_RETURN(uint64_t size, base_->Size());
+    for (const auto& [at, bytes] : env_->PendingOf(path())) {
+      size = std::max<uint64_t>(size, at + bytes.size());
+    }
+    return size;
+  }
+
+  Result<int64_t> ModifiedNs() const override { return base_->ModifiedNs(); }
+
+  Status Truncate(uint64_t size) override {
+    CKPTFS_RETURN_IF_ERROR(Flush());
+    return base_->Truncate(size);
+  }
+
+ private:
+  // Writes the host's cached writes of the file to it.
+  Status Flush() {
+    for (const auto& [at, bytes] : env_->TakePending(path())) {
+      const std::string_view piece[] = {bytes};
+      CKPTFS_RETURN_IF_ERROR(base_->WriteAt(at, piece));
+    }
+    return Status::OK();
+  }
+
+  const std::shared_ptr<HostCacheEnv> env_;
+  const std::unique_ptr<File> base_;
+};
+
+std::shared_ptr<HostCacheEnv> HostCacheEnv::Make() {
+  return std::shared_ptr<HostCacheEnv>(new HostCacheEnv());
+}
+
+uint64_t HostCacheEnv::UnflushedBytes() {
+  MutexLock l(&mu_);
+  uint64_t n = 0;
+  for (const auto& [path, writes] : pending_) {
+    for (const auto& w : writes) n += w.second.size();
+  }
+  return n;
+}
+
+Result<std::unique_ptr<File>> HostCacheEnv::Wrap(Result<std::unique_ptr<File>> base) {
+  if (!base.ok()) return base.status();
+  return std::unique_ptr<File>(new HostCachedFile(shared_from_this(), std::move(*base)));
+}
+
+Result<std::unique_ptr<File>> HostCacheEnv::Open(const std::string& path, OpenMode mode) {
+  return Wrap(base_->Open(path, mode));
+}
+
+Result<std::unique_ptr<File>> HostCacheEnv::Create(const std::string& path,
+                                                   std::string_view contents) {
+  return Wrap(base_->Create(path, contents));
+}
+
+Result<std::unique_ptr<File>> HostCacheEnv::CreateUnsynced(const std::string& path) {
+  return Wrap(base_->CreateUnsynced(path));
+}
+
+Status HostCacheEnv::SyncDir(const std::string& dir) { return base_->SyncDir(dir); }
+
+Status HostCacheEnv::Remove(const std::string& path) {
+  {
+    MutexLock l(&mu_);
+    pending_.erase(path);
+  }
+  return base_->Remove(path);
+}
+
+Result<std::vector<std::string>> HostCacheEnv::List(const std::string& dir) {
+  return base_->List(dir);
+}
+
+void HostCacheEnv::AddWrite(const std::string& path, uint64_t offset, std::string bytes) {
+  MutexLock l(&mu_);
+  pending_[path].emplace_back(offset, std::move(bytes));
+}
+
+HostCacheEnv::Pending HostCacheEnv::PendingOf(const std::string& path) {
+  MutexLock l(&mu_);
+  auto it = pending_.find(path);
+  return it == pending_.end() ? Pending() : it->second;
+}
+
+HostCacheEnv::Pending HostCacheEnv::TakePending(const std::string& path) {
+  MutexLock l(&mu_);
+  auto it = pending_.find(path);
+  if (it == pending_.end()) return {};
+  Pending out = std::move(it->second);
+  pending_.erase(it);
+  return out;
+}
+
+}  // namespace ckptfs::io

@@ -1,0 +1,166 @@
+// Two hosts of one shared store (docs/SHARED.md) as two Stores in one
+// process, each with a host name and an io::HostCacheEnv of its own: what a
+// host writes stays in its cache until it syncs, as on an NFS client, and
+// the other host reads only what reached the files.
+//
+// Runs only beside PostgreSQL (pg.shared_store_test: scripts/with-postgres.sh
+// --meta sets CKPTFS_TEST_META); skipped otherwise.
+#include <sys/stat.h>
+
+#include <set>
+#include <thread>
+
+#include "engine/store.h"
+#include "io/host_cache_env.h"
+#include "tests/engine/pattern.h"
+#include "tests/engine/test_util.h"
+
+namespace ckptfs::engine::test {
+namespace {
+
+class SharedStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("CKPTFS_TEST_META") == nullptr) {
+      GTEST_SKIP() << "needs PostgreSQL: run as pg.shared_store_test";
+    }
+    ASSERT_OK_AND_ASSIGN(a_, OpenHost("a", env_a_));
+    ASSERT_OK_AND_ASSIGN(b_, OpenHost("b", env_b_));
+  }
+  void TearDown() override {
+    if (b_) {
+      EXPECT_OK(b_->Close());
+    }
+    if (a_) {
+      EXPECT_OK(a_->Close());
+    }
+  }
+  Result<std::unique_ptr<Store>> OpenHost(const std::string& host,
+                                          const std::shared_ptr<io::Env>& env) {
+    StoreOptions o = TestOptions();
+    o.host = host;
+    o.env = env;
+    o.holder = "host " + host;
+    return Store::Open(dir_.store(), o);
+  }
+
+  TempDir dir_;
+  std::shared_ptr<io::HostCacheEnv> env_a_ = io::HostCacheEnv::Make();
+  std::shared_ptr<io::HostCacheEnv> env_b_ = io::HostCacheEnv::Make();
+  std::unique_ptr<Store> a_, b_;
+};
+
+// A file's bytes reach another host once its writer synced them: a shared
+// store shows the other hosts its extents at once, and they fail to read
+// bytes that are still in the writer's cache (EIO, never other bytes) until
+// the writer's fsync flushes them.
+TEST_F(SharedStoreTest, AnotherHostReadsAFileOnceItsWriterSyncedIt) {
+  const std::string data = PatternData(7, 0, 200'000);
+  ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(kRootIno, "f", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 0, data));
+  ASSERT_GT(env_a_->UnflushedBytes(), data.size() - 1);
+  ASSERT_OK_AND_ASSIGN(std::string mine, ReadAll(a_.get(), f.ino));
+  EXPECT_EQ(mine, data);
+
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->Lookup(kRootIno, "f"));
+  EXPECT_EQ(seen.size, data.size());
+  b_->Reread(f.ino);
+  Result<std::string> early = ReadAll(b_.get(), f.ino);
+  ASSERT_FALSE(early.ok()) << "read bytes host a has not flushed";
+  EXPECT_EQ(early.status().code(), EIO) << early.status().ToString();
+
+  ASSERT_OK(a_->Fsync(f.ino, /*datasync=*/true));
+  EXPECT_EQ(env_a_->UnflushedBytes(), 0u);
+  b_->Reread(f.ino);
+  ASSERT_OK_AND_ASSIGN(std::string theirs, ReadAll(b_.get(), f.ino));
+  EXPECT_EQ(theirs, data);
+}
+
+// Names are in the index: the other host sees each change at once, and
+// conflicting changes get what a local filesystem answers.
+TEST_F(SharedStoreTest, NamesAndConflictsAcrossHosts) {
+  ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "step_1.tmp", 0755, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->Lookup(kRootIno, "step_1.tmp"));
+  EXPECT_EQ(seen.ino, d.ino);
+  ASSERT_OK(b_->Create(d.ino, "x", S_IFREG | 0644, 0, 0, 0).status());
+  EXPECT_ERRNO(EEXIST, a_->Create(d.ino, "x", S_IFREG | 0644, 0, 0, 0));
+  EXPECT_ERRNO(EEXIST, a_->Mkdir(d.ino, "x", 0755, 0, 0));
+  EXPECT_ERRNO(ENOTEMPTY, a_->Rmdir(kRootIno, "step_1.tmp"));
+  ASSERT_OK(a_->Rename(kRootIno, "step_1.tmp", kRootIno, "step_1", RenameMode::kNoReplace));
+  EXPECT_ERRNO(ENOENT, b_->Lookup(kRootIno, "step_1.tmp"));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(kRootIno, "step_1"));
+  EXPECT_EQ(seen.ino, d.ino);
+  EXPECT_EQ(seen.nlink, 2u);
+  ASSERT_OK(b_->Unlink(d.ino, "x"));
+  ASSERT_OK(a_->Rmdir(kRootIno, "step_1"));
+  EXPECT_ERRNO(ENOENT, b_->Lookup(kRootIno, "step_1"));
+  // A create in a directory the other host removed.
+  EXPECT_ERRNO(ENOENT, b_->Create(d.ino, "late", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr root, b_->GetAttr(kRootIno));
+  EXPECT_EQ(root.nlink, 2u);
+}
+
+// Both hosts creating in one directory at once, two threads each: no error,
+// no inode number handed out twice, and each host lists every name.
+TEST_F(SharedStoreTest, CreatesInOneDirectoryFromTwoHostsAtOnce) {
+  ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "hot", 0755, 0, 0));
+  constexpr int kPerThread = 100;
+  std::vector<std::vector<Ino>> inos(4);
+  std::vector<Status> errors(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Store* s = t % 2 == 0 ? a_.get() : b_.get();
+      for (int i = 0; i < kPerThread; ++i) {
+        Result<Attr> r = s->Create(d.ino, "t" + std::to_string(t) + "_" + std::to_string(i),
+                                   S_IFREG | 0644, 0, 0, 0);
+        if (!r.ok()) {
+          errors[t] = r.status();
+          return;
+        }
+        inos[t].push_back(r->ino);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<Ino> all;
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_OK(errors[t]);
+    all.insert(inos[t].begin(), inos[t].end());
+  }
+  EXPECT_EQ(all.size(), 4u * kPerThread) << "an inode number was handed out twice";
+  for (Store* s : {a_.get(), b_.get()}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> list, ListDir(s, d.ino));
+    EXPECT_EQ(list.size(), 4u * kPerThread);
+  }
+}
+
+// One mount per host name: a second open of a held host is EBUSY naming
+// the holder; each host appends only to segments of its own id range.
+TEST_F(SharedStoreTest, AHostIsHeldByOneOpenAndWritesItsOwnSegments) {
+  Result<std::unique_ptr<Store>> again = OpenHost("a", io::HostCacheEnv::Make());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), EBUSY) << again.status().ToString();
+  const StoreHolder* who = again.status().payload<StoreHolder>();
+  ASSERT_NE(who, nullptr);
+  EXPECT_EQ(who->holder, "host a");
+
+  for (Store* s : {a_.get(), b_.get()}) {
+    const std::string name = s == a_.get() ? "from_a" : "from_b";
+    ASSERT_OK_AND_ASSIGN(Attr f, s->Create(kRootIno, name, S_IFREG | 0644, 0, 0, 0));
+    ASSERT_OK(WriteAll(s, f.ino, 0, PatternData(f.ino, 0, 100'000)));
+    ASSERT_OK(s->Fsync(f.ino, true));
+  }
+  std::set<uint64_t> hosts;
+  for (Store* s : {a_.get(), b_.get()}) {
+    ASSERT_OK_AND_ASSIGN(Attr f, s->Lookup(kRootIno, s == a_.get() ? "from_a" : "from_b"));
+    ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, s->GetExtents(f.ino));
+    ASSERT_FALSE(ex.empty());
+    for (const ExtentInfo& e : ex) hosts.insert(e.value.segment_id >> format::kHostIdShift);
+  }
+  EXPECT_EQ(hosts.size(), 2u) << "the two hosts appended to segments of one id range";
+  EXPECT_EQ(hosts.count(0), 0u) << "a shared store's host has id 0";
+}
+
+}  // namespace
+}  // namespace ckptfs::engine::test
