@@ -428,6 +428,7 @@ Status StoreImpl::Close() {
     result = FlushDurable();
     if (host_id_ != 0) {
       if (result.ok()) result = meta::ReleaseHost(kv_.get(), host_name_);
+      meta::LetGo(kv_.get(), host_name_);
     } else if (result.ok()) {
       // Marked clean only when everything written is durable.
       meta::Writes b;

@@ -6,11 +6,28 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <mutex>
 #include <optional>
+#include <set>
 
 namespace ckptfs::meta {
 
 namespace {
+
+// The hosts this process holds, as "STORE\nNAME" (Kv::Describe names the
+// store).
+std::mutex held_mu;
+std::set<std::string>& HeldHere() {
+  static std::set<std::string>* held = new std::set<std::string>();
+  return *held;
+}
+std::string HeldKey(Kv* kv, std::string_view name) {
+  return kv->Describe() + "\n" + std::string(name);
+}
+bool IsHeldHere(Kv* kv, std::string_view name) {
+  std::lock_guard<std::mutex> l(held_mu);
+  return HeldHere().count(HeldKey(kv, name)) != 0;
+}
 
 std::string Holder(const format::HostValue& v) {
   const std::string where = "pid " + std::to_string(v.pid) + " on " + v.machine;
@@ -68,11 +85,16 @@ std::string MachineName() {
   return buf;
 }
 
-bool HostIsFree(const format::HostValue& held, int64_t now_ms) {
+bool HostIsFree(Kv* kv, std::string_view name, const format::HostValue& held, int64_t now_ms) {
   if (held.lease_until_ms <= now_ms) return true;
   if (held.machine != MachineName()) return false;
-  if (held.pid == static_cast<uint32_t>(::getpid())) return false;
+  if (held.pid == static_cast<uint32_t>(::getpid())) return !IsHeldHere(kv, name);
   return ::kill(static_cast<pid_t>(held.pid), 0) != 0 && errno == ESRCH;
+}
+
+void LetGo(Kv* kv, std::string_view name) {
+  std::lock_guard<std::mutex> l(held_mu);
+  HeldHere().erase(HeldKey(kv, name));
 }
 
 Result<uint32_t> ClaimHost(Kv* kv, std::string_view name, std::string_view holder,
@@ -87,7 +109,7 @@ Result<uint32_t> ClaimHost(Kv* kv, std::string_view name, std::string_view holde
       [&](Txn* t) -> Status {
         CKPTFS_ASSIGN_OR_RETURN(std::optional<format::HostValue> v, ReadHost(t, name));
         const int64_t now = WallMs();
-        if (v.has_value() && !HostIsFree(*v, now)) return Busy(name, *v);
+        if (v.has_value() && !HostIsFree(kv, name, *v, now)) return Busy(name, *v);
         format::HostValue mine;
         if (v.has_value()) {
           mine.id = v->id;
@@ -115,6 +137,8 @@ Result<uint32_t> ClaimHost(Kv* kv, std::string_view name, std::string_view holde
         return Status::OK();
       },
       Durability::kSynced));
+  std::lock_guard<std::mutex> l(held_mu);
+  HeldHere().insert(HeldKey(kv, name));
   return id;
 }
 
@@ -148,7 +172,7 @@ Status CheckNoLiveHost(Kv* kv) {
   CKPTFS_ASSIGN_OR_RETURN(auto hosts, ListHosts(kv));
   const int64_t now = WallMs();
   for (const auto& [name, v] : hosts) {
-    if (!HostIsFree(v, now)) return Busy(name, v);
+    if (!HostIsFree(kv, name, v, now)) return Busy(name, v);
   }
   return Status::OK();
 }

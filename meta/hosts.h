@@ -22,10 +22,11 @@ int64_t WallMs();
 // This machine's name (gethostname), the default host name.
 std::string MachineName();
 
-// Whether a mount may take a host whose record is `held`: its lease was
-// released or ran out, or it was held by a process of this machine that is
-// gone (a mount killed and started again takes its host back at once).
-bool HostIsFree(const format::HostValue& held, int64_t now_ms);
+// Whether a mount may take host `name` of `kv`'s store, whose record is
+// `held`: its lease was released or ran out, or it was held by a process of
+// this machine that is gone (a mount killed and started again takes its
+// host back at once), or by this process, which let go of it (LetGo).
+bool HostIsFree(Kv* kv, std::string_view name, const format::HostValue& held, int64_t now_ms);
 
 // The payload of the EBUSY that names the mount holding a host.
 struct HostHeld {
@@ -43,6 +44,10 @@ Result<uint32_t> ClaimHost(Kv* kv, std::string_view name, std::string_view holde
 Status RenewHost(Kv* kv, std::string_view name, int64_t lease_ms);
 // Ends this process's lease on `name` (a clean close).
 Status ReleaseHost(Kv* kv, std::string_view name);
+// This process no longer uses host `name` of `kv`'s store, whether or not
+// ReleaseHost could say so to the index (a close with the server down):
+// it may claim it again at once, and its tools may check the store.
+void LetGo(Kv* kv, std::string_view name);
 // Every host the store has had, by name.
 Result<std::vector<std::pair<std::string, format::HostValue>>> ListHosts(Kv* kv);
 // EBUSY naming a host whose lease is running, or OK when none is: for the

@@ -7,13 +7,13 @@
 #
 # The command gets:
 #   CKPTFS_TEST_PG          the cluster's libpq URI (database postgres, user ckptfs)
-#   CKPTFS_TEST_PG_SERVER   a command that takes "stop", "start" or
-#                           "restart" and does that to the server (fault
-#                           tests), waiting until it is done
+#   CKPTFS_TEST_PG_SERVER   a command that takes "stop", "kill" (a crash),
+#                           "start" or "restart" and does that to the server
+#                           (fault tests), waiting until it is done
 #   CKPTFS_TEST_META        with --meta: the same URI, which makes the
 #                           engine's tests keep their stores' index there
 # Usage: scripts/with-postgres.sh [--meta] COMMAND [ARG...]
-#        scripts/with-postgres.sh --server DIR stop|start|restart
+#        scripts/with-postgres.sh --server DIR stop|kill|start|restart
 set -euo pipefail
 
 bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -24,17 +24,19 @@ fi
 as_pg=()
 if [ "$(id -u)" -eq 0 ]; then as_pg=(runuser -u postgres --); fi
 
-# server DIR stop|start|restart
+# server DIR stop|kill|start|restart (kill: an immediate stop, as a crash)
 server() {
   local dir=$1 what=$2
   case "$what" in
     stop) "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null ;;
+    # A crash of the server: what its log had not flushed is lost.
+    kill) "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null ;;
     start | restart)
       # Connections: every thread of every daemon of a test may hold one.
       "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast \
         -o "-c listen_addresses='' -k $dir -c max_connections=300 -c shared_buffers=128MB" \
         "$what" >/dev/null || { cat "$dir/server.log" >&2; return 1; } ;;
-    *) echo "with-postgres: --server DIR stop|start|restart" >&2; return 2 ;;
+    *) echo "with-postgres: --server DIR stop|kill|start|restart" >&2; return 2 ;;
   esac
 }
 

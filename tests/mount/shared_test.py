@@ -21,6 +21,8 @@ daemons on this machine stand for three hosts (host=h1, h2, h3):
     get no error and every host lists them all;
   - a second mount with a host name that is mounted is refused, naming the
     holder;
+  - PostgreSQL restarted under three mounts: every mount reads what all
+    wrote before, and creates files after;
   - a host killed with SIGKILL mid-save: the others go on, every file it
     closed before the kill reads back from every host, its host name mounts
     again at once, and fsck of the store, with nothing mounted, is clean;
@@ -330,6 +332,26 @@ class SharedStoreTest(unittest.TestCase):
                 self.assertEqual(lib.read_file(m.path(name)), data, "%s on %s" % (name, m.mnt))
         # The host name mounts again at once, and reads everything.
         m3.mount()
+        self.read_everywhere(files)
+        self.unmount_all_and_fsck()
+
+    def test_server_restart_under_three_mounts(self):
+        if not os.environ.get("CKPTFS_TEST_PG_SERVER"):
+            self.fail("run through scripts/with-postgres.sh --meta")
+        files = {}
+        for k, m in enumerate(self.mounts):
+            os.mkdir(m.path("d%d" % k))
+            for i in range(20):
+                name = "d%d/f%d" % (k, i)
+                files[name] = blob(name, 3000 * i)
+                lib.write_file(m.path(name), files[name], fsync=(i % 5 == 0))
+        subprocess.run(os.environ["CKPTFS_TEST_PG_SERVER"].split() + ["restart"], check=True)
+        # Every mount goes on: reads, and new files, on every host.
+        self.read_everywhere(files)
+        for k, m in enumerate(self.mounts):
+            name = "d%d/after" % ((k + 1) % len(self.mounts))
+            files[name] = blob(name, 5000)
+            lib.write_file(m.path(name), files[name])
         self.read_everywhere(files)
         self.unmount_all_and_fsck()
 
