@@ -109,9 +109,11 @@ class OverwritesTest(unittest.TestCase):
                              "segment files reached %d bytes for a %d-byte file"
                              % (largest, FILE_BYTES))
 
-        # Once the writes stop, the next pass brings it down to the live
-        # bytes plus less than compact_min.
-        deadline = time.monotonic() + 30
+        # Once the writes stop, the next passes bring it down to the live
+        # bytes plus less than compact_min (within a minute also on a busy
+        # 2-core machine: compaction copies at compact_rate and shares the
+        # cores with whatever else runs).
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and lib.segment_bytes(self.store) > 2 * FILE_BYTES:
             time.sleep(0.5)
         self.assertLessEqual(lib.segment_bytes(self.store), 2 * FILE_BYTES)
