@@ -10,7 +10,7 @@ rewrites slices.
 Every overwrite leaves dead bytes in the segment being written; background
 compaction (on by default) must give them back while the writes go on. The
 segment files are measured every 5,000 writes and at the end (after at most
-30 s of idle), the file is compared byte for byte with a copy kept in memory,
+60 s of idle), the file is compared byte for byte with a copy kept in memory,
 the daemon's peak RSS (VmHWM) is read from /proc, and fsck finds the store
 clean after the unmount. Needs CKPTFS_BIN.
 """
