@@ -251,10 +251,7 @@ class StoreImpl final : public Store {
   auto RunChange(Body body) -> decltype(body(std::declval<Txn&>())) {
     const meta::RetryPolicy policy;
     for (int attempt = 1;; ++attempt) {
-      if (attempt > 1) {
-        change_retries_.fetch_add(1, std::memory_order_relaxed);
-        meta::Backoff(policy, attempt);
-      }
+      if (attempt > 1) meta::Backoff(policy, attempt);
       Txn t(this);
       CKPTFS_RETURN_IF_ERROR(t.Begin());
       auto r = body(t);
@@ -264,8 +261,6 @@ class StoreImpl final : public Store {
   static const Status& StatusOf(const Status& s) { return s; }
   template <typename T>
   static Status StatusOf(const Result<T>& r) { return r.status(); }
-  // Namespace changes made again after a conflict.
-  std::atomic<uint64_t> change_retries_{0};
 
   // Loads attributes from the index when needed.
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
@@ -283,10 +278,11 @@ class StoreImpl final : public Store {
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name,
                                         meta::Txn* in = nullptr);
   Result<Attr> GetAttrOf(InodeState* s);
-  // ENOENT when `ino` is not there: from the inode's cached attributes
-  // when it has them, also on a shared store (a removed inode's other keys
-  // are gone too).
-  Status CheckExists(Ino ino);
+  // The type and permission bits of `ino`, from its cached attributes when
+  // it has them, also on a shared store (types never change; a removed
+  // inode's entries and other keys are gone too); ENOENT when it is not
+  // there.
+  Result<uint32_t> CachedMode(Ino ino);
   void PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue& v);
   // The next inode number. A shared store takes blocks of them in
   // transactions of their own, so that hosts never hand out one number twice.

@@ -332,6 +332,13 @@ Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
 
 // ---- queries ----
 
+Result<uint32_t> StoreImpl::CachedMode(Ino ino) {
+  InodeRef s(&inodes_, ino);
+  MutexLock l(&s->mu);
+  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  return s->attr.mode;
+}
+
 Result<Attr> StoreImpl::GetAttr(Ino ino) {
   InodeRef s(&inodes_, ino);
   return GetAttrOf(s.get());
@@ -339,15 +346,7 @@ Result<Attr> StoreImpl::GetAttr(Ino ino) {
 
 Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
-  uint32_t mode;
-  {
-    // Only the type, which never changes: no fresh read on a shared store
-    // (a parent removed meanwhile has no entries).
-    InodeRef s(&inodes_, parent);
-    MutexLock l(&s->mu);
-    CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
-    mode = s->attr.mode;
-  }
+  CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
   if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
   return GetAttr(d.ino);

@@ -29,14 +29,8 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
   });
 }
 
-Status StoreImpl::CheckExists(Ino ino) {
-  InodeRef s(&inodes_, ino);
-  MutexLock l(&s->mu);
-  return LoadLocked(s.get());
-}
-
 Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
-  CKPTFS_RETURN_IF_ERROR(CheckExists(ino));
+  CKPTFS_RETURN_IF_ERROR(CachedMode(ino).status());
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                           IndexGet(Space::kXattrs, format::XattrKey(ino, name)));
   if (!v.has_value()) return Status(ENODATA, "no such xattr");
@@ -44,7 +38,7 @@ Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
 }
 
 Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
-  CKPTFS_RETURN_IF_ERROR(CheckExists(ino));
+  CKPTFS_RETURN_IF_ERROR(CachedMode(ino).status());
   const std::string prefix = format::XattrKey(ino, "");
   std::vector<std::string> names;
   CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kXattrs, prefix, format::XattrKey(ino + 1, ""),
