@@ -2,6 +2,7 @@
 // RocksDB in a temporary directory, and PostgreSQL in the private cluster
 // that scripts/with-postgres.sh starts (CKPTFS_TEST_PG), a schema per test.
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -548,6 +549,50 @@ TEST_F(PgKvTest, PostgreSqlRestartIsWaitedOutAndNothingIsLost) {
   Writes w;
   w.Put(Space::kInodes, "third", "3");
   EXPECT_TRUE(CommitWrites(kv, &w, Durability::kLogged).ok());
+}
+
+// Runs `sql` on the test's server; its error text, empty on success.
+std::string RunSql(const std::string& sql) {
+  PGconn* c = PQconnectdb(TestPgUri().c_str());
+  PGresult* r = PQexec(c, sql.c_str());
+  const ExecStatusType t = PQresultStatus(r);
+  std::string err = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? "" : PQresultErrorMessage(r);
+  if (PQstatus(c) != CONNECTION_OK) err = PQerrorMessage(c);
+  PQclear(r);
+  PQfinish(c);
+  return err;
+}
+
+// Sync() makes every commit before it survive a crash of the server (an
+// immediate stop: what its log had not flushed is lost). The server's log
+// writer is held off (10 s) so that only Sync can have flushed the commit.
+TEST_F(PgKvTest, PostgreSqlSyncMakesEarlierCommitsSurviveAServerCrash) {
+  ASSERT_EQ(RunSql("ALTER SYSTEM SET wal_writer_delay = '10s'"), "");
+  ASSERT_EQ(RunSql("SELECT pg_reload_conf()"), "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the writer's last nap
+  PgKv* kv = backend_->pg();
+  Writes w;
+  w.Put(Space::kInodes, "logged", "1");
+  ASSERT_TRUE(CommitWrites(kv, &w, Durability::kLogged).ok());
+  ASSERT_TRUE(kv->Sync().ok());
+  ASSERT_NO_FATAL_FAILURE(Server("kill"));
+  ASSERT_NO_FATAL_FAILURE(Server("start"));
+  EXPECT_EQ(RunSql("ALTER SYSTEM RESET wal_writer_delay"), "");
+  EXPECT_EQ(RunSql("SELECT pg_reload_conf()"), "");
+  Result<std::optional<std::string>> v = Status(EIO, "not read");
+  Status st = RunReads(kv, [&](Txn* t) -> Status {
+    v = t->Get(Space::kInodes, "logged");
+    return v.status();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(*v, std::optional<std::string>("1")) << "a commit before Sync() was lost";
+  // Sync left no row behind.
+  std::optional<KeyValue> last;
+  ASSERT_TRUE(RunReads(kv, [&](Txn* t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(last, t->Last(Space::kMeta, "", ""));
+    return Status::OK();
+  }).ok());
+  EXPECT_FALSE(last.has_value()) << last->key;
 }
 
 TEST_F(PgKvTest, PostgreSqlDownFailsAfterTheWaitAndComesBack) {

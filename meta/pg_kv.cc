@@ -541,11 +541,23 @@ Result<std::unique_ptr<Txn>> PgKv::Begin(TxnMode mode) {
 }
 
 Status PgKv::Sync() {
-  // A synchronous commit that has a transaction id waits until the log is
-  // flushed up to its commit record, and so past every commit before it.
+  // A commit with synchronous_commit on flushes the log up to its commit
+  // record, and so past every commit before it, only when its transaction
+  // wrote to the log: a transaction id alone writes nothing, and such a
+  // commit flushes nothing. So the transaction puts a row and takes it back
+  // (its key is this connection's own: syncs never wait on one another),
+  // which writes the log and leaves the index as it was.
   CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  std::vector<Stmt> stmts = {Stmt{"BEGIN", {}}, Stmt{"SET LOCAL synchronous_commit TO on", {}},
-                             Stmt{"SELECT txid_current()", {}}, Stmt{"COMMIT", {}}};
+  const std::string table = schema() + ".kv_" + SpaceName(Space::kMeta);
+  const std::string key = "convert_to('sync/' || pg_backend_pid(), 'UTF8')";
+  std::vector<Stmt> stmts = {
+      Stmt{"BEGIN", {}},
+      Stmt{"SET LOCAL synchronous_commit TO on", {}},
+      Stmt{"INSERT INTO " + table + " (k, v) VALUES (" + key +
+               ", ''::bytea) ON CONFLICT DO NOTHING",
+           {}},
+      Stmt{"DELETE FROM " + table + " WHERE k = " + key, {}},
+      Stmt{"COMMIT", {}}};
   Status st = RunPipeline(c, stmts, nullptr, "sync index");
   if (!st.ok() && !ConnectionLost(c) && PQtransactionStatus(c) != PQTRANS_IDLE) {
     PGresult* r = PQexec(c, "ROLLBACK");

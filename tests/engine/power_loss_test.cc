@@ -46,6 +46,9 @@ struct FileModel {
   bool durable = false;   // created and fsynced
   bool unlinked = false;  // unlinked since (the unlink may be lost)
   uint64_t seed = 0;      // names the bytes of its writes
+  // What happened to it (w: write, t: truncate, F: fsync, R: read back
+  // after a cut, with sizes; ! failed; Fc: fsynced after the cut), for failure messages.
+  std::string how;
 };
 
 // One writer thread's files, in its own directory.
@@ -106,16 +109,24 @@ void RunWriter(Store* store, const io::FaultInjectionEnv* env, Writer* w, uint64
       if (next.size() < off + len) next.resize(off + len, '\0');
       next.replace(off, len, data);
       f->versions.push_back(std::move(next));
+      f->how += (written ? " w" : " W!") + std::to_string(f->versions.back().size());
       if (!written) return;
     } else if (op < 80) {
       FileModel* f = pick();
       if (f == nullptr) continue;
-      if (!store->Fsync(f->ino, false).ok()) return;
+      if (!store->Fsync(f->ino, false).ok()) {
+        f->how += " F!";
+        return;
+      }
       // Durable only if the power was still on when it returned (a cut waits
       // for syncs in progress).
-      if (env->cut()) continue;
+      if (env->cut()) {
+        f->how += " Fc";
+        continue;
+      }
       f->versions.erase(f->versions.begin(), f->versions.end() - 1);
       f->durable = true;
+      f->how += " F" + std::to_string(f->versions.back().size());
     } else if (op < 88) {
       FileModel* f = pick();
       if (f == nullptr) continue;
@@ -123,6 +134,7 @@ void RunWriter(Store* store, const io::FaultInjectionEnv* env, Writer* w, uint64
       req.size = f->versions.back().empty() ? 0 : rng() % f->versions.back().size();
       const bool cut = store->SetAttr(f->ino, req).ok();
       f->versions.push_back(f->versions.back().substr(0, *req.size));
+      f->how += (cut ? " t" : " T!") + std::to_string(*req.size);
       if (!cut) return;
     } else {
       FileModel* f = pick();
@@ -192,7 +204,8 @@ class PowerLossTest : public ::testing::Test {
       if (p == present.end()) {
         EXPECT_FALSE(f.durable && !f.unlinked)
             << "round " << round_ << ": " << w->dir_name << "/" << f.name
-            << " was fsynced and is gone";
+            << " was fsynced and is gone (" << f.how << "); inode " << f.ino << ": "
+            << store_->GetAttr(f.ino).status().ToString();
         it = w->files.erase(it);
         continue;
       }
@@ -218,7 +231,7 @@ class PowerLossTest : public ::testing::Test {
       ASSERT_TRUE(match) << "round " << round_ << ": " << w->dir_name << "/" << f.name << " ("
                          << got->size() << " bytes) is none of its " << f.versions.size()
                          << " versions; durable " << f.durable << ", last version "
-                         << f.versions.back().size() << " bytes";
+                         << f.versions.back().size() << " bytes (" << f.how << ")";
       if (f.durable && f.versions.size() == 1) {
         ASSERT_EQ(*got, f.versions.front()) << "round " << round_ << ": fsynced file changed";
         fsynced_checked_++;
@@ -226,6 +239,7 @@ class PowerLossTest : public ::testing::Test {
       f.ino = p->second;
       f.versions = {*got};
       f.durable = true;  // recovered from synced bytes only
+      f.how += " R" + std::to_string(round_) + ":" + std::to_string(got->size());
       f.unlinked = false;
       ++it;
     }
