@@ -197,12 +197,15 @@ struct KeptSegment {
                         // rewriting it would reclaim nothing
     kUnreadable,        // a record it holds could not be read or verified
     kStillReferenced,   // an extent still pointed into it after the copy
+    kHostMounted,       // a shared store's segment whose host a mount holds:
+                        // that mount compacts it (Store::CompactOffline)
   };
   uint64_t id = 0;
   Reason reason = Reason::kBelowRatio;
   uint64_t live_bytes = 0;
   uint64_t dead_bytes = 0;
   double dead_fraction = 0;  // dead / (live + dead); 0 when both are 0
+  std::string host;          // kHostMounted: the host's name
 };
 // A stable snake_case name of `r` ("below_ratio", "nothing_dead",
 // "unreadable", "still_referenced").
@@ -237,6 +240,19 @@ struct CompactReport {
   std::vector<std::string> errors;
 };
 
+// One host of a shared store (docs/SHARED.md, "Hosts and their files").
+struct HostInfo {
+  std::string name;
+  uint32_t id = 0;
+  // Whether a mount holds it now (its lease runs, and its process lives
+  // when it is on this machine).
+  bool mounted = false;
+  std::string holder;          // the mount that holds or last held it
+  uint32_t pid = 0;            // that mount's process
+  std::string machine;         // and its machine
+  int64_t lease_until_ms = 0;  // wall clock, ms since the epoch; 0: released
+};
+
 // The latest compaction of an open store (Store::LastCompaction): what it was
 // asked to do and what it did.
 struct CompactionRecord {
@@ -258,7 +274,10 @@ class Store {
   // Returns true when `dir` holds a store (its FORMAT file exists).
   static bool IsStore(const std::string& dir);
   // Open + Compact + Close of a store that is not open (EBUSY with a
-  // StoreHolder payload when it is).
+  // StoreHolder payload when it is). A shared store's segments are
+  // compacted host by host, each as its host, which this takes in turn; the
+  // segments of a host that a mount holds are kept (kHostMounted) for that
+  // mount to compact; EBUSY, naming one, when every host is mounted.
   static Result<CompactReport> CompactOffline(const std::string& dir,
                                               const CompactOptions& options);
 
@@ -426,6 +445,8 @@ class Store {
   // Whether the store is shared (its index in PostgreSQL; docs/SHARED.md):
   // other hosts may change it at any time.
   virtual bool Shared() const = 0;
+  // A shared store's hosts, by name; none for an embedded store.
+  virtual Result<std::vector<HostInfo>> Hosts() = 0;
   // Forgets what the store remembers of `ino` beyond the index (its
   // attributes, extents and verified blocks), so that the next call reads
   // it afresh: an open of a shared store's file (close-to-open). Nothing

@@ -78,7 +78,7 @@ VictimChoice ChooseVictims(const std::vector<SegmentInfo>& segments, uint64_t ac
     const uint64_t dead = static_cast<uint64_t>(seg.dead_bytes);
     const double frac = live + dead == 0 ? 0.0 : static_cast<double>(dead) / double(live + dead);
     const bool open_end = seg.id == active || seg.id == newest;
-    KeptSegment k{seg.id, KeptSegment::Reason::kBelowRatio, live, dead, frac};
+    KeptSegment k{seg.id, KeptSegment::Reason::kBelowRatio, live, dead, frac, ""};
     if (open_end && dead == 0) {
       k.reason = KeptSegment::Reason::kNothingDead;
       c.kept.push_back(k);
@@ -104,7 +104,10 @@ const char* KeptReasonName(KeptSegment::Reason r) {
       return "nothing_dead";
     case KeptSegment::Reason::kUnreadable:
       return "unreadable";
-    case KeptSegment::Reason::kStillReferenced: return "still_referenced";
+    case KeptSegment::Reason::kStillReferenced:
+      return "still_referenced";
+    case KeptSegment::Reason::kHostMounted:
+      return "host_mounted";
   }
   return "unknown";
 }
@@ -124,20 +127,101 @@ std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
       return seg + "holds a record that could not be read (run ckptfs fsck)";
     case KeptSegment::Reason::kStillReferenced:
       return seg + "still referenced after its data was copied";
+    case KeptSegment::Reason::kHostMounted:
+      return seg + "its host \"" + k.host + "\" is mounted; that mount compacts it";
   }
   return seg + "kept";
 }
 
-Result<CompactReport> Store::CompactOffline(const std::string& dir, const CompactOptions& options) {
-  StoreOptions so;
-  so.create_if_missing = false;
-  so.holder = "ckptfs compact (pid " + std::to_string(::getpid()) + ")";
+namespace {
+
+// Open + Compact + Close with `so`.
+Result<CompactReport> OpenAndCompact(const std::string& dir, const StoreOptions& so,
+                                     const CompactOptions& options) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(dir, so));
   Result<CompactReport> r = store->Compact(options);
   Status cs = store->Close();
   if (!r.ok()) return r;
   if (!cs.ok()) return cs;
   return r;
+}
+
+void AddReport(CompactReport r, CompactReport* total) {
+  total->segments_rewritten += r.segments_rewritten;
+  total->bytes_reclaimed += r.bytes_reclaimed;
+  total->bytes_copied += r.bytes_copied;
+  total->seconds += r.seconds;
+  total->segments.insert(total->segments.end(), r.segments.begin(), r.segments.end());
+  for (KeptSegment& k : r.kept) total->kept.push_back(std::move(k));
+  for (std::string& e : r.errors) total->errors.push_back(std::move(e));
+}
+
+}  // namespace
+
+Result<CompactReport> Store::CompactOffline(const std::string& dir, const CompactOptions& options) {
+  StoreOptions so;
+  so.create_if_missing = false;
+  so.holder = "ckptfs compact (pid " + std::to_string(::getpid()) + ")";
+  struct stat st;
+  if (::stat((dir + "/" + format::kSharedFileName).c_str(), &st) != 0) {
+    return OpenAndCompact(dir, so, options);
+  }
+  // A shared store: its hosts and segments as they are now, from a
+  // read-only open (which takes no host).
+  std::vector<HostInfo> hosts;
+  std::vector<SegmentInfo> segments;
+  {
+    StoreOptions ro = so;
+    ro.read_only = true;
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(dir, ro));
+    Result<std::vector<HostInfo>> h = store->Hosts();
+    Result<std::vector<SegmentInfo>> s = store->ListSegments();
+    Status cs = store->Close();
+    CKPTFS_RETURN_IF_ERROR(h.status());
+    CKPTFS_RETURN_IF_ERROR(s.status());
+    CKPTFS_RETURN_IF_ERROR(cs);
+    hosts = std::move(*h);
+    segments = std::move(*s);
+  }
+  CompactReport total;
+  const HostInfo* mounted = nullptr;  // the first host kept for its mount
+  bool compacted = false;
+  for (const HostInfo& h : hosts) {
+    if (!h.mounted) {
+      StoreOptions as_host = so;
+      as_host.host = h.name;
+      Result<CompactReport> r = OpenAndCompact(dir, as_host, options);
+      if (r.ok()) {
+        AddReport(std::move(*r), &total);
+        compacted = true;
+        continue;
+      }
+      if (r.status().code() != EBUSY) return r.status().Annotate("host \"" + h.name + "\"");
+      // A mount took it meanwhile.
+    }
+    if (mounted == nullptr) mounted = &h;
+    for (const SegmentInfo& s : segments) {
+      if (s.id >> format::kHostIdShift != h.id) continue;
+      KeptSegment k;
+      k.id = s.id;
+      k.reason = KeptSegment::Reason::kHostMounted;
+      k.live_bytes = static_cast<uint64_t>(std::max<int64_t>(s.live_bytes, 0));
+      k.dead_bytes = static_cast<uint64_t>(std::max<int64_t>(s.dead_bytes, 0));
+      const uint64_t all = k.live_bytes + k.dead_bytes;
+      k.dead_fraction = all == 0 ? 0 : static_cast<double>(k.dead_bytes) / static_cast<double>(all);
+      k.host = h.name;
+      total.kept.push_back(std::move(k));
+    }
+  }
+  if (!compacted && mounted != nullptr) {
+    // Every host is mounted: refused, as an embedded store in use is.
+    return Status(EBUSY, "store " + dir + " is in use by " + mounted->holder + " (host \"" +
+                             mounted->name + "\")")
+        .WithPayload(StoreHolder{mounted->holder, static_cast<pid_t>(mounted->pid)});
+  }
+  std::sort(total.kept.begin(), total.kept.end(),
+            [](const KeptSegment& a, const KeptSegment& b) { return a.id < b.id; });
+  return total;
 }
 
 Result<CompactReport> StoreImpl::Compact(const CompactOptions& options) {
@@ -280,7 +364,7 @@ Status StoreImpl::CompactRound(const std::set<uint64_t>& round,
     if (still_used.count(id)) {
       const auto v = std::find_if(victims.begin(), victims.end(),
                                   [id](const Victim& x) { return x.id == id; });
-      KeptSegment k{id, KeptSegment::Reason::kUnreadable, v->live, 0, v->dead_fraction};
+      KeptSegment k{id, KeptSegment::Reason::kUnreadable, v->live, 0, v->dead_fraction, ""};
       if (!run->failed.count(id)) {
         k.reason = KeptSegment::Reason::kStillReferenced;
         run->errors.push_back("segment " + std::to_string(id) + " is still referenced; kept");

@@ -126,6 +126,7 @@ class StoreImpl final : public Store {
   Result<NamespaceCounts> CountNamespace() override;
   StoreOptions GetOptions() override;
   bool Shared() const override { return shared_.has_value(); }
+  Result<std::vector<HostInfo>> Hosts() override;
   void Reread(Ino ino) override;
   Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
   std::optional<CompactionRecord> LastCompaction() override;

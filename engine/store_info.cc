@@ -11,6 +11,7 @@
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
 #include "engine/store_impl.h"
+#include "meta/hosts.h"
 #include "meta/pg_kv.h"
 
 namespace ckptfs::engine {
@@ -40,6 +41,25 @@ Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
       info.sealed = st.sealed != 0;
     }
     out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Result<std::vector<HostInfo>> StoreImpl::Hosts() {
+  std::vector<HostInfo> out;
+  if (!shared_.has_value()) return out;
+  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_.get()));
+  const int64_t now = meta::WallMs();
+  for (auto& [name, v] : hosts) {
+    HostInfo h;
+    h.mounted = !meta::HostIsFree(kv_.get(), name, v, now);
+    h.name = std::move(name);
+    h.id = v.id;
+    h.holder = std::move(v.holder);
+    h.pid = v.pid;
+    h.machine = std::move(v.machine);
+    h.lease_until_ms = v.lease_until_ms;
+    out.push_back(std::move(h));
   }
   return out;
 }

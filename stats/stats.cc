@@ -222,6 +222,20 @@ Result<nlohmann::ordered_json> StoreSummary(engine::Store& store) {
            {"data_file_bytes", n.data_file_bytes},
        }},
   };
+  if (store.Shared()) {
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::HostInfo> hosts, store.Hosts());
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const engine::HostInfo& h : hosts) {
+      list.push_back({{"name", h.name},
+                      {"id", h.id},
+                      {"mounted", h.mounted},
+                      {"holder", h.holder},
+                      {"pid", h.pid},
+                      {"machine", h.machine},
+                      {"lease_until_ms", h.lease_until_ms}});
+    }
+    j["hosts"] = std::move(list);
+  }
   if (std::optional<engine::CompactionRecord> last = store.LastCompaction()) {
     j["last_compaction"] = LastCompactionJson(*last);
   }

@@ -142,6 +142,15 @@ void StoreRows(const Json& j, Rows* rows) {
                                          HumanBytes(Count(j, "/storage/data_file_bytes")));
   }
   rows->emplace_back("index", HumanBytes(Count(j, "/storage/index_bytes")));
+  // A shared store's hosts: "3 (mounted: a, b)".
+  if (const Json* hosts = At(j, "/hosts"); hosts != nullptr && hosts->is_array()) {
+    std::string mounted;
+    for (const Json& h : *hosts) {
+      if (h.value("mounted", false)) mounted += (mounted.empty() ? "" : ", ") + h.value("name", "");
+    }
+    rows->emplace_back("hosts", std::to_string(hosts->size()) + " (mounted: " +
+                                    (mounted.empty() ? "none" : mounted) + ")");
+  }
 }
 
 // What background compaction (a mount's) and `ckptfs compact` would do, and

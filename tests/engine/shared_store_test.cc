@@ -7,6 +7,7 @@
 // --meta sets CKPTFS_TEST_META); skipped otherwise.
 #include <sys/stat.h>
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -41,6 +42,7 @@ class SharedStoreTest : public ::testing::Test {
     o.host = host;
     o.env = env;
     o.holder = "host " + host;
+    o.segment_size = 1u << 20;  // the smallest: several sealed segments to compact
     return Store::Open(dir_.store(), o);
   }
 
@@ -160,6 +162,86 @@ TEST_F(SharedStoreTest, AHostIsHeldByOneOpenAndWritesItsOwnSegments) {
   }
   EXPECT_EQ(hosts.size(), 2u) << "the two hosts appended to segments of one id range";
   EXPECT_EQ(hosts.count(0), 0u) << "a shared store's host has id 0";
+}
+
+// Offline compaction takes each host that no mount holds in turn and
+// compacts its segments as that host; a mounted host's segments stay for
+// its mount to compact.
+TEST_F(SharedStoreTest, OfflineCompactionCompactsEveryHostNoMountHolds) {
+  // Each host writes 40 files of 60 KB (two sealed segments and more) and
+  // deletes three in four.
+  std::map<std::string, std::string> kept;  // name -> bytes
+  for (Store* s : {a_.get(), b_.get()}) {
+    const std::string host = s == a_.get() ? "a" : "b";
+    for (int i = 0; i < 40; ++i) {
+      const std::string name = host + std::to_string(i);
+      ASSERT_OK_AND_ASSIGN(Attr f, s->Create(kRootIno, name, S_IFREG | 0644, 0, 0, 0));
+      const std::string data = PatternData(f.ino, 0, 60'000);
+      ASSERT_OK(WriteAll(s, f.ino, 0, data));
+      if (i % 4 == 0) {
+        kept[name] = data;
+      }
+    }
+    for (int i = 0; i < 40; ++i) {
+      if (i % 4 != 0) ASSERT_OK(s->Unlink(kRootIno, host + std::to_string(i)));
+    }
+    ASSERT_OK(s->SyncAll());
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<HostInfo> hosts, b_->Hosts());
+  ASSERT_EQ(hosts.size(), 2u);
+  const uint32_t a_id = hosts[0].id, b_id = hosts[1].id;
+  EXPECT_EQ(hosts[0].name, "a");
+  EXPECT_EQ(hosts[1].name, "b");
+  EXPECT_TRUE(hosts[0].mounted && hosts[1].mounted);
+  EXPECT_EQ(hosts[0].holder, "host a");
+  ASSERT_OK(a_->Close());
+  a_.reset();
+  ASSERT_OK_AND_ASSIGN(hosts, b_->Hosts());
+  EXPECT_FALSE(hosts[0].mounted) << "a closed";
+  EXPECT_TRUE(hosts[1].mounted);
+
+  CompactOptions co;
+  co.dead_ratio = 0.5;
+  ASSERT_OK_AND_ASSIGN(CompactReport r, Store::CompactOffline(dir_.store(), co));
+  EXPECT_GE(r.segments_rewritten, 2u);
+  for (uint64_t id : r.segments) EXPECT_EQ(id >> format::kHostIdShift, a_id) << id;
+  size_t b_kept = 0;
+  for (const KeptSegment& k : r.kept) {
+    if (k.id >> format::kHostIdShift != b_id) continue;
+    EXPECT_EQ(k.reason, KeptSegment::Reason::kHostMounted) << k.id;
+    EXPECT_EQ(k.host, "b");
+    EXPECT_EQ(DescribeKept(k, 0.5),
+              "segment " + std::to_string(k.id) + ": its host \"b\" is mounted; that mount "
+              "compacts it");
+    ++b_kept;
+  }
+  EXPECT_GE(b_kept, 2u);
+  // b reads a's files from their new segments, and its own.
+  for (const auto& [name, data] : kept) {
+    ASSERT_OK_AND_ASSIGN(Attr f, b_->Lookup(kRootIno, name));
+    b_->Reread(f.ino);
+    ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(b_.get(), f.ino));
+    EXPECT_EQ(got, data) << name;
+  }
+
+  // With b closed too, its segments go the same way.
+  ASSERT_OK(b_->Close());
+  b_.reset();
+  ASSERT_OK_AND_ASSIGN(r, Store::CompactOffline(dir_.store(), co));
+  EXPECT_GE(r.segments_rewritten, 2u);
+  for (uint64_t id : r.segments) EXPECT_EQ(id >> format::kHostIdShift, b_id) << id;
+  for (const KeptSegment& k : r.kept) EXPECT_NE(k.reason, KeptSegment::Reason::kHostMounted);
+  ASSERT_OK_AND_ASSIGN(a_, OpenHost("a", env_a_));
+  for (const auto& [name, data] : kept) {
+    ASSERT_OK_AND_ASSIGN(Attr f, a_->Lookup(kRootIno, name));
+    ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(a_.get(), f.ino));
+    EXPECT_EQ(got, data) << name;
+  }
+  FsckOptions fo;
+  ASSERT_OK(a_->Close());
+  a_.reset();
+  ASSERT_OK_AND_ASSIGN(FsckReport report, engine::Fsck(dir_.store(), fo));
+  EXPECT_TRUE(report.clean());
 }
 
 }  // namespace

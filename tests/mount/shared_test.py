@@ -35,6 +35,7 @@ Needs CKPTFS_BIN.
 
 import errno
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -265,7 +266,6 @@ class SharedStoreTest(unittest.TestCase):
         r = subprocess.run([harness.ckptfs_bin(), "compact", "--dead-ratio", "0.1", "--json",
                             m1.mnt], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        import json
         report = json.loads(r.stdout)
         self.assertGreater(report["segments_rewritten"], 0, report)
         self.assertGreater(report["bytes_reclaimed"], 0, report)
@@ -274,7 +274,66 @@ class SharedStoreTest(unittest.TestCase):
         for m in (m2, m3):
             self.assertEqual(sorted(os.listdir(m.path("c"))),
                              sorted(n.split("/")[1] for n in files))
+        # Host h1 unmounts; more of its files go. `ckptfs stat` lists the
+        # hosts, and `ckptfs compact STORE` compacts h1's segments as h1
+        # while h2 and h3 stay mounted.
+        for i in range(1, 80, 4):
+            os.unlink(m3.path("c/f%d" % i))
+            del files["c/f%d" % i]
+        m1.unmount()
+        r = subprocess.run([harness.ckptfs_bin(), "stat", "--json", m2.mnt], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        hosts = {h["name"]: h for h in json.loads(r.stdout)["hosts"]}
+        self.assertEqual(sorted(hosts), list(HOSTS))
+        self.assertEqual([n for n in HOSTS if hosts[n]["mounted"]], ["h2", "h3"])
+        self.assertEqual(hosts["h2"]["pid"], m2.pid)
+        r = subprocess.run([harness.ckptfs_bin(), "stat", m2.mnt], capture_output=True, text=True)
+        self.assertIn("(mounted: h2, h3)", r.stdout)
+        r = subprocess.run([harness.ckptfs_bin(), "compact", "--dead-ratio", "0.1", "--json",
+                            self.store], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        report = json.loads(r.stdout)
+        self.assertGreater(report["segments_rewritten"], 0, report)
+        self.assertEqual({s >> 40 for s in report["segments"]}, {hosts["h1"]["id"]}, report)
+        for m in (m2, m3):
+            for name, data in files.items():
+                self.assertEqual(lib.read_file(m.path(name)), data, "%s on %s" % (name, m.mnt))
         self.unmount_all_and_fsck()
+
+    def test_tools_on_every_mount_and_on_the_store(self):
+        files = {}
+        os.mkdir(self.mounts[0].path("t"))
+        for i, m in enumerate(self.mounts):
+            for k in range(4):
+                name = "t/h%d_%d" % (i + 1, k)
+                files[name] = blob(name, 3000 + 150000 * k)
+                lib.write_file(m.path(name), files[name])
+
+        def run(*args):
+            r = subprocess.run([harness.ckptfs_bin()] + list(args), capture_output=True,
+                               text=True)
+            self.assertEqual(r.returncode, 0, " ".join(args) + ": " + r.stdout + r.stderr)
+            return r.stdout
+        # Through each mount, on files every host wrote.
+        for m in self.mounts:
+            for name, data in files.items():
+                j = json.loads(run("info", "--json", m.path(name)))[0]
+                self.assertEqual(j["size"], len(data), name)
+            v = json.loads(run("verify", "--json", m.path("t")))
+            self.assertEqual(v["files"], len(files), v)
+            run("warmup", m.path("t"))
+        # On the store, with nothing mounted.
+        self.unmount_all_and_fsck()
+        j = json.loads(run("stat", "--json", self.store))
+        self.assertEqual(j["namespace"]["files"], len(files))
+        self.assertEqual(sorted(h["name"] for h in j["hosts"]), list(HOSTS))
+        self.assertFalse(any(h["mounted"] for h in j["hosts"]), j["hosts"])
+        report = json.loads(run("compact", "--json", self.store))
+        self.assertFalse([k for k in report["kept"] if "is mounted" in k], report)
+        for m in self.mounts:
+            m.mount()
+        self.read_everywhere(files)
 
     def test_host_name_taken(self):
         other = harness.Mount(self.store, os.path.join(self.tmp, "mnt_dup"), ["host=h2"])
