@@ -41,6 +41,18 @@ struct InodeState {
   // it was empty (0: not known, as for a file written before the store
   // was opened): a later value there means its bytes may have been synced.
   uint64_t first_write_syncs GUARDED_BY(mu) = 0;
+  // On a shared store, the solo epoch (StoreImpl::SoloEpoch) that began
+  // before `attr` was last read from the index: within it no other host
+  // changes the inode, so `attr` stays what the index holds. 0: none.
+  uint64_t solo_epoch GUARDED_BY(mu) = 0;
+  // The solo epoch in which the inode was known to have no extended
+  // attributes (this host made it then, or listed none). 0: none.
+  uint64_t no_xattrs_epoch GUARDED_BY(mu) = 0;
+  // And the solo epoch in which the one extended attribute absent_xattr
+  // was read and not found (the kernel asks for security.capability before
+  // every write). 0: none.
+  uint64_t absent_xattr_epoch GUARDED_BY(mu) = 0;
+  std::string absent_xattr GUARDED_BY(mu);
   // Guarded by the mutex of the InodeTable shard that holds this entry
   // (which the analysis cannot name from here).
   int pins = 0;

@@ -447,6 +447,12 @@ class Store {
   virtual bool Shared() const = 0;
   // A shared store's hosts, by name; none for an embedded store.
   virtual Result<std::vector<HostInfo>> Hosts() = 0;
+  // For how many seconds from now the kernel may keep what it is told of
+  // names and attributes: without bound (infinity) for an embedded store,
+  // whose changes all come through this process. On a shared store, up to
+  // a second while this open is the only mounted host (a writable open
+  // holds one), else 0 (docs/SHARED.md, "What one host sees").
+  virtual double CacheSeconds() const = 0;
   // Forgets what the store remembers of `ino` beyond the index (its
   // attributes, extents and verified blocks), so that the next call reads
   // it afresh: an open of a shared store's file (close-to-open). Nothing

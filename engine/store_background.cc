@@ -5,6 +5,7 @@
 // free_empty, deletes segments nothing live is in.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -71,6 +72,74 @@ Status StoreImpl::RenewLeaseIfDue() {
     host_lost_ = true;  // another mount took the host: its segments are its own now
   }
   return s.Annotate("lease of host \"" + host_name_ + "\"");
+}
+
+namespace {
+int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+Result<bool> StoreImpl::WatchHostsOnce() {
+  // The grant runs from before the read: a host that claimed its record
+  // after the read's snapshot waits kJoinWaitMs, past the grant's end.
+  const auto started = std::chrono::steady_clock::now();
+  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_.get()));
+  const int64_t now = meta::WallMs();
+  bool others = false;
+  for (const auto& [name, v] : hosts) {
+    if (name != host_name_ && !meta::HostIsFree(kv_.get(), name, v, now)) others = true;
+  }
+  if (others || host_lost_) {
+    solo_until_ns_ = 0;
+    return others;
+  }
+  // A new epoch when the last grant ran out: readers load solo_until_ns_
+  // first, so one that sees the new grant sees the new epoch.
+  const int64_t from = SteadyNs(started);
+  if (solo_until_ns_.load() <= from) solo_epoch_.fetch_add(1);
+  solo_until_ns_ = from + int64_t{kSoloGrantMs} * 1'000'000;
+  return false;
+}
+
+uint64_t StoreImpl::SoloEpoch() const {
+  const int64_t until = solo_until_ns_.load();
+  if (until <= SteadyNs(std::chrono::steady_clock::now())) return 0;
+  return solo_epoch_.load();
+}
+
+double StoreImpl::CacheSeconds() const {
+  if (!shared_.has_value()) return std::numeric_limits<double>::infinity();
+  const int64_t left = solo_until_ns_.load() - SteadyNs(std::chrono::steady_clock::now());
+  return left > 0 ? static_cast<double>(left) / 1e9 : 0.0;
+}
+
+void StoreImpl::StartHostsWatch() {
+  hosts_watch_ = std::thread([this] {
+    for (;;) {
+      {
+        MutexLock l(&hosts_watch_mu_);
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(kHostsWatchMs);
+        while (!hosts_watch_stop_ && hosts_watch_cv_.WaitUntil(&hosts_watch_mu_, deadline)) {
+        }
+        if (hosts_watch_stop_) return;
+      }
+      // A read that fails grants nothing more: the grant runs out.
+      (void)WatchHostsOnce();
+    }
+  });
+}
+
+void StoreImpl::StopHostsWatch() {
+  solo_until_ns_ = 0;
+  if (!hosts_watch_.joinable()) return;
+  {
+    MutexLock l(&hosts_watch_mu_);
+    hosts_watch_stop_ = true;
+    hosts_watch_cv_.SignalAll();
+  }
+  hosts_watch_.join();
 }
 
 Status StoreImpl::DropGoneSegments() {

@@ -43,6 +43,12 @@ Status StoreImpl::CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t e
     case ExtentMapCache::Lookup::kAbsent:
       break;
   }
+  if (shared_.has_value() && s->loaded && s->attr.size == 0) {
+    // An empty file has no extents (a truncation punches them): no index
+    // read, a round trip to the server of a shared store.
+    extent_maps_.Insert(s->ino, {});
+    return Status::OK();
+  }
   // No batch of this inode commits while s->mu is held: the map loaded now
   // stays equal to the index until Commit applies the next one.
   std::vector<Extent> all;

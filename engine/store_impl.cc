@@ -249,6 +249,16 @@ Status StoreImpl::Init() {
     CKPTFS_RETURN_IF_ERROR(RemoveUnusedDataFiles());
   }
   StartBackgroundCompaction();
+  if (host_id_ != 0) {
+    // Beside other mounted hosts, whose kernels may keep names and
+    // attributes they were told before this host came: it serves once
+    // that has timed out.
+    const Result<bool> others = WatchHostsOnce();
+    if (!others.ok() || *others) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
+    }
+    StartHostsWatch();
+  }
   return Status::OK();
 }
 
@@ -422,6 +432,7 @@ Status StoreImpl::RemoveUnusedDataFiles() {
 
 Status StoreImpl::Close() {
   if (closed_.exchange(true)) return Status(EIO, "store already closed");
+  StopHostsWatch();
   StopBackgroundCompaction();
   Status result;
   if (!options_.read_only && kv_ != nullptr) {

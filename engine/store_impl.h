@@ -34,9 +34,13 @@
 #include <rocksdb/db.h>
 
 #include <atomic>
+#include <unordered_map>
+#include <optional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/commit_gate.h"
@@ -127,6 +131,7 @@ class StoreImpl final : public Store {
   StoreOptions GetOptions() override;
   bool Shared() const override { return shared_.has_value(); }
   Result<std::vector<HostInfo>> Hosts() override;
+  double CacheSeconds() const override;
   void Reread(Ino ino) override;
   Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
   std::optional<CompactionRecord> LastCompaction() override;
@@ -225,6 +230,8 @@ class StoreImpl final : public Store {
     Status Purge(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
     // Writes the batch and, on success, the working copies into the cache.
     Status Commit() NO_THREAD_SAFETY_ANALYSIS;
+    // A locked inode's extended attributes change.
+    void XattrsChanged(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
 
     StoreImpl* st;
     std::vector<InodeRef> refs;
@@ -548,6 +555,51 @@ class StoreImpl final : public Store {
   uint32_t host_id_ = 0;
   std::atomic<int64_t> lease_renewed_ms_{0};
   std::atomic<bool> host_lost_{false};
+  // The only mounted host of a shared store lets the kernel cache names and
+  // attributes (CacheSeconds) until solo_until_ns_ (steady clock; 0: not).
+  // A thread reads the host records every kHostsWatchMs and, when no other
+  // host is mounted, moves that moment to kSoloGrantMs after the read
+  // started. A host that mounts beside others waits kJoinWaitMs before it
+  // serves: by then what the kernels of the others were told before they
+  // saw it has timed out (docs/SHARED.md, "What one host sees").
+  static constexpr int64_t kHostsWatchMs = 250;
+  static constexpr int64_t kSoloGrantMs = 1000;
+  static constexpr int64_t kJoinWaitMs = kSoloGrantMs * 11 / 10 + 100;
+  std::atomic<int64_t> solo_until_ns_{0};
+  // Counts the solo periods: a grant that begins after the last one ran
+  // out begins a new epoch (another host may have changed anything in
+  // between). What the store read or wrote in an epoch stays exact while
+  // its grant runs.
+  std::atomic<uint64_t> solo_epoch_{0};
+  // The current solo epoch while its grant runs; 0 otherwise, and always
+  // for an embedded store.
+  uint64_t SoloEpoch() const;
+  // Inodes this host made in a solo epoch and has not loaded since (the
+  // kernel learns of one from the reply, and loads it then): the first
+  // load, or refresh, takes its entry, and uses it while that epoch runs
+  // instead of reading the index. At most kMadeMax, the oldest dropped.
+  struct Made {
+    uint64_t epoch = 0;
+    format::InodeValue attr;
+  };
+  static constexpr size_t kMadeMax = 4096;
+  Mutex made_mu_;  // a leaf lock
+  std::unordered_map<uint64_t, Made> made_ GUARDED_BY(made_mu_);
+  std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
+  void RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr);
+  std::optional<Made> TakeMade(uint64_t ino);
+  // Whether extended attribute `name` of `s` is known absent in solo epoch
+  // `epoch` (0: never).
+  bool KnownAbsentLocked(InodeState* s, std::string_view name, uint64_t epoch) REQUIRES(s->mu);
+  // Whether another host is mounted: a read of the host records. Moves
+  // solo_until_ns_ on when none is.
+  Result<bool> WatchHostsOnce();
+  void StartHostsWatch();
+  void StopHostsWatch();
+  std::thread hosts_watch_;
+  Mutex hosts_watch_mu_;
+  CondVar hosts_watch_cv_;
+  bool hosts_watch_stop_ GUARDED_BY(hosts_watch_mu_) = false;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit

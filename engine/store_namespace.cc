@@ -111,6 +111,11 @@ Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   return Purge(ino);
 }
 
+void StoreImpl::Txn::XattrsChanged(uint64_t ino) {
+  State(ino)->no_xattrs_epoch = 0;
+  State(ino)->absent_xattr_epoch = 0;
+}
+
 Status StoreImpl::Txn::Commit() {
   for (auto& [ino, v] : attrs) {
     if (std::find(purged.begin(), purged.end(), ino) == purged.end()) {
@@ -140,6 +145,16 @@ Status StoreImpl::LoadLocked(InodeState* s) {
 Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
+  const uint64_t epoch = SoloEpoch();  // before the read
+  if (std::optional<Made> m = shared_.has_value() ? TakeMade(s->ino) : std::nullopt;
+      m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
+    // Made by this host in the epoch that runs: the index holds this.
+    s->attr = std::move(m->attr);
+    s->loaded = true;
+    s->solo_epoch = epoch;
+    s->no_xattrs_epoch = epoch;
+    return Status::OK();
+  }
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                           ReadIndex(in, Space::kInodes, format::InodeKey(s->ino)));
   if (!v.has_value()) {
@@ -151,11 +166,16 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
   s->attr = std::move(iv);
   s->loaded = true;
+  s->solo_epoch = epoch;
   return Status::OK();
 }
 
 Status StoreImpl::FreshLocked(InodeState* s) {
-  return shared_.has_value() ? RefreshLocked(s) : LoadLocked(s);
+  if (!shared_.has_value()) return LoadLocked(s);
+  // Read in the solo epoch that still runs: the index holds the same.
+  const uint64_t epoch = SoloEpoch();
+  if (epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch) return Status::OK();
+  return RefreshLocked(s);
 }
 
 Result<std::optional<std::string>> StoreImpl::ReadIndex(meta::Txn* in, Space s,
@@ -390,7 +410,9 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
-  return ChangeNamespace([&](Txn& t) -> Result<Attr> {
+  uint64_t epoch = 0;  // the solo epoch before the commit
+  format::InodeValue made;
+  Result<Attr> a = ChangeNamespace([&](Txn& t) -> Result<Attr> {
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
     format::InodeValue& p = t.Edit(parent);
     if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
@@ -411,9 +433,34 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     PutInode(&t.batch, ino, n);
     AddName(&t, parent, name, {ino, TypeOf(n.mode)});
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
+    epoch = SoloEpoch();
     CKPTFS_RETURN_IF_ERROR(t.Commit());
+    made = n;
     return ToAttr(ino, n);
   });
+  // Alone, the new inode is known as made, with no extended attributes.
+  if (a.ok() && epoch != 0) RememberMade(a->ino, epoch, std::move(made));
+  return a;
+}
+
+void StoreImpl::RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr) {
+  MutexLock l(&made_mu_);
+  if (!made_.emplace(ino, Made{epoch, std::move(attr)}).second) return;
+  made_order_.push_back(ino);
+  while (made_order_.size() > kMadeMax) {
+    made_.erase(made_order_.front());
+    made_order_.pop_front();
+  }
+}
+
+std::optional<StoreImpl::Made> StoreImpl::TakeMade(uint64_t ino) {
+  MutexLock l(&made_mu_);
+  if (made_.empty()) return std::nullopt;
+  auto it = made_.find(ino);
+  if (it == made_.end()) return std::nullopt;
+  std::optional<Made> m = std::move(it->second);
+  made_.erase(it);  // its id stays in made_order_ until it comes first
+  return m;
 }
 
 Result<Attr> StoreImpl::Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,

@@ -194,6 +194,7 @@ Result<bool> StoreImpl::WriteInlineLocked(InodeState* s, uint64_t offset, std::s
 
 Status StoreImpl::FoldInlineHead(uint64_t ino, uint64_t offset, std::string_view data,
                                  std::string* folded) {
+  if (offset == 0) return Status::OK();  // the write covers the head's start: nothing folds
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> head,
                           IndexGet(Space::kExtents, format::ExtentKey(ino, 0)));
   if (!head.has_value()) return Status::OK();

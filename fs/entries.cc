@@ -86,11 +86,12 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     Result<Attr> a = control ? fs.control().Lookup(parent, name) : fs.store().Lookup(parent, name);
     if (a.ok()) return fs.ReplyEntry(r, *a);
     if (a.status().code() == ENOENT && !control) {
-      // A negative entry: the kernel remembers the miss for entry_timeout.
-      // Creating the name goes through the kernel, which drops it then.
+      // A negative entry: the kernel remembers the miss for
+      // negative_timeout. Creating the name goes through the kernel, which
+      // drops it then.
       fuse_entry_param e{};
       e.ino = 0;
-      e.entry_timeout = fs.options().negative_timeout;
+      e.entry_timeout = fs.NegativeTimeout();
       r.Entry(e);
       return;
     }

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -95,12 +96,18 @@ struct stat Filesystem::ToStat(const Attr& a) const {
   return st;
 }
 
+// The options' timeouts, within what the store allows (Store::CacheSeconds:
+// on a shared store, while this mount is the only mounted host).
 double Filesystem::AttrTimeout(Ino ino) const {
-  return IsControlFile(ino) ? 0.0 : options_.attr_timeout;
+  return IsControlFile(ino) ? 0.0 : std::min(options_.attr_timeout, store_->CacheSeconds());
 }
 
 double Filesystem::EntryTimeout(Ino ino) const {
-  return IsControlFile(ino) ? 0.0 : options_.entry_timeout;
+  return IsControlFile(ino) ? 0.0 : std::min(options_.entry_timeout, store_->CacheSeconds());
+}
+
+double Filesystem::NegativeTimeout() const {
+  return std::min(options_.negative_timeout, store_->CacheSeconds());
 }
 
 fuse_entry_param Filesystem::ToEntry(const Attr& a) const {

@@ -67,6 +67,7 @@ class Filesystem {
   // each open looks them up again (see control.h).
   double AttrTimeout(engine::Ino ino) const;
   double EntryTimeout(engine::Ino ino) const;
+  double NegativeTimeout() const;
   fuse_entry_param ToEntry(const engine::Attr& a) const;
 
   // Answers a request that hands `a` to the kernel (lookup, mkdir, ...):

@@ -253,13 +253,14 @@ std::string MountHolder(pid_t pid, const std::string& mountpoint) {
 }
 
 // What a mount of a shared store serves with (docs/SHARED.md, "What one
-// host sees of another's work"): the kernel caches no names, attributes or
-// misses, so that a call that starts after another host's change returned
-// sees it; no write-back cache, whose cached sizes the kernel would trust
-// over another host's; and no passthrough. Opens are answered (fs/data.cc)
-// without keeping the cached pages: close-to-open for file contents.
+// host sees of another's work"): the kernel caches names, attributes and
+// misses only while this mount is the only mounted host, and for a second
+// at most (Store::CacheSeconds bounds the timeouts), so that a call that
+// starts after another host's change returned sees it; no write-back
+// cache, whose cached sizes the kernel would trust over another host's;
+// and no passthrough. Opens are answered (fs/data.cc) without keeping the
+// cached pages: close-to-open for file contents.
 MountOptions ForSharedStore(MountOptions o) {
-  o.entry_timeout = o.attr_timeout = o.negative_timeout = 0;
   o.writeback_cache = false;
   o.passthrough = o.passthrough_writes = false;
   return o;

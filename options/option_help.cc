@@ -80,7 +80,7 @@ std::string MountOptionsHelp() {
   out += "\n";
   for (const OptionSpec& spec : OptionTable()) {
     std::string name = "  " + std::string(spec.name);
-    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec.type));
+    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec));
     if (!spec.off_name.empty()) name += ", " + std::string(spec.off_name);
     out += name;
     size_t column = name.size();
@@ -112,7 +112,7 @@ std::string OptionsMarkdown() {
       "| --- | --- | --- | --- |\n";
   for (const OptionSpec& spec : OptionTable()) {
     std::string name = "`" + std::string(spec.name);
-    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec.type));
+    if (spec.type != OptionType::kFlag) name += "=" + std::string(Placeholder(spec));
     name += "`";
     out += "| " + name + " | " + OptionValueHuman(spec, spec.field.get(defaults)) + " | " +
            std::string(spec.help) + " | " + (spec.runtime ? "yes" : "no") + " |\n";

@@ -103,7 +103,8 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kText,
      .field = kStoreField<&StoreOptions::host>,
      .help = "a shared store (docs/SHARED.md): the host name this mount writes as; each "
-             "mount of the store needs its own (default: the machine's name)"},
+             "mount of the store needs its own (default: the machine's name)",
+     .placeholder = "NAME"},
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::coalesce_gap>,
@@ -195,15 +196,18 @@ constexpr OptionSpec kOptions[] = {
     {.name = "attr_timeout",
      .type = OptionType::kSeconds,
      .field = kMountField<&MountOptions::attr_timeout>,
-     .help = "seconds the kernel caches attributes"},
+     .help = "seconds the kernel caches attributes (a shared store: only while no other host "
+             "is mounted, a second at most)"},
     {.name = "entry_timeout",
      .type = OptionType::kSeconds,
      .field = kMountField<&MountOptions::entry_timeout>,
-     .help = "seconds the kernel caches names found"},
+     .help = "seconds the kernel caches names found (a shared store: only while no other host "
+             "is mounted, a second at most)"},
     {.name = "negative_timeout",
      .type = OptionType::kSeconds,
      .field = kMountField<&MountOptions::negative_timeout>,
-     .help = "seconds the kernel caches names not found"},
+     .help = "seconds the kernel caches names not found (a shared store: only while no other host "
+             "is mounted, a second at most)"},
     {.name = "allow_other",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::allow_other>,
@@ -413,6 +417,10 @@ std::string_view Placeholder(OptionType type) {
       return "URL";
   }
   return "";
+}
+
+std::string_view Placeholder(const OptionSpec& spec) {
+  return spec.placeholder.empty() ? Placeholder(spec.type) : spec.placeholder;
 }
 
 

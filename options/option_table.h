@@ -64,6 +64,8 @@ struct OptionSpec {
   std::string_view off_name = {};
   // What it does, for people (Markdown: `code` in backquotes).
   std::string_view help;
+  // The value's name in help ("host=NAME"); "" for the type's (Placeholder).
+  std::string_view placeholder = {};
 };
 
 // Every option, in the order people see them.
@@ -80,6 +82,8 @@ std::span<const std::string_view> FstabOptions();
 inline constexpr std::string_view kFstabPrefix = "x-";
 // The placeholder for the value in "name=VALUE"; "" for flags.
 std::string_view Placeholder(OptionType type);
+// The value's name in `spec`'s help: its own, or its type's.
+std::string_view Placeholder(const OptionSpec& spec);
 
 // Whether `key` (given with a value or not) is an option of /etc/fstab or
 // mount(8) that ckptfs accepts and ignores: defaults, auto, noauto, _netdev,

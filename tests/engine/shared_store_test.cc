@@ -7,6 +7,7 @@
 // --meta sets CKPTFS_TEST_META); skipped otherwise.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -162,6 +163,56 @@ TEST_F(SharedStoreTest, AHostIsHeldByOneOpenAndWritesItsOwnSegments) {
   }
   EXPECT_EQ(hosts.size(), 2u) << "the two hosts appended to segments of one id range";
   EXPECT_EQ(hosts.count(0), 0u) << "a shared store's host has id 0";
+}
+
+// A host alone trusts what it read and wrote since it found itself alone
+// (attributes, files it made, extended attributes found absent); a host
+// that opens beside it waits until that trust has run out, and its changes
+// are seen at once.
+TEST_F(SharedStoreTest, AHostAloneTrustsItsCachesUntilAnotherHostOpens) {
+  ASSERT_OK(b_->Close());
+  b_.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a reads the hosts again
+  EXPECT_GT(a_->CacheSeconds(), 0.0) << "alone, a's kernel may cache";
+  ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(kRootIno, "f", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 0, PatternData(1, 0, 5000)));
+  ASSERT_OK(a_->Fsync(f.ino, true));
+  // Held open, as the kernel's knowledge of an inode holds it in a mount:
+  // what a remembers of it stays.
+  ASSERT_OK(a_->OpenFile(f.ino));
+  ASSERT_OK_AND_ASSIGN(Attr before, a_->GetAttr(f.ino));
+  EXPECT_EQ(before.size, 5000u);
+  EXPECT_ERRNO(ENODATA, a_->GetXattr(f.ino, "user.tag"));
+
+  const auto opening = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(b_, OpenHost("b", env_b_));
+  EXPECT_GE(std::chrono::steady_clock::now() - opening, std::chrono::milliseconds(1000))
+      << "b served before a's grant ran out";
+  EXPECT_EQ(a_->CacheSeconds(), 0.0) << "beside b, a's kernel caches nothing";
+  EXPECT_EQ(b_->CacheSeconds(), 0.0);
+  SetAttrRequest req;
+  req.size = 1234;
+  ASSERT_OK(b_->SetAttr(f.ino, req).status());
+  ASSERT_OK(b_->SetXattr(f.ino, "user.tag", "from b", 0));
+  ASSERT_OK_AND_ASSIGN(Attr g, b_->Create(kRootIno, "g", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr seen, a_->Lookup(kRootIno, "g"));
+  EXPECT_EQ(seen.ino, g.ino);
+  ASSERT_OK(b_->SyncAll());
+
+  // b goes before a looks at f again: a is alone again, and trusts nothing
+  // from before b came.
+  ASSERT_OK(b_->Close());
+  b_.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_GT(a_->CacheSeconds(), 0.0);
+  ASSERT_OK_AND_ASSIGN(Attr after, a_->GetAttr(f.ino));
+  EXPECT_EQ(after.size, 1234u);
+  ASSERT_OK_AND_ASSIGN(std::string tag, a_->GetXattr(f.ino, "user.tag"));
+  EXPECT_EQ(tag, "from b");
+  a_->Reread(f.ino);
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(a_.get(), f.ino));
+  EXPECT_EQ(got, PatternData(1, 0, 1234));
+  ASSERT_OK(a_->Release(f.ino));
 }
 
 // Offline compaction takes each host that no mount holds in turn and

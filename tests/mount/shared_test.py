@@ -146,6 +146,44 @@ class SharedStoreTest(unittest.TestCase):
         self.assertEqual(os.stat(m2.path("a")).st_mode & 0o777, 0o600)
         self.unmount_all_and_fsck()
 
+    def test_a_mount_alone_caches_and_a_host_that_comes_sees_at_once(self):
+        m1, m2, m3 = self.mounts
+        os.makedirs(m1.path("d"))
+        lib.write_file(m1.path("d/x"), b"x")
+        m2.unmount()
+        m3.unmount()
+        time.sleep(0.6)  # m1's next read of the hosts finds it alone
+
+        def lookups(n):
+            before = m1.stats()["fs"]["ops"]["lookups"]
+            for _ in range(n):
+                os.stat(m1.path("d/x"))
+                self.assertFalse(os.path.exists(m1.path("d/new")))
+            return m1.stats()["fs"]["ops"]["lookups"] - before
+        # Alone, the kernel keeps names, attributes and misses: 200 stats of
+        # three names reach the daemon a few times (each time they run out).
+        self.assertLess(lookups(100), 20)
+        for round_ in range(3):
+            # The miss of d/new and the entry of d/x are in m1's kernel when
+            # h2 mounts, renames d/x and creates d/new: m1 sees both at once.
+            self.assertFalse(os.path.exists(m1.path("d/new")))
+            os.stat(m1.path("d/x"))
+            m2.mount()
+            os.rename(m2.path("d/x"), m2.path("d/y"))
+            lib.write_file(m2.path("d/new"), b"new%d" % round_)
+            self.assertFalse(os.path.exists(m1.path("d/x")), round_)
+            self.assertEqual(lib.read_file(m1.path("d/new")), b"new%d" % round_)
+            self.assertEqual(lib.read_file(m1.path("d/y")), b"x")
+            os.unlink(m1.path("d/new"))
+            os.rename(m1.path("d/y"), m1.path("d/x"))
+            # Beside another host nothing is kept.
+            self.assertGreaterEqual(lookups(20), 40)
+            m2.unmount()
+            time.sleep(0.6)
+        m2.mount()
+        m3.mount()
+        self.unmount_all_and_fsck()
+
     def test_close_to_open(self):
         m1, m2, _ = self.mounts
         for size in (100, 70000, 3 << 20):
