@@ -19,7 +19,9 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             medians over the mounts.
 The embedded store (one mount) and the plain directory (one writer) do the
 same work. PostgreSQL transactions per file created come from the server's
-pg_stat_database.
+pg_stat_database; round trips per file, and the share of the writers' time
+that the daemons spent waiting on the server, from the mounts' stats
+(engine.index_round_trips, engine.index_wait_ns).
 
 Run beside a PostgreSQL cluster, as root (drop_caches, mounting):
   scripts/with-postgres.sh /usr/bin/python3 bench/shared_bench.py
@@ -150,6 +152,13 @@ class Setup:
         for m in self.mounts:
             m.unmount()
 
+    def index_waits(self):
+        """Round trips to PostgreSQL and seconds spent waiting on them, over
+        every mount (the engine's index_round_trips and index_wait_ns)."""
+        engines = [m.stats()["engine"] for m in self.mounts]
+        return (sum(e.get("index_round_trips", 0) for e in engines),
+                sum(e.get("index_wait_ns", 0) for e in engines) / 1e9)
+
     def run(self):
         a = self.args
         wipe(self.base)
@@ -164,12 +173,20 @@ class Setup:
             tmp = "step_1.orbax-checkpoint-tmp"
             os.mkdir(os.path.join(roots[0], tmp))
             c0 = pg_commits() if self.meta else None
+            w0 = self.index_waits() if self.meta else None
             t0 = time.monotonic()
             run_all([lambda k=k: write_dirs(os.path.join(roots[k], tmp), share[k], a.chunk)
                      for k in range(writers)])
             os.rename(os.path.join(roots[0], tmp), os.path.join(roots[0], "step_1"))
             files = a.dirs * (1 + len(CHUNKS))
-            out["create_files_s"] = files / (time.monotonic() - t0)
+            elapsed = time.monotonic() - t0
+            out["create_files_s"] = files / elapsed
+            if self.meta:
+                w1 = self.index_waits()
+                out["pg_round_trips_per_file"] = (w1[0] - w0[0]) / files
+                # Of the writers' time, the share the daemons spent waiting
+                # on the server (one writer a mount).
+                out["pg_wait_share"] = (w1[1] - w0[1]) / (elapsed * writers)
             c1 = pg_commits() if self.meta else None
             if c0 is not None and c1 is not None:
                 out["pg_txns_per_file"] = (c1 - c0) / files
@@ -242,15 +259,18 @@ def main():
         results.append(Setup(a, "shared-%d" % n, n, meta).run())
     emb = results[1]
     print("\n| setup | create files/s | x embedded | rank writes MB/s | cold restore, own "
-          "files/s | others' files/s | rank read MB/s | PostgreSQL txns/file |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "files/s | others' files/s | rank read MB/s | PostgreSQL txns/file | round trips/file "
+          "| time waiting on PostgreSQL |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
-        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        share = r.get("pg_wait_share")
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["setup"], fmt(r["create_files_s"]),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["restore_own_files_s"]),
             fmt(r.get("restore_others_files_s")), fmt(r["restore_rank_mb_s"]),
-            fmt(r.get("pg_txns_per_file"), 1)))
+            fmt(r.get("pg_txns_per_file"), 1), fmt(r.get("pg_round_trips_per_file"), 1),
+            "-" if share is None else "%.0f%%" % (100 * share)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

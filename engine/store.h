@@ -130,6 +130,9 @@ struct EngineStats {
   // read.
   uint64_t direct_writes = 0, direct_adoptions = 0, direct_adopted_bytes = 0;
   uint64_t direct_rereads = 0;
+  // A shared store's round trips to PostgreSQL, and the time calls spent
+  // waiting for them (0 for an embedded store).
+  uint64_t index_round_trips = 0, index_wait_ns = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value and the

@@ -90,6 +90,9 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.direct_adoptions = counters_.direct_adoptions;
   s.direct_adopted_bytes = counters_.direct_adopted_bytes;
   s.direct_rereads = counters_.direct_rereads;
+  const meta::IndexWaits waits = kv_->Waits();
+  s.index_round_trips = waits.round_trips;
+  s.index_wait_ns = waits.wait_ns;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
     s.live_bytes += static_cast<uint64_t>(seg.live_bytes);

@@ -165,6 +165,13 @@ enum class TxnMode : uint8_t {
   kReads,
 };
 
+// Round trips to an index's server and the time the callers spent
+// waiting for them, since the index was opened.
+struct IndexWaits {
+  uint64_t round_trips = 0;
+  uint64_t wait_ns = 0;
+};
+
 // An index: where transactions begin. Thread-safe.
 class Kv {
  public:
@@ -179,6 +186,8 @@ class Kv {
   // background thread every second or so (PostgreSQL: folds merge
   // operands). Default: nothing.
   virtual Status Maintain() { return Status::OK(); }
+  // Its server's round trips (PostgreSQL); none for an embedded index.
+  virtual IndexWaits Waits() const { return {}; }
 };
 
 // How RunTxn runs a body again after a conflict.

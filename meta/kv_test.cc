@@ -345,6 +345,25 @@ TEST_P(KvTest, SyncedCommitsAndSync) {
   EXPECT_EQ(Get(Space::kMeta, "volatile"), "yes"s);
 }
 
+// A server's index counts its round trips and the time spent in them; an
+// embedded one has none.
+TEST_P(KvTest, WaitsCountTheServersRoundTrips) {
+  const IndexWaits before = kv_->Waits();
+  Write([&](Txn* t) { t->Put(Space::kMeta, "k", "v"); });
+  EXPECT_EQ(Get(Space::kMeta, "k"), "v"s);
+  ASSERT_TRUE(kv_->Sync().ok());
+  const IndexWaits after = kv_->Waits();
+  if (!backend_->DetectsConflicts()) {  // RocksDB
+    EXPECT_EQ(after.round_trips, 0u);
+    EXPECT_EQ(after.wait_ns, 0u);
+    return;
+  }
+  // The commit, the read, the end of the read's transaction and the sync:
+  // one pipeline each.
+  EXPECT_EQ(after.round_trips - before.round_trips, 4u);
+  EXPECT_GT(after.wait_ns, before.wait_ns);
+}
+
 TEST_P(KvTest, MergesFromManyThreadsNeverConflictAndAddUp) {
   const int threads = 8, each = 100;
   std::atomic<int> runs{0};

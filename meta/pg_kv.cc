@@ -62,8 +62,8 @@ Status StatementError(PGconn* c, const PGresult* r, const std::string& what) {
 // Sends `stmts` in one pipeline and waits for all their results: one round
 // trip. On success `out` (when given) holds one result per statement. On
 // failure the first statement's error; the statements after it did not run.
-Status RunPipeline(PGconn* c, const std::vector<Stmt>& stmts, std::vector<PgResult>* out,
-                   const std::string& what) {
+Status RunPipelineUncounted(PGconn* c, const std::vector<Stmt>& stmts,
+                            std::vector<PgResult>* out, const std::string& what) {
   if (out != nullptr) out->clear();
   if (PQenterPipelineMode(c) != 1) return StatementError(c, nullptr, what);
   std::vector<const char*> values;
@@ -106,6 +106,16 @@ Status RunPipeline(PGconn* c, const std::vector<Stmt>& stmts, std::vector<PgResu
   }
   PQexitPipelineMode(c);
   return first;
+}
+
+// One pipeline (statements sent at once, then their results read): one
+// round trip to the server, counted in `kv`.
+Status RunPipeline(PgKv* kv, PGconn* c, const std::vector<Stmt>& stmts,
+                   std::vector<PgResult>* out, const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  Status st = RunPipelineUncounted(c, stmts, out, what);
+  kv->CountRoundTrip(start);
+  return st;
 }
 
 std::string_view Cell(const PGresult* r, int row, int col) {
@@ -302,11 +312,11 @@ class PgTxn final : public Txn {
     while (stmts.size() - at > kPipelineMax) {
       std::vector<Stmt> part(stmts.begin() + at, stmts.begin() + at + kPipelineMax);
       at += kPipelineMax;
-      CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(conn_, part, nullptr, "write index")));
+      CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(kv_, conn_, part, nullptr, "write index")));
     }
     std::vector<Stmt> last(stmts.begin() + at, stmts.end());
     last.push_back(Stmt{"COMMIT", {}});
-    Status st = RunPipeline(conn_, last, nullptr, "commit index");
+    Status st = RunPipeline(kv_, conn_, last, nullptr, "commit index");
     if (st.ok()) {
       ended_ = true;
       return st;
@@ -343,7 +353,7 @@ class PgTxn final : public Txn {
     }
     stmts.push_back(stmt);
     std::vector<PgResult> results;
-    CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(conn_, stmts, &results, what)));
+    CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(kv_, conn_, stmts, &results, what)));
     *out = std::move(results.back());
     return Status::OK();
   }
@@ -558,7 +568,7 @@ Status PgKv::Sync() {
            {}},
       Stmt{"DELETE FROM " + table + " WHERE k = " + key, {}},
       Stmt{"COMMIT", {}}};
-  Status st = RunPipeline(c, stmts, nullptr, "sync index");
+  Status st = RunPipeline(this, c, stmts, nullptr, "sync index");
   if (!st.ok() && !ConnectionLost(c) && PQtransactionStatus(c) != PQTRANS_IDLE) {
     PGresult* r = PQexec(c, "ROLLBACK");
     PQclear(r);
@@ -568,6 +578,19 @@ Status PgKv::Sync() {
 }
 
 std::string PgKv::Describe() const { return "PostgreSQL " + server_ + " schema " + schema(); }
+
+IndexWaits PgKv::Waits() const {
+  return IndexWaits{round_trips_.load(std::memory_order_relaxed),
+                    wait_ns_.load(std::memory_order_relaxed)};
+}
+
+void PgKv::CountRoundTrip(std::chrono::steady_clock::time_point start) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  round_trips_.fetch_add(1, std::memory_order_relaxed);
+  wait_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
 
 Status PgKv::Maintain() {
   size_t folded = 0;

@@ -25,6 +25,8 @@
 #pragma once
 
 #include <memory>
+#include <atomic>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,9 @@ class PgKv final : public Kv {
   std::string Describe() const override;
   // Folds up to kFoldPerPass keys' merge operands (FoldMerges).
   Status Maintain() override;
+  IndexWaits Waits() const override;
+  // Counts one round trip that began at `start`.
+  void CountRoundTrip(std::chrono::steady_clock::time_point start);
   static constexpr size_t kFoldPerPass = 1024;
 
   // Folds the merge operands of up to `max_keys` keys into their values;
@@ -117,6 +122,8 @@ class PgKv final : public Kv {
   std::string server_;  // "HOST:PORT/DB", for messages
   Mutex mu_;
   std::vector<PGconn*> idle_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> round_trips_{0};
+  std::atomic<uint64_t> wait_ns_{0};
 };
 
 }  // namespace ckptfs::meta
