@@ -494,6 +494,34 @@ class SharedStoreTest(unittest.TestCase):
         self.unmount_all_and_fsck()
 
 
+class EmbeddedStoreTest(unittest.TestCase):
+    """The cases above that apply to one host, on one mount of an embedded
+    store that stands for all three: the orbax flow, names and misses seen at
+    once, close-to-open, and the conflicts (O_EXCL races, rmdir against a
+    filling thread, creates in one directory from six threads)."""
+
+    def setUp(self):
+        self.tmp = harness.make_tmpdir()
+        self.store = os.path.join(self.tmp, "store")
+        meta = os.environ.pop("CKPTFS_TEST_META", None)  # an embedded store
+        try:
+            m = harness.Mount(self.store, os.path.join(self.tmp, "mnt"), [])
+            m.mount()
+        finally:
+            if meta is not None:
+                os.environ["CKPTFS_TEST_META"] = meta
+        self.assertFalse(os.path.exists(os.path.join(self.store, "SHARED")))
+        self.mounts = [m, m, m]
+
+    tearDown = SharedStoreTest.tearDown
+    unmount_all_and_fsck = SharedStoreTest.unmount_all_and_fsck
+    read_everywhere = SharedStoreTest.read_everywhere
+    test_orbax_flow_across_three_mounts = SharedStoreTest.test_orbax_flow_across_three_mounts
+    test_names_seen_at_once = SharedStoreTest.test_names_seen_at_once
+    test_close_to_open = SharedStoreTest.test_close_to_open
+    test_conflicts = SharedStoreTest.test_conflicts
+
+
 if __name__ == "__main__":
     harness.require_fuse()
     harness.set_deadline(400)
