@@ -588,6 +588,11 @@ class StoreImpl final : public Store {
   std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
   void RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr);
   std::optional<Made> TakeMade(uint64_t ino);
+  // A shared store's file read with a hole in [start, end) of the extents
+  // `ex`: ESTALE when its inode is gone (another host removed it while this
+  // one has it open; its extents went with it), rather than zeros.
+  Status CheckHoleOfLiveFile(Ino ino, const std::vector<Extent>& ex, uint64_t start,
+                             uint64_t end);
   // Whether extended attribute `name` of `s` is known absent in solo epoch
   // `epoch` (0: never).
   bool KnownAbsentLocked(InodeState* s, std::string_view name, uint64_t epoch) REQUIRES(s->mu);

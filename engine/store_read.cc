@@ -247,7 +247,10 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   std::vector<Extent> ex;
   if (extent_maps_.Collect(ino, offset, end, &ex) != ExtentMapCache::Lookup::kHeld) {
     CKPTFS_ASSIGN_OR_RETURN(const bool covered, ExtentCovering(ino, offset, end, &ex));
-    if (!covered) CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
+    if (!covered) {
+      CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
+      CKPTFS_RETURN_IF_ERROR(CheckHoleOfLiveFile(ino, ex, offset, end));
+    }
   }
   Status st = ReadExtentsInto(ino, ex, offset, end, buf);
   if (!st.ok() && shared_.has_value() && st.payload<SegmentMissing>() != nullptr) {
@@ -256,11 +259,29 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     ex.clear();
     extent_maps_.Forget(ino);
     CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
+    CKPTFS_RETURN_IF_ERROR(CheckHoleOfLiveFile(ino, ex, offset, end));
     st = ReadExtentsInto(ino, ex, offset, end, buf);
   }
   CKPTFS_RETURN_IF_ERROR(st);
   counters_.read_bytes += len;
   return len;
+}
+
+Status StoreImpl::CheckHoleOfLiveFile(Ino ino, const std::vector<Extent>& ex, uint64_t start,
+                                      uint64_t end) {
+  if (!shared_.has_value()) return Status::OK();
+  uint64_t covered = start;  // the extents come in offset order
+  for (const Extent& e : ex) {
+    if (e.offset > covered) break;
+    covered = std::max(covered, e.offset + e.value.length);
+  }
+  if (covered >= end) return Status::OK();
+  // Inode numbers are never used twice: gone now, it was gone or going
+  // when its extents were read.
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                          IndexGet(Space::kInodes, format::InodeKey(ino)));
+  if (v.has_value()) return Status::OK();
+  return Status(ESTALE, "inode " + std::to_string(ino) + " was removed by another host");
 }
 
 Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset,

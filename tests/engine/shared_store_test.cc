@@ -215,6 +215,26 @@ TEST_F(SharedStoreTest, AHostAloneTrustsItsCachesUntilAnotherHostOpens) {
   ASSERT_OK(a_->Release(f.ino));
 }
 
+// A file that host a removes while host b has it open: b reads the bytes it
+// found at its open while they exist, then ESTALE (as NFS answers), never
+// zeros.
+TEST_F(SharedStoreTest, AFileRemovedByAnotherHostReadsEstaleNotZeros) {
+  const std::string data = PatternData(3, 0, 300'000);
+  ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(kRootIno, "f", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 0, data));
+  ASSERT_OK(a_->Fsync(f.ino, true));
+  ASSERT_OK(b_->OpenFile(f.ino));
+  b_->Reread(f.ino);
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->GetAttr(f.ino));  // b knows its size
+  EXPECT_EQ(seen.size, data.size());
+  ASSERT_OK(a_->Unlink(kRootIno, "f"));
+  std::string buf(data.size(), '\0');
+  Result<size_t> n = b_->Read(f.ino, 0, buf.size(), buf.data());
+  ASSERT_FALSE(n.ok()) << "read " << *n << " bytes of a removed file";
+  EXPECT_EQ(n.status().code(), ESTALE) << n.status().ToString();
+  ASSERT_OK(b_->Release(f.ino));
+}
+
 // Offline compaction takes each host that no mount holds in turn and
 // compacts its segments as that host; a mounted host's segments stay for
 // its mount to compact.
