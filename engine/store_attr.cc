@@ -226,10 +226,7 @@ void StoreImpl::Reread(Ino ino) {
   extent_maps_.Forget(ino);
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
-  // Attributes read in the solo epoch that runs are what the index holds.
-  const uint64_t epoch = SoloEpoch();
-  if (epoch != 0 && s->solo_epoch == epoch) return;
-  s->loaded = false;
+  if (!SoloFreshLocked(s.get())) s->loaded = false;
 }
 
 Status StoreImpl::Release(Ino ino) {

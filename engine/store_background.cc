@@ -3,6 +3,7 @@
 // compacts (engine/store_compact.cc) when the dead space passes the
 // threshold the options set (compact_dead, compact_min), or, with
 // free_empty, deletes segments nothing live is in.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -84,12 +85,10 @@ Result<bool> StoreImpl::WatchHostsOnce() {
   // The grant runs from before the read: a host that claimed its record
   // after the read's snapshot waits kJoinWaitMs, past the grant's end.
   const auto started = std::chrono::steady_clock::now();
-  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_.get()));
-  const int64_t now = meta::WallMs();
-  bool others = false;
-  for (const auto& [name, v] : hosts) {
-    if (name != host_name_ && !meta::HostIsFree(kv_.get(), name, v, now)) others = true;
-  }
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<HostInfo> hosts, Hosts());
+  const bool others = std::any_of(hosts.begin(), hosts.end(), [&](const HostInfo& h) {
+    return h.mounted && h.name != host_name_;
+  });
   if (others || host_lost_) {
     solo_until_ns_ = 0;
     return others;
@@ -100,6 +99,11 @@ Result<bool> StoreImpl::WatchHostsOnce() {
   if (solo_until_ns_.load() <= from) solo_epoch_.fetch_add(1);
   solo_until_ns_ = from + int64_t{kSoloGrantMs} * 1'000'000;
   return false;
+}
+
+bool StoreImpl::SoloFreshLocked(const InodeState* s) const {
+  const uint64_t epoch = SoloEpoch();
+  return epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch;
 }
 
 uint64_t StoreImpl::SoloEpoch() const {

@@ -574,6 +574,9 @@ class StoreImpl final : public Store {
   // The current solo epoch while its grant runs; 0 otherwise, and always
   // for an embedded store.
   uint64_t SoloEpoch() const;
+  // Whether `s` was read or written in the solo epoch that runs: what the
+  // index holds.
+  bool SoloFreshLocked(const InodeState* s) const REQUIRES(s->mu);
   // Inodes this host made in a solo epoch and has not loaded since (the
   // kernel learns of one from the reply, and loads it then): the first
   // load, or refresh, takes its entry, and uses it while that epoch runs

@@ -172,10 +172,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
 
 Status StoreImpl::FreshLocked(InodeState* s) {
   if (!shared_.has_value()) return LoadLocked(s);
-  // Read in the solo epoch that still runs: the index holds the same.
-  const uint64_t epoch = SoloEpoch();
-  if (epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch) return Status::OK();
-  return RefreshLocked(s);
+  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s);
 }
 
 Result<std::optional<std::string>> StoreImpl::ReadIndex(meta::Txn* in, Space s,
@@ -435,7 +432,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
     epoch = SoloEpoch();
     CKPTFS_RETURN_IF_ERROR(t.Commit());
-    made = n;
+    if (epoch != 0) made = n;
     return ToAttr(ino, n);
   });
   // Alone, the new inode is known as made, with no extended attributes.
