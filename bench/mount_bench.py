@@ -104,7 +104,8 @@ def default_fuse_floor(ckptfs):
     return os.path.join(build, "bench", "passthrough_hp")
 
 
-def main():
+def parser():
+    """The command line's options."""
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
@@ -144,11 +145,12 @@ def main():
     ap.add_argument("--report-only", metavar="DIR",
                     help="measure nothing: rebuild results.md and coalescing.png in DIR from "
                          "DIR/results.json")
-    args = ap.parse_args()
-    measure.QUIET_WAIT_S = args.wait_quiet
+    return ap
 
-    if args.report_only:
-        return report_only(args.report_only)
+
+def check_args(ap, args):
+    """Exits with a message unless the options make a run that can measure;
+    resolves --fuse-floor (None: the floor's column is left out)."""
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         ap.error("unknown workloads: %s" % ",".join(sorted(unknown)))
@@ -166,17 +168,23 @@ def main():
             "leaving its column out" % args.fuse_floor)
         args.fuse_floor = None
 
-    if args.priority:
-        # Inherited by every child: dd, `ckptfs mount` and so the daemons.
-        os.setpriority(os.PRIO_PROCESS, 0, -20)
-        r = subprocess.run(["ionice", "-c", "1", "-n", "0", "-p", str(os.getpid())],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            log("ionice failed: %s" % r.stderr.strip())
 
-    b = Bench(args)
+def raise_priority():
+    """nice -20 and the realtime I/O class for this process and, inherited,
+    every child: dd, `ckptfs mount` and so the daemons."""
+    os.setpriority(os.PRIO_PROCESS, 0, -20)
+    r = subprocess.run(["ionice", "-c", "1", "-n", "0", "-p", str(os.getpid())],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        log("ionice failed: %s" % r.stderr.strip())
+
+
+def prepare_work(b):
+    """Makes the work and results dirs, unmounts what an earlier run left
+    mounted and checks the work dir has room; returns the (target,
+    mountpoint) pairs the run mounts."""
     os.makedirs(b.work, exist_ok=True)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(b.args.out, exist_ok=True)
     mounts = [(b.fs, b.path(MOUNTPOINT["ckptfs"]))]
     if b.floor:
         mounts.append((b.floor, b.path(MOUNTPOINT["floor"])))
@@ -185,8 +193,8 @@ def main():
             sys.exit("mount_bench: cannot unmount %s" % mnt)
     if b.floor:
         wipe(b.floor.log_path)
-    need = (2 * b.big_size + 2 * GIB) if ("big" in args.workloads or "disk" in args.workloads) \
-        else GIB
+    workloads = b.args.workloads
+    need = (2 * b.big_size + 2 * GIB) if ("big" in workloads or "disk" in workloads) else GIB
     free = shutil.disk_usage(b.work).free
     if free < need:
         sys.exit("mount_bench: %s has %.1f GiB free, need %.1f GiB"
@@ -194,9 +202,67 @@ def main():
     fstype, _ = fs_of(b.work)
     if fstype in ("tmpfs", "ramfs", "overlay"):
         log("warning: %s is on %s, not a disk: figures will not mean much" % (b.work, fstype))
+    return mounts
 
-    b.results["env"] = environment(b)
 
+def probe_mount_defaults(b):
+    """Records in the environment the default coalescing, configuration and
+    FUSE readahead of a fresh mount, for the report."""
+    env = b.results["env"]
+    b.fs.mount(b.path("store-probe"), b.path("mnt"))
+    cfg = b.fs.config()
+    env["default_coalesce_gap"] = human_size(int(cfg.get("coalesce_gap", 0)))
+    env["default_coalesce_max"] = human_size(int(cfg.get("coalesce_max", 0)))
+    env["default_config"] = cfg
+    env["fuse_read_ahead_kb"] = b.fs.bdi_read_ahead_kb()
+    b.fs.umount()
+    wipe(b.path("store-probe"))
+
+
+# What the workloads leave in the work dir.
+WORK_ENTRIES = ("store-big", "plain-big", "store-layout", "plain-layout",
+                "store-probe", "dd.bin", "warm-up.bin", "store-fw", "plain-fw",
+                "store-scaling", "plain-scaling", "store-pieces",
+                "plain-pieces", "floor-big", "floor-layout", "floor.log")
+
+
+def remove_work(b):
+    """Deletes what the workloads left in the work dir."""
+    for name in WORK_ENTRIES:
+        p = b.path(name)
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.lexists(p):
+            os.unlink(p)
+
+
+def unmount_all(b, mounts):
+    """Unmounts every target; unless --keep, and only once nothing is left
+    mounted, deletes the work dir's data. Records the floor's output."""
+    try:
+        for m, _ in mounts:
+            m.umount()
+        if b.floor:
+            b.results["env"]["fuse_floor_output"] = b.floor.output()
+    finally:
+        if all([m.unmount_leftover(mnt) for m, mnt in mounts]) and not b.args.keep:
+            remove_work(b)
+
+
+def save_raw_results(b, t0, ok):
+    """Writes results.json as the run left it, complete (`ok`) or not."""
+    env = b.results["env"]
+    env["elapsed_s"] = time.perf_counter() - t0
+    env["completed"] = ok
+    with open("/proc/loadavg") as f:
+        env["loadavg_end"] = f.read().split()[:3]
+    with open(os.path.join(b.args.out, "results.json"), "w") as f:
+        json.dump(b.results, f, indent=1)
+
+
+def measure_all(b, mounts):
+    """Runs the workloads; whatever happens, unmounts and saves results.json.
+    Returns the time it started (time.perf_counter)."""
     def on_term(signum, frame):
         raise KeyboardInterrupt("signal %d" % signum)
     signal.signal(signal.SIGTERM, on_term)
@@ -204,40 +270,31 @@ def main():
     t0 = time.perf_counter()
     ok = False
     try:
-        # The mount's default coalescing, for the report.
-        b.fs.mount(b.path("store-probe"), b.path("mnt"))
-        cfg = b.fs.config()
-        b.results["env"]["default_coalesce_gap"] = human_size(int(cfg.get("coalesce_gap", 0)))
-        b.results["env"]["default_coalesce_max"] = human_size(int(cfg.get("coalesce_max", 0)))
-        b.results["env"]["default_config"] = cfg
-        b.results["env"]["fuse_read_ahead_kb"] = b.fs.bdi_read_ahead_kb()
-        b.fs.umount()
-        wipe(b.path("store-probe"))
+        probe_mount_defaults(b)
         run_all(b)
         ok = True
     finally:
         try:
-            for m, _ in mounts:
-                m.umount()
-            if b.floor:
-                b.results["env"]["fuse_floor_output"] = b.floor.output()
+            unmount_all(b, mounts)
         finally:
-            if all([m.unmount_leftover(mnt) for m, mnt in mounts]) and not args.keep:
-                for name in ("store-big", "plain-big", "store-layout", "plain-layout",
-                             "store-probe", "dd.bin", "warm-up.bin", "store-fw", "plain-fw",
-                             "store-scaling", "plain-scaling", "store-pieces",
-                             "plain-pieces", "floor-big", "floor-layout", "floor.log"):
-                    p = b.path(name)
-                    if os.path.isdir(p):
-                        shutil.rmtree(p, ignore_errors=True)
-                    elif os.path.lexists(p):
-                        os.unlink(p)
-        b.results["env"]["elapsed_s"] = time.perf_counter() - t0
-        b.results["env"]["completed"] = ok
-        with open("/proc/loadavg") as f:
-            b.results["env"]["loadavg_end"] = f.read().split()[:3]
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(b.results, f, indent=1)
+            save_raw_results(b, t0, ok)
+    return t0
+
+
+def main():
+    ap = parser()
+    args = ap.parse_args()
+    measure.QUIET_WAIT_S = args.wait_quiet
+    if args.report_only:
+        return report_only(args.report_only)
+    check_args(ap, args)
+    if args.priority:
+        raise_priority()
+
+    b = Bench(args)
+    mounts = prepare_work(b)
+    b.results["env"] = environment(b)
+    t0 = measure_all(b, mounts)
 
     b.results["env"]["elapsed_s"] = time.perf_counter() - t0
     md = write_report(b.results, args.out)
