@@ -759,107 +759,158 @@ def order_for(rep, items):
 
 
 def run_all(b):
-    args = b.args
-    wl = set(args.workloads.split(","))
-    R = b.results
+    """Runs every repetition of the workloads in --workloads, in a fixed
+    order, each side's results into b.results under the workload's key."""
+    wl = set(b.args.workloads.split(","))
     if "big" in wl or "disk" in wl:
-        R["big"] = {"size_bytes": b.big_size, "ckptfs": [], "plain": [], "dd": []}
-        if "big" in wl and b.floor:
-            R["big"]["floor"] = []
-        # The first large write of a run on this VM's disk runs at a third of
-        # the later ones' speed whichever side makes it (the host allocates
-        # behind the virtual disk): an untimed one goes first.
-        log("big %s: warm-up write, untimed" % human_size(b.big_size))
-        warm = b.path("warm-up.bin")
-        with Meter() as m:
-            big_write(warm, b.big_size, b.big_base)
-        os.unlink(warm)
-        R["big"]["warm_up_write_s"] = m.seconds
-        for rep in range(args.reps):
-            items = []
-            if "disk" in wl:
-                items.append("dd")
-            if "big" in wl:
-                items += ["ckptfs", "plain"] + (["floor"] if b.floor else [])
-            for who in order_for(rep, items):
-                log("big %s: rep %d/%d, %s" % (human_size(b.big_size), rep + 1, args.reps, who))
-                if who == "ckptfs":
-                    R["big"][who].append(run_big_ckptfs(b, rep))
-                elif who == "dd":
-                    R["big"][who].append(run_dd(b, rep))
-                else:
-                    R["big"][who].append(run_big_dir(b, rep, who))
+        run_big_reps(b, wl)
     sweep_needs_tree = "sweep" in wl or "cloud" in wl
     if "layout" in wl or sweep_needs_tree:
-        R["layout"] = {"dirs": b.dirs, "files_per_dir": 1 + len(CHUNK_NAMES),
-                       "chunk_bytes": CHUNK_BYTES, "ckptfs": [], "plain": []}
-        reps = args.reps if "layout" in wl else 1
-        items = ["ckptfs", "plain"]
-        if "layout" in wl and b.floor:
-            items.append("floor")
-            R["layout"]["floor"] = []
-        for rep in range(reps):
-            keep = sweep_needs_tree and rep == reps - 1
-            for who in order_for(rep, items):
-                log("layout %d dirs: rep %d/%d, %s" % (b.dirs, rep + 1, reps, who))
-                if who == "ckptfs":
-                    R["layout"][who].append(run_layout_ckptfs(b, rep, keep))
-                else:
-                    R["layout"][who].append(run_layout_dir(b, rep, who, keep))
-        if "layout" not in wl:
-            R["layout"]["only_built_for_sweep"] = True
+        run_layout_reps(b, wl, sweep_needs_tree)
     if sweep_needs_tree:
-        settings = parse_sweep(args.sweep)
-        R["sweep"] = {"settings": settings, "runs": []}
-        for rep in range(args.reps):
-            items = ["plain"] + [s["label"] for s in settings]
-            for label in order_for(rep, items):
-                log("sweep: rep %d/%d, %s" % (rep + 1, args.reps, label))
-                if label == "plain":
-                    R["sweep"]["runs"].append(run_sweep_plain(b, rep))
-                else:
-                    s = next(s for s in settings if s["label"] == label)
-                    R["sweep"]["runs"].append(run_sweep_ckptfs(b, rep, s))
+        run_sweep_reps(b)
     if "cloud" in wl:
-        R["cloud"] = {"dirs": b.dirs, "read_iops": CLOUD_READ_IOPS, "read_bps": CLOUD_READ_BPS,
-                      "ckptfs": [], "plain": []}
-        for rep in range(args.reps):
-            for who in order_for(rep, ["ckptfs", "plain"]):
-                log("cloud-disk restore: rep %d/%d, %s" % (rep + 1, args.reps, who))
-                R["cloud"][who].append(run_cloud(b, rep, who))
+        run_cloud_reps(b)
     if "pieces" in wl:
-        R["pieces"] = {"bytes": b.pieces_bytes, "pieces": list(PIECES), "ckptfs": [],
-                       "plain": []}
-        for rep in range(args.reps):
-            for who in order_for(rep, ["ckptfs", "plain"]):
-                log("pieces %s: rep %d/%d, %s" % (human_size(b.pieces_bytes), rep + 1,
-                                                  args.reps, who))
-                R["pieces"][who].append(run_pieces(b, rep, who))
+        run_pieces_reps(b)
     if "steps" in wl:
-        R["steps"] = {"bytes": b.steps_bytes, "steps": STEPS, "shards": STEP_SHARDS}
-        variants = list(STEPS_VARIANTS) + (["floor"] if b.floor else [])
-        for v in variants:
-            R["steps"][v] = []
-        for rep in range(args.reps):
-            for v in order_for(rep, variants):
-                log("steps %s: rep %d/%d, %s" % (human_size(b.steps_bytes), rep + 1, args.reps, v))
-                R["steps"][v].append(run_steps(b, rep, v))
+        run_steps_reps(b)
     if "frameworks" in wl:
-        R["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
-                           "threads": 16, "ckptfs": [], "plain": []}
-        items = ["ckptfs", "plain"]
-        if b.floor:
-            items.append("floor")
-            R["frameworks"]["floor"] = []
-        for rep in range(args.reps):
-            for who in order_for(rep, items):
-                log("frameworks: rep %d/%d, %s" % (rep + 1, args.reps, who))
-                R["frameworks"][who].append(run_frameworks(b, rep, who))
+        run_frameworks_reps(b)
     if "scaling" in wl:
-        R["scaling"] = {"bytes": b.scaling_bytes, "writers": list(SCALING_WRITERS),
-                        "ckptfs": [], "plain": []}
-        for rep in range(args.reps):
-            for who in order_for(rep, ["ckptfs", "plain"]):
-                log("scaling %s: rep %d/%d, %s" % (human_size(b.scaling_bytes), rep + 1,
-                                                   args.reps, who))
-                R["scaling"][who].append(run_scaling(b, rep, who))
+        run_scaling_reps(b)
+
+
+def run_big_reps(b, wl):
+    """Workload 1 (when "big" is in `wl`) and dd's disk limit (when "disk" is)."""
+    reps = b.args.reps
+    R = b.results["big"] = {"size_bytes": b.big_size, "ckptfs": [], "plain": [], "dd": []}
+    if "big" in wl and b.floor:
+        R["floor"] = []
+    R["warm_up_write_s"] = warm_up_disk(b)
+    for rep in range(reps):
+        items = []
+        if "disk" in wl:
+            items.append("dd")
+        if "big" in wl:
+            items += ["ckptfs", "plain"] + (["floor"] if b.floor else [])
+        for who in order_for(rep, items):
+            log("big %s: rep %d/%d, %s" % (human_size(b.big_size), rep + 1, reps, who))
+            if who == "ckptfs":
+                R[who].append(run_big_ckptfs(b, rep))
+            elif who == "dd":
+                R[who].append(run_dd(b, rep))
+            else:
+                R[who].append(run_big_dir(b, rep, who))
+
+
+def warm_up_disk(b):
+    """One untimed big write; returns its seconds. The first large write of a
+    run on this VM's disk runs at a third of the later ones' speed whichever
+    side makes it (the host allocates behind the virtual disk)."""
+    log("big %s: warm-up write, untimed" % human_size(b.big_size))
+    warm = b.path("warm-up.bin")
+    with Meter() as m:
+        big_write(warm, b.big_size, b.big_base)
+    os.unlink(warm)
+    return m.seconds
+
+
+def run_layout_reps(b, wl, sweep_needs_tree):
+    """Workload 2; only one repetition, without the floor, when "layout" is
+    not in `wl` and the tree is only built for the sweep. With
+    `sweep_needs_tree`, the last repetition keeps its trees."""
+    R = b.results["layout"] = {"dirs": b.dirs, "files_per_dir": 1 + len(CHUNK_NAMES),
+                               "chunk_bytes": CHUNK_BYTES, "ckptfs": [], "plain": []}
+    reps = b.args.reps if "layout" in wl else 1
+    items = ["ckptfs", "plain"]
+    if "layout" in wl and b.floor:
+        items.append("floor")
+        R["floor"] = []
+    for rep in range(reps):
+        keep = sweep_needs_tree and rep == reps - 1
+        for who in order_for(rep, items):
+            log("layout %d dirs: rep %d/%d, %s" % (b.dirs, rep + 1, reps, who))
+            if who == "ckptfs":
+                R[who].append(run_layout_ckptfs(b, rep, keep))
+            else:
+                R[who].append(run_layout_dir(b, rep, who, keep))
+    if "layout" not in wl:
+        R["only_built_for_sweep"] = True
+
+
+def run_sweep_reps(b):
+    """Workload 4: the layout tree's cold restore, plain and under each --sweep setting."""
+    reps = b.args.reps
+    settings = parse_sweep(b.args.sweep)
+    R = b.results["sweep"] = {"settings": settings, "runs": []}
+    for rep in range(reps):
+        items = ["plain"] + [s["label"] for s in settings]
+        for label in order_for(rep, items):
+            log("sweep: rep %d/%d, %s" % (rep + 1, reps, label))
+            if label == "plain":
+                R["runs"].append(run_sweep_plain(b, rep))
+            else:
+                s = next(s for s in settings if s["label"] == label)
+                R["runs"].append(run_sweep_ckptfs(b, rep, s))
+
+
+def run_cloud_reps(b):
+    """Workload 9: the layout tree's cold restore with reads throttled."""
+    reps = b.args.reps
+    R = b.results["cloud"] = {"dirs": b.dirs, "read_iops": CLOUD_READ_IOPS,
+                              "read_bps": CLOUD_READ_BPS, "ckptfs": [], "plain": []}
+    for rep in range(reps):
+        for who in order_for(rep, ["ckptfs", "plain"]):
+            log("cloud-disk restore: rep %d/%d, %s" % (rep + 1, reps, who))
+            R[who].append(run_cloud(b, rep, who))
+
+
+def run_pieces_reps(b):
+    """Workload 8: one file in small write(2) calls."""
+    reps = b.args.reps
+    R = b.results["pieces"] = {"bytes": b.pieces_bytes, "pieces": list(PIECES), "ckptfs": [],
+                               "plain": []}
+    for rep in range(reps):
+        for who in order_for(rep, ["ckptfs", "plain"]):
+            log("pieces %s: rep %d/%d, %s" % (human_size(b.pieces_bytes), rep + 1, reps, who))
+            R[who].append(run_pieces(b, rep, who))
+
+
+def run_steps_reps(b):
+    """Workload 10: saves of steps while the step before is deleted."""
+    reps = b.args.reps
+    R = b.results["steps"] = {"bytes": b.steps_bytes, "steps": STEPS, "shards": STEP_SHARDS}
+    variants = list(STEPS_VARIANTS) + (["floor"] if b.floor else [])
+    for v in variants:
+        R[v] = []
+    for rep in range(reps):
+        for v in order_for(rep, variants):
+            log("steps %s: rep %d/%d, %s" % (human_size(b.steps_bytes), rep + 1, reps, v))
+            R[v].append(run_steps(b, rep, v))
+
+
+def run_frameworks_reps(b):
+    """Workload 3: torch and zarr, one process per phase."""
+    reps = b.args.reps
+    R = b.results["frameworks"] = {"torch_mib": b.torch_mib, "zarr_arrays": b.zarr_arrays,
+                                   "threads": 16, "ckptfs": [], "plain": []}
+    items = ["ckptfs", "plain"]
+    if b.floor:
+        items.append("floor")
+        R["floor"] = []
+    for rep in range(reps):
+        for who in order_for(rep, items):
+            log("frameworks: rep %d/%d, %s" % (rep + 1, reps, who))
+            R[who].append(run_frameworks(b, rep, who))
+
+
+def run_scaling_reps(b):
+    """Workload 5: N threads writing separate files, for each N."""
+    reps = b.args.reps
+    R = b.results["scaling"] = {"bytes": b.scaling_bytes, "writers": list(SCALING_WRITERS),
+                                "ckptfs": [], "plain": []}
+    for rep in range(reps):
+        for who in order_for(rep, ["ckptfs", "plain"]):
+            log("scaling %s: rep %d/%d, %s" % (human_size(b.scaling_bytes), rep + 1, reps, who))
+            R[who].append(run_scaling(b, rep, who))
