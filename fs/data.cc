@@ -214,11 +214,18 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   Serve(req, Op::kFallocate, [&](Request& r) {
     if (IsControl(ino)) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
-    if (Status st = KillPrivilegesForFallocate(r, ino); !st.ok()) return r.Fail(st);
+    Filesystem& fs = r.fs();
+    Result<bool> killed = KillPrivilegesForFallocate(r, ino);
+    if (!killed.ok()) return r.Fail(killed.status());
     // The store answers EOPNOTSUPP for the modes it does not support.
-    Status st = r.fs().store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
-                                         static_cast<uint64_t>(length));
-    if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
+    Status st = fs.store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
+                                     static_cast<uint64_t>(length));
+    if (st.ok()) st = fs.SyncChange(ino, /*directory_change=*/false);
+    // After a FALLOCATE the kernel refreshes the size and times it caches,
+    // not the mode: a stat of the mode alone, or an exec (which honours
+    // the set-ID bits on a suid mount), would find the bits just cleared.
+    // The caller's open file holds the inode: safe to wait for.
+    if (*killed) fs.attr_invalidator().Now(ino);
     r.Fail(st);
   });
 }

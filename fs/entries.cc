@@ -166,7 +166,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
       if (Status st = KillCapability(r, ino); !st.ok()) return r.Fail(st);
     }
     if (fs.kills_suidgid() && (to_set & FUSE_SET_ATTR_KILL_SUID)) {
-      if (Status st = KillSuidSgid(r, ino); !st.ok()) return r.Fail(st);
+      if (Result<bool> killed = KillSuidSgid(r, ino); !killed.ok()) return r.Fail(killed.status());
     }
     if (fs.kills_suidgid() && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
       q.kill_suidgid = true;

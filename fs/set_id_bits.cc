@@ -124,11 +124,11 @@ engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino) {
   if (!r.fs().kills_suidgid()) return engine::Status::OK();
   CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
   if (!RequestKillsSuidSgid()) return engine::Status::OK();
-  return KillSuidSgid(r, ino);
+  return KillSuidSgid(r, ino).status();
 }
 
-engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino) {
-  if (!r.fs().kills_suidgid()) return engine::Status::OK();
+engine::Result<bool> KillPrivilegesForFallocate(Request& r, engine::Ino ino) {
+  if (!r.fs().kills_suidgid()) return false;
   CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
   return KillSuidSgid(r, ino, /*unless_fsetid=*/true);
 }
@@ -143,15 +143,16 @@ engine::Status KillCapability(Request& r, engine::Ino ino) {
   return engine::Status::OK();
 }
 
-engine::Status KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid) {
+engine::Result<bool> KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid) {
   engine::Store& store = r.fs().store();
   CKPTFS_ASSIGN_OR_RETURN(const engine::Attr a, store.GetAttr(ino));
-  if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return engine::Status::OK();
-  if (unless_fsetid && CallerHasFsetid(r)) return engine::Status::OK();
+  if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return false;
+  if (unless_fsetid && CallerHasFsetid(r)) return false;
   engine::SetAttrRequest kill;
   kill.kill_suidgid = true;  // set-user-ID; set-group-ID with group execute
   kill.kill_sgid = (a.mode & S_ISGID) != 0 && !CallerInGroup(r, a.gid) && !CallerHasFsetid(r);
-  return store.SetAttr(ino, kill).status();
+  CKPTFS_ASSIGN_OR_RETURN(const engine::Attr after, store.SetAttr(ino, kill));
+  return after.mode != a.mode;
 }
 
 }  // namespace ckptfs::fs

@@ -79,13 +79,16 @@ engine::Status KillCapability(Request& r, engine::Ino ino);
 // file's group nor holds CAP_FSETID (the kernel's setattr_should_drop_sgid).
 // Costs one GetAttr when the file has neither bit. With `unless_fsetid`,
 // a caller that holds CAP_FSETID keeps both (asked only of set-ID files).
-engine::Status KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid = false);
+// Returns whether the mode changed.
+engine::Result<bool> KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid = false);
 
 // What Linux's file_modified() does before fallocate(2) changes a file,
 // when the mount kills privileges (the kernel leaves it to us and flags
 // nothing): removes its capabilities, and when the caller has no
-// CAP_FSETID, clears its set-ID bits as KillSuidSgid.
-engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino);
+// CAP_FSETID, clears its set-ID bits as KillSuidSgid. Returns whether the
+// mode changed: the kernel then still holds the old one, and nothing in
+// the FALLOCATE reply tells it otherwise.
+engine::Result<bool> KillPrivilegesForFallocate(Request& r, engine::Ino ino);
 
 // Whether the caller of `r` holds CAP_FSETID in the daemon's user namespace
 // (the kernel's capable(CAP_FSETID)), read from /proc/PID/status. False
