@@ -12,6 +12,7 @@
 #include "base/page_aligned_buffer.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 #include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
@@ -89,7 +90,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       truncation = [&]() -> Status {
         // As a SETATTR from open(2) with O_TRUNC: the file's capabilities,
         // and its set-ID bits when the kernel flagged the caller.
-        CKPTFS_RETURN_IF_ERROR(KillPrivilegesForWrite(r, ino));
+        CKPTFS_RETURN_IF_ERROR(fs.killpriv().ForWrite(r, ino));
         engine::SetAttrRequest q;
         q.size = 0;
         q.mtime_now = true;
@@ -155,7 +156,7 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
-    if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
+    if (Status st = fs.killpriv().ForWrite(r, ino); !st.ok()) return r.Fail(st);
     // With "sync" the kernel follows every write(2) with an FSYNC itself.
     // The kernel keeps the times of what its write-back cache writes.
     const bool from_cache = fs.options().UsesWritebackCache() && fi != nullptr && fi->writepage;
@@ -215,7 +216,7 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
     if (IsControl(ino)) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
     Filesystem& fs = r.fs();
-    Result<bool> killed = KillPrivilegesForFallocate(r, ino);
+    Result<bool> killed = fs.killpriv().ForFallocate(r, ino);
     if (!killed.ok()) return r.Fail(killed.status());
     // The store answers EOPNOTSUPP for the modes it does not support.
     Status st = fs.store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
