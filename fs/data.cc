@@ -90,7 +90,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       truncation = [&]() -> Status {
         // As a SETATTR from open(2) with O_TRUNC: the file's capabilities,
         // and its set-ID bits when the kernel flagged the caller.
-        CKPTFS_RETURN_IF_ERROR(fs.killpriv().ForWrite(r, ino));
+        CKPTFS_RETURN_IF_ERROR(fs.killpriv().ForWrite(r, ino).status());
         engine::SetAttrRequest q;
         q.size = 0;
         q.mtime_now = true;
@@ -156,13 +156,19 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
-    if (Status st = fs.killpriv().ForWrite(r, ino); !st.ok()) return r.Fail(st);
+    Result<bool> killed = fs.killpriv().ForWrite(r, ino);
+    if (!killed.ok()) return r.Fail(killed.status());
     // With "sync" the kernel follows every write(2) with an FSYNC itself.
     // The kernel keeps the times of what its write-back cache writes.
     const bool from_cache = fs.options().UsesWritebackCache() && fi != nullptr && fi->writepage;
     Result<size_t> n = fs.store().Write(
         ino, static_cast<uint64_t>(off), {data, size},
         from_cache ? engine::Store::WriteTimes::kKeep : engine::Store::WriteTimes::kStamp);
+    // After a write-through WRITE the kernel refreshes the size and times
+    // it caches, not the mode (see Fallocate). A WRITE that carries the
+    // kernel's flag comes from a write(2), whose open file holds the inode,
+    // never from the write-back of cached pages: safe to wait for.
+    if (*killed && fi != nullptr && fi->writepage == 0) fs.attr_invalidator().Now(ino);
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
     // An O_DIRECT write(2), not one from the kernel's cache: what readers

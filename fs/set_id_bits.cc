@@ -119,11 +119,11 @@ int InstallKillFlagHook(fuse_session* se) {
 
 bool RequestKillsSuidSgid() { return kill_flag; }
 
-engine::Status KillPriv::ForWrite(Request& r, engine::Ino ino) {
-  if (!enabled()) return engine::Status::OK();
+engine::Result<bool> KillPriv::ForWrite(Request& r, engine::Ino ino) {
+  if (!enabled()) return false;
   CKPTFS_RETURN_IF_ERROR(KillCapability(ino));
-  if (!RequestKillsSuidSgid()) return engine::Status::OK();
-  return KillSuidSgid(r, ino).status();
+  if (!RequestKillsSuidSgid()) return false;
+  return KillSuidSgid(r, ino);
 }
 
 engine::Result<bool> KillPriv::ForFallocate(Request& r, engine::Ino ino) {

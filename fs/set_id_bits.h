@@ -78,8 +78,9 @@ class KillPriv {
 
   // Before a write, or the truncation of an open or create with O_TRUNC:
   // removes the file's capabilities, and when the request carries the
-  // kernel's flag clears its set-ID bits (see KillSuidSgid).
-  engine::Status ForWrite(Request& r, engine::Ino ino);
+  // kernel's flag clears its set-ID bits (see KillSuidSgid). Returns
+  // whether the mode changed.
+  engine::Result<bool> ForWrite(Request& r, engine::Ino ino);
   // What Linux's file_modified() does before fallocate(2) changes a file
   // (the kernel leaves it to us and flags nothing): removes its
   // capabilities, and when the caller has no CAP_FSETID, clears its set-ID

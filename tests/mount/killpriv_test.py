@@ -16,7 +16,8 @@ leaves clearing the set-ID bits on write, truncate and chown to the daemon.
   - 64 write(2) calls of 4 KiB to one file send at most one GETXATTR
     (MOUNT/.ckptfs/stats, ops.getxattrs);
   - right after uid 65534 allocates, punches or zeroes a range of a
-    set-ID file (modes 6666, 6676, 6766, 6777), `stat -c %a` (statx for
+    set-ID file (modes 6666, 6676, 6766, 6777), or writes or truncates
+    it, `stat -c %a` (statx for
     the mode alone, which the kernel may answer from its cache) shows the
     bits cleared, and a set-user-ID program it so changed runs as uid
     65534, not as root, on a -o suid mount: as on a plain directory;
@@ -69,10 +70,11 @@ CASES = [
     ("empty_6777", 0o6777, 0, "write", 0o777),
 ]
 
-# fallocate(2) by uid 65534, then a stat that asks for the mode alone:
+# fallocate(2), write(2) and truncate(2) by uid 65534, then a stat that asks
+# for the mode alone:
 # (mode before, what uid 65534 does). The file's group is 0.
 STATX_MODES = (0o6666, 0o6676, 0o6766, 0o6777)
-STATX_ACTIONS = ("fallocate", "punch_hole", "zero_range")
+STATX_ACTIONS = ("fallocate", "punch_hole", "zero_range", "write", "append", "truncate")
 
 NOBODY_CHILD = textwrap.dedent(r"""
     import ctypes, os, sys
@@ -212,9 +214,9 @@ class KillPrivTest(unittest.TestCase):
             modes[os.path.basename(path)] = int(mode, 8)
         return modes
 
-    def modes_after_fallocate(self, root):
+    def modes_right_after_change(self, root):
         """`stat -c %a` of set-ID files right after uid 65534 allocated,
-        punched or zeroed a range of each."""
+        punched or zeroed a range of each, wrote or truncated it."""
         cases = {}
         for mode in STATX_MODES:
             for action in STATX_ACTIONS:
@@ -231,9 +233,9 @@ class KillPrivTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return self.stat_modes(paths)
 
-    def test_fallocate_clears_set_id_bits_at_once(self):
-        plain = self.modes_after_fallocate(self.plain)
-        mnt = self.modes_after_fallocate(self.m.mnt)
+    def test_set_id_bits_are_cleared_at_once(self):
+        plain = self.modes_right_after_change(self.plain)
+        mnt = self.modes_right_after_change(self.m.mnt)
         self.assertEqual({k: oct(v) for k, v in mnt.items()},
                          {k: oct(v) for k, v in plain.items()})
         # uid 65534 holds no CAP_FSETID and is not in group 0: both bits go.
