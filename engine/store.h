@@ -362,7 +362,8 @@ class Store {
   }
   // fallocate(2) with `mode` one of:
   //  - 0 or FALLOC_FL_KEEP_SIZE: reserves space for the first write of every
-  //    byte of [offset, offset+len) (engine/data/reservations.h), or fails with
+  //    byte of the 4 KiB blocks that [offset, offset+len) touches
+  //    (engine/data/reservations.h), or fails with
   //    ENOSPC and changes nothing when the filesystem under the store has not
   //    that much free beyond min_free and the other reservations; mode 0
   //    extends the size to offset+len when larger. Nothing is stored, so the

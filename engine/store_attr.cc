@@ -153,7 +153,8 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
     Unreserve(ino, offset, end);
     return Status::OK();
   }
-  if (!punch) CKPTFS_RETURN_IF_ERROR(Reserve(ino, offset, end));
+  const Reservations::Range blocks = Reservations::Blocks(offset, end);
+  if (!punch) CKPTFS_RETURN_IF_ERROR(Reserve(ino, blocks.start, blocks.end));
   if (!punch && !zero && !extend) return Status::OK();  // reserved: nothing to store
 
   Status st = CountDataBytesLocked(s.get());
@@ -179,7 +180,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
     st = Commit(&b);
   }
   if (!st.ok()) {
-    if (!punch) Unreserve(ino, offset, end);  // nothing changed
+    if (!punch) Unreserve(ino, blocks.start, blocks.end);  // nothing changed
     return st;
   }
   s->attr = v;

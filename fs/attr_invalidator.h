@@ -10,7 +10,10 @@
 // inode up to invalidate it, and an inode that is being evicted is waited
 // for; its eviction waits for the very writes in flight. So writes only
 // queue the inode, and one thread of this class sends the notifications.
-// An fsync, which holds the file open, notifies at once (Now).
+// An fsync, which holds the file open, notifies at once (Now), and so do a
+// fallocate and a write(2) that cleared set-ID bits (fs/set_id_bits.h):
+// after a FALLOCATE or a write-through WRITE the kernel refreshes only the
+// size and times it caches.
 //
 // The same thread serves a direct write's pages (PagesNow): the kernel
 // drops a file's cached pages before an O_DIRECT write and, for a
@@ -46,7 +49,8 @@ class AttrInvalidator {
   // Invalidates the attributes of `ino` soon, from the notifying thread.
   void Queue(engine::Ino ino) EXCLUDES(mu_);
   // Invalidates them before returning. Only where the kernel holds the
-  // inode in use (an open file's fsync), never from a WRITE.
+  // inode in use (an open file's fsync or fallocate, a write(2)), never
+  // from a WRITE of the kernel's cached pages.
   void Now(engine::Ino ino) EXCLUDES(mu_);
   // Drops the kernel's cached pages of bytes [offset, offset + length) of
   // `ino` (and its attributes) before returning. For a direct write, once

@@ -14,10 +14,6 @@
 #include <optional>
 #include <variant>
 
-#include "fs/filesystem.h"
-#include "fs/memory.h"
-#include "fs/mount.h"
-#include "options/mount_options.h"
 #include "options/option_table.h"
 #include "stats/stats.h"
 
@@ -56,72 +52,34 @@ engine::Timespec MountTime() {
 }
 
 
-// The settings in effect: the mount's, with the engine's current values.
-MountOptions EffectiveOptions(const Filesystem& fs) {
-  MountOptions o = fs.options();
-  o.store = fs.store().GetOptions();
-  return o;
-}
-
-
-// The daemon's resident memory, the bound for the options in effect
-// (fs/memory.h) by owner, and what the engine's owners hold now.
-nlohmann::ordered_json MemoryJson(Filesystem& fs) {
-  const MountOptions o = EffectiveOptions(fs);
-  const DaemonMemory bound = DaemonMemoryBound(o.store, o.threads, fs.lookups().Size());
-  nlohmann::ordered_json b = stats::EngineMemoryJson(bound.engine);
-  b["threads"] = bound.threads;
-  b["program"] = bound.program;
-  b["inodes"] = bound.inodes;
-  return {
-      {"resident_bytes", ResidentBytes()},
-      {"bound_bytes", bound.Total()},
-      {"bound", b},
-      {"held", stats::EngineMemoryJson(fs.store().MemoryUse())},
-      // Times the mount gave memory back after going idle.
-      {"idle_releases", fs.idle_release().releases()},
-  };
-}
-
 // Whether background compaction runs (never on a read-only mount) and the
 // dead bytes, over all segments, at which it starts a pass while the
 // segments hold `live` bytes (engine::BackgroundCompactThreshold; 0 when off).
-nlohmann::ordered_json BackgroundCompactionJson(const Filesystem& fs, uint64_t live) {
-  const uint64_t threshold =
-      fs.options().read_only ? 0
-                             : engine::BackgroundCompactThreshold(fs.store().GetOptions(), live);
+nlohmann::ordered_json BackgroundCompactionJson(const MountOptions& o, uint64_t live) {
+  const uint64_t threshold = o.read_only ? 0 : engine::BackgroundCompactThreshold(o.store, live);
   return {{"enabled", threshold != 0}, {"threshold_dead_bytes", threshold}};
 }
 
-
-
-
-double PerFile(uint64_t requests, uint64_t files) {
-  return files == 0 ? 0.0 : static_cast<double>(requests) / static_cast<double>(files);
-}
-
-nlohmann::ordered_json RunJson(const FileRun::Summary& run) {
-  return {{"files", run.files},
-          {"requests_per_file", run.requests_per_file},
-          {"seconds", run.seconds}};
-}
-
-
-
 }  // namespace
+
+MountOptions Control::EffectiveOptions() const {
+  MountOptions o = *options_;
+  o.store = store_->GetOptions();
+  return o;
+}
 
 Attr Control::MakeAttr(Ino ino) const {
   Attr a;
   a.ino = ino;
-  a.uid = fs_->owner_uid();
-  a.gid = fs_->owner_gid();
+  a.uid = mount_->owner_uid();
+  a.gid = mount_->owner_gid();
   a.atime = a.mtime = a.ctime = MountTime();
   a.parent = engine::kRootIno;
   if (ino == kControlDirIno) {
     a.mode = S_IFDIR | 0555;
     a.nlink = 2;
   } else {
-    a.mode = S_IFREG | (ControlKind(ino) == kConfigIno && !fs_->options().read_only ? 0644 : 0444);
+    a.mode = S_IFREG | (ControlKind(ino) == kConfigIno && !options_->read_only ? 0644 : 0444);
     a.nlink = 1;
   }
   return a;
@@ -243,8 +201,8 @@ Status Control::Write(Ino ino, uint64_t offset, std::string_view data, uid_t uid
     return Status::Errno(EACCES, "stats and metrics are read-only");
   }
   if (kind != kConfigIno) return Status::Errno(ESTALE);
-  if (fs_->options().read_only) return Status::Errno(EROFS);
-  if (uid != fs_->owner_uid() && uid != 0) {
+  if (options_->read_only) return Status::Errno(EROFS);
+  if (uid != mount_->owner_uid() && uid != 0) {
     return Status::Errno(EACCES, "only the mount's owner may change the config");
   }
   MutexLock lock(&write_mu_);
@@ -302,14 +260,14 @@ Status Control::Apply(std::string_view line) {
   const std::string_view value = Trim(line.substr(eq + 1));
   if (key == kCompactKey) {
     CKPTFS_ASSIGN_OR_RETURN(const engine::CompactOptions o, options::ParseCompactRequest(value));
-    return fs_->store().Compact(o).status();
+    return store_->Compact(o).status();
   }
-  return options::ApplyRuntimeOption(fs_->store(), key, value);
+  return options::ApplyRuntimeOption(*store_, key, value);
 }
 
 std::string Control::ConfigText() const {
-  std::string text = options::OptionLines(EffectiveOptions(*fs_));
-  if (std::optional<engine::CompactionRecord> last = fs_->store().LastCompaction()) {
+  std::string text = options::OptionLines(EffectiveOptions());
+  if (std::optional<engine::CompactionRecord> last = store_->LastCompaction()) {
     text += stats::LastCompactionLines(*last);
   }
   MutexLock l(&mu_);
@@ -318,68 +276,24 @@ std::string Control::ConfigText() const {
 }
 
 Result<nlohmann::ordered_json> Control::StatsObject() const {
-  Filesystem& fs = *fs_;
-  CKPTFS_ASSIGN_OR_RETURN(const engine::EngineStats engine_stats, fs.store().GetStats());
-  CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json summary, stats::StoreSummary(fs.store()));
-  const OpStats& ops = fs.op_stats();
-  nlohmann::ordered_json op_counts = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < kOpNames.size(); ++i) {
-    op_counts[kOpNames[i]] = ops.Get(static_cast<Op>(i));
-  }
+  CKPTFS_ASSIGN_OR_RETURN(const engine::EngineStats engine_stats, store_->GetStats());
+  CKPTFS_ASSIGN_OR_RETURN(nlohmann::ordered_json summary, stats::StoreSummary(*store_));
   const double uptime =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - fs.started()).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const MountOptions effective = EffectiveOptions();
   nlohmann::ordered_json j = {
       {"pid", static_cast<int64_t>(getpid())},
-      {"store", fs.options().store_dir},
-      {"mountpoint", fs.options().mountpoint},
+      {"store", options_->store_dir},
+      {"mountpoint", options_->mountpoint},
       {"uptime_s", uptime},
-      {"options", options::OptionsJson(EffectiveOptions(fs))},
-      {"memory", MemoryJson(fs)},
+      {"options", options::OptionsJson(effective)},
+      {"memory", mount_->MemoryJson()},
       {"engine", stats::EngineStatsJson(engine_stats)},
-      {"fs",
-       {
-           {"ops", op_counts},
-           {"requests", ops.requests()},
-           {"files_created", ops.files_created()},
-           {"files_read", ops.files_read()},
-           // Requests of every kind since mount per regular file made, and
-           // per file read from its start: what a save into a fresh mount,
-           // or a restore from one, cost per file.
-           {"requests_per_file_created", PerFile(ops.requests(), ops.files_created())},
-           {"requests_per_file_read", PerFile(ops.requests(), ops.files_read())},
-           // The same for the latest save and restore alone (fs/op_stats.h
-           // FileRun): runs of files created, or read, less than 1 s apart.
-           {"last_create", RunJson(ops.LastCreate())},
-           {"last_restore", RunJson(ops.LastRestore())},
-           {"errors", ops.errors()},
-           {"read_bytes", ops.read_bytes()},
-           {"write_bytes", ops.write_bytes()},
-           {"kernel_inodes", fs.lookups().Size()},
-           {"pinned_files", fs.lookups().pinned()},
-           {"open_dirs", fs.open_dirs.load(std::memory_order_relaxed)},
-           {"libfuse", LibfuseVersion()},
-           {"kernel_protocol", fs.KernelProtocol()},
-           {"handle_killpriv_v2", fs.kills_suidgid()},
-           {"atomic_o_trunc", fs.atomic_o_trunc()},
-           // Read-only opens the kernel passes through to data files, and
-           // how the others went (fs/open_files.h).
-           {"passthrough",
-            {
-                {"in_use", fs.PassthroughText()},
-                {"passthrough_opens", fs.open_files().passthrough_opens()},
-                {"daemon_opens", fs.open_files().daemon_opens()},
-                {"backing_files", fs.open_files().backing_files()},
-                {"backing_failures", fs.open_files().backing_failures()},
-                {"last_backing_error", fs.open_files().last_backing_error()},
-                {"busy", fs.open_files().busy()},
-                {"writes", fs.passthrough_writes()},
-                {"direct_write_errors", fs.open_files().direct_write_errors()},
-            }},
-       }},
+      {"fs", mount_->RequestsJson()},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
   j["background_compaction"] =
-      BackgroundCompactionJson(fs, j["storage"]["live_bytes"].get<uint64_t>());
+      BackgroundCompactionJson(effective, j["storage"]["live_bytes"].get<uint64_t>());
   return j;
 }
 

@@ -34,12 +34,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <chrono>
+
 #include "base/mutex.h"
 #include "engine/store.h"
+#include "fs/mount_options.h"
 
 namespace ckptfs::fs {
-
-class Filesystem;
 
 inline constexpr engine::Ino kControlBit = 1ull << 63;
 inline constexpr engine::Ino kControlDirIno = kControlBit | 1;
@@ -63,10 +64,36 @@ inline bool IsControlName(engine::Ino parent, std::string_view name) {
   return parent == engine::kRootIno && name == kControlDirName;
 }
 
+// What the control files show of the mount besides its store and its
+// options: implemented by the mount's state (Filesystem). Called from any
+// thread.
+class MountReport {
+ public:
+  virtual ~MountReport() = default;
+  // The user who mounted: the control files' owner; with root the only
+  // one who may write the config.
+  virtual uid_t owner_uid() const = 0;
+  virtual gid_t owner_gid() const = 0;
+  // The stats file's "memory" object: the daemon's resident size, its
+  // bound (fs/memory.h) by owner, and what the engine's owners hold.
+  virtual nlohmann::ordered_json MemoryJson() = 0;
+  // Its "fs" object: the mount's requests, files, kernel inodes, open
+  // files and the features the kernel granted.
+  virtual nlohmann::ordered_json RequestsJson() = 0;
+};
+
 class Control {
  public:
-  // "*fs" must outlive this Control.
-  explicit Control(Filesystem* fs) : fs_(fs) {}
+  // "*store", "*options" and "*mount" must outlive this Control. The
+  // mount's uptime counts from here.
+  Control(engine::Store* store, const MountOptions* options, MountReport* mount)
+      : store_(store),
+        options_(options),
+        mount_(mount),
+        started_(std::chrono::steady_clock::now()) {}
+
+  // The settings in effect: the mount's, with the engine's current values.
+  MountOptions EffectiveOptions() const;
 
   // `parent` is the root (name ".ckptfs") or the control directory. A
   // control file gets a new snapshot.
@@ -127,7 +154,10 @@ class Control {
   void Keep(engine::Ino ino, std::shared_ptr<const Snapshot> s) EXCLUDES(mu_);
   void KeepLocked(engine::Ino ino, std::shared_ptr<const Snapshot> s) REQUIRES(mu_);
 
-  Filesystem* const fs_;
+  engine::Store* const store_;
+  const MountOptions* const options_;
+  MountReport* const mount_;
+  const std::chrono::steady_clock::time_point started_;
   // A leaf lock, held only to swap or copy the pointers.
   mutable Mutex mu_;
   // The snapshots of the latest kMaxSnapshots lookups, by inode number

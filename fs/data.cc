@@ -12,6 +12,7 @@
 #include "base/page_aligned_buffer.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 #include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
@@ -89,7 +90,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       truncation = [&]() -> Status {
         // As a SETATTR from open(2) with O_TRUNC: the file's capabilities,
         // and its set-ID bits when the kernel flagged the caller.
-        CKPTFS_RETURN_IF_ERROR(KillPrivilegesForWrite(r, ino));
+        CKPTFS_RETURN_IF_ERROR(fs.killpriv().ForWrite(r, ino).status());
         engine::SetAttrRequest q;
         q.size = 0;
         q.mtime_now = true;
@@ -155,13 +156,19 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
       if (!st.ok()) return r.Fail(st);
       return r.Write(size);
     }
-    if (Status st = KillPrivilegesForWrite(r, ino); !st.ok()) return r.Fail(st);
+    Result<bool> killed = fs.killpriv().ForWrite(r, ino);
+    if (!killed.ok()) return r.Fail(killed.status());
     // With "sync" the kernel follows every write(2) with an FSYNC itself.
     // The kernel keeps the times of what its write-back cache writes.
     const bool from_cache = fs.options().UsesWritebackCache() && fi != nullptr && fi->writepage;
     Result<size_t> n = fs.store().Write(
         ino, static_cast<uint64_t>(off), {data, size},
         from_cache ? engine::Store::WriteTimes::kKeep : engine::Store::WriteTimes::kStamp);
+    // After a write-through WRITE the kernel refreshes the size and times
+    // it caches, not the mode (see Fallocate). A WRITE that carries the
+    // kernel's flag comes from a write(2), whose open file holds the inode,
+    // never from the write-back of cached pages: safe to wait for.
+    if (*killed && fi != nullptr && fi->writepage == 0) fs.attr_invalidator().Now(ino);
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
     // An O_DIRECT write(2), not one from the kernel's cache: what readers
@@ -214,11 +221,18 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t len
   Serve(req, Op::kFallocate, [&](Request& r) {
     if (IsControl(ino)) return r.Err(EOPNOTSUPP);
     if (offset < 0 || length <= 0) return r.Err(EINVAL);
-    if (Status st = KillPrivilegesForFallocate(r, ino); !st.ok()) return r.Fail(st);
+    Filesystem& fs = r.fs();
+    Result<bool> killed = fs.killpriv().ForFallocate(r, ino);
+    if (!killed.ok()) return r.Fail(killed.status());
     // The store answers EOPNOTSUPP for the modes it does not support.
-    Status st = r.fs().store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
-                                         static_cast<uint64_t>(length));
-    if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
+    Status st = fs.store().Fallocate(ino, mode, static_cast<uint64_t>(offset),
+                                     static_cast<uint64_t>(length));
+    if (st.ok()) st = fs.SyncChange(ino, /*directory_change=*/false);
+    // After a FALLOCATE the kernel refreshes the size and times it caches,
+    // not the mode: a stat of the mode alone, or an exec (which honours
+    // the set-ID bits on a suid mount), would find the bits just cleared.
+    // The caller's open file holds the inode: safe to wait for.
+    if (*killed) fs.attr_invalidator().Now(ino);
     r.Fail(st);
   });
 }

@@ -17,6 +17,7 @@
 #include "base/mutex.h"
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 
 namespace ckptfs::fs {
 namespace {

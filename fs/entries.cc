@@ -8,6 +8,7 @@
 
 #include "fs/control.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 #include "fs/set_id_bits.h"
 
 #ifndef RENAME_NOREPLACE
@@ -163,10 +164,11 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     // group execute, whoever makes it, as on Linux. Both, whoever makes
     // them, remove the file's capabilities.
     if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-      if (Status st = KillCapability(r, ino); !st.ok()) return r.Fail(st);
+      if (Status st = fs.killpriv().KillCapability(ino); !st.ok()) return r.Fail(st);
     }
     if (fs.kills_suidgid() && (to_set & FUSE_SET_ATTR_KILL_SUID)) {
-      if (Status st = KillSuidSgid(r, ino); !st.ok()) return r.Fail(st);
+      Result<bool> killed = fs.killpriv().KillSuidSgid(r, ino);
+      if (!killed.ok()) return r.Fail(killed.status());
     }
     if (fs.kills_suidgid() && (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
       q.kill_suidgid = true;

@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "fs/control.h"
+#include <nlohmann/json.hpp>
+
+#include "fs/mount_checks.h"
+#include "stats/stats.h"
 
 namespace ckptfs::fs {
 
@@ -29,27 +32,13 @@ constexpr int64_t kIndexBackupEvery = 3600;
 
 }  // namespace
 
-void Request::Err(int err) {
-  if (replied_) return;
-  replied_ = true;
-  // Misses (no such name, no such xattr: the kernel probes
-  // security.capability before every write) are answers, not failures.
-  // ENOSYS is how requests we do without (open, create, flush) are declined.
-  if (err != 0 && err != ENOENT && err != ENODATA && err != ENOSYS) fs().op_stats().CountError();
-  fuse_reply_err(req_, err);
-}
-
-void CountOp(fuse_req_t req, Op op) {
-  static_cast<Filesystem*>(fuse_req_userdata(req))->op_stats().Count(op);
-}
-
 Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
     : store_(store),
       options_(options),
       owner_uid_(getuid()),
       owner_gid_(getgid()),
-      started_(std::chrono::steady_clock::now()),
-      control_(std::make_unique<Control>(this)),
+      control_(std::make_unique<Control>(store, &options_, this)),
+      killpriv_(store),
       idle_release_([this] { return op_stats_.requests(); },
                     [this] {
                       if (engine::Status st = store_->ReleaseIdleMemory(); !st.ok()) {
@@ -136,7 +125,7 @@ engine::Status Filesystem::CountLookup(const Attr& a) {
 void Filesystem::Forget(Ino ino, uint64_t n) {
   bool gone = false;
   if (!lookups_.Forget(ino, n, &gone).ok()) op_stats_.CountError();
-  if (gone) capability_free_.Forget(ino);  // a cache: a race only costs a check
+  if (gone) killpriv_.Forget(ino);  // a cache: a race only costs a check
 }
 
 void Filesystem::Accessed(Ino ino, bool directory) {
@@ -154,7 +143,7 @@ engine::Status Filesystem::SyncChange(Ino ino, bool directory_change) {
 }
 
 void Filesystem::Destroy(void* userdata) {
-  auto* fs = static_cast<Filesystem*>(userdata);
+  Filesystem* fs = Of(userdata);
   if (engine::Status st = fs->lookups_.ReleaseAll(); !st.ok()) {
     std::fprintf(stderr, "ckptfs: releasing files at unmount: %s\n", st.ToString().c_str());
   }
@@ -181,70 +170,76 @@ std::string Filesystem::PassthroughText() const {
   }
 }
 
-void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
-  auto* fs = static_cast<Filesystem*>(userdata);
-  const MountOptions& o = fs->options_;
-  fs->kernel_protocol_.store((conn->proto_major << 16) | (conn->proto_minor & 0xffff),
-                             std::memory_order_relaxed);
-  auto want = [conn](uint64_t cap, bool on) {
-    if (on && (conn->capable_ext & cap)) {
-      fuse_set_feature_flag(conn, cap);
-    } else {
-      fuse_unset_feature_flag(conn, cap);
-    }
-  };
-  want(FUSE_CAP_ASYNC_READ, true);
-  want(FUSE_CAP_PARALLEL_DIROPS, true);
-  want(FUSE_CAP_READDIRPLUS, true);
-  want(FUSE_CAP_READDIRPLUS_AUTO, true);
-  want(FUSE_CAP_ASYNC_DIO, true);
-  want(FUSE_CAP_AUTO_INVAL_DATA, true);
-  want(FUSE_CAP_CACHE_SYMLINKS, true);
+namespace {
+
+// Asks the kernel for `cap` when `on` and it offers it; else turns it off.
+void Want(fuse_conn_info* conn, uint64_t cap, bool on) {
+  if (on && (conn->capable_ext & cap)) {
+    fuse_set_feature_flag(conn, cap);
+  } else {
+    fuse_unset_feature_flag(conn, cap);
+  }
+}
+
+}  // namespace
+
+void Filesystem::WantFeatures(fuse_conn_info* conn, const MountOptions& o) {
+  Want(conn, FUSE_CAP_ASYNC_READ, true);
+  Want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
+  Want(conn, FUSE_CAP_READDIRPLUS, true);
+  Want(conn, FUSE_CAP_READDIRPLUS_AUTO, true);
+  Want(conn, FUSE_CAP_ASYNC_DIO, true);
+  Want(conn, FUSE_CAP_AUTO_INVAL_DATA, true);
+  Want(conn, FUSE_CAP_CACHE_SYMLINKS, true);
   // File handles (name_to_handle_at, NFS) that outlive the kernel's caches
   // and remounts: inode numbers are persistent and never reused, and LOOKUP
   // answers "." and ".." (entries.cc).
-  want(FUSE_CAP_EXPORT_SUPPORT, true);
-  want(FUSE_CAP_WRITEBACK_CACHE, o.UsesWritebackCache());
-  // Passthrough: the kernel refuses it along with the write-back cache,
-  // which MountOptions::UsesWritebackCache turns off when it is asked for.
-  // Registering a backing file needs CAP_SYS_ADMIN.
-  int passthrough = kNotAsked;
-  if ((o.passthrough || o.passthrough_writes) && o.verify_reads) {
-    passthrough = kVerifyReads;
-  } else if (o.AsksPassthrough()) {
-    if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH)) {
-      passthrough = kNoKernel;
-    } else if (!PassthroughPrivilege().empty()) {
-      passthrough = kNoPrivilege;
-    } else {
-      want(FUSE_CAP_PASSTHROUGH, true);
-      passthrough = kActive;
-    }
-  }
-  fs->passthrough_.store(passthrough, std::memory_order_relaxed);
+  Want(conn, FUSE_CAP_EXPORT_SUPPORT, true);
+  Want(conn, FUSE_CAP_WRITEBACK_CACHE, o.UsesWritebackCache());
   // Splicing would only move the copy: the engine checksums (and may
   // compress) every byte it stores or returns, so it needs them in memory.
-  want(FUSE_CAP_SPLICE_READ, false);
-  want(FUSE_CAP_SPLICE_WRITE, false);
-  want(FUSE_CAP_SPLICE_MOVE, false);
+  Want(conn, FUSE_CAP_SPLICE_READ, false);
+  Want(conn, FUSE_CAP_SPLICE_WRITE, false);
+  Want(conn, FUSE_CAP_SPLICE_MOVE, false);
   // The kernel applies the umask (we also mask with the umask it sends, which
   // is then a no-op).
-  want(FUSE_CAP_DONT_MASK, false);
+  Want(conn, FUSE_CAP_DONT_MASK, false);
   // We clear set-ID bits on write, truncate and chown (fs/set_id_bits.h),
   // so the kernel marks the mount SB_NOSEC and stops asking for
   // security.capability before every write. Without it the kernel clears
   // them itself with a SETATTR of the mode.
-  want(FUSE_CAP_HANDLE_KILLPRIV, false);
-  want(FUSE_CAP_HANDLE_KILLPRIV_V2, true);
-  fs->kills_suidgid_.store(fuse_get_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2),
-                           std::memory_order_relaxed);
+  Want(conn, FUSE_CAP_HANDLE_KILLPRIV, false);
+  Want(conn, FUSE_CAP_HANDLE_KILLPRIV_V2, true);
+}
+
+int Filesystem::ChoosePassthrough(fuse_conn_info* conn, const MountOptions& o) {
+  // The kernel refuses passthrough along with the write-back cache, which
+  // MountOptions::UsesWritebackCache turns off when it is asked for.
+  // Registering a backing file needs CAP_SYS_ADMIN.
+  if ((o.passthrough || o.passthrough_writes) && o.verify_reads) return kVerifyReads;
+  if (!o.AsksPassthrough()) return kNotAsked;
+  if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH)) return kNoKernel;
+  if (!PassthroughPrivilege().empty()) return kNoPrivilege;
+  Want(conn, FUSE_CAP_PASSTHROUGH, true);
+  return kActive;
+}
+
+void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
+  Filesystem* fs = Of(userdata);
+  const MountOptions& o = fs->options_;
+  fs->kernel_protocol_.store((conn->proto_major << 16) | (conn->proto_minor & 0xffff),
+                             std::memory_order_relaxed);
+  WantFeatures(conn, o);
+  const int passthrough = ChoosePassthrough(conn, o);
+  fs->passthrough_.store(passthrough, std::memory_order_relaxed);
+  fs->killpriv_.set_enabled(fuse_get_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2));
   // O_TRUNC in the OPEN (data.cc) when every OPEN is answered, so that an
   // open for writing that truncates an existing file finds it empty and can
   // be passed through as a new file's. Without passthrough opens send no
   // request (no_open) and O_TRUNC must come as a SETATTR; without
   // KILLPRIV_V2 the kernel clears set-ID bits with the SETATTR it would
   // drop.
-  want(FUSE_CAP_ATOMIC_O_TRUNC, passthrough == kActive && fs->kills_suidgid());
+  Want(conn, FUSE_CAP_ATOMIC_O_TRUNC, passthrough == kActive && fs->kills_suidgid());
   fs->atomic_o_trunc_.store(fuse_get_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC),
                             std::memory_order_relaxed);
   conn->max_write = kMaxWrite;
@@ -254,16 +249,82 @@ void Filesystem::Init(void* userdata, fuse_conn_info* conn) {
   conn->congestion_threshold = 48;
 }
 
-fuse_lowlevel_ops MakeLowLevelOps() {
-  fuse_lowlevel_ops ops;
-  std::memset(&ops, 0, sizeof(ops));
-  ops.init = &Filesystem::Init;
-  ops.destroy = &Filesystem::Destroy;
-  AddEntryOps(&ops);
-  AddDirOps(&ops);
-  AddDataOps(&ops);
-  AddXattrOps(&ops);
-  return ops;
+namespace {
+
+double PerFile(uint64_t requests, uint64_t files) {
+  return files == 0 ? 0.0 : static_cast<double>(requests) / static_cast<double>(files);
+}
+
+nlohmann::ordered_json RunJson(const FileRun::Summary& run) {
+  return {{"files", run.files},
+          {"requests_per_file", run.requests_per_file},
+          {"seconds", run.seconds}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json Filesystem::MemoryJson() {
+  const MountOptions o = control_->EffectiveOptions();
+  const DaemonMemory bound = DaemonMemoryBound(o.store, o.threads, lookups_.Size());
+  nlohmann::ordered_json b = stats::EngineMemoryJson(bound.engine);
+  b["threads"] = bound.threads;
+  b["program"] = bound.program;
+  b["inodes"] = bound.inodes;
+  return {
+      {"resident_bytes", ResidentBytes()},
+      {"bound_bytes", bound.Total()},
+      {"bound", b},
+      {"held", stats::EngineMemoryJson(store_->MemoryUse())},
+      // Times the mount gave memory back after going idle.
+      {"idle_releases", idle_release_.releases()},
+  };
+}
+
+nlohmann::ordered_json Filesystem::RequestsJson() {
+  const OpStats& ops = op_stats_;
+  nlohmann::ordered_json op_counts = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < kOpNames.size(); ++i) {
+    op_counts[kOpNames[i]] = ops.Get(static_cast<Op>(i));
+  }
+  return {
+      {"ops", op_counts},
+      {"requests", ops.requests()},
+      {"files_created", ops.files_created()},
+      {"files_read", ops.files_read()},
+      // Requests of every kind since mount per regular file made, and per
+      // file read from its start: what a save into a fresh mount, or a
+      // restore from one, cost per file.
+      {"requests_per_file_created", PerFile(ops.requests(), ops.files_created())},
+      {"requests_per_file_read", PerFile(ops.requests(), ops.files_read())},
+      // The same for the latest save and restore alone (fs/op_stats.h
+      // FileRun): runs of files created, or read, less than 1 s apart.
+      {"last_create", RunJson(ops.LastCreate())},
+      {"last_restore", RunJson(ops.LastRestore())},
+      {"errors", ops.errors()},
+      {"read_bytes", ops.read_bytes()},
+      {"write_bytes", ops.write_bytes()},
+      {"kernel_inodes", lookups_.Size()},
+      {"pinned_files", lookups_.pinned()},
+      {"open_dirs", open_dirs.load(std::memory_order_relaxed)},
+      {"libfuse", LibfuseVersion()},
+      {"kernel_protocol", KernelProtocol()},
+      {"handle_killpriv_v2", kills_suidgid()},
+      {"atomic_o_trunc", atomic_o_trunc()},
+      // Read-only opens the kernel passes through to data files, and how
+      // the others went (fs/open_files.h).
+      {"passthrough",
+       {
+           {"in_use", PassthroughText()},
+           {"passthrough_opens", open_files_.passthrough_opens()},
+           {"daemon_opens", open_files_.daemon_opens()},
+           {"backing_files", open_files_.backing_files()},
+           {"backing_failures", open_files_.backing_failures()},
+           {"last_backing_error", open_files_.last_backing_error()},
+           {"busy", open_files_.busy()},
+           {"writes", passthrough_writes()},
+           {"direct_write_errors", open_files_.direct_write_errors()},
+       }},
+  };
 }
 
 }  // namespace ckptfs::fs

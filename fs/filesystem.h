@@ -1,5 +1,6 @@
-// The state of one mount, shared by every request handler (the libfuse
-// session's userdata), and the handler table.
+// The state of one mount, shared by every request handler (through the
+// libfuse session's userdata). The handlers (fs/ops.h) serve it; it owns
+// the parts below it: control files, open files, set-ID bits, counters.
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -10,10 +11,13 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/store.h"
 #include "fs/attr_invalidator.h"
+#include "fs/control.h"
 #include "fs/memory.h"
-#include "fs/mount.h"
+#include "fs/mount_options.h"
 #include "fs/op_stats.h"
 #include "fs/open_files.h"
 #include "fs/request.h"
@@ -22,30 +26,26 @@
 
 namespace ckptfs::fs {
 
-// Largest WRITE request (conn->max_write); the kernel's largest READ is as
-// large (its max_pages, 256 pages).
-inline constexpr unsigned kMaxWrite = 1u << 20;
-inline constexpr unsigned kMaxRead = 1u << 20;
-
-class Control;
-
 // Thread safety: the store, the options and the owner never change after
 // construction; the maps and counters are internally synchronized. Handlers
 // run on any number of session threads at once.
-class Filesystem {
+class Filesystem final : public MountReport {
  public:
   // "*store" must outlive this Filesystem.
   Filesystem(engine::Store* store, const MountOptions& options);
-  ~Filesystem();
+  ~Filesystem() override;
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
+  // The session's userdata (SessionData), for fuse_session_new.
+  void* userdata() { return &session_data_; }
   engine::Store& store() const { return *store_; }
   const MountOptions& options() const { return options_; }
   Control& control() const { return *control_; }
   LookupCounts& lookups() { return lookups_; }
   OpStats& op_stats() { return op_stats_; }
-  CapabilityFreeInodes& capability_free() { return capability_free_; }
+  // Set-ID bits and capabilities cleared where Linux clears them.
+  KillPriv& killpriv() { return killpriv_; }
   OpenFiles& open_files() { return open_files_; }
   // Stale st_blocks after writes from the kernel's write-back cache, stale
   // pages after direct writes (see attr_invalidator.h); started by the
@@ -54,10 +54,11 @@ class Filesystem {
   // Gives memory back once the mount is idle (fs/memory.h); started by the
   // session.
   IdleRelease& idle_release() { return idle_release_; }
-  // The user who mounted; with root the only one who may write the config.
-  uid_t owner_uid() const { return owner_uid_; }
-  gid_t owner_gid() const { return owner_gid_; }
-  std::chrono::steady_clock::time_point started() const { return started_; }
+  // MountReport: what the control files show of the mount.
+  uid_t owner_uid() const override { return owner_uid_; }
+  gid_t owner_gid() const override { return owner_gid_; }
+  nlohmann::ordered_json MemoryJson() override;
+  nlohmann::ordered_json RequestsJson() override;
 
   // Attributes of any inode, control inodes included.
   engine::Result<engine::Attr> GetAttr(engine::Ino ino);
@@ -92,9 +93,8 @@ class Filesystem {
   engine::Status SyncChange(engine::Ino ino, bool directory_change);
 
   // Whether the kernel left clearing set-user-ID and set-group-ID bits on
-  // write, truncate and chown to us (FUSE_CAP_HANDLE_KILLPRIV_V2, set by
-  // Init before any other request; fs/set_id_bits.h).
-  bool kills_suidgid() const { return kills_suidgid_.load(std::memory_order_relaxed); }
+  // write, truncate and chown to us (KillPriv::enabled).
+  bool kills_suidgid() const { return killpriv_.enabled(); }
   // Whether OPEN is answered and read-only opens of whole data files are
   // passed through (mount option "passthrough", granted by the kernel; set
   // by Init before any other request). Off: OPEN is declined (no_open).
@@ -115,23 +115,28 @@ class Filesystem {
   // Gauges for the stats file.
   std::atomic<int64_t> open_dirs{0};
 
-  // Session callbacks.
+  // Session callbacks; `userdata` is userdata().
   static void Init(void* userdata, fuse_conn_info* conn);
   // The session ends: the kernel's references are gone, pins are released.
   static void Destroy(void* userdata);
 
  private:
+  static Filesystem* Of(void* userdata) { return static_cast<SessionData*>(userdata)->fs; }
+  // Init's steps: what the kernel is asked for besides passthrough, and
+  // what is made of passthrough (a PassthroughState).
+  static void WantFeatures(fuse_conn_info* conn, const MountOptions& o);
+  static int ChoosePassthrough(fuse_conn_info* conn, const MountOptions& o);
+
   engine::Store* const store_;
   const MountOptions options_;
   const uid_t owner_uid_;
   const gid_t owner_gid_;
-  const std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Control> control_;
   OpStats op_stats_;
-  CapabilityFreeInodes capability_free_;
+  SessionData session_data_{this, &op_stats_};
+  KillPriv killpriv_;
   AttrInvalidator attr_invalidator_;
   IdleRelease idle_release_;
-  std::atomic<bool> kills_suidgid_{false};
   std::atomic<bool> atomic_o_trunc_{false};
   // What Init made of passthrough (PassthroughText).
   enum PassthroughState { kNotAsked, kVerifyReads, kNoKernel, kNoPrivilege, kActive };
@@ -140,12 +145,5 @@ class Filesystem {
   std::atomic<uint32_t> kernel_protocol_{0};  // major << 16 | minor, from Init
   LookupCounts lookups_;  // destroyed first: releases its pins into the store
 };
-
-// The handler table, filled by concern.
-void AddEntryOps(fuse_lowlevel_ops* ops);  // entries.cc: names and attributes
-void AddDirOps(fuse_lowlevel_ops* ops);    // dirs.cc: listing, statfs
-void AddDataOps(fuse_lowlevel_ops* ops);   // data.cc: open files and their bytes
-void AddXattrOps(fuse_lowlevel_ops* ops);  // xattrs.cc
-fuse_lowlevel_ops MakeLowLevelOps();       // all of them, plus init
 
 }  // namespace ckptfs::fs

@@ -1,12 +1,12 @@
 #include "fs/memory.h"
 
-#include "fs/filesystem.h"
-
 #include <malloc.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+
+#include "fs/request.h"
 
 namespace ckptfs::fs {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "fs/mount.h"
+#include "fs/mount_options.h"
 
 namespace ckptfs::fs {
 namespace {

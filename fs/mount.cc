@@ -5,10 +5,7 @@
 #include <fuse_lowlevel.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <linux/capability.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +19,7 @@
 
 #include "base/mutex.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 #include "fs/set_id_bits.h"
 
 namespace ckptfs::fs {
@@ -169,7 +167,7 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
   const fuse_lowlevel_ops ops = MakeLowLevelOps();
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), fs.userdata());
   if (se == nullptr) {
     on_ready(Status::Errno(EINVAL, Explain("cannot start a FUSE session", FuseLog::Text())));
     return 1;
@@ -216,36 +214,6 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
   if (probe.joinable()) probe.join();
   return rc;
 }
-
-}  // namespace
-
-std::string LibfuseVersion() { return fuse_pkgversion(); }
-
-std::string PassthroughPrivilege() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (syscall(SYS_capget, &header, data) == 0 &&
-      (data[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32))) != 0) {
-    return "";
-  }
-  return "needs CAP_SYS_ADMIN (mount as root)";
-}
-
-std::string PassthroughSupport() {
-  struct utsname u;
-  int major = 0, minor = 0;
-  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) {
-    return "no: the kernel's release is unknown";
-  }
-  if (major < 6 || (major == 6 && minor < 9)) {
-    return std::string("no: needs Linux 6.9+, this is ") + u.release;
-  }
-  if (std::string why = PassthroughPrivilege(); !why.empty()) return "no: " + why;
-  return "yes, with -o passthrough (Linux " + std::string(u.release) +
-         ", CAP_SYS_ADMIN; the mount's stats file says what the kernel granted)";
-}
-
-namespace {
 
 // The holder name a mount writes into the lock of the store it serves.
 std::string MountHolder(pid_t pid, const std::string& mountpoint) {

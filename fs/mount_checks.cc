@@ -1,24 +1,53 @@
-// The checks of paths and mounts made before mounting (no FUSE here).
+// The checks of paths and mounts made before mounting, and what this
+// process and kernel offer.
+#include "fs/mount_checks.h"
+
 #include <dirent.h>
 #include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
-
-#include "fs/mount.h"
 
 namespace ckptfs::fs {
 
 using engine::Result;
 using engine::Status;
 
+std::string LibfuseVersion() { return fuse_pkgversion(); }
 
+std::string PassthroughPrivilege() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) == 0 &&
+      (data[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32))) != 0) {
+    return "";
+  }
+  return "needs CAP_SYS_ADMIN (mount as root)";
+}
 
+std::string PassthroughSupport() {
+  struct utsname u;
+  int major = 0, minor = 0;
+  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) {
+    return "no: the kernel's release is unknown";
+  }
+  if (major < 6 || (major == 6 && minor < 9)) {
+    return std::string("no: needs Linux 6.9+, this is ") + u.release;
+  }
+  if (std::string why = PassthroughPrivilege(); !why.empty()) return "no: " + why;
+  return "yes, with -o passthrough (Linux " + std::string(u.release) +
+         ", CAP_SYS_ADMIN; the mount's stats file says what the kernel granted)";
+}
 
 Result<std::string> ResolvePath(const std::string& path, const std::string& what) {
   std::error_code ec;

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "fs/mount.h"
+#include "fs/mount_checks.h"
 
 namespace ckptfs::fs {
 namespace {

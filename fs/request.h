@@ -15,7 +15,20 @@
 
 namespace ckptfs::fs {
 
+// Largest WRITE request (conn->max_write); the kernel's largest READ is as
+// large (its max_pages, 256 pages).
+inline constexpr unsigned kMaxWrite = 1u << 20;
+inline constexpr unsigned kMaxRead = 1u << 20;
+
 class Filesystem;
+
+// The session's userdata (fuse_session_new): the mount that the handlers
+// serve, and its request counters, which Serve counts each request into
+// and Request::Err each failure. Both outlive the session.
+struct SessionData {
+  Filesystem* fs;
+  OpStats* op_stats;
+};
 
 // One request being served. Every Reply* call answers the request; after the
 // first one the fuse_req_t is gone, so further calls are ignored (and would be
@@ -27,7 +40,7 @@ class Request {
   Request& operator=(const Request&) = delete;
 
   fuse_req_t req() const { return req_; }
-  Filesystem& fs() const { return *static_cast<Filesystem*>(fuse_req_userdata(req_)); }
+  Filesystem& fs() const { return *static_cast<SessionData*>(fuse_req_userdata(req_))->fs; }
   const fuse_ctx& ctx() const { return *fuse_req_ctx(req_); }
   bool replied() const { return replied_; }
 
@@ -67,7 +80,8 @@ class Request {
   bool replied_ = false;
 };
 
-void CountOp(fuse_req_t req, Op op);  // filesystem.cc
+// Counts one request of kind `op` into the session's OpStats.
+void CountOp(fuse_req_t req, Op op);
 
 // Runs body(Request&) for one request. std::bad_alloc is answered ENOMEM, any
 // other exception EIO, and a body that returns without answering gets EIO.

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "fs/filesystem.h"
 
 namespace ckptfs::fs {
 namespace {
@@ -120,38 +119,38 @@ int InstallKillFlagHook(fuse_session* se) {
 
 bool RequestKillsSuidSgid() { return kill_flag; }
 
-engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino) {
-  if (!r.fs().kills_suidgid()) return engine::Status::OK();
-  CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
-  if (!RequestKillsSuidSgid()) return engine::Status::OK();
+engine::Result<bool> KillPriv::ForWrite(Request& r, engine::Ino ino) {
+  if (!enabled()) return false;
+  CKPTFS_RETURN_IF_ERROR(KillCapability(ino));
+  if (!RequestKillsSuidSgid()) return false;
   return KillSuidSgid(r, ino);
 }
 
-engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino) {
-  if (!r.fs().kills_suidgid()) return engine::Status::OK();
-  CKPTFS_RETURN_IF_ERROR(KillCapability(r, ino));
+engine::Result<bool> KillPriv::ForFallocate(Request& r, engine::Ino ino) {
+  if (!enabled()) return false;
+  CKPTFS_RETURN_IF_ERROR(KillCapability(ino));
   return KillSuidSgid(r, ino, /*unless_fsetid=*/true);
 }
 
-engine::Status KillCapability(Request& r, engine::Ino ino) {
-  Filesystem& fs = r.fs();
-  if (!fs.kills_suidgid() || fs.capability_free().Contains(ino)) return engine::Status::OK();
-  const uint64_t epoch = fs.capability_free().Epoch();
-  engine::Status st = fs.store().RemoveXattr(ino, kCapabilityXattr);
+engine::Status KillPriv::KillCapability(engine::Ino ino) {
+  if (!enabled() || capability_free_.Contains(ino)) return engine::Status::OK();
+  const uint64_t epoch = capability_free_.Epoch();
+  engine::Status st = store_->RemoveXattr(ino, kCapabilityXattr);
   if (!st.ok() && st.code() != ENODATA) return st;
-  fs.capability_free().MarkFree(ino, epoch);
+  capability_free_.MarkFree(ino, epoch);
   return engine::Status::OK();
 }
 
-engine::Status KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid) {
-  engine::Store& store = r.fs().store();
-  CKPTFS_ASSIGN_OR_RETURN(const engine::Attr a, store.GetAttr(ino));
-  if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return engine::Status::OK();
-  if (unless_fsetid && CallerHasFsetid(r)) return engine::Status::OK();
+engine::Result<bool> KillPriv::KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid) {
+  if (!enabled()) return false;
+  CKPTFS_ASSIGN_OR_RETURN(const engine::Attr a, store_->GetAttr(ino));
+  if ((a.mode & (S_ISUID | S_ISGID)) == 0 || S_ISDIR(a.mode)) return false;
+  if (unless_fsetid && CallerHasFsetid(r)) return false;
   engine::SetAttrRequest kill;
   kill.kill_suidgid = true;  // set-user-ID; set-group-ID with group execute
   kill.kill_sgid = (a.mode & S_ISGID) != 0 && !CallerInGroup(r, a.gid) && !CallerHasFsetid(r);
-  return store.SetAttr(ino, kill).status();
+  CKPTFS_ASSIGN_OR_RETURN(const engine::Attr after, store_->SetAttr(ino, kill));
+  return after.mode != a.mode;
 }
 
 }  // namespace ckptfs::fs

@@ -1,7 +1,7 @@
 // Clearing set-user-ID and set-group-ID bits and file capabilities where
-// Linux clears them (write, truncate, chown), which the kernel leaves to us
-// once the mount has negotiated FUSE_CAP_HANDLE_KILLPRIV_V2
-// (Filesystem::kills_suidgid()).
+// Linux clears them (write, truncate, chown, fallocate), which the kernel
+// leaves to us once the mount has negotiated FUSE_CAP_HANDLE_KILLPRIV_V2
+// (KillPriv::enabled()).
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -62,30 +62,54 @@ int InstallKillFlagHook(fuse_session* se);
 // kernel's flag. False for every other request.
 bool RequestKillsSuidSgid();
 
-// Before a write, or the truncation of an open or create with O_TRUNC,
-// when the mount kills privileges: removes the file's capabilities, and
-// when the request carries the kernel's flag clears its set-ID bits (see
-// KillSuidSgid).
-engine::Status KillPrivilegesForWrite(Request& r, engine::Ino ino);
+// What one mount clears, and when. Thread-safe.
+class KillPriv {
+ public:
+  // "*store" must outlive this KillPriv.
+  explicit KillPriv(engine::Store* store) : store_(store) {}
+  KillPriv(const KillPriv&) = delete;
+  KillPriv& operator=(const KillPriv&) = delete;
 
-// Removes kCapabilityXattr of `ino` when the mount kills privileges. One
-// store lookup the first time after the kernel learns of the file, none
-// after while it has none.
-engine::Status KillCapability(Request& r, engine::Ino ino);
+  // Whether the kernel left clearing the bits and capabilities to us
+  // (FUSE_CAP_HANDLE_KILLPRIV_V2). Set by Init before any other request;
+  // off, every method below does nothing.
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
-// What Linux does to `ino` when a caller without CAP_FSETID writes or
-// truncates it, or anyone changes its owner: clears set-user-ID, and
-// set-group-ID when group execute is set or the caller is neither in the
-// file's group nor holds CAP_FSETID (the kernel's setattr_should_drop_sgid).
-// Costs one GetAttr when the file has neither bit. With `unless_fsetid`,
-// a caller that holds CAP_FSETID keeps both (asked only of set-ID files).
-engine::Status KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid = false);
+  // Before a write, or the truncation of an open or create with O_TRUNC:
+  // removes the file's capabilities, and when the request carries the
+  // kernel's flag clears its set-ID bits (see KillSuidSgid). Returns
+  // whether the mode changed.
+  engine::Result<bool> ForWrite(Request& r, engine::Ino ino);
+  // What Linux's file_modified() does before fallocate(2) changes a file
+  // (the kernel leaves it to us and flags nothing): removes its
+  // capabilities, and when the caller has no CAP_FSETID, clears its set-ID
+  // bits as KillSuidSgid. Returns whether the mode changed: the kernel then
+  // still holds the old one, and nothing in the FALLOCATE reply tells it
+  // otherwise.
+  engine::Result<bool> ForFallocate(Request& r, engine::Ino ino);
+  // Removes kCapabilityXattr of `ino`. One store lookup the first time
+  // after the kernel learns of the file, none after while it has none.
+  engine::Status KillCapability(engine::Ino ino);
+  // What Linux does to `ino` when a caller without CAP_FSETID writes or
+  // truncates it, or anyone changes its owner: clears set-user-ID, and
+  // set-group-ID when group execute is set or the caller is neither in
+  // the file's group nor holds CAP_FSETID (the kernel's
+  // setattr_should_drop_sgid). Costs one GetAttr when the file has neither
+  // bit. With `unless_fsetid`, a caller that holds CAP_FSETID keeps both
+  // (asked only of set-ID files). Returns whether the mode changed.
+  engine::Result<bool> KillSuidSgid(Request& r, engine::Ino ino, bool unless_fsetid = false);
 
-// What Linux's file_modified() does before fallocate(2) changes a file,
-// when the mount kills privileges (the kernel leaves it to us and flags
-// nothing): removes its capabilities, and when the caller has no
-// CAP_FSETID, clears its set-ID bits as KillSuidSgid.
-engine::Status KillPrivilegesForFallocate(Request& r, engine::Ino ino);
+  // After kCapabilityXattr of `ino` was set.
+  void CapabilitySet(engine::Ino ino) { capability_free_.CapabilitySet(ino); }
+  // The kernel forgot `ino`.
+  void Forget(engine::Ino ino) { capability_free_.Forget(ino); }
+
+ private:
+  engine::Store* const store_;
+  std::atomic<bool> enabled_{false};
+  CapabilityFreeInodes capability_free_;
+};
 
 // Whether the caller of `r` holds CAP_FSETID in the daemon's user namespace
 // (the kernel's capable(CAP_FSETID)), read from /proc/PID/status. False

@@ -7,6 +7,7 @@
 #include "fs/control.h"
 #include "fs/extents_xattr.h"
 #include "fs/filesystem.h"
+#include "fs/ops.h"
 
 namespace ckptfs::fs {
 namespace {
@@ -47,7 +48,7 @@ void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* valu
     if (int err = CheckName(name)) return r.Err(err);
     if (format::IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
     engine::Status st = r.fs().store().SetXattr(ino, name, {value, size}, flags);
-    if (st.ok() && name == kCapabilityXattr) r.fs().capability_free().CapabilitySet(ino);
+    if (st.ok() && name == kCapabilityXattr) r.fs().killpriv().CapabilitySet(ino);
     if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
     r.Fail(st);
   });

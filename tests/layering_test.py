@@ -67,9 +67,50 @@ def violations(root=ROOT):
     return sorted(out)
 
 
+# Inside fs/: the session (mount.*) on the handler table (ops.*), the
+# handlers on the mount's state (filesystem.*), the state on its parts
+# (control files, open files, set-ID bits, requests, counters ...). Only
+# these files include the state's header, and only the session the
+# mount's.
+FS_HEADER_USERS = {
+    "fs/filesystem.h": {"filesystem.cc", "ops.cc", "entries.cc", "dirs.cc", "data.cc",
+                        "xattrs.cc", "mount.cc"},
+    "fs/mount.h": {"mount.cc"},
+}
+
+
+def fs_violations(root=ROOT):
+    out = []
+    d = os.path.join(root, "fs")
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not name.endswith(SOURCES):
+            continue
+        with open(os.path.join(d, name), errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                m = re.match(r'^\s*#\s*include\s+"([^"]+)"', line)
+                users = FS_HEADER_USERS.get(m.group(1)) if m else None
+                if users is not None and name not in users:
+                    out.append("fs/%s:%d: includes %s" % (name, n, m.group(1)))
+    return out
+
+
 class LayeringTest(unittest.TestCase):
     def test_includes_point_down(self):
         self.assertEqual(violations(), [])
+
+    def test_fs_parts_do_not_reach_back_up(self):
+        self.assertEqual(fs_violations(), [])
+
+    def test_an_fs_part_that_includes_the_state_is_found(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "fs"))
+            with open(os.path.join(d, "fs", "control.cc"), "w") as f:
+                f.write('#include "fs/control.h"\n#include "fs/filesystem.h"\n')
+            with open(os.path.join(d, "fs", "filesystem.h"), "w") as f:
+                f.write('#include "fs/mount.h"\n')
+            self.assertEqual(fs_violations(d), ["fs/control.cc:2: includes fs/filesystem.h",
+                                                "fs/filesystem.h:1: includes fs/mount.h"])
 
     def test_a_higher_include_is_found(self):
         # The check itself: a format/ file that includes engine/ is reported.

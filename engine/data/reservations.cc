@@ -20,6 +20,11 @@ uint64_t Reservations::LargestFitting(uint64_t bytes) {
   return q * G + std::min(G - 1, bytes - q * G - (q + 2) * H);
 }
 
+Reservations::Range Reservations::Blocks(uint64_t start, uint64_t end) {
+  if (start >= end) return {start, start};
+  return {start - start % kBlockSize, end + (kBlockSize - end % kBlockSize) % kBlockSize};
+}
+
 uint64_t Reservations::Overlap(uint64_t ino, uint64_t start, uint64_t end) const {
   auto it = by_ino_.find(ino);
   if (it == by_ino_.end() || start >= end) return 0;

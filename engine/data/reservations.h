@@ -29,6 +29,18 @@ class Reservations {
   // fallocate can reserve when that much disk is free.
   static uint64_t LargestFitting(uint64_t bytes);
   static constexpr uint64_t kWriteGranule = 4096;
+  // Fallocate reserves whole blocks of this size, the blocks that its range
+  // touches, as a block filesystem allocates them: the kernel's page cache
+  // writes a file in whole pages, which then fall within the reservation
+  // and draw on it, so that stored plus reserved bytes (st_blocks) stay as
+  // they were when a write fills a reserved range.
+  static constexpr uint64_t kBlockSize = 4096;
+  // The blocks that [start, end) touches, as a byte range.
+  struct Range {
+    uint64_t start;
+    uint64_t end;
+  };
+  static Range Blocks(uint64_t start, uint64_t end);
 
   // Bytes of [start, end) of `ino` that are reserved.
   uint64_t Overlap(uint64_t ino, uint64_t start, uint64_t end) const;

@@ -29,6 +29,20 @@ TEST(Reservations, LargestFittingIsTheInverseOfCharge) {
   }
 }
 
+TEST(Reservations, BlocksAreTheWholeBlocksARangeTouches) {
+  constexpr uint64_t B = Reservations::kBlockSize;
+  auto blocks = [](uint64_t start, uint64_t end) {
+    const Reservations::Range r = Reservations::Blocks(start, end);
+    return std::make_pair(r.start, r.end);
+  };
+  EXPECT_EQ(blocks(0, B), std::make_pair(uint64_t{0}, B));
+  EXPECT_EQ(blocks(B - 1, B + 1), std::make_pair(uint64_t{0}, 2 * B));  // across a boundary
+  EXPECT_EQ(blocks(1, 2), std::make_pair(uint64_t{0}, B));
+  EXPECT_EQ(blocks(B, 3 * B), std::make_pair(B, 3 * B));
+  EXPECT_EQ(blocks(5 * B + 7, 9 * B - 7), std::make_pair(5 * B, 9 * B));
+  EXPECT_EQ(blocks(B, B), std::make_pair(B, B));  // empty
+}
+
 TEST(Reservations, AddMergesAndRemoveSplits) {
   Reservations r;
   r.Add(7, 0, 4096);

@@ -34,6 +34,9 @@ class FallocateTest : public StoreFixture {
     EXPECT_TRUE(a.ok()) << a.status().ToString();
     return a.ok() ? a->data_bytes : 0;
   }
+  // What st_blocks counts (fs/filesystem.cc ToStat), in 512-byte units:
+  // the stored bytes and those reserved for writes.
+  uint64_t Blocks(Ino ino) { return (DataBytes(ino) + s()->ReservedBytes(ino) + 511) / 512; }
   // The sum of the file's extent lengths: what the counter must equal.
   uint64_t ExtentBytes(Ino ino) {
     auto ex = s()->GetExtents(ino);
@@ -224,6 +227,38 @@ uint64_t AvailBytes(const std::string& dir) {
   struct statvfs v;
   if (::statvfs(dir.c_str(), &v) != 0) return 0;
   return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+}
+
+TEST_F(FallocateTest, WritesIntoAReservationAcrossABlockBoundaryKeepItsBlocks) {
+  // 2 bytes at 4095 touch two blocks: both are reserved, as ext4 allocates
+  // them (st_blocks 16).
+  const Ino paged = NewFile("paged");
+  ASSERT_OK(s()->Fallocate(paged, 0, 4095, 2));
+  EXPECT_EQ(s()->GetAttr(paged)->size, 4097u);
+  EXPECT_EQ(DataBytes(paged), 0u);
+  EXPECT_EQ(s()->ReservedBytes(paged), 8192u);
+  EXPECT_EQ(Blocks(paged), 16u);
+  // The kernel's page cache writes the 2 bytes as its two pages: the first
+  // with the zeros before byte 4095, the second up to the size.
+  ASSERT_OK(WriteAll(s(), paged, 0, std::string(4095, '\0') + "x"));
+  EXPECT_EQ(Blocks(paged), 16u);
+  ASSERT_OK(WriteAll(s(), paged, 4096, "y"));
+  EXPECT_EQ(DataBytes(paged), 4097u);
+  EXPECT_EQ(Blocks(paged), 16u);
+  EXPECT_EQ(*ReadRange(s(), paged, 4095, 2), "xy");
+
+  // Written as asked for (no write-back cache): the same.
+  const Ino exact = NewFile("exact");
+  ASSERT_OK(s()->Fallocate(exact, FALLOC_FL_KEEP_SIZE, 4095, 2));
+  EXPECT_EQ(s()->GetAttr(exact)->size, 0u);
+  EXPECT_EQ(Blocks(exact), 16u);
+  ASSERT_OK(WriteAll(s(), exact, 4095, "xy"));
+  EXPECT_EQ(DataBytes(exact), 2u);
+  EXPECT_EQ(Blocks(exact), 16u);
+
+  // A punch of the whole range gives both blocks back.
+  ASSERT_OK(s()->Fallocate(exact, kPunch, 0, 8192));
+  EXPECT_EQ(Blocks(exact), 0u);
 }
 
 TEST_F(FallocateTest, ReservationsFailUpFrontAndHoldSpaceForTheirWrites) {

@@ -15,8 +15,15 @@ leaves clearing the set-ID bits on write, truncate and chown to the daemon.
     set again after a write;
   - 64 write(2) calls of 4 KiB to one file send at most one GETXATTR
     (MOUNT/.ckptfs/stats, ops.getxattrs);
+  - right after uid 65534 allocates, punches or zeroes a range of a
+    set-ID file (modes 6666, 6676, 6766, 6777), or writes or truncates
+    it, `stat -c %a` (statx for
+    the mode alone, which the kernel may answer from its cache) shows the
+    bits cleared, and a set-user-ID program it so changed runs as uid
+    65534, not as root, on a -o suid mount: as on a plain directory;
   - the set-ID and capability cases again on a passthrough_writes mount,
-    where an open with O_TRUNC truncates in the OPEN (atomic_o_trunc).
+    where an open with O_TRUNC truncates in the OPEN (atomic_o_trunc), and
+    on a -o suid mount.
 Needs root (setuid to 65534, allow_other) and CKPTFS_BIN.
 """
 
@@ -62,6 +69,12 @@ CASES = [
     # but not those of a set-ID file.
     ("empty_6777", 0o6777, 0, "write", 0o777),
 ]
+
+# fallocate(2), write(2) and truncate(2) by uid 65534, then a stat that asks
+# for the mode alone:
+# (mode before, what uid 65534 does). The file's group is 0.
+STATX_MODES = (0o6666, 0o6676, 0o6766, 0o6777)
+STATX_ACTIONS = ("fallocate", "punch_hole", "zero_range", "write", "append", "truncate")
 
 NOBODY_CHILD = textwrap.dedent(r"""
     import ctypes, os, sys
@@ -183,6 +196,72 @@ class KillPrivTest(unittest.TestCase):
         self.assertEqual({k: oct(v) for k, v in mnt.items()},
                          {k: oct(v) for k, v in expected.items()})
 
+    def create_setid_file(self, p, mode, content=b"#!/bin/sh\n"):
+        with open(p, "wb") as f:
+            f.write(content)
+        os.chown(p, 0, 0)
+        os.chmod(p, mode)
+
+    def stat_modes(self, paths):
+        """The modes stat(1) shows: a statx that asks for STATX_MODE alone,
+        which the kernel answers from the attributes it caches."""
+        proc = subprocess.run(["stat", "-c", "%n %a"] + paths, capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        modes = {}
+        for line in proc.stdout.splitlines():
+            path, mode = line.rsplit(" ", 1)
+            modes[os.path.basename(path)] = int(mode, 8)
+        return modes
+
+    def modes_right_after_change(self, root):
+        """`stat -c %a` of set-ID files right after uid 65534 allocated,
+        punched or zeroed a range of each, wrote or truncated it."""
+        cases = {}
+        for mode in STATX_MODES:
+            for action in STATX_ACTIONS:
+                name = "statx_%s_%o" % (action, mode)
+                self.create_setid_file(os.path.join(root, name), mode)
+                cases[name] = action
+        paths = [os.path.join(root, name) for name in cases]
+        # The kernel caches the modes before the change.
+        self.assertEqual(self.stat_modes(paths),
+                         {name: int(name.rsplit("_", 1)[1], 8) for name in cases})
+        args = ["%s:%s" % (name, action) for name, action in cases.items()]
+        proc = subprocess.run([PY, "-c", NOBODY_CHILD, root] + args, capture_output=True,
+                              text=True, preexec_fn=as_nobody, cwd="/", timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return self.stat_modes(paths)
+
+    def test_set_id_bits_are_cleared_at_once(self):
+        plain = self.modes_right_after_change(self.plain)
+        mnt = self.modes_right_after_change(self.m.mnt)
+        self.assertEqual({k: oct(v) for k, v in mnt.items()},
+                         {k: oct(v) for k, v in plain.items()})
+        # uid 65534 holds no CAP_FSETID and is not in group 0: both bits go.
+        expected = {name: int(name.rsplit("_", 1)[1], 8) & 0o777 for name in mnt}
+        self.assertEqual({k: oct(v) for k, v in mnt.items()},
+                         {k: oct(v) for k, v in expected.items()})
+
+    def effective_uid_after_fallocate(self, root):
+        """What a set-user-ID root program (id -u) that uid 65534 may write
+        says its effective uid is, when uid 65534 runs it after allocating
+        a range of it."""
+        p = os.path.join(root, "setuid_id")
+        with open("/usr/bin/id", "rb") as f:
+            self.create_setid_file(p, 0o6777, f.read())
+        size = os.path.getsize(p)
+        proc = subprocess.run([PY, "-c", NOBODY_CHILD, root, "setuid_id:fallocate_keep_size"],
+                              capture_output=True, text=True, preexec_fn=as_nobody, cwd="/",
+                              timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # Run before anything asks for all its attributes.
+        proc = subprocess.run([p, "-u"], capture_output=True, text=True, preexec_fn=as_nobody,
+                              cwd="/", timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(os.path.getsize(p), size)
+        return int(proc.stdout)
+
     def capability_steps(self, root):
         def write(p):
             with open(p, "r+b") as f:
@@ -285,6 +364,21 @@ class KillPrivTest(unittest.TestCase):
         self.assertGreaterEqual(writes, 1)
         self.assertLess(writes, n)
         self.assertLessEqual(getxattrs, writes)
+
+
+class KillPrivSuidTest(KillPrivTest):
+    """KillPrivTest's set-ID and capability cases on a -o suid mount, where
+    the kernel honours the set-ID bits it caches when it executes a file."""
+    mount_options = ("suid",)
+
+    def test_no_getxattr_per_write(self):
+        self.skipTest("KillPrivTest's: mounts of its own")
+
+    def test_fallocated_setuid_program_runs_as_its_caller(self):
+        plain = self.effective_uid_after_fallocate(self.plain)
+        mnt = self.effective_uid_after_fallocate(self.m.mnt)
+        self.assertEqual(mnt, plain)
+        self.assertEqual(mnt, NOBODY)
 
 
 class KillPrivPassthroughTest(KillPrivTest):

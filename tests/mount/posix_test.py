@@ -1140,6 +1140,28 @@ def preallocation_counts_in_st_blocks(r):
     r.content("content", f)
 
 
+@op
+def fallocate_across_a_block_then_write(r):
+    """2 bytes allocated across a block boundary, then written: the write
+    lands in allocated blocks and st_blocks stays as it was. At 4 KiB (ext4's
+    block, the page), and at each filesystem's own st_blksize."""
+    for name, block in (("page", 4 * KiB), ("blksize", None)):
+        f = r.p(name)
+        fd = os.open(f, os.O_CREAT | os.O_RDWR, 0o644)
+        bs = block or os.fstat(fd).st_blksize
+        r.call(name + ": allocate 2 bytes at block - 1", raw_fallocate, fd, 0, bs - 1, 2)
+        r(name + ": size past the block", os.fstat(fd).st_size - bs)
+        allocated = blocks(fd)
+        r.call(name + ": write the 2 bytes", os.pwrite, fd, b"xy", bs - 1)
+        os.fsync(fd)
+        r(name + ": blocks allocated", allocated > 0)
+        r(name + ": blocks unchanged by the write", blocks(fd) == allocated)
+        if block:
+            r.call(name + ": blocks", blocks, fd)
+        r.call(name + ": bytes", os.pread, fd, 2, bs - 1)
+        os.close(fd)
+
+
 def seek_or_errno(fd, off, whence):
     try:
         return os.lseek(fd, off, whence)
