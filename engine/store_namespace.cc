@@ -411,9 +411,8 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, parent, name));
 
     format::InodeValue n = v;
-    Timespec now = Now();
-    n.atime_sec = n.mtime_sec = n.ctime_sec = now.sec;
-    n.atime_nsec = n.mtime_nsec = n.ctime_nsec = now.nsec;
+    const Timespec now = Now();
+    SetAllTimes(&n, now);
     n.generation = 1;
     CKPTFS_ASSIGN_OR_RETURN(uint64_t ino, AllocIno(&t.batch));
     if (S_ISDIR(n.mode)) {
