@@ -91,6 +91,10 @@ inline constexpr char kUnusedDataFile[] = "unused_data_file";  // no inode uses 
 // max_record_bytes): each gets an extent with its checksum.
 inline constexpr uint64_t kDataFileBlockBytes = 1ull << 20;
 
+// The payload of a corruption that a read of the index met (a damaged table
+// file of an embedded index, which a repair rebuilds).
+struct DamagedIndexRead {};
+
 class Checker {
  public:
   Checker(std::string dir, const FsckOptions& options)
@@ -178,6 +182,8 @@ class Checker {
   Status Get(Space s, const std::string& key, std::string* v, bool* found);
   // Calls `fn` for every key of space `s`, in order.
   Status ScanAll(Space s, const std::function<void(std::string_view key, std::string_view value)>& fn);
+  // `s` from a read of the index; a corruption gets a DamagedIndexRead.
+  static Status TagIndexDamage(Status s);
 
   // ---- check_namespace.cc ----
   // The meta keys (format version, counters, orphan keys), the inodes and

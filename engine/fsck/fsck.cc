@@ -36,12 +36,10 @@ Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   Result<FsckReport> r = fsck::Checker(d, options).Run();
-  // The index opened, but a scan met a damaged table file: rebuild the index
-  // from what reads and check again.
-  const std::string in_index = "/" + std::string(format::kIndexDirName) + "/";
-  if (r.ok() || !options.repair || !r.status().IsCorruption() ||
-      r.status().message().find(in_index) == std::string::npos ||
-      r.status().message().find("the index") != std::string::npos) {
+  // The embedded index opened, but a read met a damaged table file: rebuild
+  // the index from what reads and check again.
+  if (r.ok() || !options.repair || r.status().payload<fsck::DamagedIndexRead>() == nullptr ||
+      std::filesystem::exists(d + "/" + format::kSharedFileName)) {
     return r;
   }
   fsck::Checker again(d, options);
@@ -277,7 +275,9 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
 
 Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> got, t->Get(s, key));
+  Result<std::optional<std::string>> read = t->Get(s, key);
+  if (!read.ok()) return TagIndexDamage(read.status());
+  std::optional<std::string>& got = *read;
   *found = got.has_value();
   if (got.has_value()) *v = std::move(*got);
   return Status::OK();
@@ -286,10 +286,15 @@ Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found
 Status Checker::ScanAll(Space s,
                         const std::function<void(std::string_view, std::string_view)>& fn) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  return t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
+  return TagIndexDamage(t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
     fn(k, v);
     return true;
-  });
+  }));
+}
+
+Status Checker::TagIndexDamage(Status s) {
+  if (!s.IsCorruption()) return s;
+  return s.WithPayload(DamagedIndexRead{});
 }
 
 void Checker::Add(FsckFinding f) {
