@@ -172,7 +172,30 @@ class Checker {
   Status RebuildIndex(const std::string& index_dir, const std::string& why);
   // Replaces the index with its newest backup (opt_.from_backup).
   Status RestoreNewestBackup();
-  void Add(FsckFinding f);
+  // What a finding is about. `{}`: the store as a whole (its index, its
+  // counters); Inode: an inode (and its path when known); FileRange: bytes
+  // [off, off+len) of a file (in segment `segment` when they are in one);
+  // SegmentRange: bytes of segment `id`.
+  struct Subject {
+    uint64_t ino = 0;
+    std::string path;
+    uint64_t segment_id = 0;
+    uint64_t offset = 0;  // byte range: in the file for data findings, else in the segment
+    uint64_t length = 0;
+  };
+  static Subject Inode(uint64_t ino, std::string path = "") {
+    return Subject{ino, std::move(path), 0, 0, 0};
+  }
+  static Subject FileRange(uint64_t ino, std::string path, uint64_t off, uint64_t len,
+                           uint64_t segment = 0) {
+    return Subject{ino, std::move(path), segment, off, len};
+  }
+  static Subject SegmentRange(uint64_t id, uint64_t off = 0, uint64_t len = 0) {
+    return Subject{0, "", id, off, len};
+  }
+  // The one way a finding is recorded: `kind` (informational or an error as
+  // its kind says), about `at`, repaired by this run or not.
+  void Add(const char* kind, Subject at, std::string detail, bool repaired);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the
   // previous finding when it continues it.
   void AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t off, uint64_t len,

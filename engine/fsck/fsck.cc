@@ -168,14 +168,12 @@ Status Checker::MakeNewIndex(const std::string& index_dir) {
   CKPTFS_RETURN_IF_ERROR(
       OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
   index_replaced_ = true;
-  FsckFinding f;
-  f.kind = kIndexRebuilt;
-  f.detail = "the index " + index_dir +
-             " was gone and the store has no backup of it: a new one "
-             "holds every file whose bytes the segments and data files keep, under lost+found "
-             "by inode number; names, attributes and files of up to 4 KiB were in the index";
-  f.repaired = true;
-  Add(std::move(f));
+  Add(kIndexRebuilt, {},
+      "the index " + index_dir +
+          " was gone and the store has no backup of it: a new one "
+          "holds every file whose bytes the segments and data files keep, under lost+found "
+          "by inode number; names, attributes and files of up to 4 KiB were in the index",
+      true);
   return Status::OK();
 }
 
@@ -186,13 +184,11 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
       OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_)
           .ok()) {
     index_replaced_ = index_is_past_state_ = opt_.repair;
-    FsckFinding f;
-    f.kind = kIndexRebuilt;
-    f.detail = "the index's log is damaged (" + s.message() + "); " +
-               (opt_.repair ? "replayed up to the damage" : "repair replays it up to the damage") +
-               ": what it held after is lost, and files created there are kept under lost+found";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kIndexRebuilt, {},
+        "the index's log is damaged (" + s.message() + "); " +
+            (opt_.repair ? "replayed up to the damage" : "repair replays it up to the damage") +
+            ": what it held after is lost, and files created there are kept under lost+found",
+        opt_.repair);
     return Status::OK();
   }
   if (!opt_.repair) {
@@ -216,12 +212,10 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
     Status again =
         OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
     if (again.ok()) {
-      FsckFinding f;
-      f.kind = kIndexRebuilt;
-      f.detail = "the index did not open (" + s.message() + "); its CURRENT file now names " +
-                 *manifest + ", the newest MANIFEST";
-      f.repaired = true;
-      Add(std::move(f));
+      Add(kIndexRebuilt, {},
+          "the index did not open (" + s.message() + "); its CURRENT file now names " +
+              *manifest + ", the newest MANIFEST",
+          true);
       return again;
     }
   }
@@ -241,13 +235,10 @@ Status Checker::RestoreNewestBackup() {
   char when[64];
   struct tm tm;
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&taken, &tm));
-  FsckFinding f;
-  f.kind = kIndexRestored;
-  f.detail = std::string("the index is the backup taken ") + when +
-             "; files created after it are kept under lost+found by inode number";
-  if (!kept_as.empty()) f.detail += "; the index it replaced is kept as " + kept_as;
-  f.repaired = true;
-  Add(std::move(f));
+  std::string detail = std::string("the index is the backup taken ") + when +
+                       "; files created after it are kept under lost+found by inode number";
+  if (!kept_as.empty()) detail += "; the index it replaced is kept as " + kept_as;
+  Add(kIndexRestored, {}, std::move(detail), true);
   return Status::OK();
 }
 
@@ -256,9 +247,8 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
   std::vector<std::string> seeds;
   CKPTFS_RETURN_IF_ERROR(RepairIndexDb(index_dir, env_.get(), &seeds));
   index_replaced_ = true;
-  FsckFinding f;
-  f.kind = kIndexRebuilt;
-  f.detail = "the index was damaged (" + why + "); rebuilt from its table files and logs";
+  std::string detail =
+      "the index was damaged (" + why + "); rebuilt from its table files and logs";
   std::string lost;
   for (const std::string& name : LostIndexFiles(index_dir)) {
     // The repair also keeps the old MANIFEST and the logs it replayed there.
@@ -267,9 +257,8 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
       lost += (lost.empty() ? "" : ", ") + name;
     }
   }
-  if (!lost.empty()) f.detail += "; table files that did not read, kept in index/lost: " + lost;
-  f.repaired = true;
-  Add(std::move(f));
+  if (!lost.empty()) detail += "; table files that did not read, kept in index/lost: " + lost;
+  Add(kIndexRebuilt, {}, std::move(detail), true);
   return Status::OK();
 }
 
@@ -297,7 +286,27 @@ Status Checker::TagIndexDamage(Status s) {
   return s.WithPayload(DamagedIndexRead{});
 }
 
-void Checker::Add(FsckFinding f) {
+namespace {
+bool IsInformational(std::string_view kind) {
+  for (const char* k :
+       {kUnreferencedRecords, kUnparsableBytes, kPendingOrphan, kStaleSegmentEntry, kUnusedDataFile}) {
+    if (kind == k) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void Checker::Add(const char* kind, Subject at, std::string detail, bool repaired) {
+  FsckFinding f;
+  f.kind = kind;
+  f.path = std::move(at.path);
+  f.ino = at.ino;
+  f.segment_id = at.segment_id;
+  f.offset = at.offset;
+  f.length = at.length;
+  f.detail = std::move(detail);
+  f.repaired = repaired;
+  f.informational = IsInformational(kind);
   report_.findings.push_back(std::move(f));
 }
 
@@ -311,16 +320,8 @@ void Checker::AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t
       return;
     }
   }
-  FsckFinding f;
-  f.kind = kind;
-  f.ino = ino;
-  f.path = PathOf(ino);
-  f.segment_id = segment;
-  f.offset = off;
-  f.length = len;
-  f.detail = std::move(detail);
-  f.repaired = opt_.repair && repairable;
-  Add(std::move(f));
+  Add(kind, FileRange(ino, PathOf(ino), off, len, segment),
+      std::move(detail), opt_.repair && repairable);
 }
 
 std::string Checker::PathOf(uint64_t ino) const {
