@@ -80,48 +80,12 @@ Status Checker::ScanSegments() {
   Status first_error;
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      SegmentState& s = *todo[i];
-      const std::string& path = s.file->path();
-      char hdr[format::kSegmentHeaderSize];
-      Result<size_t> got = s.file->ReadAt(0, sizeof(hdr), hdr);
-      Status st = got.status();
-      if (st.ok()) {
-        Status hs = *got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
-                                                             std::to_string(s.file_size) + " bytes")
-                                       : format::CheckSegmentHeader(std::string_view(hdr, *got), s.id);
-        if (!hs.ok()) {
-          s.header_ok = false;
-          s.header_error = hs.message();
-        }
-        SegmentScanOptions so;
-        so.verify_payloads = !opt_.quick;
-        so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
-        uint64_t reached = 0;
-        const io::File& file = *s.file;
-        st = ScanSegment(
-            [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); },
-            s.file_size, so, [&](const ScannedRecord& r) { s.records.push_back(r); },
-            [&](const ScannedGap& g) {
-              s.gaps++;
-              s.gap_bytes += g.length;
-              if (!g.zeros) s.nonzero_gaps++;
-            },
-            [&](uint64_t pos) {
-              std::lock_guard<std::mutex> l(progress_mu);
-              done += pos - reached;
-              reached = pos;
-              if (opt_.progress) opt_.progress(done, total);
-            });
-        std::lock_guard<std::mutex> l(progress_mu);
-        done += s.file_size - std::min(reached, s.file_size);
-        reached = s.file_size;
-      }
+      Status st = ScanOneSegment(todo[i], &progress_mu, &done, total);
       if (!st.ok()) {
         std::lock_guard<std::mutex> l(err_mu);
-        if (first_error.ok()) first_error = st.Annotate(path);
+        if (first_error.ok()) first_error = st.Annotate(todo[i]->file->path());
         return;
       }
-      s.refs.assign(s.records.size(), 0);
     }
   };
   const size_t threads = std::max<size_t>(
@@ -142,6 +106,45 @@ Status Checker::ScanSegments() {
   return Status::OK();
 }
 
+Status Checker::ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_t* done,
+                               uint64_t total) {
+  char hdr[format::kSegmentHeaderSize];
+  CKPTFS_ASSIGN_OR_RETURN(const size_t got, s->file->ReadAt(0, sizeof(hdr), hdr));
+  Status hs = got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
+                                                     std::to_string(s->file_size) + " bytes")
+                                : format::CheckSegmentHeader(std::string_view(hdr, got), s->id);
+  if (!hs.ok()) {
+    s->header_ok = false;
+    s->header_error = hs.message();
+  }
+  SegmentScanOptions so;
+  so.verify_payloads = !opt_.quick;
+  so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
+  uint64_t reached = 0;
+  const io::File& file = *s->file;
+  Status st = ScanSegment(
+      [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); },
+      s->file_size, so, [&](const ScannedRecord& r) { s->records.push_back(r); },
+      [&](const ScannedGap& g) {
+        s->gaps++;
+        s->gap_bytes += g.length;
+        if (!g.zeros) s->nonzero_gaps++;
+      },
+      [&](uint64_t pos) {
+        std::lock_guard<std::mutex> l(*progress_mu);
+        *done += pos - reached;
+        reached = pos;
+        if (opt_.progress) opt_.progress(*done, total);
+      });
+  {
+    std::lock_guard<std::mutex> l(*progress_mu);
+    *done += s->file_size - std::min(reached, s->file_size);
+  }
+  CKPTFS_RETURN_IF_ERROR(st);
+  s->refs.assign(s->records.size(), 0);
+  return Status::OK();
+}
+
 const ScannedRecord* Checker::FindRecord(SegmentState* seg, uint64_t offset, size_t* index) {
   auto it = std::lower_bound(seg->records.begin(), seg->records.end(), offset,
                              [](const ScannedRecord& r, uint64_t o) { return r.offset < o; });
@@ -157,85 +160,90 @@ void Checker::DropExtent(std::string_view key) {
 }
 
 Status Checker::CheckExtents() {
-  uint64_t cur_ino = 0, prev_end = 0;
+  ExtentScan scan;
   Status failed;
-  CKPTFS_RETURN_IF_ERROR(ScanAll(Space::kExtents, [&](std::string_view key, std::string_view value) {
-    if (!failed.ok()) return;
-    if (key.size() != 16) {
-      Add(kBadExtent, {}, "extent key is " + std::to_string(key.size()) + " bytes, expected 16",
-          opt_.repair);
-      DropExtent(key);
-      return;
-    }
-    const uint64_t ino = format::GetBE64(key.data());
-    const uint64_t off = format::GetBE64(key.data() + 8);
-    if (ino != cur_ino) {
-      cur_ino = ino;
-      prev_end = 0;
-    }
-    format::ExtentValue e;
-    Status ds = format::DecodeExtent(value, &e);
-    auto node_it = nodes_.find(ino);
-    if (!ds.ok()) {
-      AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
-      if (node_it != nodes_.end()) lost_inos_.insert(ino);
-      DropExtent(key);
-      return;
-    }
-    const uint64_t len = e.length;
-    SegmentState* seg = nullptr;
-    if (!e.is_inline && !e.in_data_file) {
-      seg = &segments_[e.segment_id];
-      seg->id = e.segment_id;
-      seg->live_all += len;
-    }
-    if (node_it == nodes_.end()) {
-      ReportExtentWithoutInode(ino, off, len);
-      DropExtent(key);
-      return;
-    }
-    Node& node = node_it->second;
-    node.data_all += len;
-    if (!S_ISREG(node.v.mode)) {
-      AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
-              true);
-      DropExtent(key);
-      return;
-    }
-    if (off < prev_end) {
-      AddData(kOverlappingExtents, ino, e.segment_id, off, len,
-              "overlaps the previous extent, which ends at " + std::to_string(prev_end), true);
-      lost_inos_.insert(ino);
-      DropExtent(key);
-      return;
-    }
-    prev_end = off + len;
-
-    const char* kind = nullptr;
-    std::string detail;
-    if (e.in_data_file) {
-      detail = CheckDataFileExtent(node, ino, off, e, &kind);
-    } else if (!e.is_inline) {
-      Result<std::string> checked = CheckSegmentExtent(seg, ino, off, e, &kind);
-      if (!checked.ok()) {
-        failed = checked.status();
-        return;
-      }
-      detail = std::move(*checked);
-    }
-    if (!detail.empty()) {
-      AddData(kind, ino, e.segment_id, off, len,
-              detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
-      lost_inos_.insert(ino);
-      // Recovery leaves the range alone: an older record there would be
-      // bytes the file no longer had.
-      if (len > 0) node.covered[off] = std::max(node.covered[off], off + len);
-      DropExtent(key);
-      return;
-    }
-    KeepExtent(key, e, ino, off, &node, seg);
-  }));
+  CKPTFS_RETURN_IF_ERROR(
+      ScanAll(Space::kExtents, [&](std::string_view key, std::string_view value) {
+        if (failed.ok()) failed = CheckExtent(key, value, &scan);
+      }));
   return failed;
+}
+
+Status Checker::CheckExtent(std::string_view key, std::string_view value, ExtentScan* scan) {
+  if (key.size() != 16) {
+    Add(kBadExtent, {}, "extent key is " + std::to_string(key.size()) + " bytes, expected 16",
+        opt_.repair);
+    DropExtent(key);
+    return Status::OK();
+  }
+  const uint64_t ino = format::GetBE64(key.data());
+  const uint64_t off = format::GetBE64(key.data() + 8);
+  if (ino != scan->ino) {
+    scan->ino = ino;
+    scan->prev_end = 0;
+  }
+  format::ExtentValue e;
+  Status ds = format::DecodeExtent(value, &e);
+  auto node_it = nodes_.find(ino);
+  if (!ds.ok()) {
+    AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
+    if (node_it != nodes_.end()) lost_inos_.insert(ino);
+    DropExtent(key);
+    return Status::OK();
+  }
+  const uint64_t len = e.length;
+  SegmentState* seg = nullptr;
+  if (!e.is_inline && !e.in_data_file) {
+    seg = &segments_[e.segment_id];
+    seg->id = e.segment_id;
+    seg->live_all += len;
+  }
+  if (node_it == nodes_.end()) {
+    ReportExtentWithoutInode(ino, off, len);
+    DropExtent(key);
+    return Status::OK();
+  }
+  Node& node = node_it->second;
+  node.data_all += len;
+  if (!S_ISREG(node.v.mode)) {
+    AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
+            true);
+    DropExtent(key);
+    return Status::OK();
+  }
+  if (off < scan->prev_end) {
+    AddData(kOverlappingExtents, ino, e.segment_id, off, len,
+            "overlaps the previous extent, which ends at " + std::to_string(scan->prev_end), true);
+    lost_inos_.insert(ino);
+    DropExtent(key);
+    return Status::OK();
+  }
+  scan->prev_end = off + len;
+  return CheckExtentBytes(key, e, ino, off, &node, seg);
+}
+
+Status Checker::CheckExtentBytes(std::string_view key, const format::ExtentValue& e, uint64_t ino,
+                                 uint64_t off, Node* node, SegmentState* seg) {
+  const char* kind = nullptr;
+  std::string detail;
+  if (e.in_data_file) {
+    detail = CheckDataFileExtent(*node, ino, off, e, &kind);
+  } else if (!e.is_inline) {
+    CKPTFS_ASSIGN_OR_RETURN(detail, CheckSegmentExtent(seg, ino, off, e, &kind));
+  }
+  if (detail.empty()) {
+    KeepExtent(key, e, ino, off, node, seg);
+    return Status::OK();
+  }
+  const uint64_t len = e.length;
+  AddData(kind, ino, e.segment_id, off, len,
+          detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
+  lost_inos_.insert(ino);
+  // Recovery leaves the range alone: an older record there would be bytes
+  // the file no longer had.
+  if (len > 0) node->covered[off] = std::max(node->covered[off], off + len);
+  DropExtent(key);
+  return Status::OK();
 }
 
 void Checker::ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -244,7 +245,24 @@ class Checker {
   // ---- check_data.cc; the recovery in check_recover.cc ----
   Status LoadSegments();
   Status ScanSegments();
+  // Walks segment `s` record by record (its header, records and gaps),
+  // adding what it reads to `*done` under `progress_mu` as it goes.
+  Status ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_t* done, uint64_t total);
   Status CheckExtents();
+  // Where CheckExtents is: the inode whose extents it reads, and the end of
+  // the last one it kept.
+  struct ExtentScan {
+    uint64_t ino = 0;
+    uint64_t prev_end = 0;
+  };
+  // One extent of the scan: its key and value decoded, its inode found,
+  // its range checked against the previous one's; then CheckExtentBytes.
+  Status CheckExtent(std::string_view key, std::string_view value, ExtentScan* scan);
+  // The bytes extent `e` (of `ino` at `off`, in `seg` unless inline or in a
+  // data file) points at: kept when intact, else a finding and (repair)
+  // dropped. An error only when the bytes could not be read.
+  Status CheckExtentBytes(std::string_view key, const format::ExtentValue& e, uint64_t ino,
+                          uint64_t off, Node* node, SegmentState* seg);
   // Each regular file's data-bytes counter against its extents.
   void CheckDataBytes();
   // With repair: puts back, as extents, the records no extent points to
