@@ -108,11 +108,12 @@ Status Checker::ScanSegments() {
 
 Status Checker::ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_t* done,
                                uint64_t total) {
-  char hdr[format::kSegmentHeaderSize];
-  CKPTFS_ASSIGN_OR_RETURN(const size_t got, s->file->ReadAt(0, sizeof(hdr), hdr));
-  Status hs = got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
-                                                     std::to_string(s->file_size) + " bytes")
-                                : format::CheckSegmentHeader(std::string_view(hdr, got), s->id);
+  const io::File& file = *s->file;
+  const format::ReadAtFn read_at = [&file](uint64_t off, size_t len, char* buf) {
+    return file.ReadAt(off, len, buf);
+  };
+  Status hs = format::ReadSegmentHeader(read_at, s->id);
+  if (!hs.ok() && !hs.IsCorruption()) return hs;
   if (!hs.ok()) {
     s->header_ok = false;
     s->header_error = hs.message();
@@ -121,10 +122,8 @@ Status Checker::ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_
   so.verify_payloads = !opt_.quick;
   so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
   uint64_t reached = 0;
-  const io::File& file = *s->file;
   Status st = ScanSegment(
-      [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); },
-      s->file_size, so, [&](const ScannedRecord& r) { s->records.push_back(r); },
+      read_at, s->file_size, so, [&](const ScannedRecord& r) { s->records.push_back(r); },
       [&](const ScannedGap& g) {
         s->gaps++;
         s->gap_bytes += g.length;
