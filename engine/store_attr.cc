@@ -86,30 +86,22 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
       }
       v.data_file_end = std::min(v.data_file_end, keep);
     }
-    if (*req.size != v.size) {
-      v.mtime_sec = now.sec;
-      v.mtime_nsec = now.nsec;
-    }
+    if (*req.size != v.size) SetMtime(&v, now);
     v.size = *req.size;
   }
   if (req.atime_now) {
-    v.atime_sec = now.sec;
-    v.atime_nsec = now.nsec;
+    SetAtime(&v, now);
   } else if (req.atime) {
-    v.atime_sec = req.atime->sec;
-    v.atime_nsec = req.atime->nsec;
+    SetAtime(&v, *req.atime);
   }
+  // SetMtime stamps the change time too; SetCtime below sets the one that stays.
   if (req.mtime_now) {
-    v.mtime_sec = now.sec;
-    v.mtime_nsec = now.nsec;
+    SetMtime(&v, now);
   } else if (req.mtime) {
-    v.mtime_sec = req.mtime->sec;
-    v.mtime_nsec = req.mtime->nsec;
+    SetMtime(&v, *req.mtime);
   }
   if (req.ctime) KernelStamped(*req.ctime);
-  const Timespec ctime = req.ctime.value_or(now);
-  v.ctime_sec = ctime.sec;
-  v.ctime_nsec = ctime.nsec;
+  SetCtime(&v, req.ctime.value_or(now));
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b);
   // Writes go into the data file from its (new) end on: the index that
@@ -169,11 +161,10 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   Timespec now = Now();
   if (extend) v.size = end;
   if (punch || zero) {
-    v.mtime_sec = now.sec;
-    v.mtime_nsec = now.nsec;
+    SetMtime(&v, now);
+  } else {
+    SetCtime(&v, now);
   }
-  v.ctime_sec = now.sec;
-  v.ctime_nsec = now.nsec;
   if (st.ok()) {
     PutInode(&b, ino, v);
     EmitDeltas(deltas, &b);
@@ -197,8 +188,7 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   const Timespec now = Now();
   if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
   format::InodeValue v = s->attr;
-  v.atime_sec = now.sec;
-  v.atime_nsec = now.nsec;
+  SetAtime(&v, now);
   meta::Writes b;
   PutInode(&b, ino, v);
   // Volatile: with RocksDB a memtable insert without the log, no I/O under

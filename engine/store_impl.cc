@@ -340,8 +340,7 @@ Status StoreImpl::LoadMeta(bool creating) {
     root.gid = ::getgid();
     root.nlink = 2;
     root.parent = kRootIno;
-    root.atime_sec = root.mtime_sec = root.ctime_sec = now.sec;
-    root.atime_nsec = root.mtime_nsec = root.ctime_nsec = now.nsec;
+    SetAllTimes(&root, now);
     PutInode(&b, kRootIno, root);
     std::string one;
     format::PutLE64(&one, 1);

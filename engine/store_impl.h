@@ -694,7 +694,8 @@ Timespec Now();
 void KernelStamped(Timespec ctime);
 // A time given in nanoseconds since the epoch.
 Timespec FromNanos(int64_t ns);
-// Stamps the change time of `v`; SetMtime the modification time with it.
+// Stamps the change time of `v`; SetMtime the modification time with it;
+// SetAtime the access time alone; SetAllTimes all three (a new inode).
 inline void SetCtime(format::InodeValue* v, const Timespec& t) {
   v->ctime_sec = t.sec;
   v->ctime_nsec = t.nsec;
@@ -703,6 +704,14 @@ inline void SetMtime(format::InodeValue* v, const Timespec& t) {
   v->mtime_sec = t.sec;
   v->mtime_nsec = t.nsec;
   SetCtime(v, t);
+}
+inline void SetAtime(format::InodeValue* v, const Timespec& t) {
+  v->atime_sec = t.sec;
+  v->atime_nsec = t.nsec;
+}
+inline void SetAllTimes(format::InodeValue* v, const Timespec& t) {
+  SetAtime(v, t);
+  SetMtime(v, t);
 }
 
 }  // namespace ckptfs::engine

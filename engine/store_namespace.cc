@@ -23,12 +23,6 @@ Status ValidateName(std::string_view name) {
 
 uint8_t TypeOf(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
 
-std::string CounterDelta(int64_t d) {
-  std::string s;
-  format::PutLE64(&s, static_cast<uint64_t>(d));
-  return s;
-}
-
 }  // namespace
 
 Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
@@ -257,7 +251,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   }
   b->Delete(Space::kInodes, format::InodeKey(ino));
   b->Delete(Space::kMeta, format::OrphanKey(ino));
-  b->Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(-1));
+  b->Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(-1));
   const std::string lower = format::ExtentPrefix(ino);
   const std::string upper = format::ExtentPrefix(ino + 1);
   std::unique_ptr<meta::Txn> own;
@@ -417,9 +411,8 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, parent, name));
 
     format::InodeValue n = v;
-    Timespec now = Now();
-    n.atime_sec = n.mtime_sec = n.ctime_sec = now.sec;
-    n.atime_nsec = n.mtime_nsec = n.ctime_nsec = now.nsec;
+    const Timespec now = Now();
+    SetAllTimes(&n, now);
     n.generation = 1;
     CKPTFS_ASSIGN_OR_RETURN(uint64_t ino, AllocIno(&t.batch));
     if (S_ISDIR(n.mode)) {
@@ -429,7 +422,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     SetMtime(&p, now);
     PutInode(&t.batch, ino, n);
     AddName(&t, parent, name, {ino, TypeOf(n.mode)});
-    t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
+    t.batch.Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(1));
     epoch = SoloEpoch();
     CKPTFS_RETURN_IF_ERROR(t.Commit());
     if (epoch != 0) made = n;

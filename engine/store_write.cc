@@ -154,11 +154,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
         WriteStoredLocked(s, offset, data, moved_may_be_synced, &v, &b, &deltas));
   }
   v.size = new_size;
-  if (times == WriteTimes::kStamp) {
-    const Timespec now = Now();
-    v.mtime_sec = v.ctime_sec = now.sec;
-    v.mtime_nsec = v.ctime_nsec = now.nsec;
-  }
+  if (times == WriteTimes::kStamp) SetMtime(&v, Now());
   PutInode(&b, s->ino, v);
   EmitDeltas(deltas, &b);
   CKPTFS_RETURN_IF_ERROR(Commit(&b));
@@ -347,9 +343,7 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   v.data_file_end = copy ? 0 : look.size;
   v.data_bytes = look.size;
   v.data_bytes_known = true;
-  const Timespec modified = FromNanos(look.modified_ns);
-  v.mtime_sec = v.ctime_sec = modified.sec;
-  v.mtime_nsec = v.ctime_nsec = modified.nsec;
+  SetMtime(&v, FromNanos(look.modified_ns));
   PutInode(&b, ino, v);
   EmitDeltas(deltas, &b);
   // Before the commit: a sync, or a flush of the index's memtable, that

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -18,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "format/segment_scan.h"
 
 #ifndef CKPTFS_SOURCE_DIR
 #error "CKPTFS_SOURCE_DIR must name the source tree (set in format/CMakeLists.txt)"
@@ -1149,6 +1152,37 @@ TEST(SegmentHeaderCodec, EverySingleBitFlipIsDetected) {
     uint64_t id;
     ExpectCorruption(DecodeSegmentHeader(enc, &id), "checksum mismatch");
   }
+}
+
+// The one reading of a segment file's header: the bytes of a file read
+// through a callback, a short file and a wrong id as corruption, a read
+// error as it is.
+TEST(ReadSegmentHeader, ChecksWhatTheFileHolds) {
+  std::string file = EncodeSegmentHeader(7) + DocHex("record");
+  size_t asked = 0;
+  const ReadAtFn read_file = [&](uint64_t off, size_t len, char* buf) -> Result<size_t> {
+    asked = len;
+    if (off >= file.size()) return size_t{0};
+    const size_t n = std::min<size_t>(len, file.size() - off);
+    std::memcpy(buf, file.data() + off, n);
+    return n;
+  };
+  EXPECT_TRUE(ReadSegmentHeader(read_file, 7).ok());
+  EXPECT_EQ(asked, kSegmentHeaderSize);
+  ExpectCorruption(ReadSegmentHeader(read_file, 8), "segment");
+  file.resize(kSegmentHeaderSize - 1);
+  ExpectCorruption(ReadSegmentHeader(read_file, 7), "the file has 31 bytes");
+  file.clear();
+  ExpectCorruption(ReadSegmentHeader(read_file, 7), "the file has 0 bytes");
+  file = EncodeSegmentHeader(7);
+  file[0] ^= 1;
+  ExpectCorruption(ReadSegmentHeader(read_file, 7), "magic");
+  const ReadAtFn failing = [](uint64_t, size_t, char*) -> Result<size_t> {
+    return Status(EACCES, "denied");
+  };
+  const Status st = ReadSegmentHeader(failing, 7);
+  EXPECT_EQ(st.code(), EACCES);
+  EXPECT_FALSE(st.IsCorruption());
 }
 
 // ===========================================================================

@@ -108,6 +108,16 @@ Result<uint64_t> FindNextHeader(Window* w, uint64_t from, size_t chunk, bool* ze
 
 }  // namespace
 
+Status ReadSegmentHeader(const ReadAtFn& read_at, uint64_t segment_id) {
+  char hdr[kSegmentHeaderSize];
+  CKPTFS_ASSIGN_OR_RETURN(const size_t got, read_at(0, sizeof(hdr), hdr));
+  if (got < sizeof(hdr)) {
+    return Status::Corruption("segment header truncated: the file has " + std::to_string(got) +
+                              " bytes");
+  }
+  return CheckSegmentHeader(std::string_view(hdr, got), segment_id);
+}
+
 Status ScanSegment(const ReadAtFn& read_at, uint64_t file_size, const SegmentScanOptions& options,
                    const std::function<void(const ScannedRecord&)>& on_record,
                    const std::function<void(const ScannedGap&)>& on_gap,

@@ -54,6 +54,12 @@ Status ScanSegment(const ReadAtFn& read_at, uint64_t file_size, const SegmentSca
                    const std::function<void(const ScannedGap&)>& on_gap,
                    const std::function<void(uint64_t offset)>& on_progress);
 
+// Reads the first kSegmentHeaderSize bytes of segment `segment_id` through
+// `read_at` and checks them (CheckSegmentHeader): the one reading of a
+// segment file's header. A read error is returned as it is; a file shorter
+// than the header, or a header that does not check, is corruption.
+Status ReadSegmentHeader(const ReadAtFn& read_at, uint64_t segment_id);
+
 // Largest stored_len a plausible record header may claim (the largest
 // max_record_bytes plus zstd's worst-case growth).
 inline constexpr uint32_t kMaxPlausibleStoredLen = (64u << 20) + (1u << 20);

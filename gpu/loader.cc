@@ -12,6 +12,7 @@
 #include <new>
 
 #include "format/format.h"
+#include "format/segment_scan.h"
 #include "gpu/pipeline.h"
 
 namespace ckptfs::gpu {
@@ -86,9 +87,10 @@ Status SourceFile::OpenSegments(bool* corrupt) {
     if (!seg.ok()) return Status(seg.status().code(), "cannot open segment " + path + ": " +
                                                           seg.status().message());
     segments_.push_back(std::move(seg).value());
-    char header[format::kSegmentHeaderSize];
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_.back()->ReadAt(0, sizeof(header), header));
-    Status st = format::CheckSegmentHeader(std::string_view(header, n), id);
+    const io::File& file = *segments_.back();
+    Status st = format::ReadSegmentHeader(
+        [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); }, id);
+    if (!st.ok() && !st.IsCorruption()) return st;
     if (!st.ok()) {
       *corrupt = true;
       return Status(st.code(), st.message() + " (" + path + ")");

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "format/format.h"
+#include "format/segment_scan.h"
 
 namespace ckptfs::engine {
 
@@ -53,9 +54,9 @@ Result<std::shared_ptr<SegmentSet::Segment>> SegmentSet::OpenSegment(uint64_t id
   CKPTFS_ASSIGN_OR_RETURN(seg->file,
                           env_->Open(path, writable ? io::OpenMode::kReadWrite : io::OpenMode::kRead));
   CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, seg->file->Size());
-  char hdr[format::kSegmentHeaderSize];
-  Status s = seg->file->ReadExactly(0, sizeof(hdr), hdr);
-  if (s.ok()) s = format::CheckSegmentHeader(std::string_view(hdr, sizeof(hdr)), id);
+  const io::File& file = *seg->file;
+  Status s = format::ReadSegmentHeader(
+      [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); }, id);
   if (!s.ok()) return s.Annotate(path);
   seg->end = size;
   return seg;

@@ -80,48 +80,12 @@ Status Checker::ScanSegments() {
   Status first_error;
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      SegmentState& s = *todo[i];
-      const std::string& path = s.file->path();
-      char hdr[format::kSegmentHeaderSize];
-      Result<size_t> got = s.file->ReadAt(0, sizeof(hdr), hdr);
-      Status st = got.status();
-      if (st.ok()) {
-        Status hs = *got < sizeof(hdr) ? Status::Corruption("segment header truncated: the file has " +
-                                                             std::to_string(s.file_size) + " bytes")
-                                       : format::CheckSegmentHeader(std::string_view(hdr, *got), s.id);
-        if (!hs.ok()) {
-          s.header_ok = false;
-          s.header_error = hs.message();
-        }
-        SegmentScanOptions so;
-        so.verify_payloads = !opt_.quick;
-        so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
-        uint64_t reached = 0;
-        const io::File& file = *s.file;
-        st = ScanSegment(
-            [&file](uint64_t off, size_t len, char* buf) { return file.ReadAt(off, len, buf); },
-            s.file_size, so, [&](const ScannedRecord& r) { s.records.push_back(r); },
-            [&](const ScannedGap& g) {
-              s.gaps++;
-              s.gap_bytes += g.length;
-              if (!g.zeros) s.nonzero_gaps++;
-            },
-            [&](uint64_t pos) {
-              std::lock_guard<std::mutex> l(progress_mu);
-              done += pos - reached;
-              reached = pos;
-              if (opt_.progress) opt_.progress(done, total);
-            });
-        std::lock_guard<std::mutex> l(progress_mu);
-        done += s.file_size - std::min(reached, s.file_size);
-        reached = s.file_size;
-      }
+      Status st = ScanOneSegment(todo[i], &progress_mu, &done, total);
       if (!st.ok()) {
         std::lock_guard<std::mutex> l(err_mu);
-        if (first_error.ok()) first_error = st.Annotate(path);
+        if (first_error.ok()) first_error = st.Annotate(todo[i]->file->path());
         return;
       }
-      s.refs.assign(s.records.size(), 0);
     }
   };
   const size_t threads = std::max<size_t>(
@@ -142,6 +106,44 @@ Status Checker::ScanSegments() {
   return Status::OK();
 }
 
+Status Checker::ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_t* done,
+                               uint64_t total) {
+  const io::File& file = *s->file;
+  const format::ReadAtFn read_at = [&file](uint64_t off, size_t len, char* buf) {
+    return file.ReadAt(off, len, buf);
+  };
+  Status hs = format::ReadSegmentHeader(read_at, s->id);
+  if (!hs.ok() && !hs.IsCorruption()) return hs;
+  if (!hs.ok()) {
+    s->header_ok = false;
+    s->header_error = hs.message();
+  }
+  SegmentScanOptions so;
+  so.verify_payloads = !opt_.quick;
+  so.read_bytes = opt_.quick ? (64u << 10) : (16u << 20);
+  uint64_t reached = 0;
+  Status st = ScanSegment(
+      read_at, s->file_size, so, [&](const ScannedRecord& r) { s->records.push_back(r); },
+      [&](const ScannedGap& g) {
+        s->gaps++;
+        s->gap_bytes += g.length;
+        if (!g.zeros) s->nonzero_gaps++;
+      },
+      [&](uint64_t pos) {
+        std::lock_guard<std::mutex> l(*progress_mu);
+        *done += pos - reached;
+        reached = pos;
+        if (opt_.progress) opt_.progress(*done, total);
+      });
+  {
+    std::lock_guard<std::mutex> l(*progress_mu);
+    *done += s->file_size - std::min(reached, s->file_size);
+  }
+  CKPTFS_RETURN_IF_ERROR(st);
+  s->refs.assign(s->records.size(), 0);
+  return Status::OK();
+}
+
 const ScannedRecord* Checker::FindRecord(SegmentState* seg, uint64_t offset, size_t* index) {
   auto it = std::lower_bound(seg->records.begin(), seg->records.end(), offset,
                              [](const ScannedRecord& r, uint64_t o) { return r.offset < o; });
@@ -157,88 +159,90 @@ void Checker::DropExtent(std::string_view key) {
 }
 
 Status Checker::CheckExtents() {
-  uint64_t cur_ino = 0, prev_end = 0;
+  ExtentScan scan;
   Status failed;
-  CKPTFS_RETURN_IF_ERROR(ScanAll(Space::kExtents, [&](std::string_view key, std::string_view value) {
-    if (!failed.ok()) return;
-    if (key.size() != 16) {
-      FsckFinding f;
-      f.kind = kBadExtent;
-      f.detail = "extent key is " + std::to_string(key.size()) + " bytes, expected 16";
-      f.repaired = opt_.repair;
-      Add(std::move(f));
-      DropExtent(key);
-      return;
-    }
-    const uint64_t ino = format::GetBE64(key.data());
-    const uint64_t off = format::GetBE64(key.data() + 8);
-    if (ino != cur_ino) {
-      cur_ino = ino;
-      prev_end = 0;
-    }
-    format::ExtentValue e;
-    Status ds = format::DecodeExtent(value, &e);
-    auto node_it = nodes_.find(ino);
-    if (!ds.ok()) {
-      AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
-      if (node_it != nodes_.end()) lost_inos_.insert(ino);
-      DropExtent(key);
-      return;
-    }
-    const uint64_t len = e.length;
-    SegmentState* seg = nullptr;
-    if (!e.is_inline && !e.in_data_file) {
-      seg = &segments_[e.segment_id];
-      seg->id = e.segment_id;
-      seg->live_all += len;
-    }
-    if (node_it == nodes_.end()) {
-      ReportExtentWithoutInode(ino, off, len);
-      DropExtent(key);
-      return;
-    }
-    Node& node = node_it->second;
-    node.data_all += len;
-    if (!S_ISREG(node.v.mode)) {
-      AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
-              true);
-      DropExtent(key);
-      return;
-    }
-    if (off < prev_end) {
-      AddData(kOverlappingExtents, ino, e.segment_id, off, len,
-              "overlaps the previous extent, which ends at " + std::to_string(prev_end), true);
-      lost_inos_.insert(ino);
-      DropExtent(key);
-      return;
-    }
-    prev_end = off + len;
-
-    const char* kind = nullptr;
-    std::string detail;
-    if (e.in_data_file) {
-      detail = CheckDataFileExtent(node, ino, off, e, &kind);
-    } else if (!e.is_inline) {
-      Result<std::string> checked = CheckSegmentExtent(seg, ino, off, e, &kind);
-      if (!checked.ok()) {
-        failed = checked.status();
-        return;
-      }
-      detail = std::move(*checked);
-    }
-    if (!detail.empty()) {
-      AddData(kind, ino, e.segment_id, off, len,
-              detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
-      lost_inos_.insert(ino);
-      // Recovery leaves the range alone: an older record there would be
-      // bytes the file no longer had.
-      if (len > 0) node.covered[off] = std::max(node.covered[off], off + len);
-      DropExtent(key);
-      return;
-    }
-    KeepExtent(key, e, ino, off, &node, seg);
-  }));
+  CKPTFS_RETURN_IF_ERROR(
+      ScanAll(Space::kExtents, [&](std::string_view key, std::string_view value) {
+        if (failed.ok()) failed = CheckExtent(key, value, &scan);
+      }));
   return failed;
+}
+
+Status Checker::CheckExtent(std::string_view key, std::string_view value, ExtentScan* scan) {
+  if (key.size() != 16) {
+    Add(kBadExtent, {}, "extent key is " + std::to_string(key.size()) + " bytes, expected 16",
+        opt_.repair);
+    DropExtent(key);
+    return Status::OK();
+  }
+  const uint64_t ino = format::GetBE64(key.data());
+  const uint64_t off = format::GetBE64(key.data() + 8);
+  if (ino != scan->ino) {
+    scan->ino = ino;
+    scan->prev_end = 0;
+  }
+  format::ExtentValue e;
+  Status ds = format::DecodeExtent(value, &e);
+  auto node_it = nodes_.find(ino);
+  if (!ds.ok()) {
+    AddData(kBadExtent, ino, 0, off, 0, ds.message(), true);
+    if (node_it != nodes_.end()) lost_inos_.insert(ino);
+    DropExtent(key);
+    return Status::OK();
+  }
+  const uint64_t len = e.length;
+  SegmentState* seg = nullptr;
+  if (!e.is_inline && !e.in_data_file) {
+    seg = &segments_[e.segment_id];
+    seg->id = e.segment_id;
+    seg->live_all += len;
+  }
+  if (node_it == nodes_.end()) {
+    ReportExtentWithoutInode(ino, off, len);
+    DropExtent(key);
+    return Status::OK();
+  }
+  Node& node = node_it->second;
+  node.data_all += len;
+  if (!S_ISREG(node.v.mode)) {
+    AddData(kExtentOnNonFile, ino, e.segment_id, off, len, "data extent on a non-regular inode",
+            true);
+    DropExtent(key);
+    return Status::OK();
+  }
+  if (off < scan->prev_end) {
+    AddData(kOverlappingExtents, ino, e.segment_id, off, len,
+            "overlaps the previous extent, which ends at " + std::to_string(scan->prev_end), true);
+    lost_inos_.insert(ino);
+    DropExtent(key);
+    return Status::OK();
+  }
+  scan->prev_end = off + len;
+  return CheckExtentBytes(key, e, ino, off, &node, seg);
+}
+
+Status Checker::CheckExtentBytes(std::string_view key, const format::ExtentValue& e, uint64_t ino,
+                                 uint64_t off, Node* node, SegmentState* seg) {
+  const char* kind = nullptr;
+  std::string detail;
+  if (e.in_data_file) {
+    detail = CheckDataFileExtent(*node, ino, off, e, &kind);
+  } else if (!e.is_inline) {
+    CKPTFS_ASSIGN_OR_RETURN(detail, CheckSegmentExtent(seg, ino, off, e, &kind));
+  }
+  if (detail.empty()) {
+    KeepExtent(key, e, ino, off, node, seg);
+    return Status::OK();
+  }
+  const uint64_t len = e.length;
+  AddData(kind, ino, e.segment_id, off, len,
+          detail + (opt_.repair ? "; extent removed, the range reads as zeros" : ""), true);
+  lost_inos_.insert(ino);
+  // Recovery leaves the range alone: an older record there would be bytes
+  // the file no longer had.
+  if (len > 0) node->covered[off] = std::max(node->covered[off], off + len);
+  DropExtent(key);
+  return Status::OK();
 }
 
 void Checker::ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len) {
@@ -247,15 +251,9 @@ void Checker::ReportExtentWithoutInode(uint64_t ino, uint64_t off, uint64_t len)
       report_.findings.back().ino == ino) {
     report_.findings.back().length = off + len - report_.findings.back().offset;
   } else {
-    FsckFinding f;
-    f.kind = kExtentWithoutInode;
-    f.ino = ino;
-    f.path = d != dangling_paths_.end() ? d->second : "";
-    f.offset = off;
-    f.length = len;
-    f.detail = "data of inode " + std::to_string(ino) + ", which does not exist";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kExtentWithoutInode,
+        FileRange(ino, d != dangling_paths_.end() ? d->second : "", off, len),
+        "data of inode " + std::to_string(ino) + ", which does not exist", opt_.repair);
   }
   if (d != dangling_paths_.end()) lost_paths_.insert(d->second);
 }
@@ -391,15 +389,11 @@ Status Checker::CheckDataFiles() {
   for (const auto& [ino, name] : data_files_) {
     auto it = nodes_.find(ino);
     if (it != nodes_.end() && it->second.v.data_file_end != 0) continue;
-    FsckFinding f;
-    f.kind = kUnusedDataFile;
-    f.ino = ino;
-    f.informational = true;
-    f.detail = format::DataFileName(ino) + " belongs to no file" +
-               (opt_.repair ? "; deleted" : "; repair deletes it");
-    f.repaired = opt_.repair;
     if (opt_.repair) CKPTFS_RETURN_IF_ERROR(env_->Remove(dir_ + "/" + format::DataFileName(ino)));
-    Add(std::move(f));
+    Add(kUnusedDataFile, Inode(ino),
+        format::DataFileName(ino) + " belongs to no file" +
+            (opt_.repair ? "; deleted" : "; repair deletes it"),
+        opt_.repair);
   }
   return Status::OK();
 }
@@ -409,20 +403,15 @@ void Checker::CheckDataBytes() {
     // Version 1 inodes have no counter (the engine counts them when it needs to).
     if (!S_ISREG(n.v.mode) || !n.v.data_bytes_known) continue;
     if (n.v.data_bytes != n.data_all) {
-      FsckFinding f;
-      f.kind = kBadDataBytes;
-      f.ino = ino;
-      f.path = PathOf(ino);
-      f.detail = "the inode counts " + std::to_string(n.v.data_bytes) +
-                 " data bytes, its extents hold " + std::to_string(n.data_all);
+      std::string detail = "the inode counts " + std::to_string(n.v.data_bytes) +
+                           " data bytes, its extents hold " + std::to_string(n.data_all);
       // Fewer bytes than were written, even after recovery: extents are
       // missing (a damaged index), and their ranges read as zeros.
       if (n.data_kept < n.v.data_bytes) {
-        f.detail += "; the rest reads as zeros";
+        detail += "; the rest reads as zeros";
         lost_inos_.insert(ino);
       }
-      f.repaired = opt_.repair;
-      Add(std::move(f));
+      Add(kBadDataBytes, Inode(ino, PathOf(ino)), std::move(detail), opt_.repair);
     }
     if (opt_.repair && n.v.data_bytes != n.data_kept) {  // also after dropping extents
       n.v.data_bytes = n.data_kept;
@@ -444,65 +433,48 @@ void Checker::CheckSegments() {
 
 void Checker::ReportMissingSegment(uint64_t id, const SegmentState& s) {
   const std::string name = format::SegmentFileName(id);
-  FsckFinding f;
-  f.segment_id = id;
   if (s.live_all > 0) {
-    f.kind = kMissingSegmentFile;
-    f.detail =
-        name + " is missing; " + std::to_string(s.live_all) + " bytes of file data were in it";
+    Add(kMissingSegmentFile, SegmentRange(id),
+        name + " is missing; " + std::to_string(s.live_all) + " bytes of file data were in it",
+        opt_.repair);
   } else {
-    f.kind = kStaleSegmentEntry;
-    f.informational = true;
-    f.detail = "the index has accounting for " + name + ", which does not exist";
+    Add(kStaleSegmentEntry, SegmentRange(id),
+        "the index has accounting for " + name + ", which does not exist", opt_.repair);
   }
-  f.repaired = opt_.repair;
   if (opt_.repair) {
     batch_.Delete(Space::kSegments, format::SegmentKey(id));
     batch_used_ = true;
   }
-  Add(std::move(f));
 }
 
 void Checker::CheckSegmentStat(uint64_t id, const SegmentState& s) {
   const std::string name = format::SegmentFileName(id);
   if (!s.header_ok) {
-    FsckFinding f;
-    f.kind = kBadSegmentHeader;
-    f.segment_id = id;
-    f.length = format::kSegmentHeaderSize;
-    f.detail = name + ": " + s.header_error + (opt_.repair ? "; header rewritten" : "");
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kBadSegmentHeader, SegmentRange(id, 0, format::kSegmentHeaderSize),
+        name + ": " + s.header_error + (opt_.repair ? "; header rewritten" : ""), opt_.repair);
   }
   format::SegmentStat st = s.has_stat ? s.stat : format::SegmentStat();
   bool put = false;
   const bool short_sealed = st.sealed && static_cast<uint64_t>(st.size) > s.file_size;
   if (short_sealed || s.past_eof) {
-    FsckFinding f;
-    f.kind = kTruncatedSegment;
-    f.segment_id = id;
-    f.offset = s.file_size;
-    f.length = short_sealed ? static_cast<uint64_t>(st.size) - s.file_size : 0;
-    f.detail = name + " has " + std::to_string(s.file_size) + " bytes" +
-               (short_sealed ? ", it was sealed at " + std::to_string(st.size) : "") +
-               (s.past_eof ? "; extents point past its end" : "");
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kTruncatedSegment,
+        SegmentRange(id, s.file_size, short_sealed ? static_cast<uint64_t>(st.size) - s.file_size : 0),
+        name + " has " + std::to_string(s.file_size) + " bytes" +
+            (short_sealed ? ", it was sealed at " + std::to_string(st.size) : "") +
+            (s.past_eof ? "; extents point past its end" : ""),
+        opt_.repair);
     if (short_sealed) {
       st.size = static_cast<int64_t>(s.file_size);
       put = true;
     }
   }
   if (st.live != s.live_all) {
-    FsckFinding f;
-    f.kind = kSegmentLiveMismatch;
-    f.segment_id = id;
-    f.detail = name + ": the index counts " +
-               (s.stat_error.empty() ? std::to_string(st.live) + " live bytes"
-                                     : "nothing usable (" + s.stat_error + ")") +
-               ", its extents cover " + std::to_string(s.live_all);
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kSegmentLiveMismatch, SegmentRange(id),
+        name + ": the index counts " +
+            (s.stat_error.empty() ? std::to_string(st.live) + " live bytes"
+                                  : "nothing usable (" + s.stat_error + ")") +
+            ", its extents cover " + std::to_string(s.live_all),
+        opt_.repair);
   }
   if (st.live != s.live_kept) {
     st.dead = std::max<int64_t>(0, std::max<int64_t>(st.live, 0) + st.dead - s.live_kept);
@@ -526,30 +498,21 @@ void Checker::ReportUnusedBytes(uint64_t id, const SegmentState& s) {
     if (s.records[i].payload == ScannedRecord::Payload::kBadChecksum) unref_bad++;
   }
   if (unref > 0) {
-    FsckFinding f;
-    f.kind = kUnreferencedRecords;
-    f.segment_id = id;
-    f.length = unref_bytes;
-    f.informational = true;
-    f.detail =
+    Add(kUnreferencedRecords, SegmentRange(id, 0, unref_bytes),
         name + ": " + std::to_string(unref) + " records (" + std::to_string(unref_bytes) +
-        " bytes) that no extent points to" +
-        (unref_bad ? ", " + std::to_string(unref_bad) + " of them fail their checksum" : "") +
-        "; compaction reclaims them";
-    Add(std::move(f));
+            " bytes) that no extent points to" +
+            (unref_bad ? ", " + std::to_string(unref_bad) + " of them fail their checksum" : "") +
+            "; compaction reclaims them",
+        false);
   }
   if (s.gaps > 0) {
-    FsckFinding f;
-    f.kind = kUnparsableBytes;
-    f.segment_id = id;
-    f.length = s.gap_bytes;
-    f.informational = true;
-    f.detail = name + ": " + std::to_string(s.gaps) + " stretches (" + std::to_string(s.gap_bytes) +
-               " bytes) hold no record" +
-               (s.nonzero_gaps ? ", " + std::to_string(s.nonzero_gaps) +
-                                     " with non-zero bytes (torn or damaged records)"
-                               : ", all zero-filled (writes cut short by a crash)");
-    Add(std::move(f));
+    Add(kUnparsableBytes, SegmentRange(id, 0, s.gap_bytes),
+        name + ": " + std::to_string(s.gaps) + " stretches (" + std::to_string(s.gap_bytes) +
+            " bytes) hold no record" +
+            (s.nonzero_gaps ? ", " + std::to_string(s.nonzero_gaps) +
+                                  " with non-zero bytes (torn or damaged records)"
+                            : ", all zero-filled (writes cut short by a crash)"),
+        false);
   }
 }
 

@@ -37,18 +37,16 @@ Status Checker::LoadMeta() {
   bool found = false;
   CKPTFS_RETURN_IF_ERROR(Get(Space::kMeta, format::kMetaFormatVersion, &v, &found));
   if (!found || v.size() != 4 || format::GetLE32(v.data()) != format::kFormatVersion) {
-    FsckFinding f;
-    f.kind = kBadMeta;
-    f.detail = found ? "format_version in the index does not match this build"
-                     : "the index has no format_version";
-    f.repaired = opt_.repair;
+    Add(kBadMeta, {},
+        found ? "format_version in the index does not match this build"
+              : "the index has no format_version",
+        opt_.repair);
     if (opt_.repair) {
       std::string ver;
       format::PutLE32(&ver, format::kFormatVersion);
       batch_.Put(Space::kMeta, format::kMetaFormatVersion, ver);
       batch_used_ = true;
     }
-    Add(std::move(f));
   }
   CKPTFS_RETURN_IF_ERROR(Get(Space::kMeta, format::kMetaNextIno, &v, &found));
   next_ino_ = found && v.size() == 8 ? format::GetLE64(v.data()) : 0;
@@ -71,16 +69,11 @@ Status Checker::LoadInodes() {
                                : Status::Corruption("inode key is " + std::to_string(key.size()) +
                                                     " bytes, expected 8");
     if (!s.ok() || ino == 0) {
-      FsckFinding f;
-      f.kind = kBadInode;
-      f.ino = ino;
-      f.detail = s.ok() ? "inode number 0" : s.message();
-      f.repaired = opt_.repair;
+      Add(kBadInode, Inode(ino), s.ok() ? "inode number 0" : s.message(), opt_.repair);
       if (opt_.repair) {
         batch_.Delete(Space::kInodes, key);
         batch_used_ = true;
       }
-      Add(std::move(f));
       if (ino != 0) bad_inos_.insert(ino);
       return;
     }
@@ -103,16 +96,11 @@ Status Checker::LoadEntries() {
       s = format::DecodeDentry(value, &e.d);
     }
     if (!s.ok()) {
-      FsckFinding f;
-      f.kind = kBadDentry;
-      f.ino = e.parent;
-      f.detail = "entry \"" + e.name + "\": " + s.message();
-      f.repaired = opt_.repair;
+      Add(kBadDentry, Inode(e.parent), "entry \"" + e.name + "\": " + s.message(), opt_.repair);
       if (opt_.repair) {
         batch_.Delete(Space::kDentries, key);
         batch_used_ = true;
       }
-      Add(std::move(f));
       return;
     }
     entries_.push_back(std::move(e));
@@ -145,20 +133,16 @@ void Checker::WalkTree(uint64_t from) {
             break;
           }
         }
-        FsckFinding f;
-        f.kind = cycle ? kDirectoryCycle : kExtraDirectoryLink;
-        f.ino = c;
-        f.path = path;
-        f.detail = cycle ? "entry leads back to its own ancestor " + cn.path
-                         : "second entry for directory " + cn.path + " (inode " +
-                               std::to_string(c) + ")";
-        f.repaired = opt_.repair;
+        Add(cycle ? kDirectoryCycle : kExtraDirectoryLink, Inode(c, path),
+            (cycle ? "entry leads back to its own ancestor " + cn.path
+                   : "second entry for directory " + cn.path + " (inode " + std::to_string(c) +
+                         ")") +
+                (opt_.repair ? "; entry removed" : ""),
+            opt_.repair);
         if (opt_.repair) {
-          f.detail += "; entry removed";
           batch_.Delete(Space::kDentries, format::DentryKey(d, name));
           batch_used_ = true;
         }
-        Add(std::move(f));
         continue;
       }
       cn.reachable = true;
@@ -251,14 +235,10 @@ void Checker::Attach(uint64_t ino) {
   const uint64_t lf = lost_found_;
   Node& dir = nodes_[lf];
   Node& n = nodes_[ino];
-  FsckFinding f;
-  f.kind = kOrphanedInode;
-  f.ino = ino;
-  f.path = n.path;
-  f.detail = std::string(n.is_dir ? "directory" : "file") + " not reachable from the root; " +
-             (opt_.repair ? "moved to " : "belongs in ") + n.path;
-  f.repaired = opt_.repair;
-  Add(std::move(f));
+  Add(kOrphanedInode, Inode(ino, n.path),
+      std::string(n.is_dir ? "directory" : "file") + " not reachable from the root; " +
+          (opt_.repair ? "moved to " : "belongs in ") + n.path,
+      opt_.repair);
   if (n.is_dir) {
     n.tree_parent = lf;
     n.v.parent = lf;  // part of the move, not a separate finding
@@ -288,14 +268,10 @@ void Checker::CheckNamespace() {
 void Checker::EnsureRoot() {
   auto root_it = nodes_.find(kRootIno);
   if (root_it == nodes_.end() || !root_it->second.is_dir) {
-    FsckFinding f;
-    f.kind = kMissingRoot;
-    f.ino = kRootIno;
-    f.path = "/";
-    f.detail = root_it == nodes_.end() ? "the root directory's inode is missing"
-                                       : "the root inode is not a directory";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kMissingRoot, Inode(kRootIno, "/"),
+        root_it == nodes_.end() ? "the root directory's inode is missing"
+                                : "the root inode is not a directory",
+        opt_.repair);
     Node n;
     n.created = root_it == nodes_.end();
     n.is_dir = true;
@@ -331,18 +307,15 @@ std::vector<Checker::BadEntry> Checker::ClassifyEntries() {
       p->second.children.emplace_back(e.name, e.d.ino);
       c->second.incoming++;
       if (e.d.type != TypeOf(c->second.v.mode)) {
-        FsckFinding f;
-        f.kind = kEntryTypeMismatch;
-        f.ino = e.d.ino;
-        f.detail = "entry \"" + e.name + "\" says type " + std::to_string(e.d.type) +
-                   ", the inode is type " + std::to_string(TypeOf(c->second.v.mode));
-        f.repaired = opt_.repair;
+        Add(kEntryTypeMismatch, Inode(e.d.ino),
+            "entry \"" + e.name + "\" says type " + std::to_string(e.d.type) +
+                ", the inode is type " + std::to_string(TypeOf(c->second.v.mode)),
+            opt_.repair);
         if (opt_.repair) {
           batch_.Put(Space::kDentries, format::DentryKey(e.parent, e.name),
                      format::EncodeDentry({e.d.ino, TypeOf(c->second.v.mode)}));
           batch_used_ = true;
         }
-        Add(std::move(f));
       }
     }
   }
@@ -367,60 +340,41 @@ void Checker::AttachUnreachable() {
 
 void Checker::ReportBadEntries(const std::vector<BadEntry>& bad) {
   for (const BadEntry& b : bad) {
-    FsckFinding f;
-    f.kind = b.kind;
-    f.ino = b.e->d.ino;
     auto p = nodes_.find(b.e->parent);
-    f.path = p != nodes_.end() && !p->second.path.empty()
-                 ? Join(p->second.path, b.e->name)
-                 : "(inode " + std::to_string(b.e->parent) + ")/" + b.e->name;
-    f.detail = "entry " + b.why;
-    f.repaired = opt_.repair;
+    const std::string path = p != nodes_.end() && !p->second.path.empty()
+                                 ? Join(p->second.path, b.e->name)
+                                 : "(inode " + std::to_string(b.e->parent) + ")/" + b.e->name;
     if (opt_.repair) {
-      f.detail += "; entry removed";
       batch_.Delete(Space::kDentries, format::DentryKey(b.e->parent, b.e->name));
       batch_used_ = true;
     }
-    if (nodes_.find(b.e->d.ino) == nodes_.end()) dangling_paths_.emplace(b.e->d.ino, f.path);
-    Add(std::move(f));
+    if (nodes_.find(b.e->d.ino) == nodes_.end()) dangling_paths_.emplace(b.e->d.ino, path);
+    Add(b.kind, Inode(b.e->d.ino, path),
+        "entry " + b.why + (opt_.repair ? "; entry removed" : ""), opt_.repair);
   }
 }
 
 void Checker::CheckLinks(uint64_t ino, Node& n) {
   if (n.orphan_key && n.reachable) {
-    FsckFinding f;
-    f.kind = kOrphanKeyOnLinkedInode;
-    f.ino = ino;
-    f.path = n.path;
-    f.detail = "inode is marked for purging at the next open but still has a name";
-    f.repaired = opt_.repair;
+    Add(kOrphanKeyOnLinkedInode, Inode(ino, n.path),
+        "inode is marked for purging at the next open but still has a name", opt_.repair);
     if (opt_.repair) {
       batch_.Delete(Space::kMeta, format::OrphanKey(ino));
       batch_used_ = true;
     }
-    Add(std::move(f));
     n.orphan_key = false;
   }
   if (n.orphan_key) {
-    FsckFinding f;
-    f.kind = kPendingOrphan;
-    f.ino = ino;
-    f.path = PathOf(ino);
-    f.detail = "unlinked while open; its data is freed when the store is next opened";
-    f.informational = true;
-    Add(std::move(f));
+    Add(kPendingOrphan, Inode(ino, PathOf(ino)),
+        "unlinked while open; its data is freed when the store is next opened", false);
     return;
   }
   const uint32_t want = n.is_dir ? 2 + n.subdirs : n.links;
   if (n.v.nlink != want) {
     if (!n.created) {
-      FsckFinding f;
-      f.kind = kBadLinkCount;
-      f.ino = ino;
-      f.path = n.path;
-      f.detail = "link count " + std::to_string(n.v.nlink) + ", expected " + std::to_string(want);
-      f.repaired = opt_.repair;
-      Add(std::move(f));
+      Add(kBadLinkCount, Inode(ino, n.path),
+          "link count " + std::to_string(n.v.nlink) + ", expected " + std::to_string(want),
+          opt_.repair);
     }
     n.v.nlink = want;
     n.attr_dirty = true;
@@ -429,14 +383,10 @@ void Checker::CheckLinks(uint64_t ino, Node& n) {
     const uint64_t want_parent = ino == kRootIno ? kRootIno : n.tree_parent;
     if (n.v.parent != want_parent) {
       if (!n.created) {
-        FsckFinding f;
-        f.kind = kBadParent;
-        f.ino = ino;
-        f.path = n.path;
-        f.detail = "parent pointer names inode " + std::to_string(n.v.parent) +
-                   ", the entry is in " + std::to_string(want_parent);
-        f.repaired = opt_.repair;
-        Add(std::move(f));
+        Add(kBadParent, Inode(ino, n.path),
+            "parent pointer names inode " + std::to_string(n.v.parent) + ", the entry is in " +
+                std::to_string(want_parent),
+            opt_.repair);
       }
       n.v.parent = want_parent;
       n.attr_dirty = true;
@@ -450,25 +400,21 @@ void Checker::CheckCounters() {
   const uint64_t before = nodes_.size() - created + bad_inos_.size();
   const uint64_t after = nodes_.size();
   if (!has_inode_count_ || stored_inode_count_ != before) {
-    FsckFinding f;
-    f.kind = kBadInodeCount;
-    f.detail = has_inode_count_ ? "inode_count is " + std::to_string(stored_inode_count_) +
-                                      ", the index holds " + std::to_string(before) + " inodes"
-                                : "the index has no inode_count";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kBadInodeCount, {},
+        has_inode_count_ ? "inode_count is " + std::to_string(stored_inode_count_) +
+                               ", the index holds " + std::to_string(before) + " inodes"
+                         : "the index has no inode_count",
+        opt_.repair);
   }
   if (opt_.repair && (stored_inode_count_ != after || !has_inode_count_)) {
     batch_.Put(Space::kMeta, format::kMetaInodeCount, Counter(after));
     batch_used_ = true;
   }
   if (next_ino_ <= max_ino_) {
-    FsckFinding f;
-    f.kind = kBadNextIno;
-    f.detail = "next_ino is " + std::to_string(next_ino_) + " but inode " + std::to_string(max_ino_) +
-               " exists: new files would reuse inode numbers";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kBadNextIno, {},
+        "next_ino is " + std::to_string(next_ino_) + " but inode " + std::to_string(max_ino_) +
+            " exists: new files would reuse inode numbers",
+        opt_.repair);
     if (opt_.repair) {
       batch_.Put(Space::kMeta, format::kMetaNextIno, Counter(max_ino_ + 4096));
       batch_used_ = true;
@@ -489,14 +435,10 @@ Status Checker::CheckXattrs() {
       return;
     }
     last = ino;
-    FsckFinding f;
-    f.kind = kXattrWithoutInode;
-    f.ino = ino;
     auto d = dangling_paths_.find(ino);
-    if (d != dangling_paths_.end()) f.path = d->second;
-    f.detail = "extended attributes of inode " + std::to_string(ino) + ", which does not exist";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kXattrWithoutInode, Inode(ino, d != dangling_paths_.end() ? d->second : ""),
+        "extended attributes of inode " + std::to_string(ino) + ", which does not exist",
+        opt_.repair);
   });
 }
 

@@ -109,17 +109,13 @@ Status Checker::FinishAdopted() {
     node.v.data_bytes = node.data_all = node.data_kept;
     LinkUnderLostFound(ino);
     node.links = node.v.nlink;
-    FsckFinding f;
-    f.kind = kFileRecovered;
-    f.ino = ino;
-    f.path = node.path;
-    f.length = node.data_kept;
-    f.detail = "inode " + std::to_string(ino) + ", which the index did not know: " +
-               std::to_string(node.data_kept) + " bytes (" + std::to_string(from_records) +
-               " from segment records" + (df != data_files_.end() ? ", the rest from its data file" : "") +
-               ") kept as " + node.path + "; its name and attributes were in the index";
-    f.repaired = true;
-    Add(std::move(f));
+    Add(kFileRecovered, FileRange(ino, node.path, 0, node.data_kept),
+        "inode " + std::to_string(ino) + ", which the index did not know: " +
+            std::to_string(node.data_kept) + " bytes (" + std::to_string(from_records) +
+            " from segment records" +
+            (df != data_files_.end() ? ", the rest from its data file" : "") + ") kept as " +
+            node.path + "; its name and attributes were in the index",
+        true);
   }
   return Status::OK();
 }
@@ -180,15 +176,10 @@ void Checker::RecoverExtents() {
       placed_bytes += bytes;
     }
     if (placed == 0) continue;
-    FsckFinding f;
-    f.kind = kExtentsRecovered;
-    f.ino = ino;
-    f.path = PathOf(ino);
-    f.length = placed_bytes;
-    f.detail = std::to_string(placed) + " records (" + std::to_string(placed_bytes) +
-               " bytes) that no extent pointed to, put back where the file had none";
-    f.repaired = true;
-    Add(std::move(f));
+    Add(kExtentsRecovered, FileRange(ino, PathOf(ino), 0, placed_bytes),
+        std::to_string(placed) + " records (" + std::to_string(placed_bytes) +
+            " bytes) that no extent pointed to, put back where the file had none",
+        true);
   }
 }
 
@@ -247,15 +238,10 @@ Status Checker::BringForward() {
   Status closed = store->Close();
   if (s.ok()) s = closed;
   for (const auto& [ino, n] : per_ino) {
-    FsckFinding f;
-    f.kind = kExtentsRecovered;
-    f.ino = ino;
-    f.path = PathOf(ino);
-    f.length = n.second;
-    f.detail = std::to_string(n.first) + " records (" + std::to_string(n.second) +
-               " bytes) written after the state the index holds, written again";
-    f.repaired = true;
-    Add(std::move(f));
+    Add(kExtentsRecovered, FileRange(ino, PathOf(ino), 0, n.second),
+        std::to_string(n.first) + " records (" + std::to_string(n.second) +
+            " bytes) written after the state the index holds, written again",
+        true);
   }
   return s;
 }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -90,6 +91,10 @@ inline constexpr char kUnusedDataFile[] = "unused_data_file";  // no inode uses 
 // The blocks fsck cuts a recovered data file into (the engine's default
 // max_record_bytes): each gets an extent with its checksum.
 inline constexpr uint64_t kDataFileBlockBytes = 1ull << 20;
+
+// The payload of a corruption that a read of the index met (a damaged table
+// file of an embedded index, which a repair rebuilds).
+struct DamagedIndexRead {};
 
 class Checker {
  public:
@@ -168,7 +173,30 @@ class Checker {
   Status RebuildIndex(const std::string& index_dir, const std::string& why);
   // Replaces the index with its newest backup (opt_.from_backup).
   Status RestoreNewestBackup();
-  void Add(FsckFinding f);
+  // What a finding is about. `{}`: the store as a whole (its index, its
+  // counters); Inode: an inode (and its path when known); FileRange: bytes
+  // [off, off+len) of a file (in segment `segment` when they are in one);
+  // SegmentRange: bytes of segment `id`.
+  struct Subject {
+    uint64_t ino = 0;
+    std::string path;
+    uint64_t segment_id = 0;
+    uint64_t offset = 0;  // byte range: in the file for data findings, else in the segment
+    uint64_t length = 0;
+  };
+  static Subject Inode(uint64_t ino, std::string path = "") {
+    return Subject{ino, std::move(path), 0, 0, 0};
+  }
+  static Subject FileRange(uint64_t ino, std::string path, uint64_t off, uint64_t len,
+                           uint64_t segment = 0) {
+    return Subject{ino, std::move(path), segment, off, len};
+  }
+  static Subject SegmentRange(uint64_t id, uint64_t off = 0, uint64_t len = 0) {
+    return Subject{0, "", id, off, len};
+  }
+  // The one way a finding is recorded: `kind` (informational or an error as
+  // its kind says), about `at`, repaired by this run or not.
+  void Add(const char* kind, Subject at, std::string detail, bool repaired);
   // Adds a finding about bytes [off, off+len) of file `ino`, merged with the
   // previous finding when it continues it.
   void AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t off, uint64_t len,
@@ -178,6 +206,8 @@ class Checker {
   Status Get(Space s, const std::string& key, std::string* v, bool* found);
   // Calls `fn` for every key of space `s`, in order.
   Status ScanAll(Space s, const std::function<void(std::string_view key, std::string_view value)>& fn);
+  // `s` from a read of the index; a corruption gets a DamagedIndexRead.
+  static Status TagIndexDamage(Status s);
 
   // ---- check_namespace.cc ----
   // The meta keys (format version, counters, orphan keys), the inodes and
@@ -215,7 +245,24 @@ class Checker {
   // ---- check_data.cc; the recovery in check_recover.cc ----
   Status LoadSegments();
   Status ScanSegments();
+  // Walks segment `s` record by record (its header, records and gaps),
+  // adding what it reads to `*done` under `progress_mu` as it goes.
+  Status ScanOneSegment(SegmentState* s, std::mutex* progress_mu, uint64_t* done, uint64_t total);
   Status CheckExtents();
+  // Where CheckExtents is: the inode whose extents it reads, and the end of
+  // the last one it kept.
+  struct ExtentScan {
+    uint64_t ino = 0;
+    uint64_t prev_end = 0;
+  };
+  // One extent of the scan: its key and value decoded, its inode found,
+  // its range checked against the previous one's; then CheckExtentBytes.
+  Status CheckExtent(std::string_view key, std::string_view value, ExtentScan* scan);
+  // The bytes extent `e` (of `ino` at `off`, in `seg` unless inline or in a
+  // data file) points at: kept when intact, else a finding and (repair)
+  // dropped. An error only when the bytes could not be read.
+  Status CheckExtentBytes(std::string_view key, const format::ExtentValue& e, uint64_t ino,
+                          uint64_t off, Node* node, SegmentState* seg);
   // Each regular file's data-bytes counter against its extents.
   void CheckDataBytes();
   // With repair: puts back, as extents, the records no extent points to

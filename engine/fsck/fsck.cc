@@ -36,12 +36,10 @@ Result<FsckReport> Fsck(const std::string& dir, const FsckOptions& options) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   Result<FsckReport> r = fsck::Checker(d, options).Run();
-  // The index opened, but a scan met a damaged table file: rebuild the index
-  // from what reads and check again.
-  const std::string in_index = "/" + std::string(format::kIndexDirName) + "/";
-  if (r.ok() || !options.repair || !r.status().IsCorruption() ||
-      r.status().message().find(in_index) == std::string::npos ||
-      r.status().message().find("the index") != std::string::npos) {
+  // The embedded index opened, but a read met a damaged table file: rebuild
+  // the index from what reads and check again.
+  if (r.ok() || !options.repair || r.status().payload<fsck::DamagedIndexRead>() == nullptr ||
+      std::filesystem::exists(d + "/" + format::kSharedFileName)) {
     return r;
   }
   fsck::Checker again(d, options);
@@ -170,14 +168,12 @@ Status Checker::MakeNewIndex(const std::string& index_dir) {
   CKPTFS_RETURN_IF_ERROR(
       OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
   index_replaced_ = true;
-  FsckFinding f;
-  f.kind = kIndexRebuilt;
-  f.detail = "the index " + index_dir +
-             " was gone and the store has no backup of it: a new one "
-             "holds every file whose bytes the segments and data files keep, under lost+found "
-             "by inode number; names, attributes and files of up to 4 KiB were in the index";
-  f.repaired = true;
-  Add(std::move(f));
+  Add(kIndexRebuilt, {},
+      "the index " + index_dir +
+          " was gone and the store has no backup of it: a new one "
+          "holds every file whose bytes the segments and data files keep, under lost+found "
+          "by inode number; names, attributes and files of up to 4 KiB were in the index",
+      true);
   return Status::OK();
 }
 
@@ -188,13 +184,11 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
       OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_)
           .ok()) {
     index_replaced_ = index_is_past_state_ = opt_.repair;
-    FsckFinding f;
-    f.kind = kIndexRebuilt;
-    f.detail = "the index's log is damaged (" + s.message() + "); " +
-               (opt_.repair ? "replayed up to the damage" : "repair replays it up to the damage") +
-               ": what it held after is lost, and files created there are kept under lost+found";
-    f.repaired = opt_.repair;
-    Add(std::move(f));
+    Add(kIndexRebuilt, {},
+        "the index's log is damaged (" + s.message() + "); " +
+            (opt_.repair ? "replayed up to the damage" : "repair replays it up to the damage") +
+            ": what it held after is lost, and files created there are kept under lost+found",
+        opt_.repair);
     return Status::OK();
   }
   if (!opt_.repair) {
@@ -218,12 +212,10 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
     Status again =
         OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
     if (again.ok()) {
-      FsckFinding f;
-      f.kind = kIndexRebuilt;
-      f.detail = "the index did not open (" + s.message() + "); its CURRENT file now names " +
-                 *manifest + ", the newest MANIFEST";
-      f.repaired = true;
-      Add(std::move(f));
+      Add(kIndexRebuilt, {},
+          "the index did not open (" + s.message() + "); its CURRENT file now names " +
+              *manifest + ", the newest MANIFEST",
+          true);
       return again;
     }
   }
@@ -243,13 +235,10 @@ Status Checker::RestoreNewestBackup() {
   char when[64];
   struct tm tm;
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&taken, &tm));
-  FsckFinding f;
-  f.kind = kIndexRestored;
-  f.detail = std::string("the index is the backup taken ") + when +
-             "; files created after it are kept under lost+found by inode number";
-  if (!kept_as.empty()) f.detail += "; the index it replaced is kept as " + kept_as;
-  f.repaired = true;
-  Add(std::move(f));
+  std::string detail = std::string("the index is the backup taken ") + when +
+                       "; files created after it are kept under lost+found by inode number";
+  if (!kept_as.empty()) detail += "; the index it replaced is kept as " + kept_as;
+  Add(kIndexRestored, {}, std::move(detail), true);
   return Status::OK();
 }
 
@@ -258,9 +247,8 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
   std::vector<std::string> seeds;
   CKPTFS_RETURN_IF_ERROR(RepairIndexDb(index_dir, env_.get(), &seeds));
   index_replaced_ = true;
-  FsckFinding f;
-  f.kind = kIndexRebuilt;
-  f.detail = "the index was damaged (" + why + "); rebuilt from its table files and logs";
+  std::string detail =
+      "the index was damaged (" + why + "); rebuilt from its table files and logs";
   std::string lost;
   for (const std::string& name : LostIndexFiles(index_dir)) {
     // The repair also keeps the old MANIFEST and the logs it replayed there.
@@ -269,15 +257,16 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
       lost += (lost.empty() ? "" : ", ") + name;
     }
   }
-  if (!lost.empty()) f.detail += "; table files that did not read, kept in index/lost: " + lost;
-  f.repaired = true;
-  Add(std::move(f));
+  if (!lost.empty()) detail += "; table files that did not read, kept in index/lost: " + lost;
+  Add(kIndexRebuilt, {}, std::move(detail), true);
   return Status::OK();
 }
 
 Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> got, t->Get(s, key));
+  Result<std::optional<std::string>> read = t->Get(s, key);
+  if (!read.ok()) return TagIndexDamage(read.status());
+  std::optional<std::string>& got = *read;
   *found = got.has_value();
   if (got.has_value()) *v = std::move(*got);
   return Status::OK();
@@ -286,13 +275,38 @@ Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found
 Status Checker::ScanAll(Space s,
                         const std::function<void(std::string_view, std::string_view)>& fn) {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
-  return t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
+  return TagIndexDamage(t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
     fn(k, v);
     return true;
-  });
+  }));
 }
 
-void Checker::Add(FsckFinding f) {
+Status Checker::TagIndexDamage(Status s) {
+  if (!s.IsCorruption()) return s;
+  return s.WithPayload(DamagedIndexRead{});
+}
+
+namespace {
+bool IsInformational(std::string_view kind) {
+  for (const char* k :
+       {kUnreferencedRecords, kUnparsableBytes, kPendingOrphan, kStaleSegmentEntry, kUnusedDataFile}) {
+    if (kind == k) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void Checker::Add(const char* kind, Subject at, std::string detail, bool repaired) {
+  FsckFinding f;
+  f.kind = kind;
+  f.path = std::move(at.path);
+  f.ino = at.ino;
+  f.segment_id = at.segment_id;
+  f.offset = at.offset;
+  f.length = at.length;
+  f.detail = std::move(detail);
+  f.repaired = repaired;
+  f.informational = IsInformational(kind);
   report_.findings.push_back(std::move(f));
 }
 
@@ -306,16 +320,8 @@ void Checker::AddData(const char* kind, uint64_t ino, uint64_t segment, uint64_t
       return;
     }
   }
-  FsckFinding f;
-  f.kind = kind;
-  f.ino = ino;
-  f.path = PathOf(ino);
-  f.segment_id = segment;
-  f.offset = off;
-  f.length = len;
-  f.detail = std::move(detail);
-  f.repaired = opt_.repair && repairable;
-  Add(std::move(f));
+  Add(kind, FileRange(ino, PathOf(ino), off, len, segment),
+      std::move(detail), opt_.repair && repairable);
 }
 
 std::string Checker::PathOf(uint64_t ino) const {
