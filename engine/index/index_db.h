@@ -13,17 +13,14 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/index/store_index.h"
 #include "io/env.h"
 #include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
-// The index's memory, bounded: RocksDB's block cache (data, index and filter
-// blocks of the table files), and its memtables over all column families
-// (writes wait for a flush rather than go past it).
-inline constexpr uint64_t kIndexBlockCacheBytes = 64ull << 20;
-inline constexpr uint64_t kIndexMemtableBytes = 128ull << 20;
-
+// The memory bounds kIndexBlockCacheBytes and kIndexMemtableBytes are in
+// engine/index/store_index.h.
 struct IndexDb {
   // The filesystem of the index when not RocksDB's default; outlives db.
   std::unique_ptr<rocksdb::Env> env;
