@@ -1,6 +1,6 @@
 // The ckptfs engine: a whole filesystem tree kept in a few append-only,
-// checksummed segment files plus a RocksDB index. This is the only engine
-// header that fs/ and tools/ include.
+// checksummed segment files plus an index (RocksDB, or PostgreSQL if shared).
+// fs/ and tools/ include only this header, its store_options.h and fsck/fsck.h.
 //
 // Thread safety: every method of Store may be called from any number of
 // threads at once. Writers of different inodes proceed in parallel; writers of

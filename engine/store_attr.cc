@@ -194,7 +194,7 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   // Volatile: with RocksDB a memtable insert without the log, no I/O under
   // s->mu, flushed when the index closes. An inode batch changes no extent
   // map.
-  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_.get(), &b, meta::Durability::kVolatile));
+  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv(), &b, meta::Durability::kVolatile));
   s->attr = v;
   return Status::OK();
 }

@@ -44,7 +44,7 @@ void StoreImpl::StartBackgroundCompaction() {
         }
         if (cs.thread_stop) return;
       }
-      log(kv_->Maintain().Annotate("index upkeep"));
+      log(kv()->Maintain().Annotate("index upkeep"));
       log(RenewLeaseIfDue());
       log(DropGoneSegments());
       if (options_.compact_dead == 0 && !options_.free_empty) continue;
@@ -66,7 +66,7 @@ Status StoreImpl::RenewLeaseIfDue() {
   if (host_id_ == 0 || host_lost_) return Status::OK();
   const int64_t now = meta::WallMs();
   if (now - lease_renewed_ms_.load() < kHostLeaseMs / 3) return Status::OK();
-  Status s = meta::RenewHost(kv_.get(), host_name_, kHostLeaseMs);
+  Status s = meta::RenewHost(kv(), host_name_, kHostLeaseMs);
   if (s.ok()) {
     lease_renewed_ms_ = now;
   } else if (s.code() == EBUSY) {

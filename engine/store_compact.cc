@@ -48,7 +48,6 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "engine/index/index_db.h"
 #include "engine/store_impl.h"
 
 namespace ckptfs::engine {
@@ -436,7 +435,7 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
       // read, and the repointing committed, in one transaction, run again
       // when another host's change conflicts with it.
       Status st = meta::RunTxn(
-          kv_.get(),
+          kv(),
           [&](meta::Txn* t) -> Status {
             std::vector<Extent> ex;
             CKPTFS_RETURN_IF_ERROR(CollectExtentsIn(t, p.ino, 0, kMaxExtentEnd, &ex));

@@ -67,7 +67,7 @@ Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
   // One transaction: the extent before `start` and those after it as of
   // one moment.
   return meta::RunTxn(
-      kv_.get(),
+      kv(),
       [&](meta::Txn* t) -> Status {
         out->resize(base);
         return CollectExtentsIn(t, ino, start, end, out);

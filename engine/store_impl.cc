@@ -11,15 +11,8 @@
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
 
-#include "engine/index/index_backup.h"
-#include "engine/index/index_db.h"
 #include "meta/hosts.h"
-#include "meta/pg_kv.h"
-#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -32,25 +25,6 @@ uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
-}
-
-// Writes `content` to `path` through a fsynced `path`.tmp renamed into place.
-Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IOError(errno, "create " + tmp);
-  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-            ::fsync(fd) == 0;
-  int err = errno;
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) return Status::IOError(err, "write " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::IOError(errno, "rename " + tmp);
-  }
-  return Status::OK();
 }
 
 // Returns 1 when `path` is a directory with entries, 0 when empty, -1 when absent.
@@ -171,7 +145,7 @@ Status StoreImpl::Init() {
     return Status(EINVAL, dir_ + " is not a ckptfs store: it is not empty and has no " +
                               format::kFormatFileName + " file");
   }
-  CKPTFS_RETURN_IF_ERROR(ChooseIndex(creating));
+  CKPTFS_ASSIGN_OR_RETURN(shared_, ChooseIndex(dir_, creating, options_.meta));
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).
   if (!shared_.has_value()) {
@@ -188,11 +162,7 @@ Status StoreImpl::Init() {
   if (creating) {
     CKPTFS_RETURN_IF_ERROR(CreateLayout());
   } else {
-    std::ifstream in(dir_ + "/" + format::kFormatFileName);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    Status s = format::ParseFormatFile(ss.str());
-    if (!s.ok()) return s.Annotate(dir_);
+    CKPTFS_RETURN_IF_ERROR(CheckFormatFile(dir_));
   }
   data_files_ =
       std::make_unique<DataFiles>(env_, dir_, options_.read_only, options_.direct_io);
@@ -202,7 +172,7 @@ Status StoreImpl::Init() {
   OwnedSegmentIds owned;
   if (shared_.has_value() && !options_.read_only) {
     host_name_ = options_.host.empty() ? meta::MachineName() : options_.host;
-    Result<uint32_t> id = meta::ClaimHost(kv_.get(), host_name_, options_.holder, kHostLeaseMs);
+    Result<uint32_t> id = meta::ClaimHost(kv(), host_name_, options_.holder, kHostLeaseMs);
     if (!id.ok()) {
       // Said as for an embedded store in use: who holds it.
       const meta::HostHeld* held = id.status().payload<meta::HostHeld>();
@@ -262,64 +232,25 @@ Status StoreImpl::Init() {
   return Status::OK();
 }
 
-Status StoreImpl::ChooseIndex(bool creating) {
-  const std::string path = dir_ + "/" + format::kSharedFileName;
-  std::ifstream in(path);
-  if (in) {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    format::SharedIndex shared;
-    Status s = format::ParseSharedFile(ss.str(), &shared);
-    if (!s.ok()) return s.Annotate(dir_);
-    shared_ = std::move(shared);
-    return Status::OK();
-  }
-  if (options_.meta.empty()) return Status::OK();
-  if (!creating) {
-    return Status(EINVAL, dir_ + " keeps its index in " + format::kIndexDirName +
-                              "/: meta= chooses the index of a new store only");
-  }
-  CKPTFS_ASSIGN_OR_RETURN(std::string conninfo, meta::ConninfoWithoutPassword(options_.meta));
-  std::random_device rd;
-  char schema[32];
-  std::snprintf(schema, sizeof(schema), "ckptfs_%08x%08x", rd(), rd());
-  shared_ = format::SharedIndex{std::move(conninfo), schema};
-  return WriteFileAtomically(path, format::SharedFileContents(*shared_));
-}
-
 Status StoreImpl::CreateLayout() {
   for (const char* sub : {format::kSegmentsDirName, format::kDataDirName}) {
     std::string d = dir_ + "/" + sub;
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return Status::IOError(errno, "create " + d);
   }
-  return WriteFileAtomically(dir_ + "/" + format::kFormatFileName, format::FormatFileContents());
+  return WriteFormatFile(dir_);
 }
 
 Status StoreImpl::OpenIndex(bool create) {
-  if (shared_.has_value()) {
-    meta::PgOptions po;
-    po.uri = options_.meta.empty() ? shared_->meta : options_.meta;
-    po.schema = shared_->schema;
-    po.create = create;
-    po.reconnect_wait_s = options_.meta_timeout;
-    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
-    kv_ = std::move(kv);
-    return Status::OK();
-  }
-  IndexDb index;
-  auto before_flush = [this] {
+  IndexOpenOptions o;
+  o.create = create;
+  o.before_flush = [this] {
     // A failed sync is sticky in the set: the next fsync reports it.
     if (SegmentSet* set = flush_segments_.load()) (void)set->SyncDirty();
     if (data_files_ != nullptr) (void)data_files_->SyncDirty();
   };
-  CKPTFS_RETURN_IF_ERROR(OpenIndexDb(dir_ + "/" + format::kIndexDirName, create,
-                                     /*read_only=*/false, env_.get(), &index, before_flush));
-  index_env_ = std::move(index.env);
-  index_block_cache_ = std::move(index.block_cache);
-  index_memtables_ = std::move(index.memtables);
-  db_ = std::move(index.db);
-  handles_ = std::move(index.handles);
-  kv_ = std::make_unique<meta::RocksKv>(db_.get(), handles_);
+  o.meta = options_.meta;
+  o.meta_timeout = options_.meta_timeout;
+  CKPTFS_ASSIGN_OR_RETURN(index_, StoreIndex::Open(dir_, shared_, env_.get(), o));
   return Status::OK();
 }
 
@@ -434,24 +365,19 @@ Status StoreImpl::Close() {
   StopHostsWatch();
   StopBackgroundCompaction();
   Status result;
-  if (!options_.read_only && kv_ != nullptr) {
+  if (!options_.read_only && index_ != nullptr) {
     result = FlushDurable();
     if (host_id_ != 0) {
-      if (result.ok()) result = meta::ReleaseHost(kv_.get(), host_name_);
-      meta::LetGo(kv_.get(), host_name_);
+      if (result.ok()) result = meta::ReleaseHost(kv(), host_name_);
+      meta::LetGo(kv(), host_name_);
     } else if (result.ok()) {
       // Marked clean only when everything written is durable.
       meta::Writes b;
       b.Put(Space::kMeta, format::kMetaCleanShutdown, "");
       result = CommitSynced(&b);
     }
-    // The index at rest lives in its table files, which a repair reads whole
-    // (RocksDB's repair replays only part of the logs).
-    if (result.ok() && db_ != nullptr) {
-      rocksdb::FlushOptions fo;
-      fo.wait = true;
-      result = FromRocksStatus(db_->Flush(fo, handles_), "flush index");
-    }
+    // The index at rest lives in its table files (StoreIndex::Flush).
+    if (result.ok()) result = index_->Flush();
     // A failed backup leaves the store as it is: said, not failed.
     if (result.ok()) {
       if (Status b = BackupIndex(0); !b.ok()) {
@@ -465,16 +391,9 @@ Status StoreImpl::Close() {
     Status s = data_files_->WaitForRemovals();
     if (result.ok()) result = s;
   }
-  kv_.reset();
-  if (db_ != nullptr) {
-    for (auto* h : handles_) {
-      Status s = FromRocksStatus(db_->DestroyColumnFamilyHandle(h), "close index column family");
-      if (result.ok()) result = s;
-    }
-    handles_.clear();
-    Status s = FromRocksStatus(db_->Close(), "close index");
+  if (index_ != nullptr) {
+    Status s = index_->Close();
     if (result.ok()) result = s;
-    db_.reset();
   }
   flush_segments_ = nullptr;
   segments_.reset();
@@ -487,7 +406,7 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
   // A durable commit goes through FlushDurable, never a synced commit of
   // the index, which would also make other writers' batches durable before
   // their records.
-  Status s = meta::CommitWrites(kv_.get(), batch, meta::Durability::kLogged);
+  Status s = meta::CommitWrites(kv(), batch, meta::Durability::kLogged);
   if (s.ok()) {
     // The caller still holds the mutexes of the inodes the batch changes.
     extent_maps_.Apply(*batch);
@@ -510,12 +429,12 @@ Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch) {
 }
 
 Status StoreImpl::CommitSynced(meta::Writes* batch) {
-  return meta::CommitWrites(kv_.get(), batch, meta::Durability::kSynced);
+  return meta::CommitWrites(kv(), batch, meta::Durability::kSynced);
 }
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
   std::optional<std::string> out;
-  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv(), [&](meta::Txn* t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(out, t->Get(s, key));
     return Status::OK();
   }));
@@ -525,7 +444,7 @@ Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
   bool delivered = false;
-  return meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
+  return meta::RunReads(kv(), [&](meta::Txn* t) -> Status {
     Status st = t->Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
       delivered = true;
       return fn(k, v);
@@ -617,7 +536,7 @@ uint64_t StoreImpl::ReservedBytes(Ino ino) {
 Status StoreImpl::FlushDurable() {
   // segments_ is null when Init failed before opening them (e.g. a segment
   // with a damaged header); Close() still runs then.
-  if (segments_ == nullptr) return kv_->Sync();
+  if (segments_ == nullptr) return kv()->Sync();
   index_syncs_.fetch_add(1);  // before any batch it makes durable is read back
   // The bulk of the segment bytes while writes go on, then, with no write
   // between its append and its commit, what was appended meanwhile and the
@@ -632,7 +551,7 @@ Status StoreImpl::FlushDurable() {
     CommitGate::Closed closed(&commit_gate_);
     st = segments_->SyncDirty();
     if (st.ok()) st = data_files_->SyncDirty();
-    if (st.ok()) st = kv_->Sync();
+    if (st.ok()) st = kv()->Sync();
   }
   // On failure the files stay queued for the next sync.
   data_files_->AfterIndexSync(unused, st.ok());

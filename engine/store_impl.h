@@ -13,8 +13,9 @@
 // each loaded from the index in the change's transaction. File data
 // operations take only their inode's mutex, so writers of different files run
 // in parallel; their segment appends reserve space under SegmentSet's short
-// lock and write outside it. Readers take no inode lock for the data: a
-// RocksDB iterator gives them a consistent view of the extents.
+// lock and write outside it. Readers take no inode lock for the data: they
+// take the extents from the extent maps' cache or read them from the index
+// in one transaction (CollectIndexExtents).
 //
 // Compaction (store_compact.cc) runs one at a time under
 // CompactionState::mu, moves one inode's extents at a time under that
@@ -30,8 +31,6 @@
 //   record cache's shards, InflightReads', GroupCommit's, the InodeTable
 //   shards'
 #pragma once
-
-#include <rocksdb/db.h>
 
 #include <atomic>
 #include <unordered_map>
@@ -55,6 +54,7 @@
 #include "engine/data/segment_set.h"
 #include "engine/data/verified_blocks.h"
 #include "engine/index/extent_map_cache.h"
+#include "engine/index/store_index.h"
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
 #include "engine/store.h"
@@ -147,10 +147,8 @@ class StoreImpl final : public Store {
   using Extent = engine::Extent;
 
   // ---- store_impl.cc, store_info.cc ----
-  // Reads STORE/SHARED into shared_ when there is one; else, when
-  // `creating` with options_.meta set, chooses a schema and writes it.
-  Status ChooseIndex(bool creating);
   Status CreateLayout();
+  // Opens index_ where shared_ says (engine/index/store_index.h).
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
   // Purges the inodes that lost their last name while open here, before a
@@ -164,7 +162,6 @@ class StoreImpl final : public Store {
   // inode's removal and its data file's; on a shared store, of inodes that
   // are gone).
   Status RemoveUnusedDataFiles();
-  // Applies one batch; maps RocksDB errors to errno.
   // Makes every commit so far durable (group commit when syncing).
   Status MakeDurable();
   // Applies `batch` in one transaction of the index, and to the extent maps.
@@ -530,21 +527,16 @@ class StoreImpl final : public Store {
   std::unique_ptr<StoreLock> lock_;
   // The segments' Env (options_.env or io::Env::Posix()).
   std::shared_ptr<io::Env> env_;
-  // The data files of large files; declared before db_ so that it outlives
-  // the index, whose before-flush hook syncs it.
+  // The data files of large files; declared before index_ so that it
+  // outlives the index, whose before-flush hook syncs it.
   std::unique_ptr<DataFiles> data_files_;
-  // The index's filesystem when env_ provides one; declared before db_ so
-  // that it outlives it.
-  std::unique_ptr<rocksdb::Env> index_env_;
-  // The bounds of the index's memory (engine/index/index_db.h); outlive db_.
-  std::shared_ptr<rocksdb::Cache> index_block_cache_;
-  std::shared_ptr<rocksdb::WriteBufferManager> index_memtables_;
-  std::unique_ptr<rocksdb::DB> db_;
-  // In kAllSpaces order.
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  // The index, through the seam (meta/kv.h): every read and write of it.
-  std::unique_ptr<meta::Kv> kv_;
-  // Where the index is when in PostgreSQL (STORE/SHARED); db_ is null then.
+  // The index (engine/index/store_index.h); set by Init, closed (not
+  // destroyed) by Close.
+  std::unique_ptr<StoreIndex> index_;
+  // The index through the seam (meta/kv.h): every read and write of it.
+  // REQUIRES: index_ is open.
+  meta::Kv* kv() const { return index_->kv(); }
+  // Where the index is when in PostgreSQL (STORE/SHARED); nullopt: RocksDB.
   std::optional<format::SharedIndex> shared_;
   // A writable open of a shared store holds a host (meta/hosts.h): its
   // name and id (0: none), and the lease, renewed by the background thread

@@ -6,13 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
-#include "engine/index/index_backup.h"
-#include "engine/index/index_db.h"
 #include "engine/store_impl.h"
 #include "meta/hosts.h"
-#include "meta/pg_kv.h"
 
 namespace ckptfs::engine {
 
@@ -48,11 +44,11 @@ Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
 Result<std::vector<HostInfo>> StoreImpl::Hosts() {
   std::vector<HostInfo> out;
   if (!shared_.has_value()) return out;
-  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_.get()));
+  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv()));
   const int64_t now = meta::WallMs();
   for (auto& [name, v] : hosts) {
     HostInfo h;
-    h.mounted = !meta::HostIsFree(kv_.get(), name, v, now);
+    h.mounted = !meta::HostIsFree(kv(), name, v, now);
     h.name = std::move(name);
     h.id = v.id;
     h.holder = std::move(v.holder);
@@ -90,7 +86,7 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.direct_adoptions = counters_.direct_adoptions;
   s.direct_adopted_bytes = counters_.direct_adopted_bytes;
   s.direct_rereads = counters_.direct_rereads;
-  const meta::IndexWaits waits = kv_->Waits();
+  const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
@@ -140,8 +136,8 @@ void StoreImpl::DropCache() { cache_->Clear(); }
 EngineMemory StoreImpl::MemoryUse() {
   EngineMemory m;
   m.record_cache = cache_->bytes();
-  m.index_memtables = index_memtables_ ? index_memtables_->memory_usage() : 0;
-  m.index_block_cache = index_block_cache_ ? index_block_cache_->GetUsage() : 0;
+  m.index_memtables = index_ != nullptr ? index_->MemtableBytes() : 0;
+  m.index_block_cache = index_ != nullptr ? index_->BlockCacheBytes() : 0;
   m.extent_maps = extent_maps_.bytes();
   m.verified_blocks = verified_blocks_.bytes();
   return m;
@@ -150,26 +146,17 @@ EngineMemory StoreImpl::MemoryUse() {
 Status StoreImpl::ReleaseIdleMemory() {
   // Below this a flush would make table files of a few keys for little.
   constexpr uint64_t kWorthFlushing = 4ull << 20;
-  if (options_.read_only || closed_ || index_memtables_ == nullptr ||
-      index_memtables_->memory_usage() < kWorthFlushing) {
+  if (options_.read_only || closed_ || index_ == nullptr ||
+      index_->MemtableBytes() < kWorthFlushing) {
     return Status::OK();
   }
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  return FromRocksStatus(db_->Flush(fo, handles_), "flush index");
+  return index_->Flush();
 }
 
 Status StoreImpl::BackupIndex(int64_t max_age_s) {
-  // A test's index filesystem (fault injection) is not the disk the
-  // backups would go to.
-  if (options_.read_only || db_ == nullptr || index_env_ != nullptr) return Status::OK();
+  if (options_.read_only || index_ == nullptr || !index_->CanBackUp()) return Status::OK();
   MutexLock l(&backup_mu_);
-  const int64_t now = ::time(nullptr);
-  if (max_age_s > 0) {
-    const std::vector<std::string> backups = ListIndexBackups(dir_);
-    if (!backups.empty() && now - std::stoll(backups.front()) < max_age_s) return Status::OK();
-  }
-  return engine::BackupIndex(db_.get(), dir_, now);
+  return index_->Backup(::time(nullptr), max_age_s);
 }
 
 EngineMemory EngineMemoryBound(const StoreOptions& options) {
@@ -242,24 +229,7 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
     return true;
   }));
   CKPTFS_RETURN_IF_ERROR(bad);
-  if (shared_.has_value()) {
-    CKPTFS_ASSIGN_OR_RETURN(c.index_bytes, static_cast<meta::PgKv*>(kv_.get())->TableBytes());
-    return c;
-  }
-  // RocksDB may delete files while we walk: skip what vanishes.
-  namespace stdfs = std::filesystem;
-  const stdfs::path index_dir = stdfs::path(dir_) / format::kIndexDirName;
-  std::error_code ec;
-  for (stdfs::recursive_directory_iterator d(index_dir, ec), end; !ec && d != end; d.increment(ec)) {
-    std::error_code size_ec;
-    if (d->is_regular_file(size_ec)) {
-      const uintmax_t n = d->file_size(size_ec);
-      if (!size_ec) c.index_bytes += n;
-    }
-  }
-  if (ec && ec.value() != ENOENT) {
-    return Status::IOError(ec.value(), "list " + index_dir.string());
-  }
+  CKPTFS_ASSIGN_OR_RETURN(c.index_bytes, index_->Bytes());
   return c;
 }
 

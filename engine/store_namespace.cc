@@ -47,7 +47,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
 
 Status StoreImpl::Txn::Begin() {
   if (!st->shared_.has_value()) return Status::OK();
-  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv_->Begin(meta::TxnMode::kReadWrite));
+  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv()->Begin(meta::TxnMode::kReadWrite));
   return Status::OK();
 }
 
@@ -190,7 +190,7 @@ Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
   if (next_ino_ >= ino_limit_ && shared_.has_value()) {
     uint64_t start = 0;
     CKPTFS_RETURN_IF_ERROR(meta::RunTxn(
-        kv_.get(),
+        kv(),
         [&](meta::Txn* t) -> Status {
           CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                                   t->Get(Space::kMeta, format::kMetaNextIno));
@@ -257,7 +257,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   std::unique_ptr<meta::Txn> own;
   meta::Txn* t = in;
   if (t == nullptr) {
-    CKPTFS_ASSIGN_OR_RETURN(own, kv_->Begin(meta::TxnMode::kReads));
+    CKPTFS_ASSIGN_OR_RETURN(own, kv()->Begin(meta::TxnMode::kReads));
     t = own.get();
   }
   Status bad;

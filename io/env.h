@@ -1,5 +1,5 @@
 // io/: the files a store keeps its data in (segment files, data files and,
-// through IndexFileSystem, the index's), behind one
+// through IndexFileHooks, the index's), behind one
 // small interface, so that the engine, fsck and the GPU loader never call
 // pread/pwrite/fdatasync on a path themselves. The POSIX implementation is
 // the default; tests use FaultInjectionEnv (io/fault_injection.h), and other
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,10 +18,6 @@
 #include <vector>
 
 #include "base/status.h"
-
-namespace rocksdb {
-class FileSystem;
-}
 
 namespace ckptfs::io {
 
@@ -85,6 +82,31 @@ class File {
 
 enum class OpenMode { kRead, kReadWrite };
 
+// The files of the store's index, which the index's library (RocksDB)
+// writes itself rather than through File: engine/index/index_file_system.h
+// passes each of its file operations through these hooks, so that an Env
+// can see them too. Each hook runs `op`, the operation itself, at most once
+// and returns its status; it may skip it (and return OK, or an error of
+// its own).
+class IndexFileHooks {
+ public:
+  using Op = std::function<Status()>;
+  virtual ~IndexFileHooks() = default;
+  // `path` was created, or opened to append to; its first `size` bytes are
+  // durable.
+  virtual void Opened(const std::string& path, uint64_t size) = 0;
+  // `op` writes `length` bytes at `offset` of `path`.
+  virtual Status Append(const std::string& path, uint64_t offset, uint64_t length,
+                        const Op& op) = 0;
+  // `op` cuts `path` to `size` bytes.
+  virtual Status Truncate(const std::string& path, uint64_t size, const Op& op) = 0;
+  // `op` makes what was written to `path` durable.
+  virtual Status Sync(const std::string& path, const Op& op) = 0;
+  // `op` deletes `path`, or renames `from` to `to`.
+  virtual Status Delete(const std::string& path, const Op& op) = 0;
+  virtual Status Rename(const std::string& from, const std::string& to, const Op& op) = 0;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -112,10 +134,11 @@ class Env {
   // Deletes what an interrupted Create() left in `dir`.
   Status RemoveLeftovers(const std::string& dir);
 
-  // The filesystem RocksDB keeps the index on; nullptr (the default) means
-  // RocksDB's own. A fault-injecting Env returns one whose unsynced bytes it
-  // can drop together with the segments'.
-  virtual std::shared_ptr<rocksdb::FileSystem> IndexFileSystem() { return nullptr; }
+  // The hooks through which the index's own file operations pass
+  // (IndexFileHooks); nullptr (the default): the index writes its files
+  // without telling the Env. A fault-injecting Env returns hooks that let
+  // it drop the index's unsynced bytes together with the segments'.
+  virtual std::shared_ptr<IndexFileHooks> IndexFiles() { return nullptr; }
 
   // The local filesystem through POSIX calls. Shared; never destroyed.
   static std::shared_ptr<Env> Posix();

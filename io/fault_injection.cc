@@ -3,8 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <rocksdb/file_system.h>
-
 #include <algorithm>
 
 namespace ckptfs::io {
@@ -70,149 +68,54 @@ class FaultFile final : public File {
   const std::unique_ptr<File> base_;
 };
 
-namespace {
-rocksdb::IOStatus ToIOStatus(const Status& s) {
-  return s.ok() ? rocksdb::IOStatus::OK() : rocksdb::IOStatus::IOError(s.ToString());
-}
-}  // namespace
-
-// A file RocksDB writes (log, table, manifest) through the FaultInjectionEnv.
-class FaultIndexFile final : public rocksdb::FSWritableFileOwnerWrapper {
+// The index's file operations (IndexFileHooks), tracked as the store's
+// files' are: what a power cut would drop of them.
+class FaultIndexFiles final : public IndexFileHooks {
  public:
-  FaultIndexFile(std::shared_ptr<FaultInjectionEnv> env, std::string path,
-                 std::unique_ptr<rocksdb::FSWritableFile> base)
-      : FSWritableFileOwnerWrapper(std::move(base)), env_(std::move(env)), path_(std::move(path)) {}
+  explicit FaultIndexFiles(std::shared_ptr<FaultInjectionEnv> env) : env_(std::move(env)) {}
 
-  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                           rocksdb::IODebugContext* dbg) override {
-    return Write(data, [&] { return target()->Append(data, o, dbg); });
+  void Opened(const std::string& path, uint64_t size) override {
+    env_->Track(path, size, /*index=*/true);
+    if (env_->cut()) env_->CreatedAfterCut(path);
   }
-  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                           const rocksdb::DataVerificationInfo& info,
-                           rocksdb::IODebugContext* dbg) override {
-    return Write(data, [&] { return target()->Append(data, o, info, dbg); });
-  }
-  rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
-                                     const rocksdb::IOOptions& o,
-                                     rocksdb::IODebugContext* dbg) override {
-    return rocksdb::IOStatus::NotSupported("positioned appends");
-  }
-  rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
-                                     const rocksdb::IOOptions& o,
-                                     const rocksdb::DataVerificationInfo& info,
-                                     rocksdb::IODebugContext* dbg) override {
-    return rocksdb::IOStatus::NotSupported("positioned appends");
-  }
-  rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& o,
-                             rocksdb::IODebugContext* dbg) override {
+  Status Append(const std::string& path, uint64_t offset, uint64_t length, const Op& op) override {
     ReaderMutexLock cut(&env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::OK();
-    rocksdb::IOStatus s = target()->Truncate(size, o, dbg);
-    if (s.ok()) env_->Truncated(path_, size);
-    return s;
+    CKPTFS_RETURN_IF_ERROR(op());
+    env_->RecordWrite(path, offset, length);
+    return Status::OK();
   }
-  rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    return DoSync([&] { return target()->Sync(o, dbg); });
+  Status Truncate(const std::string& path, uint64_t size, const Op& op) override {
+    ReaderMutexLock cut(&env_->cut_mu_);
+    if (env_->cut()) return Status::OK();
+    CKPTFS_RETURN_IF_ERROR(op());
+    env_->Truncated(path, size);
+    return Status::OK();
   }
-  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    return DoSync([&] { return target()->Fsync(o, dbg); });
+  Status Sync(const std::string& path, const Op& op) override {
+    ReaderMutexLock cut(&env_->cut_mu_);
+    CKPTFS_RETURN_IF_ERROR(env_->BeforeSync(path, /*segment=*/false));
+    if (env_->cut()) return Status::OK();
+    const size_t n = env_->PendingWrites(path);
+    CKPTFS_RETURN_IF_ERROR(op());
+    env_->MarkSynced(path, n);
+    return Status::OK();
   }
-  rocksdb::IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const rocksdb::IOOptions& o,
-                              rocksdb::IODebugContext* dbg) override {
-    return rocksdb::IOStatus::OK();  // a hint; durability comes from Sync
+  Status Delete(const std::string& path, const Op& op) override {
+    ReaderMutexLock cut(&env_->cut_mu_);
+    if (env_->cut()) return Status::OK();
+    CKPTFS_RETURN_IF_ERROR(op());
+    env_->Forget(path);
+    return Status::OK();
+  }
+  Status Rename(const std::string& from, const std::string& to, const Op& op) override {
+    ReaderMutexLock cut(&env_->cut_mu_);
+    if (env_->cut()) return Status::OK();
+    CKPTFS_RETURN_IF_ERROR(op());
+    env_->Renamed(from, to);
+    return Status::OK();
   }
 
  private:
-  template <typename Fn>
-  rocksdb::IOStatus Write(const rocksdb::Slice& data, Fn&& fn) {
-    ReaderMutexLock cut(&env_->cut_mu_);
-    const uint64_t offset = offset_;
-    rocksdb::IOStatus s = fn();
-    if (!s.ok()) return s;
-    offset_ += data.size();
-    env_->RecordWrite(path_, offset, data.size());
-    return s;
-  }
-  template <typename Fn>
-  rocksdb::IOStatus DoSync(Fn&& fn) {
-    ReaderMutexLock cut(&env_->cut_mu_);
-    rocksdb::IOStatus s = ToIOStatus(env_->BeforeSync(path_, /*segment=*/false));
-    if (!s.ok() || env_->cut()) return s;
-    const size_t n = env_->PendingWrites(path_);
-    s = fn();
-    if (s.ok()) env_->MarkSynced(path_, n);
-    return s;
-  }
-
-  const std::shared_ptr<FaultInjectionEnv> env_;
-  const std::string path_;
-  uint64_t offset_ = 0;  // RocksDB appends to one file from one thread at a time
-};
-
-// RocksDB's default filesystem, with the writes of the index tracked.
-class FaultIndexFileSystem final : public rocksdb::FileSystemWrapper {
- public:
-  explicit FaultIndexFileSystem(std::shared_ptr<FaultInjectionEnv> env)
-      : FileSystemWrapper(rocksdb::FileSystem::Default()), env_(std::move(env)) {}
-  const char* Name() const override { return "CkptfsFaultIndexFileSystem"; }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* dbg) override {
-    return Wrap(f, 0, target()->NewWritableFile(f, fo, r, dbg), r);
-  }
-  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
-                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                       rocksdb::IODebugContext* dbg) override {
-    // The bytes already there are durable; a missing file is created empty.
-    uint64_t size = 0;
-    rocksdb::IOStatus st = target()->GetFileSize(f, rocksdb::IOOptions(), &size, dbg);
-    if (st.IsNotFound() || st.IsPathNotFound()) {
-      size = 0;
-    } else if (!st.ok()) {
-      return st;
-    }
-    return Wrap(f, size, target()->ReopenWritableFile(f, fo, r, dbg), r);
-  }
-  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
-                                      const rocksdb::FileOptions& fo,
-                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                      rocksdb::IODebugContext* dbg) override {
-    env_->Forget(old);
-    return Wrap(f, 0, target()->ReuseWritableFile(f, old, fo, r, dbg), r);
-  }
-  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& fo,
-                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
-                                    rocksdb::IODebugContext* dbg) override {
-    return rocksdb::IOStatus::NotSupported("random read-write files");
-  }
-  rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
-                               rocksdb::IODebugContext* dbg) override {
-    ReaderMutexLock cut(&env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::OK();
-    rocksdb::IOStatus s = target()->DeleteFile(f, o, dbg);
-    if (s.ok()) env_->Forget(f);
-    return s;
-  }
-  rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
-                               const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-    ReaderMutexLock cut(&env_->cut_mu_);
-    if (env_->cut()) return rocksdb::IOStatus::OK();
-    rocksdb::IOStatus s = target()->RenameFile(from, to, o, dbg);
-    if (s.ok()) env_->Renamed(from, to);
-    return s;
-  }
-
- private:
-  rocksdb::IOStatus Wrap(const std::string& f, uint64_t size, rocksdb::IOStatus s,
-                         std::unique_ptr<rocksdb::FSWritableFile>* r) {
-    if (!s.ok()) return s;
-    env_->Track(f, size, /*index=*/true);
-    if (env_->cut()) env_->CreatedAfterCut(f);
-    *r = std::make_unique<FaultIndexFile>(env_, f, std::move(*r));
-    return s;
-  }
-
   const std::shared_ptr<FaultInjectionEnv> env_;
 };
 
@@ -451,10 +354,10 @@ Result<std::vector<std::string>> FaultInjectionEnv::List(const std::string& dir)
   return base_->List(dir);
 }
 
-std::shared_ptr<rocksdb::FileSystem> FaultInjectionEnv::IndexFileSystem() {
-  // A new wrapper each time (its state is this env's): the env keeping one
-  // would be a reference cycle, as the wrapper keeps the env.
-  return std::make_shared<FaultIndexFileSystem>(shared_from_this());
+std::shared_ptr<IndexFileHooks> FaultInjectionEnv::IndexFiles() {
+  // A new one each time (its state is this env's): the env keeping one
+  // would be a reference cycle, as the hooks keep the env.
+  return std::make_shared<FaultIndexFiles>(shared_from_this());
 }
 
 }  // namespace ckptfs::io

@@ -14,7 +14,7 @@
 //     again. Restore(), the reboot,
 //     then drops every byte that was not synced before the cut, in segment
 //     files and in the files of the RocksDB index (through
-//     IndexFileSystem()), and the store can be reopened. With
+//     IndexFiles()), and the store can be reopened. With
 //     IndexTail::kWritten the index's files keep what was written to them
 //     before the cut, synced or not, as when the kernel had written the
 //     index log's pages back on its own, and the store's files lose
@@ -82,12 +82,11 @@ class FaultInjectionEnv final : public Env,
   Status SyncDir(const std::string& dir) override;
   Status Remove(const std::string& path) override;
   Result<std::vector<std::string>> List(const std::string& dir) override;
-  std::shared_ptr<rocksdb::FileSystem> IndexFileSystem() override;
+  std::shared_ptr<IndexFileHooks> IndexFiles() override;
 
  private:
   friend class FaultFile;
-  friend class FaultIndexFile;
-  friend class FaultIndexFileSystem;
+  friend class FaultIndexFiles;
   // What a power cut would drop of one file.
   struct Unsynced {
     uint64_t size = 0;         // bytes written so far (logical end)

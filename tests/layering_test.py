@@ -94,7 +94,41 @@ def fs_violations(root=ROOT):
     return out
 
 
+# The store (engine/*.h, engine/*.cc) reaches its index only through
+# engine/index/store_index.h and meta/kv.h: it includes no RocksDB header,
+# nor one of ours that does.
+ROCKSDB_INCLUDE = re.compile(
+    r'^\s*#\s*include\s+(<rocksdb/|"meta/rocks_kv\.h"|"engine/index/index_db\.h")')
+
+
+def store_rocksdb_includes(root=ROOT):
+    out = []
+    engine = os.path.join(root, "engine")
+    for name in sorted(os.listdir(engine)):
+        path = os.path.join(engine, name)
+        if not name.endswith(SOURCES) or not os.path.isfile(path):
+            continue
+        with open(path, errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if ROCKSDB_INCLUDE.match(line):
+                    out.append("engine/%s:%d: includes RocksDB" % (name, n))
+    return out
+
+
 class LayeringTest(unittest.TestCase):
+    def test_the_store_includes_no_rocksdb(self):
+        self.assertEqual(store_rocksdb_includes(), [])
+
+    def test_a_rocksdb_include_of_the_store_is_found(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "engine", "index"))
+            with open(os.path.join(d, "engine", "store_x.cc"), "w") as f:
+                f.write('#include "engine/store_impl.h"\n#include <rocksdb/db.h>\n')
+            with open(os.path.join(d, "engine", "index", "y.cc"), "w") as f:
+                f.write('#include <rocksdb/db.h>\n')
+            self.assertEqual(store_rocksdb_includes(d), ["engine/store_x.cc:2: includes RocksDB"])
+
     def test_includes_point_down(self):
         self.assertEqual(violations(), [])
 

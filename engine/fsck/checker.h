@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "engine/fsck/fsck.h"
-#include "engine/index/index_db.h"
+#include "engine/index/store_index.h"
 #include "engine/index/store_lock.h"
 #include "engine/store.h"
 #include "format/format.h"
@@ -157,13 +157,15 @@ class Checker {
   // Run() up to the report: opens, checks and repairs.
   Status Check();
   Status Open();
+  // Open's two kinds of index: STORE/index (opened, repaired, rebuilt or
+  // restored as the options say), or PostgreSQL's (where STORE/SHARED says).
+  Status OpenEmbedded();
+  Status OpenShared(const format::SharedIndex& where);
+  // Opens STORE/index into index_ (StoreIndex::Open with these options).
+  Status OpenRocks(bool create, bool read_only, bool strict_log = false);
   // With repair, when the index has no file left: a new, empty one (the
   // checks put every file the segments and data files hold under
   // lost+found). Without, or with a backup to restore: the error saying so.
-  // Open's two kinds of index: STORE/index (opened, repaired, rebuilt or
-  // restored as the options say), or PostgreSQL's (STORE/SHARED's text).
-  Status OpenEmbedded();
-  Status OpenShared(const std::string& shared_file);
   Status MakeNewIndex(const std::string& index_dir);
   // The index did not open (`s`): replayed up to damage in its log, pointed
   // at its newest MANIFEST, or rebuilt (only when repairing).
@@ -324,10 +326,10 @@ class Checker {
   // ... and holds a state the store was in: a backup, a log replayed up to
   // its damage (not a rebuild that lost a table file).
   bool index_is_past_state_ = false;
-  // The embedded index (not opened for a shared store).
-  IndexDb index_;
-  // The index through the seam: over index_, or in PostgreSQL.
-  std::unique_ptr<meta::Kv> kv_;
+  // The store's index, RocksDB's or PostgreSQL's (engine/index/store_index.h).
+  std::unique_ptr<StoreIndex> index_;
+  // The index through the seam. REQUIRES: index_ is open.
+  meta::Kv* kv() const { return index_->kv(); }
   FsckReport report_;
   meta::Writes batch_;
   bool batch_used_ = false;

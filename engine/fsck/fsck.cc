@@ -15,9 +15,8 @@
 #include <sstream>
 
 #include "engine/index/index_backup.h"
+#include "engine/index/index_db.h"
 #include "meta/hosts.h"
-#include "meta/pg_kv.h"
-#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -103,38 +102,30 @@ Status Checker::Open() {
   }
   CKPTFS_ASSIGN_OR_RETURN(
       lock_, StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
-  std::ifstream in(dir_ + "/" + format::kFormatFileName);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Status s = format::ParseFormatFile(ss.str());
-  if (!s.ok()) return s.Annotate(dir_);
-  std::ifstream shared(dir_ + "/" + format::kSharedFileName);
-  if (shared) {
-    std::stringstream text;
-    text << shared.rdbuf();
-    return OpenShared(text.str());
-  }
-  CKPTFS_RETURN_IF_ERROR(OpenEmbedded());
-  kv_ = std::make_unique<meta::RocksKv>(index_.db.get(), index_.handles);
-  return Status::OK();
+  CKPTFS_RETURN_IF_ERROR(CheckFormatFile(dir_));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<format::SharedIndex> shared, ReadSharedFile(dir_));
+  if (shared.has_value()) return OpenShared(*shared);
+  return OpenEmbedded();
 }
 
-Status Checker::OpenShared(const std::string& shared_file) {
-  format::SharedIndex where;
-  Status s = format::ParseSharedFile(shared_file, &where);
-  if (!s.ok()) return s.Annotate(dir_);
+Status Checker::OpenShared(const format::SharedIndex& where) {
   if (opt_.from_backup) {
     return Status(EINVAL, dir_ + " keeps its index in PostgreSQL, which has no backups in the "
                               "store: restore it with PostgreSQL's own tools");
   }
-  meta::PgOptions po;
-  po.uri = where.meta;
-  po.schema = where.schema;
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
-  kv_ = std::move(kv);
+  CKPTFS_ASSIGN_OR_RETURN(index_, StoreIndex::Open(dir_, where, env_.get(), IndexOpenOptions()));
   // The whole store, every host's files, is checked only with no host
   // mounted: a mount's writes in flight would look like damage.
-  return meta::CheckNoLiveHost(kv_.get()).Annotate(dir_);
+  return meta::CheckNoLiveHost(kv()).Annotate(dir_);
+}
+
+Status Checker::OpenRocks(bool create, bool read_only, bool strict_log) {
+  IndexOpenOptions o;
+  o.create = create;
+  o.read_only = read_only;
+  o.strict_log = strict_log;
+  CKPTFS_ASSIGN_OR_RETURN(index_, StoreIndex::Open(dir_, std::nullopt, env_.get(), o));
+  return Status::OK();
 }
 
 Status Checker::OpenEmbedded() {
@@ -145,8 +136,7 @@ Status Checker::OpenEmbedded() {
   if (opt_.repair && !rebuild_because_.empty()) {
     CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, rebuild_because_));
   }
-  s = OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_,
-                  nullptr, /*strict_log=*/true);
+  s = OpenRocks(/*create=*/false, /*read_only=*/!opt_.repair, /*strict_log=*/true);
   if (s.ok() || s.code() == EBUSY) return s;
   return OpenDamagedIndex(index_dir, s);
 }
@@ -165,8 +155,7 @@ Status Checker::MakeNewIndex(const std::string& index_dir) {
   std::error_code ec;
   std::filesystem::create_directories(index_dir, ec);
   if (ec) return Status(EIO, "create " + index_dir + ": " + ec.message());
-  CKPTFS_RETURN_IF_ERROR(
-      OpenIndexDb(index_dir, /*create=*/true, /*read_only=*/false, env_.get(), &index_));
+  CKPTFS_RETURN_IF_ERROR(OpenRocks(/*create=*/true, /*read_only=*/false));
   index_replaced_ = true;
   Add(kIndexRebuilt, {},
       "the index " + index_dir +
@@ -180,9 +169,7 @@ Status Checker::MakeNewIndex(const std::string& index_dir) {
 Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) {
   // Damage in the log past a torn last record: replayed up to it, the index
   // opens without what the log held after it.
-  if (s.IsCorruption() &&
-      OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/!opt_.repair, env_.get(), &index_)
-          .ok()) {
+  if (s.IsCorruption() && OpenRocks(/*create=*/false, /*read_only=*/!opt_.repair).ok()) {
     index_replaced_ = index_is_past_state_ = opt_.repair;
     Add(kIndexRebuilt, {},
         "the index's log is damaged (" + s.message() + "); " +
@@ -209,8 +196,7 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
     if (::rename(tmp.c_str(), (index_dir + "/CURRENT").c_str()) != 0) {
       return Status::IOError(errno, "rename " + tmp);
     }
-    Status again =
-        OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+    Status again = OpenRocks(/*create=*/false, /*read_only=*/false);
     if (again.ok()) {
       Add(kIndexRebuilt, {},
           "the index did not open (" + s.message() + "); its CURRENT file now names " +
@@ -220,7 +206,7 @@ Status Checker::OpenDamagedIndex(const std::string& index_dir, const Status& s) 
     }
   }
   CKPTFS_RETURN_IF_ERROR(RebuildIndex(index_dir, "it did not open: " + s.message()));
-  return OpenIndexDb(index_dir, /*create=*/false, /*read_only=*/false, env_.get(), &index_);
+  return OpenRocks(/*create=*/false, /*read_only=*/false);
 }
 
 Status Checker::RestoreNewestBackup() {
@@ -263,7 +249,7 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
 }
 
 Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin(meta::TxnMode::kReads));
   Result<std::optional<std::string>> read = t->Get(s, key);
   if (!read.ok()) return TagIndexDamage(read.status());
   std::optional<std::string>& got = *read;
@@ -274,7 +260,7 @@ Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found
 
 Status Checker::ScanAll(Space s,
                         const std::function<void(std::string_view, std::string_view)>& fn) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin(meta::TxnMode::kReads));
   return TagIndexDamage(t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
     fn(k, v);
     return true;
@@ -352,7 +338,7 @@ Status Checker::ApplyRepairs() {
     }
   }
   if (!batch_used_) return Status::OK();
-  return meta::CommitWrites(kv_.get(), &batch_, meta::Durability::kSynced).Annotate("write repairs");
+  return meta::CommitWrites(kv(), &batch_, meta::Durability::kSynced).Annotate("write repairs");
 }
 
 Status Checker::Check() {
@@ -384,8 +370,7 @@ Status Checker::Check() {
 
 Result<FsckReport> Checker::Run() {
   Status s = Check();
-  kv_.reset();
-  Status closed = index_.Close();  // a no-op when the index never opened
+  Status closed = index_ != nullptr ? index_->Close() : Status::OK();
   if (!s.ok()) {
     if (!closed.ok()) s = Status(s.code(), s.message() + "; then closing the index: " + closed.message());
     return s;

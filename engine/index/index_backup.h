@@ -8,13 +8,15 @@
 // still links.
 #pragma once
 
-#include <rocksdb/db.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+
+namespace rocksdb {
+class DB;
+}
 
 namespace ckptfs::engine {
 

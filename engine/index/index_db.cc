@@ -13,8 +13,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "meta/rocks_kv.h"
+#include "engine/index/index_file_system.h"
 #include "format/format.h"
+#include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
@@ -64,10 +65,8 @@ IndexOptions MakeIndexOptions(io::Env* env, std::function<void()> before_flush) 
   IndexOptions io;
   rocksdb::DBOptions& dbo = io.db;
   if (before_flush) dbo.listeners.push_back(std::make_shared<BeforeFlush>(std::move(before_flush)));
-  if (std::shared_ptr<rocksdb::FileSystem> fs = env->IndexFileSystem()) {
-    io.env = rocksdb::NewCompositeEnv(fs);
-    dbo.env = io.env.get();
-  }
+  io.env = NewIndexEnv(env);
+  if (io.env != nullptr) dbo.env = io.env.get();
   dbo.create_missing_column_families = true;
   dbo.max_open_files = 256;  // bounds descriptors; the index stays small
   dbo.keep_log_file_num = 2;

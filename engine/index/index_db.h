@@ -13,19 +13,17 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/index/store_index.h"
 #include "io/env.h"
 #include "meta/rocks_kv.h"
 
 namespace ckptfs::engine {
 
-// The index's memory, bounded: RocksDB's block cache (data, index and filter
-// blocks of the table files), and its memtables over all column families
-// (writes wait for a flush rather than go past it).
-inline constexpr uint64_t kIndexBlockCacheBytes = 64ull << 20;
-inline constexpr uint64_t kIndexMemtableBytes = 128ull << 20;
-
+// The memory bounds kIndexBlockCacheBytes and kIndexMemtableBytes are in
+// engine/index/store_index.h.
 struct IndexDb {
-  // The filesystem of the index when not RocksDB's default; outlives db.
+  // The filesystem of the index when not RocksDB's default
+  // (engine/index/index_file_system.h); outlives db.
   std::unique_ptr<rocksdb::Env> env;
   // What bounds the memory; outlive db.
   std::shared_ptr<rocksdb::Cache> block_cache;
@@ -46,8 +44,8 @@ struct IndexDb {
   Status Close();
 };
 
-// Opens the index at `path` (STORE/index) on `env`'s IndexFileSystem() (or
-// RocksDB's own). `create`: create it when missing.
+// Opens the index at `path` (STORE/index) on RocksDB's filesystem, through
+// `env`'s IndexFileHooks when it has them (engine/index/index_file_system.h). `create`: create it when missing.
 // `read_only`: open without writing (RocksDB's read-only mode; the log is
 // replayed in memory only). EBUSY when another process has it open; EIO with
 // RocksDB's message otherwise.
