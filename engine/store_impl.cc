@@ -20,6 +20,7 @@
 #include "meta/hosts.h"
 #include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
+#include "meta/shared_kv.h"
 
 namespace ckptfs::engine {
 
@@ -297,13 +298,12 @@ Status StoreImpl::CreateLayout() {
 
 Status StoreImpl::OpenIndex(bool create) {
   if (shared_.has_value()) {
-    meta::PgOptions po;
-    po.uri = options_.meta.empty() ? shared_->meta : options_.meta;
-    po.schema = shared_->schema;
-    po.create = create;
-    po.reconnect_wait_s = options_.meta_timeout;
-    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
-    kv_ = std::move(kv);
+    meta::SharedKvOptions so;
+    so.uri = options_.meta.empty() ? shared_->meta : options_.meta;
+    so.schema = shared_->schema;
+    so.create = create;
+    so.reconnect_wait_s = options_.meta_timeout;
+    CKPTFS_ASSIGN_OR_RETURN(kv_, meta::OpenSharedKv(so));
     return Status::OK();
   }
   IndexDb index;
@@ -516,7 +516,7 @@ Status StoreImpl::CommitSynced(meta::Writes* batch) {
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
   std::optional<std::string> out;
-  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_.get(), [&](meta::ReadTxn* t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(out, t->Get(s, key));
     return Status::OK();
   }));
@@ -525,16 +525,9 @@ Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view
 
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
-  bool delivered = false;
-  return meta::RunReads(kv_.get(), [&](meta::Txn* t) -> Status {
-    Status st = t->Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
-      delivered = true;
-      return fn(k, v);
-    });
-    // Keys already passed on are not passed on again.
-    if (meta::IsConflict(st) && delivered) return Status(EIO, st.message());
-    return st;
-  });
+  // A conflict comes before the first key only (meta::ReadTxn::Scan).
+  return meta::RunReads(kv_.get(),
+                        [&](meta::ReadTxn* t) { return t->Scan(s, begin, end, fn); });
 }
 
 Status StoreImpl::MakeDurable() {

@@ -12,7 +12,6 @@
 #include "engine/index/index_db.h"
 #include "engine/store_impl.h"
 #include "meta/hosts.h"
-#include "meta/pg_kv.h"
 
 namespace ckptfs::engine {
 
@@ -243,7 +242,7 @@ Result<NamespaceCounts> StoreImpl::CountNamespace() {
   }));
   CKPTFS_RETURN_IF_ERROR(bad);
   if (shared_.has_value()) {
-    CKPTFS_ASSIGN_OR_RETURN(c.index_bytes, static_cast<meta::PgKv*>(kv_.get())->TableBytes());
+    CKPTFS_ASSIGN_OR_RETURN(c.index_bytes, kv_->StoredBytes());
     return c;
   }
   // RocksDB may delete files while we walk: skip what vanishes.

@@ -16,8 +16,8 @@
 
 #include "engine/index/index_backup.h"
 #include "meta/hosts.h"
-#include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
+#include "meta/shared_kv.h"
 
 namespace ckptfs::engine {
 
@@ -129,11 +129,10 @@ Status Checker::OpenShared(const std::string& shared_file) {
     return Status(EINVAL, dir_ + " keeps its index in PostgreSQL, which has no backups in the "
                               "store: restore it with PostgreSQL's own tools");
   }
-  meta::PgOptions po;
-  po.uri = where.meta;
-  po.schema = where.schema;
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
-  kv_ = std::move(kv);
+  meta::SharedKvOptions so;
+  so.uri = where.meta;
+  so.schema = where.schema;
+  CKPTFS_ASSIGN_OR_RETURN(kv_, meta::OpenSharedKv(so));
   // The whole store, every host's files, is checked only with no host
   // mounted: a mount's writes in flight would look like damage.
   return meta::CheckNoLiveHost(kv_.get()).Annotate(dir_);
@@ -276,7 +275,7 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
 }
 
 Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::ReadTxn> t, kv_->BeginRead());
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> got, t->Get(s, key));
   *found = got.has_value();
   if (got.has_value()) *v = std::move(*got);
@@ -285,7 +284,7 @@ Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found
 
 Status Checker::ScanAll(Space s,
                         const std::function<void(std::string_view, std::string_view)>& fn) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv_->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::ReadTxn> t, kv_->BeginRead());
   return t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
     fn(k, v);
     return true;
