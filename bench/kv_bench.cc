@@ -4,7 +4,7 @@
 //            write the new inode and merge the inode count: one create(2);
 //            on PostgreSQL also as get+put: read the entry's absent key,
 //            then put it (what Insert avoids: conflicts between creates)
-//   lookup   read an entry, then its inode, each a read of its own (kReads)
+//   lookup   read an entry, then its inode, each in a read-only transaction
 //   extent   write one extent, no read: the index part of a write(2)
 // Every thread creates its names in one common directory, so that the
 // creates of all threads meet in one key range. Prints operations per
@@ -63,13 +63,14 @@ Figures Run(int threads, int ops, const std::function<Status(int, int, std::atom
   return Figures{ops / s, s * 1e6 / ops * threads, reruns.load()};
 }
 
-// RunTxn, counting the bodies run more than once; a kReads body runs once.
-Status Counted(Kv* kv, std::atomic<uint64_t>* reruns, const std::function<Status(Txn*)>& body,
-               TxnMode mode = TxnMode::kReadWrite) {
-  if (mode == TxnMode::kReads) {
-    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<Txn> t, kv->Begin(mode));
-    return body(t.get());
-  }
+// A read-only transaction's body, run once.
+Status Reads(Kv* kv, const std::function<Status(ReadTxn*)>& body) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<ReadTxn> t, kv->BeginRead());
+  return body(t.get());
+}
+
+// RunTxn, counting the bodies run more than once.
+Status Counted(Kv* kv, std::atomic<uint64_t>* reruns, const std::function<Status(Txn*)>& body) {
   bool first = true;
   return RunTxn(kv, [&](Txn* t) {
     if (!first) ++*reruns;
@@ -131,7 +132,7 @@ void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_cou
     Figures lookup = Run(threads, ops, [&](int, int i, std::atomic<uint64_t>* reruns) -> Status {
       const std::string name = "param_" + std::to_string(i) + ".zarray";
       uint64_t ino = 0;
-      CKPTFS_RETURN_IF_ERROR(Counted(kv, reruns, [&](Txn* t) -> Status {
+      CKPTFS_RETURN_IF_ERROR(Reads(kv, [&](ReadTxn* t) -> Status {
         CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                                 t->Get(Space::kDentries, format::DentryKey(dir, name)));
         if (!v.has_value()) return Status(ENOENT, name);
@@ -139,12 +140,12 @@ void Bench(const char* name, Kv* kv, int ops, const std::vector<int>& thread_cou
         CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
         ino = d.ino;
         return Status::OK();
-      }, TxnMode::kReads));
-      return Counted(kv, reruns, [&](Txn* t) -> Status {
+      }));
+      return Reads(kv, [&](ReadTxn* t) -> Status {
         CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                                 t->Get(Space::kInodes, format::InodeKey(ino)));
         return v.has_value() ? Status::OK() : Status(ENOENT, "inode");
-      }, TxnMode::kReads);
+      });
     });
     format::ExtentValue e;
     e.length = 1 << 20;

@@ -64,18 +64,15 @@ Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
                                       std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
   const size_t base = out->size();
-  // One transaction: the extent before `start` and those after it as of
-  // one moment.
-  return meta::RunTxn(
-      kv(),
-      [&](meta::Txn* t) -> Status {
-        out->resize(base);
-        return CollectExtentsIn(t, ino, start, end, out);
-      },
-      meta::Durability::kLogged);
+  // One snapshot: the extent before `start` and those after it as of one
+  // moment.
+  return meta::RunReads(kv(), [&](meta::ReadTxn* t) -> Status {
+    out->resize(base);
+    return CollectExtentsIn(t, ino, start, end, out);
+  });
 }
 
-Status StoreImpl::CollectExtentsIn(meta::Txn* t, Ino ino, uint64_t start, uint64_t end,
+Status StoreImpl::CollectExtentsIn(meta::ReadTxn* t, Ino ino, uint64_t start, uint64_t end,
                                    std::vector<Extent>* out) {
   const std::string prefix = format::ExtentPrefix(ino);
   const std::string key = format::ExtentKey(ino, start);

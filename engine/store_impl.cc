@@ -434,7 +434,7 @@ Status StoreImpl::CommitSynced(meta::Writes* batch) {
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
   std::optional<std::string> out;
-  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv(), [&](meta::Txn* t) -> Status {
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv(), [&](meta::ReadTxn* t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(out, t->Get(s, key));
     return Status::OK();
   }));
@@ -443,16 +443,9 @@ Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view
 
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
-  bool delivered = false;
-  return meta::RunReads(kv(), [&](meta::Txn* t) -> Status {
-    Status st = t->Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
-      delivered = true;
-      return fn(k, v);
-    });
-    // Keys already passed on are not passed on again.
-    if (meta::IsConflict(st) && delivered) return Status(EIO, st.message());
-    return st;
-  });
+  // A conflict comes before the first key only (meta::ReadTxn::Scan).
+  return meta::RunReads(kv(),
+                        [&](meta::ReadTxn* t) { return t->Scan(s, begin, end, fn); });
 }
 
 Status StoreImpl::MakeDurable() {

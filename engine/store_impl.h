@@ -334,7 +334,7 @@ class StoreImpl final : public Store {
   // CollectExtents from the index only.
   Status CollectIndexExtents(Ino ino, uint64_t start, uint64_t end, std::vector<Extent>* out);
   // CollectIndexExtents's reads, in transaction `t`.
-  Status CollectExtentsIn(meta::Txn* t, Ino ino, uint64_t start, uint64_t end,
+  Status CollectExtentsIn(meta::ReadTxn* t, Ino ino, uint64_t start, uint64_t end,
                           std::vector<Extent>* out);
   // CollectExtents for the common reads, with one point lookup instead of an
   // iterator: when an extent starts at `start` and reaches `end`, it is the

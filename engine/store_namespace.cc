@@ -47,7 +47,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
 
 Status StoreImpl::Txn::Begin() {
   if (!st->shared_.has_value()) return Status::OK();
-  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv()->Begin(meta::TxnMode::kReadWrite));
+  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv()->Begin());
   return Status::OK();
 }
 
@@ -254,10 +254,10 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   b->Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(-1));
   const std::string lower = format::ExtentPrefix(ino);
   const std::string upper = format::ExtentPrefix(ino + 1);
-  std::unique_ptr<meta::Txn> own;
-  meta::Txn* t = in;
+  std::unique_ptr<meta::ReadTxn> own;
+  meta::ReadTxn* t = in;
   if (t == nullptr) {
-    CKPTFS_ASSIGN_OR_RETURN(own, kv()->Begin(meta::TxnMode::kReads));
+    CKPTFS_ASSIGN_OR_RETURN(own, kv()->BeginRead());
     t = own.get();
   }
   Status bad;

@@ -154,7 +154,7 @@ Result<std::vector<std::pair<std::string, format::HostValue>>> ListHosts(Kv* kv)
   std::string end = begin;
   end.back()++;
   Status bad;
-  CKPTFS_RETURN_IF_ERROR(RunReads(kv, [&](Txn* t) -> Status {
+  CKPTFS_RETURN_IF_ERROR(RunReads(kv, [&](ReadTxn* t) -> Status {
     out.clear();
     return t->Scan(Space::kMeta, begin, end, [&](std::string_view k, std::string_view v) {
       format::HostValue h;

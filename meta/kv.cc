@@ -94,6 +94,18 @@ void Writes::Clear() {
   bytes_ = 0;
 }
 
+Status Writes::Check() const {
+  for (const Write& w : list_) {
+    if (w.kind == Write::Kind::kMerge && !SpaceMerges(w.space)) {
+      return Status(EINVAL, std::string("the ") + SpaceName(w.space) + " space takes no merges");
+    }
+    if (w.kind == Write::Kind::kInsert && SpaceMerges(w.space)) {
+      return Status(EINVAL, std::string("no inserts in the ") + SpaceName(w.space) + " space");
+    }
+  }
+  return Status::OK();
+}
+
 Status ConflictStatus(std::string message) {
   return Status(EAGAIN, std::move(message)).WithPayload(TxnConflict{});
 }
@@ -111,14 +123,16 @@ void Backoff(const RetryPolicy& policy, int attempt) {
 
 namespace {
 
-// Runs `once` in a new transaction of `mode` until it reports no conflict,
-// waiting a little between tries, at most policy.max_attempts times.
-Status Retry(Kv* kv, TxnMode mode, const RetryPolicy& policy,
-             const std::function<Status(Txn*)>& once) {
+// Runs `once` in a new transaction (`begin` makes it) until it reports no
+// conflict, waiting a little between tries, at most policy.max_attempts
+// times.
+template <class T, class BeginFn>
+Status Retry(const BeginFn& begin, const RetryPolicy& policy,
+             const std::function<Status(T*)>& once) {
   Status last;
   for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
     if (attempt > 1) Backoff(policy, attempt);
-    Result<std::unique_ptr<Txn>> txn = kv->Begin(mode);
+    Result<std::unique_ptr<T>> txn = begin();
     if (!txn.ok()) return txn.status();
     last = once(txn->get());
     if (!IsConflict(last)) return last;
@@ -126,22 +140,26 @@ Status Retry(Kv* kv, TxnMode mode, const RetryPolicy& policy,
   return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
 }
 
+Status RetryTxn(Kv* kv, const RetryPolicy& policy, const std::function<Status(Txn*)>& once) {
+  return Retry<Txn>([kv] { return kv->Begin(); }, policy, once);
+}
+
 }  // namespace
 
 Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy) {
-  return Retry(kv, TxnMode::kReadWrite, policy, [&](Txn* t) {
+  return RetryTxn(kv, policy, [&](Txn* t) {
     Status st = body(t);
     return st.ok() ? t->Commit(d) : st;
   });
 }
 
-Status RunReads(Kv* kv, const std::function<Status(Txn*)>& body, const RetryPolicy& policy) {
-  return Retry(kv, TxnMode::kReads, policy, body);
+Status RunReads(Kv* kv, const std::function<Status(ReadTxn*)>& body, const RetryPolicy& policy) {
+  return Retry<ReadTxn>([kv] { return kv->BeginRead(); }, policy, body);
 }
 
 Status CommitWrites(Kv* kv, Writes* writes, Durability d, const RetryPolicy& policy) {
-  return Retry(kv, TxnMode::kReadWrite, policy, [&](Txn* t) {
+  return RetryTxn(kv, policy, [&](Txn* t) {
     // Lent to the transaction, not copied: the common case commits once.
     std::swap(t->writes(), *writes);
     Status st = t->Commit(d);

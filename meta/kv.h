@@ -6,13 +6,14 @@
 // default) and PostgreSQL (meta/pg_kv.h: shared by several hosts). Keys
 // sort bytewise (memcmp, then the shorter first) in each key space.
 //
-// A transaction reads (Get, Scan, Last), gathers writes (Put, Insert,
-// Delete, Merge) and commits them atomically. Its reads do not see its own
-// uncommitted writes. Commit fails with a conflict (IsConflict) when an
+// A read-only transaction (ReadTxn) reads (Get, Scan, Last) one snapshot;
+// a read-write one (Txn) also gathers writes (Put, Insert, Delete, Merge)
+// and commits them atomically. Its reads do not see its own uncommitted
+// writes. Commit fails with a conflict (IsConflict) when an
 // implementation finds that another writer changed what the transaction
 // read; RunTxn runs a transaction body again until it commits. The embedded
 // implementation never reports conflicts: its one process serializes
-// writers with its own locks and reads the latest committed state.
+// writers with its own locks.
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,10 @@ class Writes {
   // Bytes of keys and values held.
   uint64_t bytes() const { return bytes_; }
   void Clear();
+  // EINVAL for a write that no implementation takes: a Merge in a space
+  // without merges, an Insert in a space with them (SpaceMerges). Every
+  // Txn::Commit checks its writes with this before it applies any.
+  Status Check() const;
 
  private:
   std::vector<Write> list_;
@@ -110,12 +115,20 @@ enum class Durability : uint8_t {
   kVolatile,
 };
 
-// One transaction. Not thread-safe: one thread uses it at a time.
-class Txn {
+// A read-only transaction: its reads (Get, Scan, Last) all see one
+// consistent state of the index, its snapshot, taken at its first read
+// (PostgreSQL: a REPEATABLE READ transaction; RocksDB: a snapshot). It
+// writes nothing, so it never conflicts with a writer; nothing of it is left
+// on the index when it is destroyed. A read may still fail with a conflict
+// (IsConflict) where an implementation lost its server before the read
+// (RunReads runs the reads again); a Scan that already passed keys on fails
+// with EIO instead, so that no key is passed on twice. Not thread-safe: one
+// thread uses it at a time.
+class ReadTxn {
  public:
-  virtual ~Txn() = default;
-  Txn(const Txn&) = delete;
-  Txn& operator=(const Txn&) = delete;
+  virtual ~ReadTxn() = default;
+  ReadTxn(const ReadTxn&) = delete;
+  ReadTxn& operator=(const ReadTxn&) = delete;
 
   // The value of `key`, merge operands applied; nullopt when there is none.
   virtual Result<std::optional<std::string>> Get(Space s, std::string_view key) = 0;
@@ -128,6 +141,15 @@ class Txn {
   virtual Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
                                                std::string_view end) = 0;
 
+ protected:
+  ReadTxn() = default;
+};
+
+// A read-write transaction: the reads of a ReadTxn, and writes gathered in
+// the client and committed atomically. Its reads do not see its own
+// uncommitted writes.
+class Txn : public ReadTxn {
+ public:
   void Put(Space s, std::string_view key, std::string_view value) { writes_.Put(s, key, value); }
   // Writes a key that must not exist: the commit fails with EEXIST, and
   // applies nothing, when it does, also when another transaction created
@@ -144,7 +166,8 @@ class Txn {
   Writes& writes() { return writes_; }
 
   // Applies the writes atomically, as durable as `d` says. Call at most
-  // once; a transaction without writes commits nothing. IsConflict: nothing
+  // once; a transaction without writes commits nothing. EINVAL, nothing
+  // applied, for writes that Writes::Check refuses. IsConflict: nothing
   // applied, run again. Other errors: nothing applied, except where the
   // message says the outcome is unknown (the connection was lost during the
   // commit).
@@ -153,16 +176,6 @@ class Txn {
  protected:
   Txn() = default;
   Writes writes_;
-};
-
-// What a transaction does.
-enum class TxnMode : uint8_t {
-  // Reads and writes, committed atomically, conflicts reported.
-  kReadWrite,
-  // Reads only, each of which sees a consistent state of its own (a Scan
-  // of many keys may see commits between its pages): cheaper where a read
-  // stands alone. A commit with writes fails with EINVAL.
-  kReads,
 };
 
 // Round trips to an index's server and the time the callers spent
@@ -176,8 +189,10 @@ struct IndexWaits {
 class Kv {
  public:
   virtual ~Kv() = default;
-  virtual Result<std::unique_ptr<Txn>> Begin(TxnMode mode) = 0;
-  Result<std::unique_ptr<Txn>> Begin() { return Begin(TxnMode::kReadWrite); }
+  // A read-only transaction.
+  virtual Result<std::unique_ptr<ReadTxn>> BeginRead() = 0;
+  // A read-write transaction.
+  virtual Result<std::unique_ptr<Txn>> Begin() = 0;
   // Makes every commit that returned so far durable against power loss.
   virtual Status Sync() = 0;
   // What it is, for messages: "RocksDB at PATH", "PostgreSQL DB on HOST".
@@ -188,6 +203,12 @@ class Kv {
   virtual Status Maintain() { return Status::OK(); }
   // Its server's round trips (PostgreSQL); none for an embedded index.
   virtual IndexWaits Waits() const { return {}; }
+  // Bytes a shared index takes where it is kept (PostgreSQL: its tables
+  // with their indexes and TOAST; memory: its keys and values). Default:
+  // ENOTSUP (an embedded index, whose files the store counts itself).
+  virtual Result<uint64_t> StoredBytes() {
+    return Status(ENOTSUP, "the size of " + Describe() + " is that of its files");
+  }
 };
 
 // How RunTxn runs a body again after a conflict.
@@ -208,10 +229,11 @@ void Backoff(const RetryPolicy& policy, int attempt);
 Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy = {});
 
-// Runs `body` in a TxnMode::kReads transaction, and again in a new one
-// after a conflict (there: a connection lost before the reads ended); the
-// body must be safe to run again.
-Status RunReads(Kv* kv, const std::function<Status(Txn*)>& body, const RetryPolicy& policy = {});
+// Runs `body` in a read-only transaction, and again in a new one after a
+// conflict (there: a connection lost before the reads ended); the body must
+// be safe to run again.
+Status RunReads(Kv* kv, const std::function<Status(ReadTxn*)>& body,
+                const RetryPolicy& policy = {});
 
 // Commits `*writes` in a transaction of its own, which reads nothing, and
 // commits it again after a conflict (as RunTxn). `*writes` is left as it

@@ -1,122 +1,22 @@
 #include "meta/pg_kv.h"
 
 #include <libpq-fe.h>
-#include <poll.h>
 
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "format/format.h"
+#include "meta/pg_connection.h"
+#include "meta/shared_kv.h"
 
 namespace ckptfs::meta {
 namespace {
 
-constexpr Oid kByteaOid = 17;
 // Statements sent in one pipeline at most: their results (a few dozen
 // bytes each) then fit the socket's buffers while the client is still
 // sending, so that neither side waits on the other.
 constexpr size_t kPipelineMax = 256;
 // Rows fetched per page of a Scan.
 constexpr int kScanPage = 256;
-
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-// One statement: SQL with $n placeholders for `params` (bytea, binary).
-struct Stmt {
-  std::string sql;
-  std::vector<std::string_view> params;
-};
-
-std::string FirstLine(const char* msg) {
-  std::string s = msg == nullptr ? "" : msg;
-  size_t nl = s.find('\n');
-  if (nl != std::string::npos) s.resize(nl);
-  return s;
-}
-
-bool ConnectionLost(PGconn* c) { return PQstatus(c) != CONNECTION_OK; }
-
-// The status of a failed statement: a conflict for the SQLSTATEs that
-// running the transaction again can clear, ENOSPC for a full disk.
-Status StatementError(PGconn* c, const PGresult* r, const std::string& what) {
-  const char* state = r == nullptr ? nullptr : PQresultErrorField(r, PG_DIAG_SQLSTATE);
-  const std::string msg = what + ": " +
-                          FirstLine(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(c));
-  if (ConnectionLost(c) || state == nullptr) {
-    // Nothing of the transaction was committed; a new connection may work.
-    return ConflictStatus("lost the connection to PostgreSQL: " + msg);
-  }
-  const std::string_view code(state);
-  // serialization_failure, deadlock_detected.
-  if (code == "40001" || code == "40P01") return ConflictStatus(msg);
-  // unique_violation: only an Insert writes without ON CONFLICT.
-  if (code == "23505") return Status(EEXIST, msg);
-  if (code == "53100") return Status(ENOSPC, msg);
-  return Status(EIO, msg);
-}
-
-// Sends `stmts` in one pipeline and waits for all their results: one round
-// trip. On success `out` (when given) holds one result per statement. On
-// failure the first statement's error; the statements after it did not run.
-Status RunPipelineUncounted(PGconn* c, const std::vector<Stmt>& stmts,
-                            std::vector<PgResult>* out, const std::string& what) {
-  if (out != nullptr) out->clear();
-  if (PQenterPipelineMode(c) != 1) return StatementError(c, nullptr, what);
-  std::vector<const char*> values;
-  std::vector<int> lengths, formats;
-  std::vector<Oid> types;
-  for (const Stmt& s : stmts) {
-    values.clear();
-    lengths.clear();
-    for (std::string_view p : s.params) {
-      values.push_back(p.data() == nullptr ? "" : p.data());
-      lengths.push_back(static_cast<int>(p.size()));
-    }
-    formats.assign(s.params.size(), 1);
-    types.assign(s.params.size(), kByteaOid);
-    if (PQsendQueryParams(c, s.sql.c_str(), static_cast<int>(s.params.size()), types.data(),
-                          values.data(), lengths.data(), formats.data(), /*resultFormat=*/1) != 1) {
-      Status st = StatementError(c, nullptr, what);
-      PQexitPipelineMode(c);
-      return st;
-    }
-  }
-  if (PQpipelineSync(c) != 1) return StatementError(c, nullptr, what);
-  Status first;
-  for (size_t i = 0; i < stmts.size(); ++i) {
-    PgResult r(PQgetResult(c));
-    if (r == nullptr) return StatementError(c, nullptr, what);
-    const ExecStatusType t = PQresultStatus(r.get());
-    // A statement after a failed one reports PGRES_PIPELINE_ABORTED.
-    if (t != PGRES_TUPLES_OK && t != PGRES_COMMAND_OK && t != PGRES_PIPELINE_ABORTED &&
-        first.ok()) {
-      first = StatementError(c, r.get(), what);
-    }
-    if (out != nullptr) out->push_back(std::move(r));
-    // Each statement's results end with a null.
-    while (PGresult* extra = PQgetResult(c)) PQclear(extra);
-  }
-  PgResult sync(PQgetResult(c));
-  if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
-    return first.ok() ? StatementError(c, sync.get(), what) : first;
-  }
-  PQexitPipelineMode(c);
-  return first;
-}
-
-// One pipeline (statements sent at once, then their results read): one
-// round trip to the server, counted in `kv`.
-Status RunPipeline(PgKv* kv, PGconn* c, const std::vector<Stmt>& stmts,
-                   std::vector<PgResult>* out, const std::string& what) {
-  const auto start = std::chrono::steady_clock::now();
-  Status st = RunPipelineUncounted(c, stmts, out, what);
-  kv->CountRoundTrip(start);
-  return st;
-}
 
 std::string_view Cell(const PGresult* r, int row, int col) {
   return std::string_view(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
@@ -197,19 +97,21 @@ class Folder {
   std::optional<std::string> value_;
 };
 
-class PgTxn final : public Txn {
+// The reads of a transaction of type `Base` (ReadTxn or Txn) on one
+// connection: the first read begins the transaction with `begin_sql`.
+template <class Base>
+class PgReader : public Base {
  public:
-  PgTxn(PgKv* kv, PGconn* conn, TxnMode mode) : kv_(kv), conn_(conn), mode_(mode) {}
-  ~PgTxn() override {
-    if (begun_ && !ended_) {
-      PGresult* r = PQexec(conn_, "ROLLBACK");
-      PQclear(r);
-    }
-    kv_->ReturnConnection(conn_);
+  PgReader(PgPool* pool, const std::vector<PgSpaceSql>* sql, std::unique_ptr<PgConnection> conn,
+           const char* begin_sql)
+      : pool_(pool), sql_(sql), conn_(std::move(conn)), begin_sql_(begin_sql) {}
+  ~PgReader() override {
+    if (begun_ && !ended_) conn_->EndLater();
+    pool_->Return(std::move(conn_));
   }
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
-    const PgSpaceSql& q = kv_->sql(s);
+    const PgSpaceSql& q = sql(s);
     PgResult r;
     CKPTFS_RETURN_IF_ERROR(Query(Stmt{q.get, {key}}, &r, std::string("get from ") + SpaceName(s)));
     const int rows = PQntuples(r.get());
@@ -225,15 +127,17 @@ class PgTxn final : public Txn {
   }
 
   Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override {
-    const PgSpaceSql& q = kv_->sql(s);
+    const PgSpaceSql& q = sql(s);
     const std::string what = std::string("scan ") + SpaceName(s);
     if (q.merges) return ScanMerged(s, q, begin, end, fn, what);
     std::string from(begin);
     bool first = true;
     for (;;) {
       PgResult r;
-      CKPTFS_RETURN_IF_ERROR(
-          Query(Stmt{first ? q.scan_first : q.scan_next, {from, end}}, &r, what));
+      Status st = Query(Stmt{first ? q.scan_first : q.scan_next, {from, end}}, &r, what);
+      // Keys already passed on are not passed on again (ReadTxn::Scan).
+      if (!first && IsConflict(st)) return Status(EIO, st.message());
+      CKPTFS_RETURN_IF_ERROR(st);
       first = false;
       const int rows = PQntuples(r.get());
       for (int i = 0; i < rows; ++i) {
@@ -246,7 +150,7 @@ class PgTxn final : public Txn {
 
   Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
                                        std::string_view end) override {
-    const PgSpaceSql& q = kv_->sql(s);
+    const PgSpaceSql& q = sql(s);
     if (q.merges) {
       std::optional<KeyValue> last;
       CKPTFS_RETURN_IF_ERROR(Scan(s, begin, end, [&](std::string_view k, std::string_view v) {
@@ -263,101 +167,39 @@ class PgTxn final : public Txn {
         KeyValue{std::string(Cell(r.get(), 0, 0)), std::string(Cell(r.get(), 0, 1))});
   }
 
-  Status Commit(Durability d) override {
-    if (ended_) return Status(EINVAL, "transaction already committed");
-    if (writes_.empty() && !begun_) {
-      ended_ = true;
-      return Status::OK();
-    }
-    if (mode_ == TxnMode::kReads) {
-      ended_ = true;
-      if (writes_.empty()) return Status::OK();
-      return Status(EINVAL, "writes in a read-only transaction");
-    }
-    std::vector<Stmt> stmts;
-    if (!begun_) stmts.push_back(Stmt{kBegin, {}});
-    begun_ = true;
-    stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
-                                                  : "SET LOCAL synchronous_commit TO off",
-                         {}});
-    for (const Write& w : writes_.list()) {
-      const PgSpaceSql& q = kv_->sql(w.space);
-      switch (w.kind) {
-        case Write::Kind::kPut:
-          stmts.push_back(Stmt{q.put, {w.key, w.value}});
-          if (q.merges) stmts.push_back(Stmt{q.drop_merges, {w.key}});
-          break;
-        case Write::Kind::kInsert:
-          if (q.merges) {
-            return Status(EINVAL, std::string("no inserts in the ") + SpaceName(w.space) +
-                                      " space");
-          }
-          stmts.push_back(Stmt{q.insert, {w.key, w.value}});
-          break;
-        case Write::Kind::kDelete:
-          stmts.push_back(Stmt{q.del, {w.key}});
-          if (q.merges) stmts.push_back(Stmt{q.drop_merges, {w.key}});
-          break;
-        case Write::Kind::kMerge:
-          if (!q.merges) {
-            return Status(EINVAL, std::string("the ") + SpaceName(w.space) +
-                                      " space takes no merges");
-          }
-          stmts.push_back(Stmt{q.merge, {w.key, w.value}});
-          break;
-      }
-    }
-    // All but the COMMIT, a pipeline at a time; then the COMMIT with the last.
-    size_t at = 0;
-    while (stmts.size() - at > kPipelineMax) {
-      std::vector<Stmt> part(stmts.begin() + at, stmts.begin() + at + kPipelineMax);
-      at += kPipelineMax;
-      CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(kv_, conn_, part, nullptr, "write index")));
-    }
-    std::vector<Stmt> last(stmts.begin() + at, stmts.end());
-    last.push_back(Stmt{"COMMIT", {}});
-    Status st = RunPipeline(kv_, conn_, last, nullptr, "commit index");
-    if (st.ok()) {
-      ended_ = true;
-      return st;
-    }
-    if (ConnectionLost(conn_)) {
-      ended_ = true;
-      return Status(EIO, "commit index: the connection to PostgreSQL was lost during the "
-                         "commit; the outcome is unknown: " + st.message());
-    }
-    return Abandon(st);
-  }
+ protected:
+  const PgSpaceSql& sql(Space s) const { return (*sql_)[static_cast<size_t>(s)]; }
 
-  // Keys of `s` that have merge operands, at most `limit`.
-  Status MergedKeys(Space s, size_t limit, std::vector<std::string>* keys) {
-    const PgSpaceSql& q = kv_->sql(s);
-    PgResult r;
-    CKPTFS_RETURN_IF_ERROR(
-        Query(Stmt{q.merged_keys + std::to_string(limit), {}}, &r, "list merged keys"));
-    for (int i = 0; i < PQntuples(r.get()); ++i) keys->emplace_back(Cell(r.get(), i, 0));
-    return Status::OK();
-  }
-
- private:
-  static constexpr char kBegin[] = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-
-  // Runs one read, beginning the transaction with it when it is the first
-  // (kReadWrite; a kReads transaction has no transaction block).
+  // Runs one read, beginning the transaction with it when it is the first.
   Status Query(const Stmt& stmt, PgResult* out, const std::string& what) {
-    if (ended_) return Status(EINVAL, "transaction already committed");
+    if (ended_) return Status(EINVAL, "transaction already ended");
     std::vector<Stmt> stmts;
-    if (!begun_ && mode_ == TxnMode::kReadWrite) {
-      stmts.push_back(Stmt{kBegin, {}});
-      begun_ = true;
-    }
+    if (!begun_) stmts.push_back(Stmt{begin_sql_, {}});
+    begun_ = true;
     stmts.push_back(stmt);
     std::vector<PgResult> results;
-    CKPTFS_RETURN_IF_ERROR(Abandon(RunPipeline(kv_, conn_, stmts, &results, what)));
+    CKPTFS_RETURN_IF_ERROR(Abandon(conn_->Run(stmts, &results, what)));
     *out = std::move(results.back());
     return Status::OK();
   }
 
+  // An error ends the transaction on the server: the one rollback.
+  Status Abandon(Status st) {
+    if (!st.ok() && !ended_) {
+      ended_ = true;
+      if (begun_) conn_->EndLater();
+    }
+    return st;
+  }
+
+  PgPool* const pool_;
+  const std::vector<PgSpaceSql>* const sql_;
+  std::unique_ptr<PgConnection> conn_;
+  const char* const begin_sql_;
+  bool begun_ = false;  // BEGIN sent
+  bool ended_ = false;  // committed, rolled back or failed
+
+ private:
   Status ScanMerged(Space s, const PgSpaceSql& q, std::string_view begin, std::string_view end,
                     const ScanFn& fn, const std::string& what) {
     PgResult r;
@@ -374,29 +216,109 @@ class PgTxn final : public Txn {
     }
     return Status::OK();
   }
+};
 
-  // An error ends the transaction on the server: rolls it back there.
-  Status Abandon(Status st) {
-    if (!st.ok() && !ended_) {
+constexpr char kBeginRead[] = "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ";
+constexpr char kBeginWrite[] = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+
+class PgReadTxn final : public PgReader<ReadTxn> {
+ public:
+  PgReadTxn(PgPool* pool, const std::vector<PgSpaceSql>* sql, std::unique_ptr<PgConnection> conn)
+      : PgReader(pool, sql, std::move(conn), kBeginRead) {}
+};
+
+class PgTxn final : public PgReader<Txn> {
+ public:
+  PgTxn(PgPool* pool, const std::vector<PgSpaceSql>* sql, std::unique_ptr<PgConnection> conn)
+      : PgReader(pool, sql, std::move(conn), kBeginWrite) {}
+
+  Status Commit(Durability d) override {
+    if (ended_) return Status(EINVAL, "transaction already ended");
+    if (writes_.empty() && !begun_) {
       ended_ = true;
-      if (!ConnectionLost(conn_) && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
-        PGresult* r = PQexec(conn_, "ROLLBACK");
-        PQclear(r);
-      }
+      return Status::OK();
     }
-    return st;
+    CKPTFS_RETURN_IF_ERROR(Abandon(writes_.Check()));
+    std::vector<Stmt> stmts;
+    if (!begun_) stmts.push_back(Stmt{kBeginWrite, {}});
+    begun_ = true;
+    stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
+                                                  : "SET LOCAL synchronous_commit TO off",
+                         {}});
+    AppendWrites(&stmts);
+    // All but the COMMIT, a pipeline at a time; then the COMMIT with the last.
+    size_t at = 0;
+    while (stmts.size() - at > kPipelineMax) {
+      std::vector<Stmt> part(stmts.begin() + at, stmts.begin() + at + kPipelineMax);
+      at += kPipelineMax;
+      CKPTFS_RETURN_IF_ERROR(Abandon(conn_->Run(part, nullptr, "write index")));
+    }
+    std::vector<Stmt> last(stmts.begin() + at, stmts.end());
+    last.push_back(Stmt{"COMMIT", {}});
+    Status st = conn_->Run(last, nullptr, "commit index");
+    if (st.ok()) {
+      ended_ = true;
+      return st;
+    }
+    if (conn_->lost()) {
+      ended_ = true;
+      return Status(EIO, "commit index: the connection to PostgreSQL was lost during the "
+                         "commit; the outcome is unknown: " + st.message());
+    }
+    return Abandon(st);
   }
 
-  PgKv* const kv_;
-  PGconn* const conn_;
-  const TxnMode mode_;
-  bool begun_ = false;  // BEGIN sent
-  bool ended_ = false;  // committed, rolled back or failed
+  // Keys of `s` that have merge operands, at most `limit`.
+  Status MergedKeys(Space s, size_t limit, std::vector<std::string>* keys) {
+    PgResult r;
+    CKPTFS_RETURN_IF_ERROR(
+        Query(Stmt{sql(s).merged_keys + std::to_string(limit), {}}, &r, "list merged keys"));
+    for (int i = 0; i < PQntuples(r.get()); ++i) keys->emplace_back(Cell(r.get(), i, 0));
+    return Status::OK();
+  }
+
+ private:
+  // The statements of the writes (Writes::Check passed).
+  void AppendWrites(std::vector<Stmt>* stmts) const {
+    for (const Write& w : writes_.list()) {
+      const PgSpaceSql& q = sql(w.space);
+      switch (w.kind) {
+        case Write::Kind::kPut:
+          stmts->push_back(Stmt{q.put, {w.key, w.value}});
+          if (q.merges) stmts->push_back(Stmt{q.drop_merges, {w.key}});
+          break;
+        case Write::Kind::kInsert: stmts->push_back(Stmt{q.insert, {w.key, w.value}}); break;
+        case Write::Kind::kDelete:
+          stmts->push_back(Stmt{q.del, {w.key}});
+          if (q.merges) stmts->push_back(Stmt{q.drop_merges, {w.key}});
+          break;
+        case Write::Kind::kMerge: stmts->push_back(Stmt{q.merge, {w.key, w.value}}); break;
+      }
+    }
+  }
 };
+
+// Folds, in `t`, the merge operands of up to `max_keys` keys into their
+// values; `*folded` counts the keys.
+Status FoldIn(PgTxn* t, size_t max_keys, size_t* folded) {
+  for (Space s : kAllSpaces) {
+    if (!SpaceMerges(s)) continue;
+    std::vector<std::string> keys;
+    CKPTFS_RETURN_IF_ERROR(t->MergedKeys(s, max_keys - *folded, &keys));
+    for (const std::string& k : keys) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, t->Get(s, k));
+      if (v.has_value()) t->Put(s, k, *v);
+      ++*folded;
+    }
+    if (*folded >= max_keys) break;
+  }
+  return Status::OK();
+}
 
 }  // namespace
 
 Result<std::string> ConninfoWithoutPassword(const std::string& uri) {
+  if (IsMemUri(uri)) return uri;
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(uri.c_str(), &err);
   if (opts == nullptr) {
@@ -422,11 +344,10 @@ Result<std::string> ConninfoWithoutPassword(const std::string& uri) {
   return out;
 }
 
-PgKv::PgKv(PgOptions options) : options_(std::move(options)) {
+PgKv::PgKv(PgOptions options)
+    : options_(std::move(options)), pool_(std::make_unique<PgPool>(&options_)) {
   for (Space s : kAllSpaces) sql_.emplace_back(options_.schema, s);
 }
-
-const PgSpaceSql& PgKv::sql(Space s) const { return sql_[static_cast<size_t>(s)]; }
 
 Result<std::unique_ptr<PgKv>> PgKv::Open(const PgOptions& options) {
   if (!ValidSchemaName(options.schema)) {
@@ -434,84 +355,36 @@ Result<std::unique_ptr<PgKv>> PgKv::Open(const PgOptions& options) {
                               "': lower-case letters, digits and '_', at most 63");
   }
   std::unique_ptr<PgKv> kv(new PgKv(options));
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, kv->TakeConnection());
-  kv->server_ = std::string(PQhost(c)) + ":" + PQport(c) + "/" + PQdb(c);
-  kv->ReturnConnection(c);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, kv->pool_->Take());
+  kv->server_ = std::string(PQhost(c->get())) + ":" + PQport(c->get()) + "/" + PQdb(c->get());
+  kv->pool_->Return(std::move(c));
   CKPTFS_RETURN_IF_ERROR(kv->CreateOrCheckSchema());
-  kv->opened_ = true;
+  kv->pool_->Opened();
   return kv;
 }
 
-PgKv::~PgKv() {
-  MutexLock l(&mu_);
-  for (PGconn* c : idle_) PQfinish(c);
-  idle_.clear();
-}
+PgKv::~PgKv() = default;
 
-Result<PGconn*> PgKv::TakeConnection() {
-  for (;;) {
-    PGconn* c = nullptr;
-    {
-      MutexLock l(&mu_);
-      if (idle_.empty()) break;
-      c = idle_.back();
-      idle_.pop_back();
+Status PgKv::Exec(const std::string& sql, const std::string& what, std::string* first_cell) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
+  Status st;
+  if (!c->Settle()) {
+    st = Status(EIO, what + ": lost the connection to PostgreSQL");
+  } else {
+    PgResult r(PQexec(c->get(), sql.c_str()));
+    const ExecStatusType t = PQresultStatus(r.get());
+    if (t != PGRES_TUPLES_OK && t != PGRES_COMMAND_OK) {
+      st = Status(EIO, what + ": " + FirstLine(PQresultErrorMessage(r.get())));
+    } else if (first_cell != nullptr) {
+      *first_cell = PQntuples(r.get()) > 0 ? PQgetvalue(r.get(), 0, 0) : "";
     }
-    // An idle connection receives nothing, unless its server is going away
-    // (a restart: a termination message, then the end of the stream): such
-    // a connection is dropped here, rather than fail a commit whose
-    // outcome would then be unknown.
-    pollfd p{PQsocket(c), POLLIN, 0};
-    if (PQstatus(c) == CONNECTION_OK && ::poll(&p, 1, 0) == 0) return c;
-    PQfinish(c);
+    if (!c->lost() && PQtransactionStatus(c->get()) != PQTRANS_IDLE) c->EndLater();
   }
-  // No connection: wait for the server up to reconnect_wait_s, from 50 ms
-  // between tries up to 1 s.
-  const auto start = std::chrono::steady_clock::now();
-  const auto wait = std::chrono::duration<double>(opened_ ? options_.reconnect_wait_s : 0);
-  for (auto pause = std::chrono::milliseconds(50);; pause = std::min(pause * 2, decltype(pause)(1000))) {
-    Result<PGconn*> c = Connect();
-    if (c.ok()) return c;
-    if (std::chrono::steady_clock::now() - start + pause > wait) {
-      if (wait.count() == 0) return c;
-      char waited[32];
-      std::snprintf(waited, sizeof(waited), "%g s", wait.count());
-      return Status(EIO, c.status().message() + " (tried for " + waited + ")");
-    }
-    std::this_thread::sleep_for(pause);
-  }
-}
-
-Result<PGconn*> PgKv::Connect() {
-  const std::string timeout = std::to_string(options_.connect_timeout_s);
-  // Notices (a DROP's cascade, say) are not errors: not printed.
-  const char* keys[] = {"dbname", "connect_timeout", "application_name", "options", nullptr};
-  const char* values[] = {options_.uri.c_str(), timeout.c_str(), "ckptfs",
-                          "-c client_min_messages=warning", nullptr};
-  PGconn* c = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
-  if (c == nullptr) return Status(ENOMEM, "connect to PostgreSQL: out of memory");
-  if (PQstatus(c) != CONNECTION_OK) {
-    Status st(EIO, "cannot connect to PostgreSQL: " + FirstLine(PQerrorMessage(c)));
-    PQfinish(c);
-    return st;
-  }
-  return c;
-}
-
-void PgKv::ReturnConnection(PGconn* conn) {
-  if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE &&
-      PQpipelineStatus(conn) == PQ_PIPELINE_OFF) {
-    MutexLock l(&mu_);
-    if (idle_.size() < options_.idle_connections) {
-      idle_.push_back(conn);
-      return;
-    }
-  }
-  PQfinish(conn);
+  pool_->Return(std::move(c));
+  return st;
 }
 
 Status PgKv::CreateOrCheckSchema() {
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
   const std::string& s = options_.schema;
   std::string sql;
   if (options_.create) {
@@ -531,23 +404,22 @@ Status PgKv::CreateOrCheckSchema() {
          "' AND table_name IN ('kv_merges'";
   for (Space sp : kAllSpaces) sql += std::string(", 'kv_") + SpaceName(sp) + "'";
   sql += ")";
-  PgResult r(PQexec(c, sql.c_str()));
-  Status st;
-  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-    st = Status(EIO, "prepare the index in PostgreSQL " + server_ + ": " +
-                         FirstLine(PQresultErrorMessage(r.get())));
-    PGresult* rb = PQexec(c, "ROLLBACK");
-    PQclear(rb);
-  } else if (std::strtol(PQgetvalue(r.get(), 0, 0), nullptr, 10) != kSpaceCount + 1) {
-    st = Status(ENOENT, "PostgreSQL " + server_ + " holds no ckptfs index in schema " + s);
+  std::string tables;
+  CKPTFS_RETURN_IF_ERROR(Exec(sql, "prepare the index in PostgreSQL " + server_, &tables));
+  if (std::strtol(tables.c_str(), nullptr, 10) != kSpaceCount + 1) {
+    return Status(ENOENT, "PostgreSQL " + server_ + " holds no ckptfs index in schema " + s);
   }
-  ReturnConnection(c);
-  return st;
+  return Status::OK();
 }
 
-Result<std::unique_ptr<Txn>> PgKv::Begin(TxnMode mode) {
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  return std::unique_ptr<Txn>(std::make_unique<PgTxn>(this, c, mode));
+Result<std::unique_ptr<ReadTxn>> PgKv::BeginRead() {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
+  return std::unique_ptr<ReadTxn>(std::make_unique<PgReadTxn>(pool_.get(), &sql_, std::move(c)));
+}
+
+Result<std::unique_ptr<Txn>> PgKv::Begin() {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
+  return std::unique_ptr<Txn>(std::make_unique<PgTxn>(pool_.get(), &sql_, std::move(c)));
 }
 
 Status PgKv::Sync() {
@@ -557,7 +429,7 @@ Status PgKv::Sync() {
   // commit flushes nothing. So the transaction puts a row and takes it back
   // (its key is this connection's own: syncs never wait on one another),
   // which writes the log and leaves the index as it was.
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
   const std::string table = schema() + ".kv_" + SpaceName(Space::kMeta);
   const std::string key = "convert_to('sync/' || pg_backend_pid(), 'UTF8')";
   std::vector<Stmt> stmts = {
@@ -568,29 +440,15 @@ Status PgKv::Sync() {
            {}},
       Stmt{"DELETE FROM " + table + " WHERE k = " + key, {}},
       Stmt{"COMMIT", {}}};
-  Status st = RunPipeline(this, c, stmts, nullptr, "sync index");
-  if (!st.ok() && !ConnectionLost(c) && PQtransactionStatus(c) != PQTRANS_IDLE) {
-    PGresult* r = PQexec(c, "ROLLBACK");
-    PQclear(r);
-  }
-  ReturnConnection(c);
+  Status st = c->Run(stmts, nullptr, "sync index");
+  if (!st.ok()) c->EndLater();
+  pool_->Return(std::move(c));
   return IsConflict(st) ? Status(EIO, st.message()) : st;
 }
 
 std::string PgKv::Describe() const { return "PostgreSQL " + server_ + " schema " + schema(); }
 
-IndexWaits PgKv::Waits() const {
-  return IndexWaits{round_trips_.load(std::memory_order_relaxed),
-                    wait_ns_.load(std::memory_order_relaxed)};
-}
-
-void PgKv::CountRoundTrip(std::chrono::steady_clock::time_point start) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
-  round_trips_.fetch_add(1, std::memory_order_relaxed);
-  wait_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
-}
+IndexWaits PgKv::Waits() const { return pool_->trips()->Get(); }
 
 Status PgKv::Maintain() {
   size_t folded = 0;
@@ -598,37 +456,24 @@ Status PgKv::Maintain() {
 }
 
 Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
-  *folded = 0;
-  return RunTxn(
-      this,
-      [&](Txn* t) {
-        *folded = 0;
-        for (Space s : kAllSpaces) {
-          if (!SpaceMerges(s)) continue;
-          std::vector<std::string> keys;
-          CKPTFS_RETURN_IF_ERROR(
-              static_cast<PgTxn*>(t)->MergedKeys(s, max_keys - *folded, &keys));
-          for (const std::string& k : keys) {
-            CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, t->Get(s, k));
-            if (v.has_value()) t->Put(s, k, *v);
-            ++*folded;
-          }
-          if (*folded >= max_keys) break;
-        }
-        return Status::OK();
-      },
-      Durability::kLogged);
+  const RetryPolicy policy;
+  Status st;
+  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+    if (attempt > 1) Backoff(policy, attempt);
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
+    PgTxn t(pool_.get(), &sql_, std::move(c));
+    *folded = 0;
+    st = FoldIn(&t, max_keys, folded);
+    if (st.ok()) st = t.Commit(Durability::kLogged);
+    if (!IsConflict(st)) return st;
+  }
+  return st;
 }
 
 Result<uint64_t> PgKv::QueryNumber(const std::string& sql, const std::string& what) {
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  PgResult r(PQexec(c, sql.c_str()));
-  Result<uint64_t> out = Status(EIO, what + ": " + FirstLine(PQresultErrorMessage(r.get())));
-  if (PQresultStatus(r.get()) == PGRES_TUPLES_OK) {
-    out = static_cast<uint64_t>(std::strtoull(PQgetvalue(r.get(), 0, 0), nullptr, 10));
-  }
-  ReturnConnection(c);
-  return out;
+  std::string cell;
+  CKPTFS_RETURN_IF_ERROR(Exec(sql, what, &cell));
+  return static_cast<uint64_t>(std::strtoull(cell.c_str(), nullptr, 10));
 }
 
 Result<uint64_t> PgKv::TableBytes() {
@@ -643,15 +488,8 @@ Result<uint64_t> PgKv::PendingMerges() {
 }
 
 Status PgKv::DropSchema() {
-  CKPTFS_ASSIGN_OR_RETURN(PGconn * c, TakeConnection());
-  const std::string sql = "DROP SCHEMA IF EXISTS " + schema() + " CASCADE";
-  PgResult r(PQexec(c, sql.c_str()));
-  Status st;
-  if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
-    st = Status(EIO, "drop schema " + schema() + ": " + FirstLine(PQresultErrorMessage(r.get())));
-  }
-  ReturnConnection(c);
-  return st;
+  return Exec("DROP SCHEMA IF EXISTS " + schema() + " CASCADE", "drop schema " + schema(),
+              nullptr);
 }
 
 }  // namespace ckptfs::meta

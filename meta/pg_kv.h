@@ -9,14 +9,17 @@
 // touch one row; reads fold a key's operands into its value (ApplyMerge),
 // and FoldMerges writes folded values back.
 //
-// Transactions run at SERIALIZABLE: PostgreSQL then reports (SQLSTATE 40001)
-// any transaction that could not have run alone in some order, which
-// becomes a conflict (IsConflict) for RunTxn to run again. The first read
-// begins the transaction on the server (one round trip with the read);
-// writes wait in the client and go with the COMMIT in one pipeline. An
-// Insert is a plain INSERT: a unique violation (23505) is EEXIST. Reads of
-// a TxnMode::kReads transaction run as statements of their own, without a
-// transaction block: one round trip each, none to end it.
+// Read-write transactions (Txn) run at SERIALIZABLE: PostgreSQL then
+// reports (SQLSTATE 40001) any transaction that could not have run alone in
+// some order, which becomes a conflict (IsConflict) for RunTxn to run
+// again. The first read begins the transaction on the server (one round
+// trip with the read); writes wait in the client and go with the COMMIT in
+// one pipeline. An Insert is a plain INSERT: a unique violation (23505) is
+// EEXIST. A read-only transaction (ReadTxn) is READ ONLY at REPEATABLE
+// READ, one snapshot for all its reads: its BEGIN goes with its first read,
+// one round trip, and its end is sent without waiting for the answer
+// (meta/pg_connection.h), so that a ReadTxn of one read costs the one round
+// trip of a statement alone.
 // Commits that are not kSynced run with synchronous_commit off: durable
 // against a crash of this process at once, against a crash of the server
 // once a later synced commit or Sync() returned.
@@ -25,19 +28,14 @@
 #pragma once
 
 #include <memory>
-#include <atomic>
-#include <chrono>
 #include <string>
 #include <vector>
 
-#include "base/mutex.h"
-#include "base/thread_annotations.h"
 #include "meta/kv.h"
-
-typedef struct pg_conn PGconn;
 
 namespace ckptfs::meta {
 
+class PgPool;
 // The SQL of one key space's statements in one schema (pg_kv.cc).
 struct PgSpaceSql;
 
@@ -64,7 +62,7 @@ struct PgOptions {
 // `uri` (a libpq connection URI or string) as a connection string of
 // key=value pairs without its password, to be written down: libpq finds
 // the password in its usual places. EINVAL with libpq's reason when it
-// does not parse.
+// does not parse. A `mem://NAME` URL (meta/shared_kv.h) comes back as it is.
 Result<std::string> ConninfoWithoutPassword(const std::string& uri);
 
 class PgKv final : public Kv {
@@ -75,20 +73,19 @@ class PgKv final : public Kv {
   static Result<std::unique_ptr<PgKv>> Open(const PgOptions& options);
   ~PgKv() override;
 
-  using Kv::Begin;
-  Result<std::unique_ptr<Txn>> Begin(TxnMode mode) override;
+  Result<std::unique_ptr<ReadTxn>> BeginRead() override;
+  Result<std::unique_ptr<Txn>> Begin() override;
   Status Sync() override;
   std::string Describe() const override;
   // Folds up to kFoldPerPass keys' merge operands (FoldMerges).
   Status Maintain() override;
   IndexWaits Waits() const override;
-  // Counts one round trip that began at `start`.
-  void CountRoundTrip(std::chrono::steady_clock::time_point start);
+  Result<uint64_t> StoredBytes() override { return TableBytes(); }
   static constexpr size_t kFoldPerPass = 1024;
 
   // Folds the merge operands of up to `max_keys` keys into their values;
   // `*folded` gets how many keys it folded. Runs in transactions of its own
-  // (RunTxn), so it may run beside any writer.
+  // (as RunTxn), so it may run beside any writer.
   Status FoldMerges(size_t max_keys, size_t* folded);
   // Bytes of the schema's tables with their indexes and TOAST, as
   // PostgreSQL counts them (pg_total_relation_size).
@@ -98,32 +95,22 @@ class PgKv final : public Kv {
   // Drops the schema and everything in it.
   Status DropSchema();
 
-  // The connection pool, for transactions (pg_kv.cc): an idle connection
-  // that still works, or a new one (waiting as reconnect_wait_s says).
-  Result<PGconn*> TakeConnection();
-  // Gives a connection back; a broken one (or one over the idle bound) is
-  // closed instead.
-  void ReturnConnection(PGconn* conn);
-  const std::string& schema() const { return options_.schema; }
-  // The statements of space `s`, made once at Open.
-  const PgSpaceSql& sql(Space s) const;
-
  private:
   explicit PgKv(PgOptions options);
   Status CreateOrCheckSchema();
-  // One try to connect.
-  Result<PGconn*> Connect();
+  // Runs `sql` (PQexec: several statements may be in it) on a connection of
+  // the pool; `*first_cell` (when given) gets the first cell of its last
+  // result. EIO with PostgreSQL's message; a transaction it left open is
+  // rolled back.
+  Status Exec(const std::string& sql, const std::string& what, std::string* first_cell);
   // The number that `sql` (one row, one column) answers.
   Result<uint64_t> QueryNumber(const std::string& sql, const std::string& what);
+  const std::string& schema() const { return options_.schema; }
 
   const PgOptions options_;
+  std::unique_ptr<PgPool> pool_;
   std::vector<PgSpaceSql> sql_;  // by Space
-  bool opened_ = false;  // Open succeeded: TakeConnection waits for the server
   std::string server_;  // "HOST:PORT/DB", for messages
-  Mutex mu_;
-  std::vector<PGconn*> idle_ GUARDED_BY(mu_);
-  std::atomic<uint64_t> round_trips_{0};
-  std::atomic<uint64_t> wait_ns_{0};
 };
 
 }  // namespace ckptfs::meta

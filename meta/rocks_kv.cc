@@ -28,20 +28,26 @@ class SpaceMerge final : public rocksdb::AssociativeMergeOperator {
 rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
 
-class RocksTxn final : public Txn {
+// The reads of a transaction of type `Base` (ReadTxn or Txn): all of one
+// snapshot, taken at the first read and released with the transaction.
+template <class Base>
+class RocksReader : public Base {
  public:
-  RocksTxn(const RocksKv* kv, TxnMode mode) : kv_(kv), mode_(mode) {}
+  explicit RocksReader(const RocksKv* kv) : kv_(kv) {}
+  ~RocksReader() override {
+    if (snapshot_ != nullptr) kv_->db()->ReleaseSnapshot(snapshot_);
+  }
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
     std::string v;
-    rocksdb::Status st = kv_->db()->Get(rocksdb::ReadOptions(), kv_->family(s), ToSlice(key), &v);
+    rocksdb::Status st = kv_->db()->Get(Options(), kv_->family(s), ToSlice(key), &v);
     if (st.IsNotFound()) return std::optional<std::string>();
     if (!st.ok()) return FromRocksStatus(st, std::string("read index ") + SpaceName(s));
     return std::optional<std::string>(std::move(v));
   }
 
   Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override {
-    rocksdb::ReadOptions ro;
+    rocksdb::ReadOptions ro = Options();
     rocksdb::Slice upper = ToSlice(end);
     if (!end.empty()) ro.iterate_upper_bound = &upper;
     std::unique_ptr<rocksdb::Iterator> it(kv_->db()->NewIterator(ro, kv_->family(s)));
@@ -53,7 +59,7 @@ class RocksTxn final : public Txn {
 
   Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
                                        std::string_view end) override {
-    rocksdb::ReadOptions ro;
+    rocksdb::ReadOptions ro = Options();
     rocksdb::Slice lower = ToSlice(begin);
     rocksdb::Slice upper = ToSlice(end);
     ro.iterate_lower_bound = &lower;
@@ -75,9 +81,33 @@ class RocksTxn final : public Txn {
         KeyValue{std::string(ToView(it->key())), std::string(ToView(it->value()))});
   }
 
+ protected:
+  const RocksKv* const kv_;
+
+ private:
+  // Read options at the snapshot, which the first read takes.
+  rocksdb::ReadOptions Options() {
+    if (snapshot_ == nullptr) snapshot_ = kv_->db()->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot_;
+    return ro;
+  }
+
+  const rocksdb::Snapshot* snapshot_ = nullptr;
+};
+
+class RocksReadTxn final : public RocksReader<ReadTxn> {
+ public:
+  using RocksReader::RocksReader;
+};
+
+class RocksTxn final : public RocksReader<Txn> {
+ public:
+  using RocksReader::RocksReader;
+
   Status Commit(Durability d) override {
     if (writes_.empty()) return Status::OK();
-    if (mode_ == TxnMode::kReads) return Status(EINVAL, "writes in a read-only transaction");
+    CKPTFS_RETURN_IF_ERROR(writes_.Check());
     rocksdb::WriteBatch batch;
     for (const Write& w : writes_.list()) {
       rocksdb::ColumnFamilyHandle* cf = kv_->family(w.space);
@@ -90,13 +120,7 @@ class RocksTxn final : public Txn {
           break;
         }
         case Write::Kind::kDelete: st = batch.Delete(cf, w.key); break;
-        case Write::Kind::kMerge:
-          if (!SpaceMerges(w.space)) {
-            return Status(EINVAL, std::string("the ") + SpaceName(w.space) +
-                                      " space takes no merges");
-          }
-          st = batch.Merge(cf, w.key, w.value);
-          break;
+        case Write::Kind::kMerge: st = batch.Merge(cf, w.key, w.value); break;
       }
       CKPTFS_RETURN_IF_ERROR(FromRocksStatus(st, "build index batch"));
     }
@@ -114,19 +138,15 @@ class RocksTxn final : public Txn {
   }
 
  private:
+  // EEXIST when the key of Insert `w` exists now (not at the snapshot).
   Status CheckInsert(const Write& w) {
-    if (SpaceMerges(w.space)) {
-      return Status(EINVAL, std::string("no inserts in the ") + SpaceName(w.space) + " space");
-    }
-    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> have, Get(w.space, w.key));
-    if (have.has_value()) {
-      return Status(EEXIST, std::string("insert into ") + SpaceName(w.space) + ": key exists");
-    }
-    return Status::OK();
+    std::string v;
+    rocksdb::Status st =
+        kv_->db()->Get(rocksdb::ReadOptions(), kv_->family(w.space), ToSlice(w.key), &v);
+    if (st.IsNotFound()) return Status::OK();
+    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(st, std::string("read index ") + SpaceName(w.space)));
+    return Status(EEXIST, std::string("insert into ") + SpaceName(w.space) + ": key exists");
   }
-
-  const RocksKv* const kv_;
-  const TxnMode mode_;
 };
 
 }  // namespace
@@ -150,8 +170,12 @@ Status FromRocksStatus(const rocksdb::Status& s, const std::string& what) {
 RocksKv::RocksKv(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families)
     : db_(db), families_(std::move(families)) {}
 
-Result<std::unique_ptr<Txn>> RocksKv::Begin(TxnMode mode) {
-  return std::unique_ptr<Txn>(std::make_unique<RocksTxn>(this, mode));
+Result<std::unique_ptr<ReadTxn>> RocksKv::BeginRead() {
+  return std::unique_ptr<ReadTxn>(std::make_unique<RocksReadTxn>(this));
+}
+
+Result<std::unique_ptr<Txn>> RocksKv::Begin() {
+  return std::unique_ptr<Txn>(std::make_unique<RocksTxn>(this));
 }
 
 Status RocksKv::Sync() { return FromRocksStatus(db_->SyncWAL(), "sync index log"); }

@@ -2,11 +2,12 @@
 // with one column family per key space. One process, no server; the
 // default index of a store (engine/index/index_db.h opens it).
 //
-// A transaction reads the latest committed state (no snapshot: the
-// engine's own locks keep what it reads from changing under it) and
-// commits one WriteBatch. It never reports a conflict. An Insert reads its
-// key at the commit (EEXIST when present); the caller's locks keep another
-// writer from creating it between that read and the write.
+// A transaction reads a RocksDB snapshot taken at its first read, and a
+// read-write one commits one WriteBatch. It never reports a conflict: the
+// engine's own locks keep what a writer reads from changing under it. An
+// Insert reads its key's latest value at the commit (EEXIST when present);
+// the caller's locks keep another writer from creating it between that read
+// and the write.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -36,9 +37,8 @@ class RocksKv final : public Kv {
   // `db` and `families` (in kAllSpaces order) must outlive this.
   RocksKv(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> families);
 
-  using Kv::Begin;
-  // Both modes read the same way.
-  Result<std::unique_ptr<Txn>> Begin(TxnMode mode) override;
+  Result<std::unique_ptr<ReadTxn>> BeginRead() override;
+  Result<std::unique_ptr<Txn>> Begin() override;
   Status Sync() override;
   std::string Describe() const override;
 

@@ -67,10 +67,10 @@ run_suite "tsan" build-tsan \
 # which nvcc would compile, not clang) and the command; then the format/,
 # read planner, size and index seam (meta.kv_*) tests and the GroupCommit
 # and WriteOrder (CondVar) tests from that build. The engine's suites on
-# PostgreSQL (pg.*) need binaries this build leaves out.
+# PostgreSQL and in memory (pg.*, mem.*) need binaries this build leaves out.
 run_suite "clang thread-safety" build-clang \
   "-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF" \
-  "-L unit|concurrency -E ^(gpu|pg)\. -j 2" \
+  "-L unit|concurrency -E ^(gpu|pg|mem)\. -j 2" \
   "ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test"
 
 echo

@@ -249,7 +249,7 @@ Status Checker::RebuildIndex(const std::string& index_dir, const std::string& wh
 }
 
 Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::ReadTxn> t, kv()->BeginRead());
   Result<std::optional<std::string>> read = t->Get(s, key);
   if (!read.ok()) return TagIndexDamage(read.status());
   std::optional<std::string>& got = *read;
@@ -260,7 +260,7 @@ Status Checker::Get(Space s, const std::string& key, std::string* v, bool* found
 
 Status Checker::ScanAll(Space s,
                         const std::function<void(std::string_view, std::string_view)>& fn) {
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin(meta::TxnMode::kReads));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::ReadTxn> t, kv()->BeginRead());
   return TagIndexDamage(t->Scan(s, "", "", [&](std::string_view k, std::string_view v) {
     fn(k, v);
     return true;

@@ -13,6 +13,7 @@
 #include "engine/index/index_db.h"
 #include "meta/pg_kv.h"
 #include "meta/rocks_kv.h"
+#include "meta/shared_kv.h"
 
 namespace ckptfs::engine {
 namespace {
@@ -45,17 +46,16 @@ std::optional<std::string> ReadSmallFile(const std::string& path) {
   return ss.str();
 }
 
-// Connects to the PostgreSQL index that `where` names, through `meta`
-// instead of its connection string when that is set.
-Result<std::unique_ptr<meta::Kv>> OpenSharedKv(const format::SharedIndex& where,
-                                               const IndexOpenOptions& options) {
-  meta::PgOptions po;
-  po.uri = options.meta.empty() ? where.meta : options.meta;
-  po.schema = where.schema;
-  po.create = options.create;
-  po.reconnect_wait_s = options.meta_timeout;
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::PgKv> kv, meta::PgKv::Open(po));
-  return std::unique_ptr<meta::Kv>(std::move(kv));
+// Connects to the shared index that `where` names (PostgreSQL, or one in
+// memory), through `meta` instead of its connection string when that is set.
+Result<std::unique_ptr<meta::Kv>> OpenSharedIndex(const format::SharedIndex& where,
+                                                  const IndexOpenOptions& options) {
+  meta::SharedKvOptions so;
+  so.uri = options.meta.empty() ? where.meta : options.meta;
+  so.schema = where.schema;
+  so.create = options.create;
+  so.reconnect_wait_s = options.meta_timeout;
+  return meta::OpenSharedKv(so);
 }
 
 }  // namespace
@@ -99,7 +99,7 @@ Result<std::unique_ptr<StoreIndex>> StoreIndex::Open(
     const std::string& dir, const std::optional<format::SharedIndex>& shared, io::Env* env,
     const IndexOpenOptions& options) {
   if (shared.has_value()) {
-    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Kv> kv, OpenSharedKv(*shared, options));
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Kv> kv, OpenSharedIndex(*shared, options));
     return std::unique_ptr<StoreIndex>(new StoreIndex(dir, nullptr, std::move(kv)));
   }
   auto db = std::make_unique<IndexDb>();
@@ -148,8 +148,7 @@ Status StoreIndex::Backup(int64_t now, int64_t max_age_s) {
 
 Result<uint64_t> StoreIndex::Bytes() {
   if (!embedded_) {
-    // OpenSharedKv made it.
-    return static_cast<meta::PgKv*>(kv_.get())->TableBytes();
+    return kv_->StoredBytes();
   }
   // RocksDB may delete files while we walk: skip what vanishes.
   namespace stdfs = std::filesystem;

@@ -629,6 +629,7 @@ TEST_F(DataTest, UnlinkWhileOpenKeepsDataUntilRelease) {
 }
 
 TEST_F(DataTest, OrphanLeftByACrashIsPurgedOnOpen) {
+  if (IndexInMemory(options_)) GTEST_SKIP() << "a child process cannot open an index in memory";
   ASSERT_OK_AND_ASSIGN(SpaceTotals t0, SumSegments(s()));
   ASSERT_OK_AND_ASSIGN(FsStats fs0, s()->StatFs());
   ASSERT_OK(s()->Close());

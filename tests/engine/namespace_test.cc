@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "meta/pg_kv.h"
+#include "meta/shared_kv.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -1154,6 +1155,9 @@ TEST_F(NamespaceTest, SecondOpenFailsWithEbusyNamingTheHolder) {
 }
 
 TEST_F(NamespaceTest, OpenHeldByAnotherProcessFailsAndStaleLockIsFree) {
+  if (meta::IsMemUri(options_.meta)) {
+    GTEST_SKIP() << "another process does not share this process's index in memory";
+  }
   ASSERT_OK(s()->Close());
   store_.reset();
   const std::string holder = "holder-process-" + std::to_string(::getpid());
@@ -1212,7 +1216,9 @@ TEST(StoreOpenTest, ForeignDirectoryIsRejected) {
 // merge operands its creates and deletes add (the inode count) are folded
 // by the store's background thread, so that they do not pile up.
 TEST_F(NamespaceTest, AnIndexInPostgreSqlHasItsMergesFoldedInTheBackground) {
-  if (options_.meta.empty()) GTEST_SKIP() << "for stores whose index is in PostgreSQL";
+  if (options_.meta.empty() || meta::IsMemUri(options_.meta)) {
+    GTEST_SKIP() << "for stores whose index is in PostgreSQL";
+  }
   options_.background_interval_ms = 100;
   Reopen();
   for (int i = 0; i < 300; ++i) {

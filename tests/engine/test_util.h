@@ -31,6 +31,7 @@
 
 #include "engine/fsck/fsck.h"
 #include "engine/store.h"
+#include "meta/shared_kv.h"
 #include "tests/engine/pattern.h"
 
 namespace ckptfs::engine::test {
@@ -190,8 +191,9 @@ inline StoreOptions SmallOptions() {
 }
 
 // The options of a test store. With CKPTFS_TEST_META set (a libpq URI: the
-// "postgresql" runs of the engine's suites, tests/CMakeLists.txt), the
-// stores the tests create keep their index in PostgreSQL.
+// pg.* runs of the engine's suites, tests/CMakeLists.txt; or mem://NAME:
+// the mem.* runs), the stores the tests create keep their index in
+// PostgreSQL, or in this process's memory.
 inline StoreOptions TestOptions() {
   StoreOptions o;
   o.min_free = 0;
@@ -199,6 +201,10 @@ inline StoreOptions TestOptions() {
   if (const char* meta = std::getenv("CKPTFS_TEST_META")) o.meta = meta;
   return o;
 }
+
+// Whether stores opened with `o` keep their index in this process's memory
+// (mem://): a child process that a test starts cannot open them.
+inline bool IndexInMemory(const StoreOptions& o) { return meta::IsMemUri(o.meta); }
 
 // A store in a fresh directory, opened with options_ before each test and
 // closed after it.
