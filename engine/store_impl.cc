@@ -201,19 +201,17 @@ Status StoreImpl::Init() {
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
   OwnedSegmentIds owned;
   if (shared_.has_value() && !options_.read_only) {
-    host_name_ = options_.host.empty() ? meta::MachineName() : options_.host;
-    Result<uint32_t> id = meta::ClaimHost(kv_.get(), host_name_, options_.holder, kHostLeaseMs);
-    if (!id.ok()) {
+    Status claimed = host_.Claim(kv_.get(), options_.host.empty() ? meta::MachineName() : options_.host,
+                                 options_.holder);
+    if (!claimed.ok()) {
       // Said as for an embedded store in use: who holds it.
-      const meta::HostHeld* held = id.status().payload<meta::HostHeld>();
-      if (held == nullptr) return id.status();
-      return Status(EBUSY, id.status().message())
+      const meta::HostHeld* held = claimed.payload<meta::HostHeld>();
+      if (held == nullptr) return claimed;
+      return Status(EBUSY, claimed.message())
           .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
     }
-    host_id_ = *id;
-    lease_renewed_ms_ = meta::WallMs();
-    owned.first = (uint64_t{host_id_} << format::kHostIdShift) + 1;
-    owned.end = (uint64_t{host_id_} + 1) << format::kHostIdShift;
+    owned.first = (uint64_t{host_.id()} << format::kHostIdShift) + 1;
+    owned.end = (uint64_t{host_.id()} + 1) << format::kHostIdShift;
   } else if (shared_.has_value()) {
     owned.first = owned.end = 0;  // reads only, of every host's segments
   }
@@ -249,16 +247,7 @@ Status StoreImpl::Init() {
     CKPTFS_RETURN_IF_ERROR(RemoveUnusedDataFiles());
   }
   StartBackgroundCompaction();
-  if (host_id_ != 0) {
-    // Beside other mounted hosts, whose kernels may keep names and
-    // attributes they were told before this host came: it serves once
-    // that has timed out.
-    const Result<bool> others = WatchHostsOnce();
-    if (!others.ok() || *others) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
-    }
-    StartHostsWatch();
-  }
+  if (host_.id() != 0) host_.Join();
   return Status::OK();
 }
 
@@ -373,7 +362,7 @@ Status StoreImpl::LoadMeta(bool creating) {
 
 std::string StoreImpl::OrphanValue() const {
   std::string v;
-  if (host_id_ != 0) format::PutLE32(&v, host_id_);
+  if (host_.id() != 0) format::PutLE32(&v, host_.id());
   return v;
 }
 
@@ -385,7 +374,7 @@ Status StoreImpl::PurgeOrphans() {
     CKPTFS_RETURN_IF_ERROR(
         IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view v) {
           if (!k.starts_with(prefix)) return false;
-          if (k.size() == prefix.size() + 8 && (host_id_ == 0 || v == mine)) {
+          if (k.size() == prefix.size() + 8 && (host_.id() == 0 || v == mine)) {
             orphans.push_back(format::GetBE64(k.data() + prefix.size()));
           }
           return true;
@@ -432,14 +421,14 @@ Status StoreImpl::RemoveUnusedDataFiles() {
 
 Status StoreImpl::Close() {
   if (closed_.exchange(true)) return Status(EIO, "store already closed");
-  StopHostsWatch();
+  host_.StopWatch();
   StopBackgroundCompaction();
   Status result;
   if (!options_.read_only && kv_ != nullptr) {
     result = FlushDurable();
-    if (host_id_ != 0) {
-      if (result.ok()) result = meta::ReleaseHost(kv_.get(), host_name_);
-      meta::LetGo(kv_.get(), host_name_);
+    if (host_.id() != 0) {
+      Status s = host_.Release(/*release=*/result.ok());
+      if (result.ok()) result = s;
     } else if (result.ok()) {
       // Marked clean only when everything written is durable.
       meta::Writes b;
@@ -544,8 +533,8 @@ Status StoreImpl::MakeDurable() {
 Status StoreImpl::CheckWritable() const {
   if (options_.read_only) return Status(EROFS, "store is read-only");
   if (closed_) return Status(EIO, "store is closed");
-  if (host_lost_.load(std::memory_order_relaxed)) {
-    return Status(EIO, "this mount lost host \"" + host_name_ +
+  if (host_.lost()) {
+    return Status(EIO, "this mount lost host \"" + host_.name() +
                            "\" of the shared store (its lease ran out); mount again");
   }
   return Status::OK();

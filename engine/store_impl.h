@@ -57,6 +57,7 @@
 #include "engine/index/extent_map_cache.h"
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
+#include "engine/shared/host_session.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
 #include "format/format.h"
@@ -515,9 +516,6 @@ class StoreImpl final : public Store {
   // empty segment call for it (then the report), else nothing (nullopt).
   Result<std::optional<CompactReport>> BackgroundPass();
   void StartBackgroundCompaction();
-  // Renews the host's lease when a third of it has passed (the background
-  // thread, every pass).
-  Status RenewLeaseIfDue();
   // A shared store, every kDropGoneSegmentsMs (the background thread): lets
   // go of other hosts' segments that their compactions deleted.
   Status DropGoneSegments();
@@ -546,51 +544,13 @@ class StoreImpl final : public Store {
   std::unique_ptr<meta::Kv> kv_;
   // Where the index is when in PostgreSQL (STORE/SHARED); db_ is null then.
   std::optional<format::SharedIndex> shared_;
-  // A writable open of a shared store holds a host (meta/hosts.h): its
-  // name and id (0: none), and the lease, renewed by the background thread
-  // every third of its length. A mount whose lease ran out and was taken
-  // writes nothing more.
-  static constexpr int64_t kHostLeaseMs = 30'000;
-  std::string host_name_;
-  uint32_t host_id_ = 0;
-  std::atomic<int64_t> lease_renewed_ms_{0};
-  std::atomic<bool> host_lost_{false};
-  // The only mounted host of a shared store lets the kernel cache names and
-  // attributes (CacheSeconds) until solo_until_ns_ (steady clock; 0: not).
-  // A thread reads the host records every kHostsWatchMs and, when no other
-  // host is mounted, moves that moment to kSoloGrantMs after the read
-  // started. A host that mounts beside others waits kJoinWaitMs before it
-  // serves: by then what the kernels of the others were told before they
-  // saw it has timed out (docs/SHARED.md, "What one host sees").
-  static constexpr int64_t kHostsWatchMs = 250;
-  static constexpr int64_t kSoloGrantMs = 1000;
-  static constexpr int64_t kJoinWaitMs = kSoloGrantMs * 11 / 10 + 100;
-  std::atomic<int64_t> solo_until_ns_{0};
-  // Counts the solo periods: a grant that begins after the last one ran
-  // out begins a new epoch (another host may have changed anything in
-  // between). What the store read or wrote in an epoch stays exact while
-  // its grant runs.
-  std::atomic<uint64_t> solo_epoch_{0};
-  // The current solo epoch while its grant runs; 0 otherwise, and always
-  // for an embedded store.
-  uint64_t SoloEpoch() const;
+  // This mount's host of a shared store: lease, solo grants, the inodes it
+  // made (engine/shared/host_session.h); claims nothing on an embedded store
+  // or a read-only open. Declared after kv_, which its watch reads.
+  HostSession host_;
   // Whether `s` was read or written in the solo epoch that runs: what the
   // index holds.
   bool SoloFreshLocked(const InodeState* s) const REQUIRES(s->mu);
-  // Inodes this host made in a solo epoch and has not loaded since (the
-  // kernel learns of one from the reply, and loads it then): the first
-  // load, or refresh, takes its entry, and uses it while that epoch runs
-  // instead of reading the index. At most kMadeMax, the oldest dropped.
-  struct Made {
-    uint64_t epoch = 0;
-    format::InodeValue attr;
-  };
-  static constexpr size_t kMadeMax = 4096;
-  Mutex made_mu_;  // a leaf lock
-  std::unordered_map<uint64_t, Made> made_ GUARDED_BY(made_mu_);
-  std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
-  void RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr);
-  std::optional<Made> TakeMade(uint64_t ino);
   // A shared store's file read with a hole in [start, end) of the extents
   // `ex`: ESTALE when its inode is gone (another host removed it while this
   // one has it open; its extents went with it), rather than zeros.
@@ -599,15 +559,6 @@ class StoreImpl final : public Store {
   // Whether extended attribute `name` of `s` is known absent in solo epoch
   // `epoch` (0: never).
   bool KnownAbsentLocked(InodeState* s, std::string_view name, uint64_t epoch) REQUIRES(s->mu);
-  // Whether another host is mounted: a read of the host records. Moves
-  // solo_until_ns_ on when none is.
-  Result<bool> WatchHostsOnce();
-  void StartHostsWatch();
-  void StopHostsWatch();
-  std::thread hosts_watch_;
-  Mutex hosts_watch_mu_;
-  CondVar hosts_watch_cv_;
-  bool hosts_watch_stop_ GUARDED_BY(hosts_watch_mu_) = false;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit

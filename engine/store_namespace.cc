@@ -145,8 +145,8 @@ Status StoreImpl::LoadLocked(InodeState* s) {
 Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
-  const uint64_t epoch = SoloEpoch();  // before the read
-  if (std::optional<Made> m = shared_.has_value() ? TakeMade(s->ino) : std::nullopt;
+  const uint64_t epoch = host_.SoloEpoch();  // before the read
+  if (std::optional<HostSession::Made> m = shared_.has_value() ? host_.TakeMade(s->ino) : std::nullopt;
       m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
     // Made by this host in the epoch that runs: the index holds this.
     s->attr = std::move(m->attr);
@@ -430,34 +430,14 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     PutInode(&t.batch, ino, n);
     AddName(&t, parent, name, {ino, TypeOf(n.mode)});
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, CounterDelta(1));
-    epoch = SoloEpoch();
+    epoch = host_.SoloEpoch();
     CKPTFS_RETURN_IF_ERROR(t.Commit());
     if (epoch != 0) made = n;
     return ToAttr(ino, n);
   });
   // Alone, the new inode is known as made, with no extended attributes.
-  if (a.ok() && epoch != 0) RememberMade(a->ino, epoch, std::move(made));
+  if (a.ok() && epoch != 0) host_.RememberMade(a->ino, epoch, std::move(made));
   return a;
-}
-
-void StoreImpl::RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr) {
-  MutexLock l(&made_mu_);
-  if (!made_.emplace(ino, Made{epoch, std::move(attr)}).second) return;
-  made_order_.push_back(ino);
-  while (made_order_.size() > kMadeMax) {
-    made_.erase(made_order_.front());
-    made_order_.pop_front();
-  }
-}
-
-std::optional<StoreImpl::Made> StoreImpl::TakeMade(uint64_t ino) {
-  MutexLock l(&made_mu_);
-  if (made_.empty()) return std::nullopt;
-  auto it = made_.find(ino);
-  if (it == made_.end()) return std::nullopt;
-  std::optional<Made> m = std::move(it->second);
-  made_.erase(it);  // its id stays in made_order_ until it comes first
-  return m;
 }
 
 Result<Attr> StoreImpl::Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
