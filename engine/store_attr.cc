@@ -241,7 +241,7 @@ Status StoreImpl::Release(Ino ino) {
     StatDeltas deltas;
     // On failure the inode stays an orphan: fsck reports it, and the next
     // open tries the purge again.
-    result = PurgeLocked(s, &b, &deltas);
+    result = PurgeLocked(s, &b, &deltas, kLatest);
     if (result.ok()) {
       EmitDeltas(deltas, &b);
       result = Commit(&b);

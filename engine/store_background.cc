@@ -1,8 +1,11 @@
-// Background compaction of StoreImpl: a thread that wakes every
-// background_interval_ms, runs the index's upkeep (meta::Kv::Maintain), and
-// compacts (engine/store_compact.cc) when the dead space passes the
-// threshold the options set (compact_dead, compact_min), or, with
-// free_empty, deletes segments nothing live is in.
+// The background thread of StoreImpl: it wakes every
+// background_interval_ms, runs the index's upkeep (meta::Kv::Maintain),
+// renews a shared store's host lease (HostSession::RenewIfDue) and lets go of
+// other hosts' deleted segments (DropGoneSegments), and compacts
+// (engine/store_compact.cc) when the dead space passes the threshold the
+// options set (compact_dead, compact_min), or, with free_empty, deletes
+// segments nothing live is in. Also the solo-grant questions a shared store
+// asks its HostSession (SoloFreshLocked, CacheSeconds).
 #include <algorithm>
 #include <cstdio>
 #include <limits>

@@ -201,8 +201,8 @@ Status StoreImpl::Init() {
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
   OwnedSegmentIds owned;
   if (shared_.has_value() && !options_.read_only) {
-    Status claimed = host_.Claim(kv_.get(), options_.host.empty() ? meta::MachineName() : options_.host,
-                                 options_.holder);
+    std::string host = options_.host.empty() ? meta::MachineName() : options_.host;
+    Status claimed = host_.Claim(kv_.get(), std::move(host), options_.holder);
     if (!claimed.ok()) {
       // Said as for an embedded store in use: who holds it.
       const meta::HostHeld* held = claimed.payload<meta::HostHeld>();
@@ -387,7 +387,7 @@ Status StoreImpl::PurgeOrphans() {
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
     if (st.ok()) {
-      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas));
+      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas, kLatest));
     } else if (st.code() == ENOENT) {
       b.Delete(Space::kMeta, format::OrphanKey(ino));
     } else {

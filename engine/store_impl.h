@@ -177,7 +177,7 @@ class StoreImpl final : public Store {
   // Applies `batch` in a synced transaction of its own: for the
   // marks of an open and a clean close, which no record depends on.
   Status CommitSynced(meta::Writes* batch);
-  // Reads of the index, each in a transaction of its own.
+  // Reads of the index, each in a transaction of its own: the latest state.
   Result<std::optional<std::string>> IndexGet(Space s, std::string_view key);
   Status IndexScan(Space s, std::string_view begin, std::string_view end,
                    const meta::ScanFn& fn);
@@ -210,7 +210,7 @@ class StoreImpl final : public Store {
     // Begins the index transaction of a shared store; nothing otherwise.
     Status Begin();
     // Pins, locks (ascending) and loads these inodes (on a shared store,
-    // reads them in `kv`). Call once.
+    // reads them in `index`). Call once.
     Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
     format::InodeValue& Edit(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
@@ -241,7 +241,11 @@ class StoreImpl final : public Store {
     std::vector<uint64_t> purged;
     meta::Writes batch;
     StatDeltas deltas;
-    std::unique_ptr<meta::Txn> kv;  // a shared store's; null otherwise
+    // The index transaction that every read of the change goes through and
+    // that commits it: a shared store's; null on an embedded store.
+    std::unique_ptr<meta::Txn> index;
+    // What every read of the change goes through: `index`, or kLatest.
+    meta::Txn* reader() const { return index.get(); }
   };
   // RunChange(body) under ns_mu_: exclusive on an embedded store, shared on
   // a shared one.
@@ -271,21 +275,24 @@ class StoreImpl final : public Store {
   template <typename T>
   static Status StatusOf(const Result<T>& r) { return r.status(); }
 
+  // The reader of the index for a read that is part of no namespace change
+  // (and for every read of a change on an embedded store, whose changes
+  // ns_mu_ orders): each read in a transaction of its own, the latest state.
+  static constexpr meta::Txn* kLatest = nullptr;
   // Loads attributes from the index when needed.
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
-  // Reads the attributes from the index (in `in`, when given) whether
+  // Reads the attributes from the index (in `in`, or kLatest) whether
   // loaded or not: on a shared store another host may have changed them.
-  Status RefreshLocked(InodeState* s, meta::Txn* in = nullptr) REQUIRES(s->mu);
+  Status RefreshLocked(InodeState* s, meta::Txn* in) REQUIRES(s->mu);
   // Before a call that reports or changes attributes: LoadLocked, or on a
   // shared store (where another host may have changed them) RefreshLocked.
   Status FreshLocked(InodeState* s) REQUIRES(s->mu);
-  // Reads of the index in `in`, or each in a transaction of its own when
-  // `in` is null.
-  Result<std::optional<std::string>> ReadIndex(meta::Txn* in, Space s, std::string_view key);
-  Status ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
+  // Reads of the index in `in`, or, with kLatest, each in a transaction of
+  // its own.
+  Result<std::optional<std::string>> IndexGet(meta::Txn* in, Space s, std::string_view key);
+  Status IndexScan(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
                    const meta::ScanFn& fn);
-  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name,
-                                        meta::Txn* in = nullptr);
+  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name, meta::Txn* in);
   Result<Attr> GetAttrOf(InodeState* s);
   // The type and permission bits of `ino`, from its cached attributes when
   // it has them, also on a shared store (types never change; a removed
@@ -301,14 +308,14 @@ class StoreImpl final : public Store {
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
   // hold part of the purge and must not be committed.
   Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas,
-                     meta::Txn* in = nullptr) REQUIRES(s->mu);
-  Result<bool> DirIsEmpty(Ino dir, meta::Txn* in = nullptr);
+                     meta::Txn* in) REQUIRES(s->mu);
+  Result<bool> DirIsEmpty(Ino dir, meta::Txn* in);
   // EEXIST when `name` is in `parent`, for a change that adds it with
   // AddName (which, on a shared store, checks instead).
   Status CheckNameFree(Txn* t, Ino parent, std::string_view name);
   void AddName(Txn* t, Ino parent, std::string_view name, const format::DentryValue& d);
   // True when `ino` is `ancestor` or lies below it.
-  Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in = nullptr);
+  Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in);
   // The two sides of a rename, looked up under ns_mu_ (dst only when
   // has_dst), their types read under the Txn's locks.
   struct RenameSides {

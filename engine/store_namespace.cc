@@ -1,4 +1,5 @@
-// Namespace operations of StoreImpl: each one atomic WriteBatch.
+// Namespace operations of StoreImpl: each one change (StoreImpl::Txn) that
+// commits in one transaction of the index.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -53,7 +54,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
 
 Status StoreImpl::Txn::Begin() {
   if (!st->shared_.has_value()) return Status::OK();
-  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv_->Begin(meta::TxnMode::kReadWrite));
+  CKPTFS_ASSIGN_OR_RETURN(index, st->kv_->Begin(meta::TxnMode::kReadWrite));
   return Status::OK();
 }
 
@@ -64,7 +65,7 @@ Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
     refs.emplace_back(&st->inodes_, ino);
     locks.emplace_back(refs.back()->mu);
     InodeState* s = refs.back().get();
-    CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->RefreshLocked(s, kv.get()) : st->LoadLocked(s));
+    CKPTFS_RETURN_IF_ERROR(index != nullptr ? st->RefreshLocked(s, reader()) : st->LoadLocked(s));
   }
   return Status::OK();
 }
@@ -83,7 +84,7 @@ format::InodeValue& StoreImpl::Txn::Edit(uint64_t ino) {
 }
 
 Status StoreImpl::Txn::Purge(uint64_t ino) {
-  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas, kv.get()));
+  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas, reader()));
   purged.push_back(ino);
   return Status::OK();
 }
@@ -123,7 +124,7 @@ Status StoreImpl::Txn::Commit() {
     }
   }
   EmitDeltas(deltas, &batch);
-  CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->CommitIn(kv.get(), &batch) : st->Commit(&batch));
+  CKPTFS_RETURN_IF_ERROR(index != nullptr ? st->CommitIn(index.get(), &batch) : st->Commit(&batch));
   for (uint64_t ino : purged) {
     if (State(ino)->attr.data_file_end != 0) {
       (void)st->data_files_->RemoveAfterSync(ino, State(ino)->attr.data_file_end);
@@ -139,15 +140,16 @@ Status StoreImpl::Txn::Commit() {
 
 Status StoreImpl::LoadLocked(InodeState* s) {
   if (s->loaded && !s->purged && !closed_) return Status::OK();
-  return RefreshLocked(s);
+  return RefreshLocked(s, kLatest);
 }
 
 Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
   const uint64_t epoch = host_.SoloEpoch();  // before the read
-  if (std::optional<HostSession::Made> m = shared_.has_value() ? host_.TakeMade(s->ino) : std::nullopt;
-      m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
+  std::optional<HostSession::Made> m =
+      shared_.has_value() ? host_.TakeMade(s->ino) : std::nullopt;
+  if (m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
     // Made by this host in the epoch that runs: the index holds this.
     s->attr = std::move(m->attr);
     s->loaded = true;
@@ -156,7 +158,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
     return Status::OK();
   }
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          ReadIndex(in, Space::kInodes, format::InodeKey(s->ino)));
+                          IndexGet(in, Space::kInodes, format::InodeKey(s->ino)));
   if (!v.has_value()) {
     s->loaded = false;
     return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
@@ -172,16 +174,16 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
 
 Status StoreImpl::FreshLocked(InodeState* s) {
   if (!shared_.has_value()) return LoadLocked(s);
-  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s);
+  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
 }
 
-Result<std::optional<std::string>> StoreImpl::ReadIndex(meta::Txn* in, Space s,
-                                                        std::string_view key) {
+Result<std::optional<std::string>> StoreImpl::IndexGet(meta::Txn* in, Space s,
+                                                       std::string_view key) {
   if (in == nullptr) return IndexGet(s, key);
   return in->Get(s, key);
 }
 
-Status StoreImpl::ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
+Status StoreImpl::IndexScan(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
   if (in == nullptr) return IndexScan(s, begin, end, fn);
   return in->Scan(s, begin, end, fn);
@@ -225,7 +227,7 @@ Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view na
                                                  meta::Txn* in) {
   if (closed_) return Status(EIO, "store is closed");
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          ReadIndex(in, Space::kDentries, format::DentryKey(parent, name)));
+                          IndexGet(in, Space::kDentries, format::DentryKey(parent, name)));
   if (!v.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
   format::DentryValue d;
   CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
@@ -302,8 +304,8 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
 Status StoreImpl::CheckNameFree(Txn* t, Ino parent, std::string_view name) {
   // A shared store's AddName checks at the commit: reading a name that is
   // not there would make creates of neighbouring names conflict.
-  if (t->kv != nullptr) return Status::OK();
-  Result<format::DentryValue> existing = GetDentry(parent, name);
+  if (t->index != nullptr) return Status::OK();
+  Result<format::DentryValue> existing = GetDentry(parent, name, kLatest);
   if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
   return existing.status().code() == ENOENT ? Status::OK() : existing.status();
 }
@@ -311,7 +313,7 @@ Status StoreImpl::CheckNameFree(Txn* t, Ino parent, std::string_view name) {
 void StoreImpl::AddName(Txn* t, Ino parent, std::string_view name,
                         const format::DentryValue& d) {
   const std::string key = format::DentryKey(parent, name);
-  if (t->kv != nullptr) {
+  if (t->index != nullptr) {
     t->batch.Insert(Space::kDentries, key, format::EncodeDentry(d));  // EEXIST at the commit
   } else {
     t->batch.Put(Space::kDentries, key, format::EncodeDentry(d));
@@ -320,7 +322,7 @@ void StoreImpl::AddName(Txn* t, Ino parent, std::string_view name,
 
 Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
   bool empty = true;
-  CKPTFS_RETURN_IF_ERROR(ScanIndex(in, Space::kDentries, format::DentryPrefix(dir),
+  CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
                                    format::DentryPrefix(dir + 1),
                                    [&](std::string_view, std::string_view) {
                                      empty = false;
@@ -338,7 +340,7 @@ Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
     if (ino == ancestor) return true;
     if (ino == kRootIno) return false;
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                            ReadIndex(in, Space::kInodes, format::InodeKey(ino)));
+                            IndexGet(in, Space::kInodes, format::InodeKey(ino)));
     if (!v.has_value()) return Status(EIO, "read inode " + std::to_string(ino) + ": not found");
     format::InodeValue iv;
     CKPTFS_RETURN_IF_ERROR(format::DecodeInode(*v, &iv));
@@ -365,7 +367,7 @@ Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
   if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
-  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, kLatest));
   return GetAttr(d.ino);
 }
 
@@ -504,7 +506,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
@@ -521,12 +523,12 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (!S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
     }
-    CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino, t.reader()));
     if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
     Timespec now = Now();
     format::InodeValue& p = t.Edit(parent);
@@ -546,8 +548,8 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   return ChangeNamespace([&](Txn& t) -> Status {
     ns_mu_.AssertReaderHeld();
     RenameSides r{parent, name, new_parent, new_name};
-    CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.kv.get()));
-    Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.kv.get());
+    CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.reader()));
+    Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.reader());
     if (!dst.ok() && dst.status().code() != ENOENT) return dst.status();
     r.has_dst = dst.ok();
     if (r.has_dst) r.dst = *dst;
@@ -577,11 +579,11 @@ Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
   const bool moves = r.parent != r.new_parent;
   if (moves) {
     if (r.src_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->reader()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->reader()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
   }
@@ -619,17 +621,17 @@ Status StoreImpl::MoveLocked(const RenameSides& r, Txn* t) {
       return Status(EISDIR, "cannot replace a directory with a non-directory");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino, t->reader()));
       if (!empty) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
     }
   }
   if (r.src_dir && r.parent != r.new_parent) {
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->reader()));
     if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
   }
   if (r.src_dir && r.has_dst && r.dst_dir) {
     // Replacing an ancestor of the source would detach it.
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->reader()));
     if (loop) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
   }
 

@@ -20,7 +20,7 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
-                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+                            IndexGet(t.reader(), Space::kXattrs, key));
     if ((flags & XATTR_CREATE) && old.has_value()) return Status(EEXIST, "xattr exists");
     if ((flags & XATTR_REPLACE) && !old.has_value()) return Status(ENODATA, "no such xattr");
     t.XattrsChanged(ino);
@@ -85,7 +85,7 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
-                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+                            IndexGet(t.reader(), Space::kXattrs, key));
     if (!old.has_value()) return Status(ENODATA, "no such xattr");
     t.batch.Delete(Space::kXattrs, key);
     SetCtime(&t.Edit(ino), Now());
