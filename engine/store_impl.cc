@@ -74,32 +74,6 @@ int DirState(const std::string& path, Status* err) {
 
 }  // namespace
 
-namespace {
-// The latest change time the kernel stamped and sent (KernelStamped), in
-// nanoseconds since the epoch.
-std::atomic<int64_t> kernel_stamped_ns{0};
-}  // namespace
-
-Timespec Now() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  const int64_t coarse = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  const int64_t stamped = kernel_stamped_ns.load(std::memory_order_relaxed);
-  if (stamped > coarse) return FromNanos(stamped);
-  return Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
-}
-
-void KernelStamped(Timespec ctime) {
-  const int64_t ns = ctime.sec * 1'000'000'000 + ctime.nsec;
-  int64_t seen = kernel_stamped_ns.load(std::memory_order_relaxed);
-  while (ns > seen && !kernel_stamped_ns.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
-  }
-}
-
-Timespec FromNanos(int64_t ns) {
-  return Timespec{ns / 1'000'000'000, static_cast<uint32_t>(ns % 1'000'000'000)};
-}
-
 bool Store::IsStore(const std::string& dir) {
   struct stat st;
   return ::stat((dir + "/" + format::kFormatFileName).c_str(), &st) == 0;
@@ -201,41 +175,13 @@ Status StoreImpl::Init() {
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
   OwnedSegmentIds owned;
   if (shared_.has_value() && !options_.read_only) {
-    std::string host = options_.host.empty() ? meta::MachineName() : options_.host;
-    Status claimed = host_.Claim(kv_.get(), std::move(host), options_.holder);
-    if (!claimed.ok()) {
-      // Said as for an embedded store in use: who holds it.
-      const meta::HostHeld* held = claimed.payload<meta::HostHeld>();
-      if (held == nullptr) return claimed;
-      return Status(EBUSY, claimed.message())
-          .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
-    }
+    CKPTFS_RETURN_IF_ERROR(ClaimHost());
     owned.first = (uint64_t{host_.id()} << format::kHostIdShift) + 1;
     owned.end = (uint64_t{host_.id()} + 1) << format::kHostIdShift;
   } else if (shared_.has_value()) {
     owned.first = owned.end = 0;  // reads only, of every host's segments
   }
-
-  std::vector<uint64_t> sealed;
-  {
-    Status bad;
-    CKPTFS_RETURN_IF_ERROR(
-        IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view v) {
-          format::SegmentStat st;
-          if (k.size() != 8) return true;
-          const uint64_t id = format::GetBE64(k.data());
-          // Only `sealed` is needed here; ListSegments checks the counters.
-          Status ds = format::DecodeSegmentStat(v, &st);
-          if (!ds.ok()) {
-            bad = Status(ds.code(),
-                         "accounting of segment " + std::to_string(id) + ": " + ds.message());
-            return false;
-          }
-          if (st.sealed) sealed.push_back(id);
-          return true;
-        }));
-    CKPTFS_RETURN_IF_ERROR(bad);
-  }
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<uint64_t> sealed, SealedSegments());
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
                                   options_.segment_size, options_.read_only, sealed, owned));
@@ -249,6 +195,41 @@ Status StoreImpl::Init() {
   StartBackgroundCompaction();
   if (host_.id() != 0) host_.Join();
   return Status::OK();
+}
+
+Status StoreImpl::ClaimHost() {
+  std::string host = options_.host.empty() ? meta::MachineName() : options_.host;
+  Status claimed = host_.Claim(kv_.get(), std::move(host), options_.holder);
+  if (!claimed.ok()) {
+    // Said as for an embedded store in use: who holds it.
+    const meta::HostHeld* held = claimed.payload<meta::HostHeld>();
+    if (held == nullptr) return claimed;
+    return Status(EBUSY, claimed.message())
+        .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
+  }
+  return Status::OK();
+}
+
+Result<std::vector<uint64_t>> StoreImpl::SealedSegments() {
+  std::vector<uint64_t> sealed;
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(
+      IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view v) {
+        format::SegmentStat st;
+        if (k.size() != 8) return true;
+        const uint64_t id = format::GetBE64(k.data());
+        // Only `sealed` is needed here; ListSegments checks the counters.
+        Status ds = format::DecodeSegmentStat(v, &st);
+        if (!ds.ok()) {
+          bad = Status(ds.code(),
+                       "accounting of segment " + std::to_string(id) + ": " + ds.message());
+          return false;
+        }
+        if (st.sealed) sealed.push_back(id);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(bad);
+  return sealed;
 }
 
 Status StoreImpl::ChooseIndex(bool creating) {

@@ -58,6 +58,7 @@
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
 #include "engine/shared/host_session.h"
+#include "engine/store_clock.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
 #include "format/format.h"
@@ -151,6 +152,11 @@ class StoreImpl final : public Store {
   // Reads STORE/SHARED into shared_ when there is one; else, when
   // `creating` with options_.meta set, chooses a schema and writes it.
   Status ChooseIndex(bool creating);
+  // Takes this mount's host of a shared store (HostSession::Claim); EBUSY
+  // naming the mount that holds it, as for an embedded store in use.
+  Status ClaimHost();
+  // The ids of the segments the index says are sealed.
+  Result<std::vector<uint64_t>> SealedSegments();
   Status CreateLayout();
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
@@ -638,29 +644,5 @@ class StoreImpl final : public Store {
 
 // The public attributes of inode `ino`, whose index value is `v`.
 Attr ToAttr(uint64_t ino, const format::InodeValue& v);
-
-// The time that the store stamps files with, so that times never run
-// backwards across files: the kernel stamps some changes itself (with the
-// write-back cache: writes, truncates, link, chmod; sent in SETATTR as
-// ctime) with its coarse clock, or with the finer floor that filesystems
-// with fine-grained timestamps raise it to. So Now() is the coarse clock
-// (CLOCK_REALTIME_COARSE), or the latest ctime the kernel sent when that
-// is later.
-Timespec Now();
-// A ctime that the kernel stamped (never one a user chose: ctime cannot be
-// set) has reached the store.
-void KernelStamped(Timespec ctime);
-// A time given in nanoseconds since the epoch.
-Timespec FromNanos(int64_t ns);
-// Stamps the change time of `v`; SetMtime the modification time with it.
-inline void SetCtime(format::InodeValue* v, const Timespec& t) {
-  v->ctime_sec = t.sec;
-  v->ctime_nsec = t.nsec;
-}
-inline void SetMtime(format::InodeValue* v, const Timespec& t) {
-  v->mtime_sec = t.sec;
-  v->mtime_nsec = t.nsec;
-  SetCtime(v, t);
-}
 
 }  // namespace ckptfs::engine
