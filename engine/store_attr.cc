@@ -222,7 +222,7 @@ Status StoreImpl::OpenFile(Ino ino) {
 }
 
 void StoreImpl::Reread(Ino ino) {
-  if (!shared_.has_value()) return;
+  if (!mode_->OthersWrite()) return;
   extent_maps_.Forget(ino);
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);

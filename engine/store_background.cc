@@ -26,7 +26,7 @@ void StoreImpl::StartBackgroundCompaction() {
   if (options_.read_only) return;
   // The index's upkeep (a PostgreSQL index folds its merge operands) needs
   // the thread whatever the compaction settings.
-  if (options_.compact_dead == 0 && !options_.free_empty && !shared_.has_value()) return;
+  if (options_.compact_dead == 0 && !options_.free_empty && !mode_->NeedsUpkeep()) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
     // Errors logged since the last pass without one: a lasting error
@@ -69,13 +69,10 @@ bool StoreImpl::SoloFreshLocked(const InodeState* s) const {
   return epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch;
 }
 
-double StoreImpl::CacheSeconds() const {
-  if (!shared_.has_value()) return std::numeric_limits<double>::infinity();
-  return host_.SoloSecondsLeft();
-}
+double StoreImpl::CacheSeconds() const { return mode_->CacheSeconds(); }
 
 Status StoreImpl::DropGoneSegments() {
-  if (!shared_.has_value()) return Status::OK();
+  if (!mode_->OthersWrite()) return Status::OK();
   const int64_t now = meta::WallMs();
   if (now - segments_dropped_ms_ < kDropGoneSegmentsMs) return Status::OK();
   segments_dropped_ms_ = now;

@@ -8,8 +8,7 @@
 namespace ckptfs::engine {
 
 Status StoreImpl::Txn::Begin() {
-  if (!st->shared_.has_value()) return Status::OK();
-  CKPTFS_ASSIGN_OR_RETURN(index, st->kv_->Begin(meta::TxnMode::kReadWrite));
+  CKPTFS_ASSIGN_OR_RETURN(index, st->mode_->BeginChange(st->kv_.get()));
   return Status::OK();
 }
 
@@ -61,7 +60,7 @@ Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
 
 Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   if (State(ino)->open_count.load() > 0) {
-    batch.Put(Space::kMeta, format::OrphanKey(ino), st->OrphanValue());
+    batch.Put(Space::kMeta, format::OrphanKey(ino), st->mode_->OrphanValue());
     return Status::OK();
   }
   return Purge(ino);

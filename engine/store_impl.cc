@@ -146,12 +146,13 @@ Status StoreImpl::Init() {
                               format::kFormatFileName + " file");
   }
   CKPTFS_RETURN_IF_ERROR(ChooseIndex(creating));
+  mode_ = shared_.has_value() ? StoreMode::Shared(&host_) : StoreMode::Embedded();
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).
-  if (!shared_.has_value()) {
+  if (!mode_->MountsHoldHosts()) {
     CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
   }
-  if (!creating && !options_.read_only && !shared_.has_value()) {
+  if (!creating && !options_.read_only && !mode_->MountsHoldHosts()) {
     // A crash while the store was being created leaves FORMAT without an
     // index and without segments: finish creating it.
     Status ignored;
@@ -174,11 +175,11 @@ Status StoreImpl::Init() {
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
   OwnedSegmentIds owned;
-  if (shared_.has_value() && !options_.read_only) {
+  if (mode_->MountsHoldHosts() && !options_.read_only) {
     CKPTFS_RETURN_IF_ERROR(ClaimHost());
     owned.first = (uint64_t{host_.id()} << format::kHostIdShift) + 1;
     owned.end = (uint64_t{host_.id()} + 1) << format::kHostIdShift;
-  } else if (shared_.has_value()) {
+  } else if (mode_->MountsHoldHosts()) {
     owned.first = owned.end = 0;  // reads only, of every host's segments
   }
   CKPTFS_ASSIGN_OR_RETURN(const std::vector<uint64_t> sealed, SealedSegments());
@@ -333,7 +334,7 @@ Status StoreImpl::LoadMeta(bool creating) {
   next_ino_ = ino_limit_ = format::GetLE64(next->data());
   // A shared store's hosts come and go: whether the last close was clean
   // says nothing there.
-  if (!options_.read_only && !shared_.has_value()) {
+  if (!options_.read_only && !mode_->MountsHoldHosts()) {
     meta::Writes b;
     b.Delete(Space::kMeta, format::kMetaCleanShutdown);
     CKPTFS_RETURN_IF_ERROR(CommitSynced(&b));
@@ -341,17 +342,11 @@ Status StoreImpl::LoadMeta(bool creating) {
   return Status::OK();
 }
 
-std::string StoreImpl::OrphanValue() const {
-  std::string v;
-  if (host_.id() != 0) format::PutLE32(&v, host_.id());
-  return v;
-}
-
 Status StoreImpl::PurgeOrphans() {
   std::vector<uint64_t> orphans;
   {
     const std::string_view prefix(format::kMetaOrphanPrefix);
-    const std::string mine = OrphanValue();
+    const std::string mine = mode_->OrphanValue();
     CKPTFS_RETURN_IF_ERROR(
         IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view v) {
           if (!k.starts_with(prefix)) return false;
@@ -391,7 +386,7 @@ Status StoreImpl::RemoveUnusedDataFiles() {
     // An inode that cannot be decoded keeps its data file (fsck reports it).
     // On a shared store, so does every inode there is: another host may be
     // starting its data file, which the inode names only once it commits.
-    if (v.has_value() && (shared_.has_value() || !format::DecodeInode(*v, &iv).ok() ||
+    if (v.has_value() && (mode_->OthersWrite() || !format::DecodeInode(*v, &iv).ok() ||
                           iv.data_file_end != 0)) {
       continue;
     }

@@ -4,7 +4,10 @@
 // store_attr.cc (attributes, fallocate, open and release); compaction in
 // store_compact.cc, its background thread in store_background.cc; open,
 // close, commits and space in store_impl.cc; what it reports and its
-// run-time settings in store_info.cc.
+// run-time settings in store_info.cc; one namespace change (Txn) in
+// store_change.cc. What the kind of store (embedded or shared) means is
+// asked of mode_ (engine/store_mode.h); a shared store's host, its lease and
+// solo grants are host_'s (engine/shared/host_session.h).
 //
 // Concurrency: namespace mutations take ns_mu_ (exclusively on an embedded
 // store; shared on a shared store, whose index's SERIALIZABLE transactions
@@ -61,6 +64,7 @@
 #include "engine/store_clock.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
+#include "engine/store_mode.h"
 #include "format/format.h"
 #include "io/read_plan.h"
 #include "meta/kv.h"
@@ -162,11 +166,9 @@ class StoreImpl final : public Store {
   Status LoadMeta(bool creating);
   // Purges the inodes that lost their last name while open here, before a
   // crash: on a shared store, those of this host (their orphan key's value
-  // is OrphanValue()), since other hosts may have theirs open still.
+  // is StoreMode::OrphanValue()), since other hosts may have theirs open
+  // still.
   Status PurgeOrphans();
-  // The value of the orphan keys this store writes: empty, or on a shared
-  // store the host id (u32 LE).
-  std::string OrphanValue() const;
   // Deletes data files that no inode uses (left by a crash between an
   // inode's removal and its data file's; on a shared store, of inodes that
   // are gone).
@@ -257,7 +259,7 @@ class StoreImpl final : public Store {
   // a shared one.
   template <typename Body>
   auto ChangeNamespace(Body body) -> decltype(body(std::declval<Txn&>())) {
-    if (shared_.has_value()) {
+    if (!mode_->ChangesExclusive()) {
       ReaderMutexLock ns(&ns_mu_);
       return RunChange(body);
     }
@@ -561,6 +563,9 @@ class StoreImpl final : public Store {
   // made (engine/shared/host_session.h); claims nothing on an embedded store
   // or a read-only open. Declared after kv_, which its watch reads.
   HostSession host_;
+  // What the kind of store means (engine/store_mode.h): set by Init once the
+  // index is chosen. Declared after host_, which a shared store's reads.
+  std::unique_ptr<StoreMode> mode_ = StoreMode::Embedded();
   // Whether `s` was read or written in the solo epoch that runs: what the
   // index holds.
   bool SoloFreshLocked(const InodeState* s) const REQUIRES(s->mu);

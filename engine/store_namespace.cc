@@ -62,7 +62,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
   const uint64_t epoch = host_.SoloEpoch();  // before the read
   std::optional<HostSession::Made> m =
-      shared_.has_value() ? host_.TakeMade(s->ino) : std::nullopt;
+      mode_->OthersWrite() ? host_.TakeMade(s->ino) : std::nullopt;
   if (m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
     // Made by this host in the epoch that runs: the index holds this.
     s->attr = std::move(m->attr);
@@ -87,7 +87,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
 }
 
 Status StoreImpl::FreshLocked(InodeState* s) {
-  if (!shared_.has_value()) return LoadLocked(s);
+  if (!mode_->OthersWrite()) return LoadLocked(s);
   return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
 }
 
@@ -109,7 +109,7 @@ void StoreImpl::PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue
 
 Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
   MutexLock l(&ino_mu_);
-  if (next_ino_ >= ino_limit_ && shared_.has_value()) {
+  if (next_ino_ >= ino_limit_ && mode_->InoBlocksAlone()) {
     uint64_t start = 0;
     CKPTFS_RETURN_IF_ERROR(meta::RunTxn(
         kv_.get(),
