@@ -1,13 +1,12 @@
-// StoreImpl: the orchestrator behind engine/store.h. Namespace operations are
-// in store_namespace.cc, extended attributes in store_xattr.cc; file data in
-// store_extents.cc (extent maps), store_write.cc, store_read.cc and
-// store_attr.cc (attributes, fallocate, open and release); compaction in
-// store_compact.cc, its background thread in store_background.cc; open,
-// close, commits and space in store_impl.cc; what it reports and its
-// run-time settings in store_info.cc; one namespace change (Txn) in
-// store_change.cc. What the kind of store (embedded or shared) means is
-// asked of mode_ (engine/store_mode.h); a shared store's host, its lease and
-// solo grants are host_'s (engine/shared/host_session.h).
+// StoreImpl: the orchestrator behind engine/store.h. Namespace operations in
+// store_namespace.cc (one change, Txn, in store_change.cc), extended
+// attributes in store_xattr.cc; file data in store_extents.cc (extent maps),
+// store_write.cc, store_read.cc and store_attr.cc (attributes, fallocate,
+// open and release); compaction in store_compact.cc, its background thread
+// in store_background.cc; open, close, commits and space in store_impl.cc;
+// what it reports and its run-time settings in store_info.cc. It asks mode_
+// (engine/store_mode.h) what an embedded or a shared store means, and host_
+// (engine/shared/host_session.h) for a shared store's host and solo grants.
 //
 // Concurrency: namespace mutations take ns_mu_ (exclusively on an embedded
 // store; shared on a shared store, whose index's SERIALIZABLE transactions
@@ -79,7 +78,6 @@ using meta::Space;
 
 // The largest file size (and end of a write or fallocate).
 inline constexpr uint64_t kMaxFileSize = 1ull << 60;
-
 
 class StoreImpl final : public Store {
  public:
@@ -165,15 +163,13 @@ class StoreImpl final : public Store {
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
   // Purges the inodes that lost their last name while open here, before a
-  // crash: on a shared store, those of this host (their orphan key's value
-  // is StoreMode::OrphanValue()), since other hosts may have theirs open
-  // still.
+  // crash: on a shared store, those of this host (StoreMode::OrphanValue),
+  // since other hosts may have theirs open still.
   Status PurgeOrphans();
   // Deletes data files that no inode uses (left by a crash between an
   // inode's removal and its data file's; on a shared store, of inodes that
   // are gone).
   Status RemoveUnusedDataFiles();
-  // Applies one batch; maps RocksDB errors to errno.
   // Makes every commit so far durable (group commit when syncing).
   Status MakeDurable();
   // Applies `batch` in one transaction of the index, and to the extent maps.
