@@ -213,7 +213,7 @@ Status StoreImpl::OpenFile(Ino ino) {
 }
 
 void StoreImpl::Reread(Ino ino) {
-  if (!shared_.has_value()) return;
+  if (!mode_->OthersWrite()) return;
   extent_maps_.Forget(ino);
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
@@ -232,7 +232,7 @@ Status StoreImpl::Release(Ino ino) {
     StatDeltas deltas;
     // On failure the inode stays an orphan: fsck reports it, and the next
     // open tries the purge again.
-    result = PurgeLocked(s, &b, &deltas);
+    result = PurgeLocked(s, &b, &deltas, kLatest);
     if (result.ok()) {
       EmitDeltas(deltas, &b);
       result = Commit(&b);

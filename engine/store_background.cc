@@ -1,10 +1,12 @@
-// Background compaction of StoreImpl: a thread that wakes every
-// background_interval_ms, runs the index's upkeep (meta::Kv::Maintain), and
-// compacts (engine/store_compact.cc) when the dead space passes the
-// threshold the options set (compact_dead, compact_min), or, with
-// free_empty, deletes segments nothing live is in.
+// The background thread of StoreImpl: it wakes every
+// background_interval_ms, runs the index's upkeep (meta::Kv::Maintain),
+// renews a shared store's host lease (HostSession::RenewIfDue) and lets go of
+// other hosts' deleted segments (DropGoneSegments), and compacts
+// (engine/store_compact.cc) when the dead space passes the threshold the
+// options set (compact_dead, compact_min), or, with free_empty, deletes
+// segments nothing live is in. Also the solo-grant questions a shared store
+// asks its HostSession (SoloFreshLocked, CacheSeconds).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -24,7 +26,7 @@ void StoreImpl::StartBackgroundCompaction() {
   if (options_.read_only) return;
   // The index's upkeep (a PostgreSQL index folds its merge operands) needs
   // the thread whatever the compaction settings.
-  if (options_.compact_dead == 0 && !options_.free_empty && !shared_.has_value()) return;
+  if (options_.compact_dead == 0 && !options_.free_empty && !mode_->NeedsUpkeep()) return;
   CompactionState& cs = *compaction_;
   cs.thread = std::thread([this, &cs] {
     // Errors logged since the last pass without one: a lasting error
@@ -45,7 +47,7 @@ void StoreImpl::StartBackgroundCompaction() {
         if (cs.thread_stop) return;
       }
       log(kv()->Maintain().Annotate("index upkeep"));
-      log(RenewLeaseIfDue());
+      log(host_.RenewIfDue());
       log(DropGoneSegments());
       if (options_.compact_dead == 0 && !options_.free_empty) continue;
       Result<std::optional<CompactReport>> r = BackgroundPass();
@@ -62,92 +64,15 @@ void StoreImpl::StartBackgroundCompaction() {
   });
 }
 
-Status StoreImpl::RenewLeaseIfDue() {
-  if (host_id_ == 0 || host_lost_) return Status::OK();
-  const int64_t now = meta::WallMs();
-  if (now - lease_renewed_ms_.load() < kHostLeaseMs / 3) return Status::OK();
-  Status s = meta::RenewHost(kv(), host_name_, kHostLeaseMs);
-  if (s.ok()) {
-    lease_renewed_ms_ = now;
-  } else if (s.code() == EBUSY) {
-    host_lost_ = true;  // another mount took the host: its segments are its own now
-  }
-  return s.Annotate("lease of host \"" + host_name_ + "\"");
-}
-
-namespace {
-int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-}  // namespace
-
-Result<bool> StoreImpl::WatchHostsOnce() {
-  // The grant runs from before the read: a host that claimed its record
-  // after the read's snapshot waits kJoinWaitMs, past the grant's end.
-  const auto started = std::chrono::steady_clock::now();
-  CKPTFS_ASSIGN_OR_RETURN(const std::vector<HostInfo> hosts, Hosts());
-  const bool others = std::any_of(hosts.begin(), hosts.end(), [&](const HostInfo& h) {
-    return h.mounted && h.name != host_name_;
-  });
-  if (others || host_lost_) {
-    solo_until_ns_ = 0;
-    return others;
-  }
-  // A new epoch when the last grant ran out: readers load solo_until_ns_
-  // first, so one that sees the new grant sees the new epoch.
-  const int64_t from = SteadyNs(started);
-  if (solo_until_ns_.load() <= from) solo_epoch_.fetch_add(1);
-  solo_until_ns_ = from + int64_t{kSoloGrantMs} * 1'000'000;
-  return false;
-}
-
 bool StoreImpl::SoloFreshLocked(const InodeState* s) const {
-  const uint64_t epoch = SoloEpoch();
+  const uint64_t epoch = host_.SoloEpoch();
   return epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch;
 }
 
-uint64_t StoreImpl::SoloEpoch() const {
-  const int64_t until = solo_until_ns_.load();
-  if (until <= SteadyNs(std::chrono::steady_clock::now())) return 0;
-  return solo_epoch_.load();
-}
-
-double StoreImpl::CacheSeconds() const {
-  if (!shared_.has_value()) return std::numeric_limits<double>::infinity();
-  const int64_t left = solo_until_ns_.load() - SteadyNs(std::chrono::steady_clock::now());
-  return left > 0 ? static_cast<double>(left) / 1e9 : 0.0;
-}
-
-void StoreImpl::StartHostsWatch() {
-  hosts_watch_ = std::thread([this] {
-    for (;;) {
-      {
-        MutexLock l(&hosts_watch_mu_);
-        const auto deadline =
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(kHostsWatchMs);
-        while (!hosts_watch_stop_ && hosts_watch_cv_.WaitUntil(&hosts_watch_mu_, deadline)) {
-        }
-        if (hosts_watch_stop_) return;
-      }
-      // A read that fails grants nothing more: the grant runs out.
-      (void)WatchHostsOnce();
-    }
-  });
-}
-
-void StoreImpl::StopHostsWatch() {
-  solo_until_ns_ = 0;
-  if (!hosts_watch_.joinable()) return;
-  {
-    MutexLock l(&hosts_watch_mu_);
-    hosts_watch_stop_ = true;
-    hosts_watch_cv_.SignalAll();
-  }
-  hosts_watch_.join();
-}
+double StoreImpl::CacheSeconds() const { return mode_->CacheSeconds(); }
 
 Status StoreImpl::DropGoneSegments() {
-  if (!shared_.has_value()) return Status::OK();
+  if (!mode_->OthersWrite()) return Status::OK();
   const int64_t now = meta::WallMs();
   if (now - segments_dropped_ms_ < kDropGoneSegmentsMs) return Status::OK();
   segments_dropped_ms_ = now;

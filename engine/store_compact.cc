@@ -430,7 +430,7 @@ Status StoreImpl::CommitCopies(const std::set<uint64_t>& victims, CompactRun* ru
     meta::Writes b;
     bool was_changed = false;
     const bool live = synced.ok() && !s->purged;
-    if (live && shared_.has_value()) {
+    if (live && mode_->OthersWrite()) {
       // Another host may change the inode's extents meanwhile: they are
       // read, and the repointing committed, in one transaction, run again
       // when another host's change conflicts with it.

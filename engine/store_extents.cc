@@ -43,7 +43,7 @@ Status StoreImpl::CollectExtentsLocked(InodeState* s, uint64_t start, uint64_t e
     case ExtentMapCache::Lookup::kAbsent:
       break;
   }
-  if (shared_.has_value() && s->loaded && s->attr.size == 0) {
+  if (mode_->RemoteIndex() && s->loaded && s->attr.size == 0) {
     // An empty file has no extents (a truncation punches them): no index
     // read, a round trip to the server of a shared store.
     extent_maps_.Insert(s->ino, {});

@@ -48,32 +48,6 @@ int DirState(const std::string& path, Status* err) {
 
 }  // namespace
 
-namespace {
-// The latest change time the kernel stamped and sent (KernelStamped), in
-// nanoseconds since the epoch.
-std::atomic<int64_t> kernel_stamped_ns{0};
-}  // namespace
-
-Timespec Now() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  const int64_t coarse = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  const int64_t stamped = kernel_stamped_ns.load(std::memory_order_relaxed);
-  if (stamped > coarse) return FromNanos(stamped);
-  return Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)};
-}
-
-void KernelStamped(Timespec ctime) {
-  const int64_t ns = ctime.sec * 1'000'000'000 + ctime.nsec;
-  int64_t seen = kernel_stamped_ns.load(std::memory_order_relaxed);
-  while (ns > seen && !kernel_stamped_ns.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
-  }
-}
-
-Timespec FromNanos(int64_t ns) {
-  return Timespec{ns / 1'000'000'000, static_cast<uint32_t>(ns % 1'000'000'000)};
-}
-
 bool Store::IsStore(const std::string& dir) {
   struct stat st;
   return ::stat((dir + "/" + format::kFormatFileName).c_str(), &st) == 0;
@@ -146,12 +120,13 @@ Status StoreImpl::Init() {
                               format::kFormatFileName + " file");
   }
   CKPTFS_ASSIGN_OR_RETURN(shared_, ChooseIndex(dir_, creating, options_.meta));
+  mode_ = shared_.has_value() ? StoreMode::Shared(&host_) : StoreMode::Embedded();
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).
-  if (!shared_.has_value()) {
+  if (!mode_->MountsHoldHosts()) {
     CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
   }
-  if (!creating && !options_.read_only && !shared_.has_value()) {
+  if (!creating && !options_.read_only && !mode_->MountsHoldHosts()) {
     // A crash while the store was being created leaves FORMAT without an
     // index and without segments: finish creating it.
     Status ignored;
@@ -170,44 +145,14 @@ Status StoreImpl::Init() {
   CKPTFS_RETURN_IF_ERROR(OpenIndex(creating));
   CKPTFS_RETURN_IF_ERROR(LoadMeta(creating));
   OwnedSegmentIds owned;
-  if (shared_.has_value() && !options_.read_only) {
-    host_name_ = options_.host.empty() ? meta::MachineName() : options_.host;
-    Result<uint32_t> id = meta::ClaimHost(kv(), host_name_, options_.holder, kHostLeaseMs);
-    if (!id.ok()) {
-      // Said as for an embedded store in use: who holds it.
-      const meta::HostHeld* held = id.status().payload<meta::HostHeld>();
-      if (held == nullptr) return id.status();
-      return Status(EBUSY, id.status().message())
-          .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
-    }
-    host_id_ = *id;
-    lease_renewed_ms_ = meta::WallMs();
-    owned.first = (uint64_t{host_id_} << format::kHostIdShift) + 1;
-    owned.end = (uint64_t{host_id_} + 1) << format::kHostIdShift;
-  } else if (shared_.has_value()) {
+  if (mode_->MountsHoldHosts() && !options_.read_only) {
+    CKPTFS_RETURN_IF_ERROR(ClaimHost());
+    owned.first = (uint64_t{host_.id()} << format::kHostIdShift) + 1;
+    owned.end = (uint64_t{host_.id()} + 1) << format::kHostIdShift;
+  } else if (mode_->MountsHoldHosts()) {
     owned.first = owned.end = 0;  // reads only, of every host's segments
   }
-
-  std::vector<uint64_t> sealed;
-  {
-    Status bad;
-    CKPTFS_RETURN_IF_ERROR(
-        IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view v) {
-          format::SegmentStat st;
-          if (k.size() != 8) return true;
-          const uint64_t id = format::GetBE64(k.data());
-          // Only `sealed` is needed here; ListSegments checks the counters.
-          Status ds = format::DecodeSegmentStat(v, &st);
-          if (!ds.ok()) {
-            bad = Status(ds.code(),
-                         "accounting of segment " + std::to_string(id) + ": " + ds.message());
-            return false;
-          }
-          if (st.sealed) sealed.push_back(id);
-          return true;
-        }));
-    CKPTFS_RETURN_IF_ERROR(bad);
-  }
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<uint64_t> sealed, SealedSegments());
   CKPTFS_ASSIGN_OR_RETURN(
       segments_, SegmentSet::Open(env_, dir_ + "/" + format::kSegmentsDirName,
                                   options_.segment_size, options_.read_only, sealed, owned));
@@ -219,17 +164,43 @@ Status StoreImpl::Init() {
     CKPTFS_RETURN_IF_ERROR(RemoveUnusedDataFiles());
   }
   StartBackgroundCompaction();
-  if (host_id_ != 0) {
-    // Beside other mounted hosts, whose kernels may keep names and
-    // attributes they were told before this host came: it serves once
-    // that has timed out.
-    const Result<bool> others = WatchHostsOnce();
-    if (!others.ok() || *others) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
-    }
-    StartHostsWatch();
+  if (host_.id() != 0) host_.Join();
+  return Status::OK();
+}
+
+Status StoreImpl::ClaimHost() {
+  std::string host = options_.host.empty() ? meta::MachineName() : options_.host;
+  Status claimed = host_.Claim(kv(), std::move(host), options_.holder);
+  if (!claimed.ok()) {
+    // Said as for an embedded store in use: who holds it.
+    const meta::HostHeld* held = claimed.payload<meta::HostHeld>();
+    if (held == nullptr) return claimed;
+    return Status(EBUSY, claimed.message())
+        .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
   }
   return Status::OK();
+}
+
+Result<std::vector<uint64_t>> StoreImpl::SealedSegments() {
+  std::vector<uint64_t> sealed;
+  Status bad;
+  CKPTFS_RETURN_IF_ERROR(
+      IndexScan(Space::kSegments, "", "", [&](std::string_view k, std::string_view v) {
+        format::SegmentStat st;
+        if (k.size() != 8) return true;
+        const uint64_t id = format::GetBE64(k.data());
+        // Only `sealed` is needed here; ListSegments checks the counters.
+        Status ds = format::DecodeSegmentStat(v, &st);
+        if (!ds.ok()) {
+          bad = Status(ds.code(),
+                       "accounting of segment " + std::to_string(id) + ": " + ds.message());
+          return false;
+        }
+        if (st.sealed) sealed.push_back(id);
+        return true;
+      }));
+  CKPTFS_RETURN_IF_ERROR(bad);
+  return sealed;
 }
 
 Status StoreImpl::CreateLayout() {
@@ -293,7 +264,7 @@ Status StoreImpl::LoadMeta(bool creating) {
   next_ino_ = ino_limit_ = format::GetLE64(next->data());
   // A shared store's hosts come and go: whether the last close was clean
   // says nothing there.
-  if (!options_.read_only && !shared_.has_value()) {
+  if (!options_.read_only && !mode_->MountsHoldHosts()) {
     meta::Writes b;
     b.Delete(Space::kMeta, format::kMetaCleanShutdown);
     CKPTFS_RETURN_IF_ERROR(CommitSynced(&b));
@@ -301,21 +272,15 @@ Status StoreImpl::LoadMeta(bool creating) {
   return Status::OK();
 }
 
-std::string StoreImpl::OrphanValue() const {
-  std::string v;
-  if (host_id_ != 0) format::PutLE32(&v, host_id_);
-  return v;
-}
-
 Status StoreImpl::PurgeOrphans() {
   std::vector<uint64_t> orphans;
   {
     const std::string_view prefix(format::kMetaOrphanPrefix);
-    const std::string mine = OrphanValue();
+    const std::string mine = mode_->OrphanValue();
     CKPTFS_RETURN_IF_ERROR(
         IndexScan(Space::kMeta, prefix, "", [&](std::string_view k, std::string_view v) {
           if (!k.starts_with(prefix)) return false;
-          if (k.size() == prefix.size() + 8 && (host_id_ == 0 || v == mine)) {
+          if (k.size() == prefix.size() + 8 && (host_.id() == 0 || v == mine)) {
             orphans.push_back(format::GetBE64(k.data() + prefix.size()));
           }
           return true;
@@ -328,7 +293,7 @@ Status StoreImpl::PurgeOrphans() {
     StatDeltas deltas;
     Status st = LoadLocked(s.get());
     if (st.ok()) {
-      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas));
+      CKPTFS_RETURN_IF_ERROR(PurgeLocked(s.get(), &b, &deltas, kLatest));
     } else if (st.code() == ENOENT) {
       b.Delete(Space::kMeta, format::OrphanKey(ino));
     } else {
@@ -351,7 +316,7 @@ Status StoreImpl::RemoveUnusedDataFiles() {
     // An inode that cannot be decoded keeps its data file (fsck reports it).
     // On a shared store, so does every inode there is: another host may be
     // starting its data file, which the inode names only once it commits.
-    if (v.has_value() && (shared_.has_value() || !format::DecodeInode(*v, &iv).ok() ||
+    if (v.has_value() && (mode_->OthersWrite() || !format::DecodeInode(*v, &iv).ok() ||
                           iv.data_file_end != 0)) {
       continue;
     }
@@ -362,14 +327,14 @@ Status StoreImpl::RemoveUnusedDataFiles() {
 
 Status StoreImpl::Close() {
   if (closed_.exchange(true)) return Status(EIO, "store already closed");
-  StopHostsWatch();
+  host_.StopWatch();
   StopBackgroundCompaction();
   Status result;
   if (!options_.read_only && index_ != nullptr) {
     result = FlushDurable();
-    if (host_id_ != 0) {
-      if (result.ok()) result = meta::ReleaseHost(kv(), host_name_);
-      meta::LetGo(kv(), host_name_);
+    if (host_.id() != 0) {
+      Status s = host_.Release(/*release=*/result.ok());
+      if (result.ok()) result = s;
     } else if (result.ok()) {
       // Marked clean only when everything written is durable.
       meta::Writes b;
@@ -455,8 +420,8 @@ Status StoreImpl::MakeDurable() {
 Status StoreImpl::CheckWritable() const {
   if (options_.read_only) return Status(EROFS, "store is read-only");
   if (closed_) return Status(EIO, "store is closed");
-  if (host_lost_.load(std::memory_order_relaxed)) {
-    return Status(EIO, "this mount lost host \"" + host_name_ +
+  if (host_.lost()) {
+    return Status(EIO, "this mount lost host \"" + host_.name() +
                            "\" of the shared store (its lease ran out); mount again");
   }
   return Status::OK();

@@ -1,10 +1,12 @@
-// StoreImpl: the orchestrator behind engine/store.h. Namespace operations are
-// in store_namespace.cc, extended attributes in store_xattr.cc; file data in
-// store_extents.cc (extent maps), store_write.cc, store_read.cc and
-// store_attr.cc (attributes, fallocate, open and release); compaction in
-// store_compact.cc, its background thread in store_background.cc; open,
-// close, commits and space in store_impl.cc; what it reports and its
-// run-time settings in store_info.cc.
+// StoreImpl: the orchestrator behind engine/store.h. Namespace operations in
+// store_namespace.cc (one change, Txn, in store_change.cc), extended
+// attributes in store_xattr.cc; file data in store_extents.cc (extent maps),
+// store_write.cc, store_read.cc and store_attr.cc (attributes, fallocate,
+// open and release); compaction in store_compact.cc, its background thread
+// in store_background.cc; open, close, commits and space in store_impl.cc;
+// what it reports and its run-time settings in store_info.cc. It asks mode_
+// (engine/store_mode.h) what an embedded or a shared store means, and host_
+// (engine/shared/host_session.h) for a shared store's host and solo grants.
 //
 // Concurrency: namespace mutations take ns_mu_ (exclusively on an embedded
 // store; shared on a shared store, whose index's SERIALIZABLE transactions
@@ -57,8 +59,11 @@
 #include "engine/index/store_index.h"
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
+#include "engine/shared/host_session.h"
+#include "engine/store_clock.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
+#include "engine/store_mode.h"
 #include "format/format.h"
 #include "io/read_plan.h"
 #include "meta/kv.h"
@@ -73,7 +78,6 @@ using meta::Space;
 
 // The largest file size (and end of a write or fallocate).
 inline constexpr uint64_t kMaxFileSize = 1ull << 60;
-
 
 class StoreImpl final : public Store {
  public:
@@ -147,17 +151,19 @@ class StoreImpl final : public Store {
   using Extent = engine::Extent;
 
   // ---- store_impl.cc, store_info.cc ----
+  // Takes this mount's host of a shared store (HostSession::Claim); EBUSY
+  // naming the mount that holds it, as for an embedded store in use.
+  Status ClaimHost();
+  // The ids of the segments the index says are sealed.
+  Result<std::vector<uint64_t>> SealedSegments();
   Status CreateLayout();
   // Opens index_ where shared_ says (engine/index/store_index.h).
   Status OpenIndex(bool create);
   Status LoadMeta(bool creating);
   // Purges the inodes that lost their last name while open here, before a
-  // crash: on a shared store, those of this host (their orphan key's value
-  // is OrphanValue()), since other hosts may have theirs open still.
+  // crash: on a shared store, those of this host (StoreMode::OrphanValue),
+  // since other hosts may have theirs open still.
   Status PurgeOrphans();
-  // The value of the orphan keys this store writes: empty, or on a shared
-  // store the host id (u32 LE).
-  std::string OrphanValue() const;
   // Deletes data files that no inode uses (left by a crash between an
   // inode's removal and its data file's; on a shared store, of inodes that
   // are gone).
@@ -173,7 +179,7 @@ class StoreImpl final : public Store {
   // Applies `batch` in a synced transaction of its own: for the
   // marks of an open and a clean close, which no record depends on.
   Status CommitSynced(meta::Writes* batch);
-  // Reads of the index, each in a transaction of its own.
+  // Reads of the index, each in a transaction of its own: the latest state.
   Result<std::optional<std::string>> IndexGet(Space s, std::string_view key);
   Status IndexScan(Space s, std::string_view begin, std::string_view end,
                    const meta::ScanFn& fn);
@@ -206,7 +212,7 @@ class StoreImpl final : public Store {
     // Begins the index transaction of a shared store; nothing otherwise.
     Status Begin();
     // Pins, locks (ascending) and loads these inodes (on a shared store,
-    // reads them in `kv`). Call once.
+    // reads them in `index`). Call once.
     Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
     format::InodeValue& Edit(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
@@ -237,13 +243,17 @@ class StoreImpl final : public Store {
     std::vector<uint64_t> purged;
     meta::Writes batch;
     StatDeltas deltas;
-    std::unique_ptr<meta::Txn> kv;  // a shared store's; null otherwise
+    // The index transaction that every read of the change goes through and
+    // that commits it: a shared store's; null on an embedded store.
+    std::unique_ptr<meta::Txn> index;
+    // What every read of the change goes through: `index`, or kLatest.
+    meta::ReadTxn* reader() const { return index.get(); }
   };
   // RunChange(body) under ns_mu_: exclusive on an embedded store, shared on
   // a shared one.
   template <typename Body>
   auto ChangeNamespace(Body body) -> decltype(body(std::declval<Txn&>())) {
-    if (shared_.has_value()) {
+    if (!mode_->ChangesExclusive()) {
       ReaderMutexLock ns(&ns_mu_);
       return RunChange(body);
     }
@@ -267,21 +277,24 @@ class StoreImpl final : public Store {
   template <typename T>
   static Status StatusOf(const Result<T>& r) { return r.status(); }
 
+  // The reader of the index for a read that is part of no namespace change
+  // (and for every read of a change on an embedded store, whose changes
+  // ns_mu_ orders): each read in a transaction of its own, the latest state.
+  static constexpr meta::ReadTxn* kLatest = nullptr;
   // Loads attributes from the index when needed.
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
-  // Reads the attributes from the index (in `in`, when given) whether
+  // Reads the attributes from the index (in `in`, or kLatest) whether
   // loaded or not: on a shared store another host may have changed them.
-  Status RefreshLocked(InodeState* s, meta::Txn* in = nullptr) REQUIRES(s->mu);
+  Status RefreshLocked(InodeState* s, meta::ReadTxn* in) REQUIRES(s->mu);
   // Before a call that reports or changes attributes: LoadLocked, or on a
   // shared store (where another host may have changed them) RefreshLocked.
   Status FreshLocked(InodeState* s) REQUIRES(s->mu);
-  // Reads of the index in `in`, or each in a transaction of its own when
-  // `in` is null.
-  Result<std::optional<std::string>> ReadIndex(meta::Txn* in, Space s, std::string_view key);
-  Status ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
+  // Reads of the index in `in`, or, with kLatest, each in a transaction of
+  // its own.
+  Result<std::optional<std::string>> IndexGet(meta::ReadTxn* in, Space s, std::string_view key);
+  Status IndexScan(meta::ReadTxn* in, Space s, std::string_view begin, std::string_view end,
                    const meta::ScanFn& fn);
-  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name,
-                                        meta::Txn* in = nullptr);
+  Result<format::DentryValue> GetDentry(Ino parent, std::string_view name, meta::ReadTxn* in);
   Result<Attr> GetAttrOf(InodeState* s);
   // The type and permission bits of `ino`, from its cached attributes when
   // it has them, also on a shared store (types never change; a removed
@@ -297,14 +310,14 @@ class StoreImpl final : public Store {
   // cannot be read (its accounting would be lost); `b` and `deltas` may then
   // hold part of the purge and must not be committed.
   Status PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas,
-                     meta::Txn* in = nullptr) REQUIRES(s->mu);
-  Result<bool> DirIsEmpty(Ino dir, meta::Txn* in = nullptr);
+                     meta::ReadTxn* in) REQUIRES(s->mu);
+  Result<bool> DirIsEmpty(Ino dir, meta::ReadTxn* in);
   // EEXIST when `name` is in `parent`, for a change that adds it with
   // AddName (which, on a shared store, checks instead).
   Status CheckNameFree(Txn* t, Ino parent, std::string_view name);
   void AddName(Txn* t, Ino parent, std::string_view name, const format::DentryValue& d);
   // True when `ino` is `ancestor` or lies below it.
-  Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in = nullptr);
+  Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::ReadTxn* in);
   // The two sides of a rename, looked up under ns_mu_ (dst only when
   // has_dst), their types read under the Txn's locks.
   struct RenameSides {
@@ -512,9 +525,6 @@ class StoreImpl final : public Store {
   // empty segment call for it (then the report), else nothing (nullopt).
   Result<std::optional<CompactReport>> BackgroundPass();
   void StartBackgroundCompaction();
-  // Renews the host's lease when a third of it has passed (the background
-  // thread, every pass).
-  Status RenewLeaseIfDue();
   // A shared store, every kDropGoneSegmentsMs (the background thread): lets
   // go of other hosts' segments that their compactions deleted.
   Status DropGoneSegments();
@@ -538,51 +548,16 @@ class StoreImpl final : public Store {
   meta::Kv* kv() const { return index_->kv(); }
   // Where the index is when in PostgreSQL (STORE/SHARED); nullopt: RocksDB.
   std::optional<format::SharedIndex> shared_;
-  // A writable open of a shared store holds a host (meta/hosts.h): its
-  // name and id (0: none), and the lease, renewed by the background thread
-  // every third of its length. A mount whose lease ran out and was taken
-  // writes nothing more.
-  static constexpr int64_t kHostLeaseMs = 30'000;
-  std::string host_name_;
-  uint32_t host_id_ = 0;
-  std::atomic<int64_t> lease_renewed_ms_{0};
-  std::atomic<bool> host_lost_{false};
-  // The only mounted host of a shared store lets the kernel cache names and
-  // attributes (CacheSeconds) until solo_until_ns_ (steady clock; 0: not).
-  // A thread reads the host records every kHostsWatchMs and, when no other
-  // host is mounted, moves that moment to kSoloGrantMs after the read
-  // started. A host that mounts beside others waits kJoinWaitMs before it
-  // serves: by then what the kernels of the others were told before they
-  // saw it has timed out (docs/SHARED.md, "What one host sees").
-  static constexpr int64_t kHostsWatchMs = 250;
-  static constexpr int64_t kSoloGrantMs = 1000;
-  static constexpr int64_t kJoinWaitMs = kSoloGrantMs * 11 / 10 + 100;
-  std::atomic<int64_t> solo_until_ns_{0};
-  // Counts the solo periods: a grant that begins after the last one ran
-  // out begins a new epoch (another host may have changed anything in
-  // between). What the store read or wrote in an epoch stays exact while
-  // its grant runs.
-  std::atomic<uint64_t> solo_epoch_{0};
-  // The current solo epoch while its grant runs; 0 otherwise, and always
-  // for an embedded store.
-  uint64_t SoloEpoch() const;
+  // This mount's host of a shared store: lease, solo grants, the inodes it
+  // made (engine/shared/host_session.h); claims nothing on an embedded store
+  // or a read-only open. Declared after index_, which its watch reads.
+  HostSession host_;
+  // What the kind of store means (engine/store_mode.h): set by Init once the
+  // index is chosen. Declared after host_, which a shared store's reads.
+  std::unique_ptr<StoreMode> mode_ = StoreMode::Embedded();
   // Whether `s` was read or written in the solo epoch that runs: what the
   // index holds.
   bool SoloFreshLocked(const InodeState* s) const REQUIRES(s->mu);
-  // Inodes this host made in a solo epoch and has not loaded since (the
-  // kernel learns of one from the reply, and loads it then): the first
-  // load, or refresh, takes its entry, and uses it while that epoch runs
-  // instead of reading the index. At most kMadeMax, the oldest dropped.
-  struct Made {
-    uint64_t epoch = 0;
-    format::InodeValue attr;
-  };
-  static constexpr size_t kMadeMax = 4096;
-  Mutex made_mu_;  // a leaf lock
-  std::unordered_map<uint64_t, Made> made_ GUARDED_BY(made_mu_);
-  std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
-  void RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr);
-  std::optional<Made> TakeMade(uint64_t ino);
   // A shared store's file read with a hole in [start, end) of the extents
   // `ex`: ESTALE when its inode is gone (another host removed it while this
   // one has it open; its extents went with it), rather than zeros.
@@ -591,15 +566,6 @@ class StoreImpl final : public Store {
   // Whether extended attribute `name` of `s` is known absent in solo epoch
   // `epoch` (0: never).
   bool KnownAbsentLocked(InodeState* s, std::string_view name, uint64_t epoch) REQUIRES(s->mu);
-  // Whether another host is mounted: a read of the host records. Moves
-  // solo_until_ns_ on when none is.
-  Result<bool> WatchHostsOnce();
-  void StartHostsWatch();
-  void StopHostsWatch();
-  std::thread hosts_watch_;
-  Mutex hosts_watch_mu_;
-  CondVar hosts_watch_cv_;
-  bool hosts_watch_stop_ GUARDED_BY(hosts_watch_mu_) = false;
   std::unique_ptr<SegmentSet> segments_;
   std::unique_ptr<RecordCache> cache_;
   // Extents of recently written inodes (engine/index/extent_map_cache.h); Commit
@@ -672,38 +638,5 @@ class StoreImpl final : public Store {
 
 // The public attributes of inode `ino`, whose index value is `v`.
 Attr ToAttr(uint64_t ino, const format::InodeValue& v);
-
-// The time that the store stamps files with, so that times never run
-// backwards across files: the kernel stamps some changes itself (with the
-// write-back cache: writes, truncates, link, chmod; sent in SETATTR as
-// ctime) with its coarse clock, or with the finer floor that filesystems
-// with fine-grained timestamps raise it to. So Now() is the coarse clock
-// (CLOCK_REALTIME_COARSE), or the latest ctime the kernel sent when that
-// is later.
-Timespec Now();
-// A ctime that the kernel stamped (never one a user chose: ctime cannot be
-// set) has reached the store.
-void KernelStamped(Timespec ctime);
-// A time given in nanoseconds since the epoch.
-Timespec FromNanos(int64_t ns);
-// Stamps the change time of `v`; SetMtime the modification time with it;
-// SetAtime the access time alone; SetAllTimes all three (a new inode).
-inline void SetCtime(format::InodeValue* v, const Timespec& t) {
-  v->ctime_sec = t.sec;
-  v->ctime_nsec = t.nsec;
-}
-inline void SetMtime(format::InodeValue* v, const Timespec& t) {
-  v->mtime_sec = t.sec;
-  v->mtime_nsec = t.nsec;
-  SetCtime(v, t);
-}
-inline void SetAtime(format::InodeValue* v, const Timespec& t) {
-  v->atime_sec = t.sec;
-  v->atime_nsec = t.nsec;
-}
-inline void SetAllTimes(format::InodeValue* v, const Timespec& t) {
-  SetAtime(v, t);
-  SetMtime(v, t);
-}
 
 }  // namespace ckptfs::engine

@@ -43,7 +43,7 @@ Result<std::vector<SegmentInfo>> StoreImpl::ListSegments() {
 
 Result<std::vector<HostInfo>> StoreImpl::Hosts() {
   std::vector<HostInfo> out;
-  if (!shared_.has_value()) return out;
+  if (!mode_->MountsHoldHosts()) return out;
   CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv()));
   const int64_t now = meta::WallMs();
   for (auto& [name, v] : hosts) {

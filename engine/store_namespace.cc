@@ -1,4 +1,5 @@
-// Namespace operations of StoreImpl: each one atomic WriteBatch.
+// Namespace operations of StoreImpl: each one change (StoreImpl::Txn) that
+// commits in one transaction of the index.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -43,105 +44,20 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
   return a;
 }
 
-// ---- Txn ----
-
-Status StoreImpl::Txn::Begin() {
-  if (!st->shared_.has_value()) return Status::OK();
-  CKPTFS_ASSIGN_OR_RETURN(kv, st->kv()->Begin());
-  return Status::OK();
-}
-
-Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
-  std::sort(inos.begin(), inos.end());
-  inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
-  for (uint64_t ino : inos) {
-    refs.emplace_back(&st->inodes_, ino);
-    locks.emplace_back(refs.back()->mu);
-    InodeState* s = refs.back().get();
-    CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->RefreshLocked(s, kv.get()) : st->LoadLocked(s));
-  }
-  return Status::OK();
-}
-
-InodeState* StoreImpl::Txn::State(uint64_t ino) {
-  for (auto& r : refs) {
-    if (r->ino == ino) return r.get();
-  }
-  return nullptr;  // not reached: callers lock every inode they touch
-}
-
-format::InodeValue& StoreImpl::Txn::Edit(uint64_t ino) {
-  auto it = attrs.find(ino);
-  if (it == attrs.end()) it = attrs.emplace(ino, State(ino)->attr).first;
-  return it->second;
-}
-
-Status StoreImpl::Txn::Purge(uint64_t ino) {
-  CKPTFS_RETURN_IF_ERROR(st->PurgeLocked(State(ino), &batch, &deltas, kv.get()));
-  purged.push_back(ino);
-  return Status::OK();
-}
-
-Status StoreImpl::Txn::DropLink(uint64_t ino, const Timespec& now) {
-  format::InodeValue& v = Edit(ino);
-  if (v.nlink > 0) v.nlink--;
-  SetCtime(&v, now);
-  if (v.nlink > 0) return Status::OK();
-  return Unnamed(ino);
-}
-
-Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
-  format::InodeValue& v = Edit(ino);
-  v.nlink = 0;
-  SetCtime(&v, now);
-  return Unnamed(ino);
-}
-
-Status StoreImpl::Txn::Unnamed(uint64_t ino) {
-  if (State(ino)->open_count.load() > 0) {
-    batch.Put(Space::kMeta, format::OrphanKey(ino), st->OrphanValue());
-    return Status::OK();
-  }
-  return Purge(ino);
-}
-
-void StoreImpl::Txn::XattrsChanged(uint64_t ino) {
-  State(ino)->no_xattrs_epoch = 0;
-  State(ino)->absent_xattr_epoch = 0;
-}
-
-Status StoreImpl::Txn::Commit() {
-  for (auto& [ino, v] : attrs) {
-    if (std::find(purged.begin(), purged.end(), ino) == purged.end()) {
-      st->PutInode(&batch, ino, v);
-    }
-  }
-  EmitDeltas(deltas, &batch);
-  CKPTFS_RETURN_IF_ERROR(kv != nullptr ? st->CommitIn(kv.get(), &batch) : st->Commit(&batch));
-  for (uint64_t ino : purged) {
-    if (State(ino)->attr.data_file_end != 0) {
-      (void)st->data_files_->RemoveAfterSync(ino, State(ino)->attr.data_file_end);
-      st->data_files_->EvictSoon(ino);
-    }
-  }
-  for (auto& [ino, v] : attrs) State(ino)->attr = v;
-  for (uint64_t ino : purged) State(ino)->purged = true;
-  return Status::OK();
-}
-
 // ---- helpers ----
 
 Status StoreImpl::LoadLocked(InodeState* s) {
   if (s->loaded && !s->purged && !closed_) return Status::OK();
-  return RefreshLocked(s);
+  return RefreshLocked(s, kLatest);
 }
 
-Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
+Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
-  const uint64_t epoch = SoloEpoch();  // before the read
-  if (std::optional<Made> m = shared_.has_value() ? TakeMade(s->ino) : std::nullopt;
-      m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
+  const uint64_t epoch = host_.SoloEpoch();  // before the read
+  std::optional<HostSession::Made> m =
+      mode_->OthersWrite() ? host_.TakeMade(s->ino) : std::nullopt;
+  if (m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
     // Made by this host in the epoch that runs: the index holds this.
     s->attr = std::move(m->attr);
     s->loaded = true;
@@ -150,7 +66,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
     return Status::OK();
   }
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          ReadIndex(in, Space::kInodes, format::InodeKey(s->ino)));
+                          IndexGet(in, Space::kInodes, format::InodeKey(s->ino)));
   if (!v.has_value()) {
     s->loaded = false;
     return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");
@@ -165,18 +81,18 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::Txn* in) {
 }
 
 Status StoreImpl::FreshLocked(InodeState* s) {
-  if (!shared_.has_value()) return LoadLocked(s);
-  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s);
+  if (!mode_->OthersWrite()) return LoadLocked(s);
+  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
 }
 
-Result<std::optional<std::string>> StoreImpl::ReadIndex(meta::Txn* in, Space s,
-                                                        std::string_view key) {
+Result<std::optional<std::string>> StoreImpl::IndexGet(meta::ReadTxn* in, Space s,
+                                                       std::string_view key) {
   if (in == nullptr) return IndexGet(s, key);
   return in->Get(s, key);
 }
 
-Status StoreImpl::ScanIndex(meta::Txn* in, Space s, std::string_view begin, std::string_view end,
-                            const meta::ScanFn& fn) {
+Status StoreImpl::IndexScan(meta::ReadTxn* in, Space s, std::string_view begin,
+                            std::string_view end, const meta::ScanFn& fn) {
   if (in == nullptr) return IndexScan(s, begin, end, fn);
   return in->Scan(s, begin, end, fn);
 }
@@ -187,7 +103,7 @@ void StoreImpl::PutInode(meta::Writes* b, uint64_t ino, const format::InodeValue
 
 Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
   MutexLock l(&ino_mu_);
-  if (next_ino_ >= ino_limit_ && shared_.has_value()) {
+  if (next_ino_ >= ino_limit_ && mode_->InoBlocksAlone()) {
     uint64_t start = 0;
     CKPTFS_RETURN_IF_ERROR(meta::RunTxn(
         kv(),
@@ -216,10 +132,10 @@ Result<uint64_t> StoreImpl::AllocIno(meta::Writes* b) {
 }
 
 Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view name,
-                                                 meta::Txn* in) {
+                                                 meta::ReadTxn* in) {
   if (closed_) return Status(EIO, "store is closed");
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          ReadIndex(in, Space::kDentries, format::DentryKey(parent, name)));
+                          IndexGet(in, Space::kDentries, format::DentryKey(parent, name)));
   if (!v.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
   format::DentryValue d;
   CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*v, &d));
@@ -242,7 +158,8 @@ Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   return a;
 }
 
-Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas, meta::Txn* in) {
+Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas,
+                              meta::ReadTxn* in) {
   const uint64_t ino = s->ino;
   {
     MutexLock l(&space_mu_);
@@ -296,8 +213,8 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
 Status StoreImpl::CheckNameFree(Txn* t, Ino parent, std::string_view name) {
   // A shared store's AddName checks at the commit: reading a name that is
   // not there would make creates of neighbouring names conflict.
-  if (t->kv != nullptr) return Status::OK();
-  Result<format::DentryValue> existing = GetDentry(parent, name);
+  if (t->index != nullptr) return Status::OK();
+  Result<format::DentryValue> existing = GetDentry(parent, name, kLatest);
   if (existing.ok()) return Status(EEXIST, "\"" + std::string(name) + "\" exists");
   return existing.status().code() == ENOENT ? Status::OK() : existing.status();
 }
@@ -305,16 +222,16 @@ Status StoreImpl::CheckNameFree(Txn* t, Ino parent, std::string_view name) {
 void StoreImpl::AddName(Txn* t, Ino parent, std::string_view name,
                         const format::DentryValue& d) {
   const std::string key = format::DentryKey(parent, name);
-  if (t->kv != nullptr) {
+  if (t->index != nullptr) {
     t->batch.Insert(Space::kDentries, key, format::EncodeDentry(d));  // EEXIST at the commit
   } else {
     t->batch.Put(Space::kDentries, key, format::EncodeDentry(d));
   }
 }
 
-Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
+Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::ReadTxn* in) {
   bool empty = true;
-  CKPTFS_RETURN_IF_ERROR(ScanIndex(in, Space::kDentries, format::DentryPrefix(dir),
+  CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
                                    format::DentryPrefix(dir + 1),
                                    [&](std::string_view, std::string_view) {
                                      empty = false;
@@ -323,7 +240,7 @@ Result<bool> StoreImpl::DirIsEmpty(Ino dir, meta::Txn* in) {
   return empty;
 }
 
-Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
+Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::ReadTxn* in) {
   // Parent pointers change only under ns_mu_, which the caller holds
   // exclusively on an embedded store; on a shared one, only in
   // transactions that conflict with this one, `in`. Read them from the
@@ -332,7 +249,7 @@ Result<bool> StoreImpl::IsInSubtree(Ino ino, Ino ancestor, meta::Txn* in) {
     if (ino == ancestor) return true;
     if (ino == kRootIno) return false;
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                            ReadIndex(in, Space::kInodes, format::InodeKey(ino)));
+                            IndexGet(in, Space::kInodes, format::InodeKey(ino)));
     if (!v.has_value()) return Status(EIO, "read inode " + std::to_string(ino) + ": not found");
     format::InodeValue iv;
     CKPTFS_RETURN_IF_ERROR(format::DecodeInode(*v, &iv));
@@ -359,7 +276,7 @@ Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
   if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
-  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name));
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, kLatest));
   return GetAttr(d.ino);
 }
 
@@ -423,34 +340,14 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     PutInode(&t.batch, ino, n);
     AddName(&t, parent, name, {ino, TypeOf(n.mode)});
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(1));
-    epoch = SoloEpoch();
+    epoch = host_.SoloEpoch();
     CKPTFS_RETURN_IF_ERROR(t.Commit());
     if (epoch != 0) made = n;
     return ToAttr(ino, n);
   });
   // Alone, the new inode is known as made, with no extended attributes.
-  if (a.ok() && epoch != 0) RememberMade(a->ino, epoch, std::move(made));
+  if (a.ok() && epoch != 0) host_.RememberMade(a->ino, epoch, std::move(made));
   return a;
-}
-
-void StoreImpl::RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr) {
-  MutexLock l(&made_mu_);
-  if (!made_.emplace(ino, Made{epoch, std::move(attr)}).second) return;
-  made_order_.push_back(ino);
-  while (made_order_.size() > kMadeMax) {
-    made_.erase(made_order_.front());
-    made_order_.pop_front();
-  }
-}
-
-std::optional<StoreImpl::Made> StoreImpl::TakeMade(uint64_t ino) {
-  MutexLock l(&made_mu_);
-  if (made_.empty()) return std::nullopt;
-  auto it = made_.find(ino);
-  if (it == made_.end()) return std::nullopt;
-  std::optional<Made> m = std::move(it->second);
-  made_.erase(it);  // its id stays in made_order_ until it comes first
-  return m;
 }
 
 Result<Attr> StoreImpl::Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
@@ -517,7 +414,7 @@ Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
@@ -534,12 +431,12 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
     if (!S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
     }
-    CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino, t.kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(d.ino, t.reader()));
     if (!empty) return Status(ENOTEMPTY, "directory \"" + std::string(name) + "\" is not empty");
     Timespec now = Now();
     format::InodeValue& p = t.Edit(parent);
@@ -559,8 +456,8 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
   return ChangeNamespace([&](Txn& t) -> Status {
     ns_mu_.AssertReaderHeld();
     RenameSides r{parent, name, new_parent, new_name};
-    CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.kv.get()));
-    Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.kv.get());
+    CKPTFS_ASSIGN_OR_RETURN(r.src, GetDentry(parent, name, t.reader()));
+    Result<format::DentryValue> dst = GetDentry(new_parent, new_name, t.reader());
     if (!dst.ok() && dst.status().code() != ENOENT) return dst.status();
     r.has_dst = dst.ok();
     if (r.has_dst) r.dst = *dst;
@@ -590,11 +487,11 @@ Status StoreImpl::ExchangeLocked(const RenameSides& r, Txn* t) {
   const bool moves = r.parent != r.new_parent;
   if (moves) {
     if (r.src_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->reader()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->reader()));
       if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
     }
   }
@@ -632,17 +529,17 @@ Status StoreImpl::MoveLocked(const RenameSides& r, Txn* t) {
       return Status(EISDIR, "cannot replace a directory with a non-directory");
     }
     if (r.dst_dir) {
-      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino, t->kv.get()));
+      CKPTFS_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dst.ino, t->reader()));
       if (!empty) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
     }
   }
   if (r.src_dir && r.parent != r.new_parent) {
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.new_parent, src.ino, t->reader()));
     if (loop) return Status(EINVAL, "cannot move a directory into its own subtree");
   }
   if (r.src_dir && r.has_dst && r.dst_dir) {
     // Replacing an ancestor of the source would detach it.
-    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->kv.get()));
+    CKPTFS_ASSIGN_OR_RETURN(bool loop, IsInSubtree(r.parent, dst.ino, t->reader()));
     if (loop) return Status(ENOTEMPTY, "directory \"" + new_name + "\" is not empty");
   }
 

@@ -253,7 +253,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
     }
   }
   Status st = ReadExtentsInto(ino, ex, offset, end, buf);
-  if (!st.ok() && shared_.has_value() && st.payload<SegmentMissing>() != nullptr) {
+  if (!st.ok() && mode_->OthersWrite() && st.payload<SegmentMissing>() != nullptr) {
     // The host that wrote the records compacted them into another segment
     // and deleted this one since the extents were read: read them again.
     ex.clear();
@@ -269,7 +269,7 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
 
 Status StoreImpl::CheckHoleOfLiveFile(Ino ino, const std::vector<Extent>& ex, uint64_t start,
                                       uint64_t end) {
-  if (!shared_.has_value()) return Status::OK();
+  if (!mode_->OthersWrite()) return Status::OK();
   uint64_t covered = start;  // the extents come in offset order
   for (const Extent& e : ex) {
     if (e.offset > covered) break;

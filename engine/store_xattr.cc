@@ -20,7 +20,7 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
-                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+                            IndexGet(t.reader(), Space::kXattrs, key));
     if ((flags & XATTR_CREATE) && old.has_value()) return Status(EEXIST, "xattr exists");
     if ((flags & XATTR_REPLACE) && !old.has_value()) return Status(ENODATA, "no such xattr");
     t.XattrsChanged(ino);
@@ -36,7 +36,7 @@ Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
   // is known absent) waits for it.
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));  // it exists
-  const uint64_t epoch = SoloEpoch();  // before the read
+  const uint64_t epoch = host_.SoloEpoch();  // before the read
   if (KnownAbsentLocked(s.get(), name, epoch)) return Status(ENODATA, "no such xattr");
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                           IndexGet(Space::kXattrs, format::XattrKey(ino, name)));
@@ -59,7 +59,7 @@ Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
   // no_xattrs_epoch) waits for it.
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
-  const uint64_t epoch = SoloEpoch();  // before the scan
+  const uint64_t epoch = host_.SoloEpoch();  // before the scan
   std::vector<std::string> names;
   if (epoch != 0 && s->no_xattrs_epoch == epoch) return names;
   const std::string prefix = format::XattrKey(ino, "");
@@ -79,13 +79,13 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
     InodeRef s(&inodes_, ino);
     MutexLock l(&s->mu);
     CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
-    if (KnownAbsentLocked(s.get(), name, SoloEpoch())) return Status(ENODATA, "no such xattr");
+    if (KnownAbsentLocked(s.get(), name, host_.SoloEpoch())) return Status(ENODATA, "no such xattr");
   }
   return RunChange([&](Txn& t) -> Status {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
-                            ReadIndex(t.kv.get(), Space::kXattrs, key));
+                            IndexGet(t.reader(), Space::kXattrs, key));
     if (!old.has_value()) return Status(ENODATA, "no such xattr");
     t.batch.Delete(Space::kXattrs, key);
     SetCtime(&t.Edit(ino), Now());

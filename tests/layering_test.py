@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What each room may include besides itself.
 LOW = {"base", "io", "format"}
-ENGINE = {"engine/data", "engine/index", "engine", "meta"}
+ENGINE = {"engine/data", "engine/index", "engine/shared", "engine", "meta"}
 BELOW = {
     "base": set(),
     "io": {"base"},
@@ -24,7 +24,8 @@ BELOW = {
     "meta": {"base", "format"},
     "engine/data": LOW,
     "engine/index": LOW | {"meta"},
-    "engine": LOW | {"engine/data", "engine/index", "meta"},
+    "engine/shared": LOW | {"meta"},
+    "engine": LOW | {"engine/data", "engine/index", "engine/shared", "meta"},
     "engine/fsck": LOW | ENGINE,
     "stats": LOW | {"engine"},
     "options": LOW | {"engine"},

@@ -1,0 +1,140 @@
+#include "engine/shared/host_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "meta/hosts.h"
+
+namespace ckptfs::engine {
+namespace {
+int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+int64_t NowNs() { return SteadyNs(std::chrono::steady_clock::now()); }
+}  // namespace
+
+HostSession::~HostSession() { StopWatch(); }
+
+Status HostSession::Claim(meta::Kv* kv, std::string name, std::string_view holder) {
+  CKPTFS_ASSIGN_OR_RETURN(const uint32_t id, meta::ClaimHost(kv, name, holder, kLeaseMs));
+  kv_ = kv;
+  name_ = std::move(name);
+  id_ = id;
+  lease_renewed_ms_ = meta::WallMs();
+  return Status::OK();
+}
+
+void HostSession::Join() {
+  // Beside other mounted hosts, whose kernels may keep names and
+  // attributes they were told before this host came: it serves once that
+  // has timed out.
+  const Result<bool> others = WatchOnce();
+  if (!others.ok() || *others) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
+  }
+  StartWatch();
+}
+
+Status HostSession::Release(bool release) {
+  if (id_ == 0) return Status::OK();
+  Status s = release ? meta::ReleaseHost(kv_, name_) : Status::OK();
+  meta::LetGo(kv_, name_);
+  return s;
+}
+
+Status HostSession::RenewIfDue() {
+  if (id_ == 0 || lost()) return Status::OK();
+  const int64_t now = meta::WallMs();
+  if (now - lease_renewed_ms_.load() < kLeaseMs / 3) return Status::OK();
+  Status s = meta::RenewHost(kv_, name_, kLeaseMs);
+  if (s.ok()) {
+    lease_renewed_ms_ = now;
+  } else if (s.code() == EBUSY) {
+    lost_ = true;  // another mount took the host: its segments are its own now
+  }
+  return s.Annotate("lease of host \"" + name_ + "\"");
+}
+
+Result<bool> HostSession::WatchOnce() {
+  // The grant runs from before the read: a host that claimed its record
+  // after the read's snapshot waits kJoinWaitMs, past the grant's end.
+  const auto started = std::chrono::steady_clock::now();
+  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_));
+  const int64_t now_ms = meta::WallMs();
+  const bool others = std::any_of(hosts.begin(), hosts.end(), [&](const auto& h) {
+    return h.first != name_ && !meta::HostIsFree(kv_, h.first, h.second, now_ms);
+  });
+  if (others || lost()) {
+    solo_until_ns_ = 0;
+    return others;
+  }
+  // A new epoch when the last grant ran out: readers load solo_until_ns_
+  // first, so one that sees the new grant sees the new epoch.
+  const int64_t from = SteadyNs(started);
+  if (solo_until_ns_.load() <= from) solo_epoch_.fetch_add(1);
+  solo_until_ns_ = from + int64_t{kSoloGrantMs} * 1'000'000;
+  return false;
+}
+
+uint64_t HostSession::SoloEpoch() const {
+  const int64_t until = solo_until_ns_.load();
+  if (until <= NowNs()) return 0;
+  return solo_epoch_.load();
+}
+
+double HostSession::SoloSecondsLeft() const {
+  const int64_t left = solo_until_ns_.load() - NowNs();
+  return left > 0 ? static_cast<double>(left) / 1e9 : 0.0;
+}
+
+void HostSession::StartWatch() {
+  watch_ = std::thread([this] {
+    for (;;) {
+      {
+        MutexLock l(&watch_mu_);
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
+        while (!watch_stop_ && watch_cv_.WaitUntil(&watch_mu_, deadline)) {
+        }
+        if (watch_stop_) return;
+      }
+      // A read that fails grants nothing more: the grant runs out.
+      (void)WatchOnce();
+    }
+  });
+}
+
+void HostSession::StopWatch() {
+  solo_until_ns_ = 0;
+  if (!watch_.joinable()) return;
+  {
+    MutexLock l(&watch_mu_);
+    watch_stop_ = true;
+    watch_cv_.SignalAll();
+  }
+  watch_.join();
+}
+
+void HostSession::RememberMade(uint64_t ino, uint64_t epoch, format::InodeValue attr) {
+  MutexLock l(&made_mu_);
+  if (!made_.emplace(ino, Made{epoch, std::move(attr)}).second) return;
+  made_order_.push_back(ino);
+  while (made_order_.size() > kMadeMax) {
+    made_.erase(made_order_.front());
+    made_order_.pop_front();
+  }
+}
+
+std::optional<HostSession::Made> HostSession::TakeMade(uint64_t ino) {
+  MutexLock l(&made_mu_);
+  if (made_.empty()) return std::nullopt;
+  auto it = made_.find(ino);
+  if (it == made_.end()) return std::nullopt;
+  std::optional<Made> m = std::move(it->second);
+  made_.erase(it);  // its id stays in made_order_ until it comes first
+  return m;
+}
+
+}  // namespace ckptfs::engine
