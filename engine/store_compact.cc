@@ -18,7 +18,7 @@
 //   3. Scan the extents family for the inodes with extents in the victims.
 //      Per inode, under its mutex, re-read its extents and copy each record
 //      they use (read, verify, append through SegmentSet), building the
-//      WriteBatch that repoints the extents plus the segment accounting.
+//      batch of writes that repoints the extents plus the segment accounting.
 //      Every 64 MiB of copies, and at the end of the round, the segments
 //      are synced, then each inode's batch is committed under its mutex if
 //      its extents are still those copied; an inode changed meanwhile has

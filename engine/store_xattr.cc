@@ -1,5 +1,5 @@
 // Extended attributes of StoreImpl: one index key per attribute, each
-// change one atomic WriteBatch with the inode's ctime.
+// change one commit of the index with the inode's ctime.
 #include <sys/xattr.h>
 
 #include "engine/store_impl.h"
