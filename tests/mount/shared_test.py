@@ -202,7 +202,14 @@ class SharedStoreTest(unittest.TestCase):
         self.unmount_all_and_fsck()
 
     def test_conflicts(self):
-        m1, m2, m3 = self.mounts
+        self.check_o_excl_race()
+        self.check_rmdir_against_a_filling_host()
+        self.check_every_host_creating_in_one_directory()
+        self.unmount_all_and_fsck()
+
+    def check_o_excl_race(self):
+        """Two hosts racing O_EXCL creates: one winner per name, seen by all."""
+        m1, m2 = self.mounts[0], self.mounts[1]
         os.mkdir(m1.path("race"))
         wins = {}
 
@@ -227,7 +234,9 @@ class SharedStoreTest(unittest.TestCase):
             for m in self.mounts:
                 self.assertEqual(lib.read_file(m.path("race", "n%d" % i)), who[0].encode())
 
-        # rmdir against a host filling the directory.
+    def check_rmdir_against_a_filling_host(self):
+        """rmdir on one host against another filling the directory."""
+        m1, m2, m3 = self.mounts
         outcomes = []
         for rnd in range(10):
             d = "fill_%d" % rnd
@@ -267,7 +276,9 @@ class SharedStoreTest(unittest.TestCase):
         harness.log("rmdir against a filling host: %d removed, %d ENOTEMPTY" %
                     (outcomes.count(True), outcomes.count(False)))
 
-        # Every host creating in one directory at once.
+    def check_every_host_creating_in_one_directory(self):
+        """Two threads on each host creating in one directory at once."""
+        m1 = self.mounts[0]
         os.mkdir(m1.path("hot"))
         failures = []
 
@@ -287,7 +298,6 @@ class SharedStoreTest(unittest.TestCase):
         self.assertEqual(failures, [])
         for m in self.mounts:
             self.assertEqual(len(os.listdir(m.path("hot"))), 6 * 150, m.mnt)
-        self.unmount_all_and_fsck()
 
     def test_compaction_of_files_other_hosts_read_and_removed(self):
         m1, m2, m3 = self.mounts
@@ -520,6 +530,10 @@ class EmbeddedStoreTest(unittest.TestCase):
     test_names_seen_at_once = SharedStoreTest.test_names_seen_at_once
     test_close_to_open = SharedStoreTest.test_close_to_open
     test_conflicts = SharedStoreTest.test_conflicts
+    check_o_excl_race = SharedStoreTest.check_o_excl_race
+    check_rmdir_against_a_filling_host = SharedStoreTest.check_rmdir_against_a_filling_host
+    check_every_host_creating_in_one_directory = \
+        SharedStoreTest.check_every_host_creating_in_one_directory
 
 
 if __name__ == "__main__":
