@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "engine/fsck/checker.h"
+#include "engine/store_clock.h"
 
 namespace ckptfs::engine::fsck {
 
@@ -189,8 +190,7 @@ uint64_t Checker::EnsureLostFound() {
   n.v.parent = kRootIno;
   struct timespec ts;
   ::clock_gettime(CLOCK_REALTIME, &ts);
-  n.v.atime_sec = n.v.mtime_sec = n.v.ctime_sec = ts.tv_sec;
-  n.v.atime_nsec = n.v.mtime_nsec = n.v.ctime_nsec = static_cast<uint32_t>(ts.tv_nsec);
+  SetAllTimes(&n.v, Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)});
   nodes_.emplace(ino, std::move(n));
   Node& r = nodes_[kRootIno];
   r.children.emplace_back(lost_found_name_, ino);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine/fsck/checker.h"
+#include "engine/store_clock.h"
 
 namespace ckptfs::engine::fsck {
 
@@ -57,8 +58,7 @@ Status Checker::AdoptUnknownInodes() {
     n.v.nlink = 1;
     n.v.size = size;
     n.v.data_bytes = size;  // at most: RecoverExtents places records until it is reached
-    n.v.atime_sec = n.v.mtime_sec = n.v.ctime_sec = ts.tv_sec;
-    n.v.atime_nsec = n.v.mtime_nsec = n.v.ctime_nsec = static_cast<uint32_t>(ts.tv_nsec);
+    SetAllTimes(&n.v, Timespec{ts.tv_sec, static_cast<uint32_t>(ts.tv_nsec)});
     nodes_.emplace(ino, std::move(n));
     adopted_.insert(ino);
     max_ino_ = std::max(max_ino_, ino);
