@@ -120,7 +120,10 @@ struct EngineStats {
   uint64_t records_written = 0;   // segment records appended
   uint64_t stored_bytes = 0;      // payload bytes appended (after compression)
   uint64_t fsyncs = 0, device_syncs = 0;  // device_syncs <= fsyncs: group commit
-  uint64_t checksum_errors = 0;
+  uint64_t checksum_errors = 0;   // reads that found damaged bytes
+  // Reads of a shared store that opened another host's files again to
+  // find bytes their first read did not (io::File::Refresh).
+  uint64_t file_refreshes = 0;
   uint64_t segments = 0;
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files

@@ -412,7 +412,11 @@ class StoreImpl final : public Store {
                               meta::Writes* b, StatDeltas* deltas) REQUIRES(s->mu);
   // Copies the bytes of `ex` that lie in [offset, end) into buf (which
   // holds [offset, end); holes are left alone), verifying every checksum.
+  // On a shared store, bytes that another host's file seems to lack are
+  // read again after io::File::Refresh of its files, a few times.
   Status ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset, uint64_t end,
+                         char* buf);
+  Status ReadExtentsOnce(Ino ino, const std::vector<Extent>& ex, uint64_t offset, uint64_t end,
                          char* buf);
   // Reads the data-file block of extent `v` of `ino` into dst (v.stored_len
   // bytes) and verifies it; `once`: a large sequential read (ReadOnce).
@@ -632,7 +636,7 @@ class StoreImpl final : public Store {
     std::atomic<uint64_t> data_file_writes{0}, data_file_write_bytes{0};
     std::atomic<uint64_t> data_file_reads{0}, data_file_read_bytes{0};
     std::atomic<uint64_t> direct_writes{0}, direct_adoptions{0}, direct_adopted_bytes{0};
-    std::atomic<uint64_t> direct_rereads{0};
+    std::atomic<uint64_t> direct_rereads{0}, file_refreshes{0};
   } counters_;
 };
 

@@ -86,6 +86,7 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.direct_adoptions = counters_.direct_adoptions;
   s.direct_adopted_bytes = counters_.direct_adopted_bytes;
   s.direct_rereads = counters_.direct_rereads;
+  s.file_refreshes = counters_.file_refreshes;
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;

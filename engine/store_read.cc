@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -142,10 +143,7 @@ Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
     Status err;
     uint64_t next = 0;
     RecordData d = DecodeRecordAt(&rb, r.offset - br.offset, &err, &next);
-    if (d == nullptr) {
-      counters_.checksum_errors++;
-      return err;
-    }
+    if (d == nullptr) return err;
     (*out)[{r.segment_id, r.offset}] = d;
     // Neighbouring records in the same read go into the cache too.
     const uint64_t stop = i + 1 < br.records.size() ? br.records[i + 1].offset - br.offset : rb.n;
@@ -286,6 +284,38 @@ Status StoreImpl::CheckHoleOfLiveFile(Ino ino, const std::vector<Extent>& ex, ui
 
 Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64_t offset,
                                   uint64_t end, char* buf) {
+  Status st = ReadExtentsOnce(ino, ex, offset, end, buf);
+  // Another host's segment or data file that seems to end early, or to hold
+  // other bytes: this host's client of the shared filesystem may hold an
+  // old size of it (or old pages), or the other host's write may still be
+  // on its way to the server. Its files are opened again, which makes the
+  // client ask the server, and read again, for up to about a quarter of a
+  // second. A missing segment is the caller's to handle.
+  for (int wait_ms : {0, 10, 40, 160}) {
+    if (st.ok() || !st.IsCorruption() || !mode_->OthersWrite() ||
+        st.payload<SegmentMissing>() != nullptr) {
+      break;
+    }
+    if (wait_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    counters_.file_refreshes++;
+    std::set<uint64_t> segments;
+    bool data_file = false;
+    for (const Extent& e : ex) {
+      data_file |= e.value.in_data_file;
+      if (!e.value.is_inline && !e.value.in_data_file && !segments_->Owns(e.value.segment_id)) {
+        segments.insert(e.value.segment_id);
+      }
+    }
+    for (uint64_t id : segments) CKPTFS_RETURN_IF_ERROR(segments_->Refresh(id));
+    if (data_file) CKPTFS_RETURN_IF_ERROR(data_files_->Refresh(ino));
+    st = ReadExtentsOnce(ino, ex, offset, end, buf);
+  }
+  if (st.IsCorruption() && st.payload<SegmentMissing>() == nullptr) counters_.checksum_errors++;
+  return st;
+}
+
+Status StoreImpl::ReadExtentsOnce(Ino ino, const std::vector<Extent>& ex, uint64_t offset,
+                                  uint64_t end, char* buf) {
   ScratchBuffers& scratch = ThreadScratch();
   const uint64_t len = end - offset;
   std::vector<RecordRef> want;
@@ -308,10 +338,7 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
     if (e.value.is_inline || e.value.in_data_file) continue;
     const RecordData& d = records[{e.value.segment_id, e.value.record_offset}];
     Status s = format::CheckRecordForExtent(d->header, e.value, ino, e.offset);
-    if (!s.ok()) {
-      counters_.checksum_errors++;
-      return s.Annotate(KeyName(e.value.segment_id, e.value.record_offset));
-    }
+    if (!s.ok()) return s.Annotate(KeyName(e.value.segment_id, e.value.record_offset));
   }
 
   uint64_t pos = offset;  // bytes before `pos` are filled
@@ -369,10 +396,7 @@ Status StoreImpl::ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool 
   counters_.data_file_reads++;
   counters_.data_file_read_bytes += n;
   Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
-  if (!cs.ok()) {
-    counters_.checksum_errors++;
-    return cs.Annotate("inode " + std::to_string(ino));
-  }
+  if (!cs.ok()) return cs.Annotate("inode " + std::to_string(ino));
   return Status::OK();
 }
 

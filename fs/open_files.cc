@@ -18,10 +18,13 @@ int OpenFiles::Backing(Ino ino, const OpenBacking& open_backing) {
   const int fd = ::open((*whole)->path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   // Bytes past the file's end (a write the index never took, before a
-  // crash) would read through; the daemon serves such a file.
-  struct stat st;
+  // crash) would read through; the daemon serves such a file. The size as
+  // the filesystem's server has it: a client of a shared filesystem may
+  // hold an old one, which would end the kernel's reads early.
+  struct statx st {};
   int id = 0;
-  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == (*whole)->size) {
+  if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_SIZE, &st) == 0 &&
+      st.stx_size == (*whole)->size) {
     id = open_backing(fd);
     if (id <= 0) {
       backing_failures_.fetch_add(1, std::memory_order_relaxed);

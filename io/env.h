@@ -70,6 +70,14 @@ class File {
   virtual void NoReadahead() const {}
   // Reads exactly `len` bytes; a file that ends first is corruption.
   Status ReadExactly(uint64_t offset, size_t len, char* buf) const;
+  // Makes this file show what other writers (other hosts of a shared
+  // filesystem) made visible since it was opened: a client that keeps the
+  // attributes of an open file (NFS between acregmin and acregmax, sshfs for
+  // its cache timeout) reads no further than the size it holds. The POSIX
+  // Env opens the path again (close-to-open: the open asks the server),
+  // asks for the size afresh (statx AT_STATX_FORCE_SYNC) and reads through
+  // that open from then on. The default does nothing.
+  virtual Status Refresh() const { return Status::OK(); }
 
   const std::string& path() const { return path_; }
 
@@ -111,7 +119,9 @@ class Env {
  public:
   virtual ~Env() = default;
 
-  // Opens an existing file. ENOENT when it is missing.
+  // Opens an existing file. ENOENT when it is missing. The POSIX Env asks
+  // for its size afresh (statx AT_STATX_FORCE_SYNC), so that a network
+  // filesystem's client reads as far as the server's file goes.
   virtual Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) = 0;
   // Creates `path` holding `contents`, durably and atomically: the name
   // appears only once the contents and the directory entry are on disk, so a

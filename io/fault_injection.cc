@@ -62,6 +62,7 @@ class FaultFile final : public File {
   void Prefetch(uint64_t offset, uint64_t len) const override { base_->Prefetch(offset, len); }
   void Evict(uint64_t offset, uint64_t len) const override { base_->Evict(offset, len); }
   void NoReadahead() const override { base_->NoReadahead(); }
+  Status Refresh() const override { return base_->Refresh(); }
 
  private:
   const std::shared_ptr<FaultInjectionEnv> env_;

@@ -1,6 +1,7 @@
 #include "io/host_cache_env.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace ckptfs::io {
@@ -15,7 +16,10 @@ class HostCachedFile final : public File {
     CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, Size());
     if (offset >= size) return size_t{0};
     len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
-    CKPTFS_ASSIGN_OR_RETURN(size_t n, base_->ReadAt(offset, len, buf));
+    // The file's bytes up to the size this host holds.
+    const uint64_t known = seen_size_.load();
+    const size_t from_file = offset >= known ? 0 : static_cast<size_t>(std::min<uint64_t>(len, known - offset));
+    CKPTFS_ASSIGN_OR_RETURN(size_t n, base_->ReadAt(offset, from_file, buf));
     std::memset(buf + n, 0, len - n);  // past the file's end: the host's own writes
     for (const auto& [at, bytes] : env_->PendingOf(path())) {
       const uint64_t from = std::max(at, offset);
@@ -38,7 +42,7 @@ class HostCachedFile final : public File {
   }
 
   Result<uint64_t> Size() const override {
-    CKPTFS_ASSIGN_OR_RETURN(uint64_t size, base_->Size());
+    uint64_t size = seen_size_.load();
     for (const auto& [at, bytes] : env_->PendingOf(path())) {
       size = std::max<uint64_t>(size, at + bytes.size());
     }
@@ -49,21 +53,32 @@ class HostCachedFile final : public File {
 
   Status Truncate(uint64_t size) override {
     CKPTFS_RETURN_IF_ERROR(Flush());
-    return base_->Truncate(size);
+    CKPTFS_RETURN_IF_ERROR(base_->Truncate(size));
+    return Refresh();
+  }
+
+  Status Refresh() const override {
+    CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, base_->Size());
+    seen_size_.store(size);
+    return Status::OK();
   }
 
  private:
-  // Writes the host's cached writes of the file to it.
+  // Writes the host's cached writes of the file to it; the host knows the
+  // size its own writes made.
   Status Flush() {
     for (const auto& [at, bytes] : env_->TakePending(path())) {
       const std::string_view piece[] = {bytes};
       CKPTFS_RETURN_IF_ERROR(base_->WriteAt(at, piece));
     }
-    return Status::OK();
+    return Refresh();
   }
 
   const std::shared_ptr<HostCacheEnv> env_;
   const std::unique_ptr<File> base_;
+  // The file's size as the host last asked for it (its open, a Refresh, its
+  // own flush): what another host appended since is not read.
+  mutable std::atomic<uint64_t> seen_size_{0};
 };
 
 std::shared_ptr<HostCacheEnv> HostCacheEnv::Make() {
@@ -81,7 +96,9 @@ uint64_t HostCacheEnv::UnflushedBytes() {
 
 Result<std::unique_ptr<File>> HostCacheEnv::Wrap(Result<std::unique_ptr<File>> base) {
   if (!base.ok()) return base.status();
-  return std::unique_ptr<File>(new HostCachedFile(shared_from_this(), std::move(*base)));
+  auto file = std::make_unique<HostCachedFile>(shared_from_this(), std::move(*base));
+  CKPTFS_RETURN_IF_ERROR(file->Refresh());  // the open asks for the size
+  return std::unique_ptr<File>(std::move(file));
 }
 
 Result<std::unique_ptr<File>> HostCacheEnv::Open(const std::string& path, OpenMode mode) {

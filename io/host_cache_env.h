@@ -8,7 +8,11 @@
 //     to the file;
 //   - the other hosts' Envs read only what reached the file;
 //   - names (Create, CreateUnsynced, Remove) reach the directory at once,
-//     as on NFS, where they are calls to the server.
+//     as on NFS, where they are calls to the server;
+//   - a File keeps the file's size as of its open (and of its own flushes):
+//     it reads nothing that other hosts appended since, until
+//     File::Refresh(), as an NFS or sshfs client keeps the attributes of an
+//     open file.
 // A local directory shares one page cache between all its writers, which
 // would hide a store that shows other hosts extents before their bytes.
 //

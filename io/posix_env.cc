@@ -36,6 +36,17 @@ std::string Parent(const std::string& path) {
 
 uint64_t PageSize() { return PageAlignedBuffer::PageSize(); }
 
+// Asks the filesystem for the size of open file `fd` afresh, past any
+// attributes its client holds (a network filesystem's client keeps them for
+// seconds): reads through `fd` then go as far as the server's file does.
+Status AskSize(int fd, const std::string& path) {
+  struct statx stx {};
+  if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_SIZE | STATX_MTIME, &stx) != 0) {
+    return Status::IOError(errno, "stat " + path);
+  }
+  return Status::OK();
+}
+
 // Direct writes from unaligned memory go through a buffer of each thread,
 // in pieces of at most this size.
 constexpr size_t kDirectBufferBytes = 1 << 20;
@@ -123,6 +134,19 @@ class PosixFile final : public File {
     return rest.empty() ? Status::OK() : WriteAt(at, std::span(&rest, 1));
   }
 
+  Status Refresh() const override {
+    const int access = ::fcntl(fd_, F_GETFL) & O_ACCMODE;
+    const int fresh = ::open(path().c_str(), access | O_CLOEXEC);
+    if (fresh < 0) return Status::IOError(errno, "open " + path());
+    Status s = AskSize(fresh, path());
+    if (s.ok() && ::dup3(fresh, fd_, O_CLOEXEC) < 0) {
+      // fd_ keeps its number: reads in progress finish on the open they began on.
+      s = Status::IOError(errno, "reopen " + path());
+    }
+    ::close(fresh);
+    return s;
+  }
+
   Status Sync() override {
     if (::fdatasync(fd_) != 0) return Status::IOError(errno, "fdatasync " + path());
     return Status::OK();
@@ -196,7 +220,9 @@ class PosixEnv final : public Env {
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
     const int fd = ::open(path.c_str(), (mode == OpenMode::kRead ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (fd < 0) return Status::IOError(errno, "open " + path);
-    return std::unique_ptr<File>(new PosixFile(path, fd));
+    auto file = std::make_unique<PosixFile>(path, fd);
+    CKPTFS_RETURN_IF_ERROR(AskSize(fd, path));
+    return std::unique_ptr<File>(std::move(file));
   }
 
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override {
@@ -211,6 +237,10 @@ class PosixEnv final : public Env {
     if (s.ok() && ::link(tmp.c_str(), path.c_str()) != 0) s = Status::IOError(errno, "create " + path);
     ::unlink(tmp.c_str());
     if (s.ok()) s = SyncDirectory(Parent(path));
+    // From now on through its name: a client that knows files by their
+    // paths (sshfs) keeps a name's size current only for writes made
+    // through that name.
+    if (s.ok()) s = file->Refresh();
     if (!s.ok()) return s;
     return std::unique_ptr<File>(std::move(file));
   }

@@ -1,6 +1,7 @@
 // `ckptfs verify [--json] PATH...`: checks every checksum of the data of the
 // files under PATH (on a mount), reading the store's segment files and data
-// files directly.
+// files directly (through io/, which asks a network filesystem's server for
+// each file's size at its open).
 //
 // For each regular file it takes the extents from the mount's
 // "user.ckptfs.extents" attribute (gpu::FetchLayout), then reads each record
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "gpu/file_layout.h"
+#include "io/env.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -130,30 +132,26 @@ class Verifier {
   // (after saying why) when a segment or data file cannot be read at all.
   bool Check() {
     ProgressBar progress("verify");
-    std::string open_path;
-    int fd = -1;
+    std::unique_ptr<io::File> file;
     std::string buf;
     for (const auto& [key, uses] : records_) {
       const bool block = uses.front().value.in_data_file;
-      if (key.path != open_path) {
-        if (fd >= 0) ::close(fd);
-        fd = ::open(key.path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-          const int e = errno;
+      if (file == nullptr || key.path != file->path()) {
+        engine::Result<std::unique_ptr<io::File>> opened =
+            io::Env::Posix()->Open(key.path, io::OpenMode::kRead);
+        if (!opened.ok()) {
+          const int e = opened.status().code();
           return Fail(std::string("cannot read ") + (block ? "data file " : "segment file ") +
-                      key.path + ": " + strerror(e) +
+                      opened.status().ToString() +
                       (e == EACCES ? " (run as the store's owner or root)" : ""));
         }
-        open_path = key.path;
+        file = std::move(*opened);
       }
       const size_t len = StoredBytes(uses.front().value);
       buf.resize(len);
-      const ssize_t n = ReadFull(fd, buf.data(), len, key.offset);
-      if (n < 0) {
-        ::close(fd);
-        return Fail("cannot read " + key.path + ": " + strerror(errno));
-      }
-      const std::string_view bytes(buf.data(), static_cast<size_t>(n));
+      engine::Result<size_t> n = file->ReadAt(key.offset, len, buf.data());
+      if (!n.ok()) return Fail("cannot read " + n.status().ToString());
+      const std::string_view bytes(buf.data(), *n);
       if (block) {
         CheckBlock(key, bytes, uses);
       } else {
@@ -162,7 +160,6 @@ class Verifier {
       bytes_done_ += len;
       progress.Update(bytes_done_, bytes_total_);
     }
-    if (fd >= 0) ::close(fd);
     progress.Finish();
     return true;
   }
@@ -201,20 +198,6 @@ class Verifier {
     return false;
   }
   void Damage(std::string what) { damage_.push_back(std::move(what)); }
-
-  // Reads up to `n` bytes at `offset`, fewer only at the end of the file;
-  // -1 with errno on an error.
-  static ssize_t ReadFull(int fd, char* buf, size_t n, uint64_t offset) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return -1;
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    return static_cast<ssize_t>(done);
-  }
 
   void DamageOfUse(const Use& u, const RecordKey& key, const engine::Status& st) {
     char range[96];

@@ -166,6 +166,19 @@ void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {
   if (file.ok()) (*file)->Evict(offset, len);
 }
 
+Status DataFiles::Refresh(uint64_t ino) {
+  std::shared_ptr<io::File> file;
+  {
+    MutexLock l(&mu_);
+    auto it = open_.find(ino);
+    if (it == open_.end()) return Status::OK();  // the next open asks afresh
+    file = it->second.file;
+  }
+  CKPTFS_RETURN_IF_ERROR(file->Refresh());
+  file->NoReadahead();  // a hint of the open it replaced
+  return Status::OK();
+}
+
 Status DataFiles::Truncate(uint64_t ino, uint64_t size) {
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::File> file, Get(ino));
   CKPTFS_RETURN_IF_ERROR(file->Truncate(size));

@@ -82,6 +82,9 @@ class DataFiles {
   void Evict(uint64_t ino, uint64_t offset, uint64_t len);
   // Cuts the data file of `ino` to `size` bytes.
   Status Truncate(uint64_t ino, uint64_t size);
+  // io::File::Refresh of the data file of `ino` where it is open: another
+  // host may have written it since it was opened.
+  Status Refresh(uint64_t ino);
   // The size and modification time of the data file of `ino` now, and
   // whether a write that comes after this look is sure to change one of
   // them (`settled`). It is not when the filesystem's timestamps are coarse

@@ -159,6 +159,17 @@ void SegmentSet::Evict(uint64_t segment_id, uint64_t offset, uint64_t len) const
   if (seg != nullptr) seg->file->Evict(offset, len);
 }
 
+Status SegmentSet::Refresh(uint64_t segment_id) const {
+  std::shared_ptr<Segment> seg;
+  {
+    MutexLock l(&mu_);
+    auto it = segments_.find(segment_id);
+    if (it == segments_.end()) return Status::OK();  // the next open asks afresh
+    seg = it->second;
+  }
+  return seg->file->Refresh();
+}
+
 Result<size_t> SegmentSet::ReadUpTo(uint64_t segment_id, uint64_t offset, size_t len,
                                     char* buf) const {
   std::shared_ptr<Segment> seg = Find(segment_id);

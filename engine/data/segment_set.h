@@ -82,6 +82,9 @@ class SegmentSet {
   void Prefetch(uint64_t segment_id, uint64_t offset, uint64_t len) const;
   // Lets the OS drop its cached pages of that range (io::File::Evict).
   void Evict(uint64_t segment_id, uint64_t offset, uint64_t len) const;
+  // io::File::Refresh of another host's segment where the set has it
+  // open: its host appended to it since.
+  Status Refresh(uint64_t segment_id) const;
   // Syncs every segment appended to since the previous call, and then drops
   // the cached pages of the records appended `cached_elsewhere` before it.
   // Once a sync has failed, its segment's unsynced bytes may be lost

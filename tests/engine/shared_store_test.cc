@@ -36,8 +36,10 @@ class SharedStoreTest : public ::testing::Test {
     }
   }
   Result<std::unique_ptr<Store>> OpenHost(const std::string& host,
-                                          const std::shared_ptr<io::Env>& env) {
+                                          const std::shared_ptr<io::Env>& env,
+                                          uint64_t data_file_min = 0) {
     StoreOptions o = TestOptions();
+    if (data_file_min != 0) o.data_file_min = data_file_min;
     // Each store names an index of its own in memory (its SHARED file adds
     // a schema of its own to the name).
     if (o.meta.empty()) o.meta = "mem://shared_store_test";
@@ -78,6 +80,63 @@ TEST_F(SharedStoreTest, AnotherHostReadsAFileOnceItsWriterSyncedIt) {
   b_->Reread(f.ino);
   ASSERT_OK_AND_ASSIGN(std::string theirs, ReadAll(b_.get(), f.ino));
   EXPECT_EQ(theirs, data);
+}
+
+// A host's client of the shared filesystem keeps the size of a file it has
+// open (io::HostCacheEnv, as NFS and sshfs clients do). Bytes that another
+// host appended since to a segment or a data file that this host has open
+// read all the same once their writer synced them: the reader opens the
+// file again, which asks the server.
+TEST_F(SharedStoreTest, BytesAnotherHostAppendedToAFileThisHostHasOpen) {
+  ASSERT_OK(b_->Close());
+  ASSERT_OK(a_->Close());
+  ASSERT_OK_AND_ASSIGN(a_, OpenHost("a", env_a_, /*data_file_min=*/1u << 20));
+  ASSERT_OK_AND_ASSIGN(b_, OpenHost("b", env_b_, /*data_file_min=*/1u << 20));
+
+  // b reads a file of a's, and so has a's segment open.
+  const std::string first = PatternData(1, 0, 20'000);
+  ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(kRootIno, "first", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 0, first));
+  ASSERT_OK(a_->Fsync(f.ino, true));
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(b_.get(), f.ino));
+  ASSERT_EQ(got, first);
+  ASSERT_OK_AND_ASSIGN(EngineStats before, b_->GetStats());
+
+  // a appends 50 files to that segment; b reads each at once.
+  std::map<Ino, std::string> files;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr p, a_->Create(kRootIno, "p" + std::to_string(i), S_IFREG | 0644,
+                                            0, 0, 0));
+    files[p.ino] = PatternData(100 + i, 0, 16 << 10);
+    ASSERT_OK(WriteAll(a_.get(), p.ino, 0, files[p.ino]));
+    ASSERT_OK(a_->Fsync(p.ino, true));
+  }
+  for (const auto& [ino, data] : files) {
+    ASSERT_OK_AND_ASSIGN(got, ReadAll(b_.get(), ino));
+    ASSERT_EQ(got, data) << "inode " << ino;
+  }
+  ASSERT_OK_AND_ASSIGN(EngineStats after, b_->GetStats());
+  EXPECT_GT(after.file_refreshes, before.file_refreshes);
+  EXPECT_EQ(after.checksum_errors, before.checksum_errors);
+
+  // The same with a large file's data file, which a writes on.
+  std::string big = PatternData(2, 0, 3 << 20);
+  ASSERT_OK_AND_ASSIGN(Attr g, a_->Create(kRootIno, "big", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), g.ino, 0, big));
+  ASSERT_OK(a_->Fsync(g.ino, true));
+  ASSERT_OK_AND_ASSIGN(got, ReadAll(b_.get(), g.ino));
+  ASSERT_EQ(got, big);
+  const std::string more = PatternData(2, big.size(), 2 << 20);
+  ASSERT_OK(WriteAll(a_.get(), g.ino, big.size(), more));
+  ASSERT_OK(a_->Fsync(g.ino, true));
+  big += more;
+  b_->Reread(g.ino);
+  ASSERT_OK_AND_ASSIGN(got, ReadAll(b_.get(), g.ino));
+  EXPECT_EQ(got, big);
+  ASSERT_OK_AND_ASSIGN(EngineStats last, b_->GetStats());
+  EXPECT_GT(last.file_refreshes, after.file_refreshes);
+  ASSERT_OK_AND_ASSIGN(EngineStats mine, a_->GetStats());
+  EXPECT_GT(mine.data_file_writes, 0u) << "the large file was not in a data file";
 }
 
 // Names are in the index: the other host sees each change at once, and
