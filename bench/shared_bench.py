@@ -18,13 +18,18 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             the rank file of the next mount. Files/s and MB/s per mount,
             medians over the mounts.
 The embedded store (one mount) and the plain directory (one writer) do the
-same work. PostgreSQL transactions per file created come from the server's
+same work. With --netfs every setup runs on the network-filesystem bed
+(tests/mount/netfs_bed.py: a private sshd on 127.0.0.1, one sshfs client
+per host, the mounts' stores and the plain directory on its export), a
+save ends with sync(2), and a cold restore mounts each host's sshfs
+client again too. PostgreSQL transactions per file created come from the server's
 pg_stat_database; round trips per file, and the share of the writers' time
 that the daemons spent waiting on the server, from the mounts' stats
 (engine.index_round_trips, engine.index_wait_ns).
 
 Run beside a PostgreSQL cluster, as root (drop_caches, mounting):
   scripts/with-postgres.sh /usr/bin/python3 bench/shared_bench.py
+  scripts/with-postgres.sh --tcp /usr/bin/python3 bench/shared_bench.py --netfs
 (scripts/with-postgres.sh starts a private one and sets CKPTFS_TEST_PG.)
 It asserts nothing about speed; it checks every byte it reads.
 """
@@ -43,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measure import BenchError, drop_caches, log  # noqa: E402
 from target import DEFAULT_CKPTFS, wipe  # noqa: E402
 import ckptfs_harness as harness  # noqa: E402  (target.py put tests/mount on the path)
+import netfs_bed  # noqa: E402
 
 MiB = 1 << 20
 ZARRAY = json.dumps({"chunks": [64, 64], "dtype": "<f4", "shape": [128, 128],
@@ -129,7 +135,9 @@ class Setup:
 
     def __init__(self, args, name, n, meta=None):
         self.args, self.name, self.n, self.meta = args, name, n, meta
-        self.base = os.path.join(args.work, name)
+        self.bed = args.bed  # None: on the local disk
+        self.base = self.bed.view("h1", name) if self.bed else os.path.join(args.work, name)
+        self.mnt_base = os.path.join(args.work, name)
         self.mounts = []
 
     def roots(self):
@@ -137,16 +145,33 @@ class Setup:
             return [self.base + "/plain"]
         return [m.mnt for m in self.mounts]
 
+    def store(self, k):
+        """The store as mount k's host sees it."""
+        if self.bed:
+            return self.bed.view("h%d" % (k + 1), self.name, "store")
+        return os.path.join(self.base, "store")
+
     def mount_all(self):
-        store = os.path.join(self.base, "store")
         for k in range(self.n):
             opts = ["host=h%d" % (k + 1)] if self.meta else []
             if self.meta and k == 0:
                 opts.append("meta=" + self.meta)
-            m = harness.Mount(store, os.path.join(self.base, "mnt%d" % k), opts,
+            m = harness.Mount(self.store(k), os.path.join(self.mnt_base, "mnt%d" % k), opts,
                               binary=self.args.ckptfs)
             m.mount()
             self.mounts.append(m)
+
+    def cold(self):
+        """Nothing cached in the kernels, the daemons or the bed's clients."""
+        if self.n:
+            self.unmount_all()
+            self.mounts = []
+        drop_caches()
+        if self.bed:
+            for host in list(self.bed.hosts):
+                self.bed.remount(host)
+        if self.n:
+            self.mount_all()
 
     def unmount_all(self):
         for m in self.mounts:
@@ -178,6 +203,8 @@ class Setup:
             run_all([lambda k=k: write_dirs(os.path.join(roots[k], tmp), share[k], a.chunk)
                      for k in range(writers)])
             os.rename(os.path.join(roots[0], tmp), os.path.join(roots[0], "step_1"))
+            if self.bed:
+                os.sync()
             files = a.dirs * (1 + len(CHUNKS))
             elapsed = time.monotonic() - t0
             out["create_files_s"] = files / elapsed
@@ -195,15 +222,8 @@ class Setup:
                                             a.rank_size) for k in range(writers)])
             out["ranks_mb_s"] = writers * a.rank_size / MiB / (time.monotonic() - t0)
 
-            # Cold: nothing cached in the kernels or the daemons.
-            if self.n:
-                self.unmount_all()
-                self.mounts = []
-                drop_caches()
-                self.mount_all()
-                roots = self.roots()
-            else:
-                drop_caches()
+            self.cold()
+            roots = self.roots()
             own, others, ranks = [], [], []
             for k in range(writers):
                 root = os.path.join(roots[k], "step_1")
@@ -245,6 +265,8 @@ def main():
     ap.add_argument("--ckptfs", default=DEFAULT_CKPTFS, help="the binary (default %(default)s)")
     ap.add_argument("--work", default="/tmp/ckptfs-shared-bench", help="work directory")
     ap.add_argument("--json", metavar="PATH", help="also write the results there")
+    ap.add_argument("--netfs", action="store_true",
+                    help="on the network-filesystem bed (tests/mount/netfs_bed.py)")
     a = ap.parse_args()
     a.rank_size *= MiB
     meta = os.environ.get("CKPTFS_TEST_PG")
@@ -254,6 +276,11 @@ def main():
     os.environ["CKPTFS_BIN"] = a.ckptfs
     os.environ.pop("CKPTFS_TEST_META", None)  # the embedded setup stays embedded
     harness.require_fuse(root=True)
+    a.bed = None
+    if a.netfs:
+        a.bed = netfs_bed.Bed(harness.make_tmpdir("ckptfs-netfs-bench."))
+        for k in range(max([1] + [int(x) for x in a.mounts.split(",")])):
+            a.bed.mount("h%d" % (k + 1))
     results = [Setup(a, "plain", 0).run(), Setup(a, "embedded", 1).run()]
     for n in [int(x) for x in a.mounts.split(",")]:
         results.append(Setup(a, "shared-%d" % n, n, meta).run())

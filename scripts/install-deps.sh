@@ -15,6 +15,9 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
   python3-prometheus-client
   rsync tar diffutils procps tmux
+  # The network-filesystem bed (tests/mount/netfs_bed.py): a private sshd
+  # of the tests' own, one sshfs client per host.
+  openssh-server openssh-client sshfs
 )
 
 missing=()

@@ -12,7 +12,9 @@
 #                           (fault tests), waiting until it is done
 #   CKPTFS_TEST_META        with --meta: the same URI, which makes the
 #                           engine's tests keep their stores' index there
-# Usage: scripts/with-postgres.sh [--meta] COMMAND [ARG...]
+# With --tcp the cluster listens on 127.0.0.1 (a free port) instead, as a
+# server on another machine is reached, and the URI names that address.
+# Usage: scripts/with-postgres.sh [--tcp] [--meta] COMMAND [ARG...]
 #        scripts/with-postgres.sh --server DIR stop|kill|start|restart
 set -euo pipefail
 
@@ -33,8 +35,11 @@ server() {
     kill) "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null ;;
     start | restart)
       # Connections: every thread of every daemon of a test may hold one.
+      # $dir/listen: the TCP address of a --tcp cluster.
+      local listen="-c listen_addresses=''"
+      if [ -f "$dir/listen" ]; then listen="-c listen_addresses=127.0.0.1 -p $(cat "$dir/listen")"; fi
       "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast \
-        -o "-c listen_addresses='' -k $dir -c max_connections=300 -c shared_buffers=128MB" \
+        -o "$listen -k $dir -c max_connections=300 -c shared_buffers=128MB" \
         "$what" >/dev/null || { cat "$dir/server.log" >&2; return 1; } ;;
     *) echo "with-postgres: --server DIR stop|kill|start|restart" >&2; return 2 ;;
   esac
@@ -45,6 +50,11 @@ if [ "${1:-}" = "--server" ]; then
   exit
 fi
 
+tcp=false
+if [ "${1:-}" = "--tcp" ]; then
+  tcp=true
+  shift
+fi
 as_meta=false
 if [ "${1:-}" = "--meta" ]; then
   as_meta=true
@@ -64,9 +74,18 @@ trap 'exit 130' INT TERM
 
 "${as_pg[@]}" "$bindir/initdb" -D "$tmp/data" -U ckptfs -A trust -E UTF8 --no-locale --no-sync \
   >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; exit 1; }
+if $tcp; then
+  # A port nothing listens on now (the kernel's pick for a socket bound to 0).
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+    >"$tmp/listen"
+fi
 server "$tmp" start
 
-export CKPTFS_TEST_PG="postgresql:///postgres?host=$tmp&user=ckptfs"
+if $tcp; then
+  export CKPTFS_TEST_PG="postgresql://ckptfs@127.0.0.1:$(cat "$tmp/listen")/postgres"
+else
+  export CKPTFS_TEST_PG="postgresql:///postgres?host=$tmp&user=ckptfs"
+fi
 export CKPTFS_TEST_PG_SERVER="$(cd "$(dirname "$0")" && pwd)/with-postgres.sh --server $tmp"
 if $as_meta; then export CKPTFS_TEST_META="$CKPTFS_TEST_PG"; fi
 set +e

@@ -285,6 +285,7 @@ def start_foreground(cmd, mnt, log_path, env=None, on_start=None):
 class Session:
     """The state directory of one owner process: session.json (owner, its
     start time, deadline), mounts/ (one JSON record per live mount),
+    servers/ (one per server process a test started: the bed's sshd),
     tmpdirs/ (one file per temporary directory, holding its path) and
     sanitizer/ (the reports of every ckptfs the harness started)."""
 
@@ -295,7 +296,7 @@ class Session:
     def create(cls, owner, deadline_s=None, dump_signal=None):
         """A new session for process `owner`, and its guardian."""
         s = cls(tempfile.mkdtemp(prefix="ckptfs-harness.", dir="/tmp"))
-        for sub in ("mounts", "tmpdirs", "sanitizer"):
+        for sub in ("mounts", "servers", "tmpdirs", "sanitizer"):
             os.mkdir(os.path.join(s.path, sub))
         s._write_info({"owner": owner, "owner_start": process_start(owner),
                        "deadline": None, "deadline_s": None, "dump_signal": dump_signal})
@@ -525,6 +526,33 @@ class Session:
         if problems:
             raise HarnessError("\n".join(problems))
 
+    # -- servers --
+
+    def start_server(self, name, cmd, log_path):
+        """Starts `cmd`, a server that stays in the foreground, in a session of
+        its own with its output appended to `log_path`; recorded as `name`,
+        so that stop_server and cleanup (the guardian's too) end it."""
+        with open(log_path, "a") as out:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    start_new_session=True)
+        self._write_json(self._file("servers", name + ".json"),
+                         {"name": name, "pid": proc.pid, "pid_start": process_start(proc.pid)})
+        return proc
+
+    def stop_server(self, name):
+        """Ends server `name` (SIGTERM, then SIGKILL) and forgets it."""
+        path = self._file("servers", name + ".json")
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            return
+        _kill(rec["pid"], signal.SIGTERM, rec["pid_start"])
+        if not wait_pid_gone(rec["pid"], WATCHDOG_GRACE_S, rec["pid_start"]):
+            _kill(rec["pid"], signal.SIGKILL, rec["pid_start"])
+            wait_pid_gone(rec["pid"], WATCHDOG_GRACE_S, rec["pid_start"])
+        os.unlink(path)
+
     # -- the end --
 
     def cleanup(self, lazy=False, daemon_exit_s=DAEMON_EXIT_S):
@@ -533,13 +561,17 @@ class Session:
         temporary directories with nothing mounted below, and, when all went
         well, the session. Returns the problems (text)."""
         problems = []
-        for rec in self.mount_records():
+        # ckptfs mounts first: their stores may lie on the other mounts (the
+        # bed's sshfs).
+        for rec in sorted(self.mount_records(), key=lambda r: r.get("binary") is None):
             if is_mounted(rec["mnt"]):
                 log("cleanup: unmounting %s" % rec["mnt"])
             try:
                 self.unmount(rec["mnt"], lazy=lazy, daemon_exit_s=daemon_exit_s)
             except HarnessError as e:
                 problems.append(str(e))
+        for name in self._list("servers"):
+            self.stop_server(name[:-len(".json")])
         for name, d in self.tmpdirs():
             for mp in sorted(mounts_under(d), reverse=True):
                 log("cleanup: unmounting %s (not made by this session)" % mp)

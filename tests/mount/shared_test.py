@@ -3,7 +3,12 @@
 host of its own, as several hosts of a training job would mount it.
 
 Run beside a private cluster (scripts/with-postgres.sh --meta). Three
-daemons on this machine stand for three hosts (host=h1, h2, h3):
+daemons on this machine stand for three hosts (host=h1, h2, h3), whose
+store is a local directory (SharedStoreTest) or, in NetfsSharedStoreTest,
+a directory on the network-filesystem bed (netfs_bed.py): each host sees
+it through an sshfs client of its own, which caches names and sizes as
+another machine's client would (run that class with --tcp, PostgreSQL on
+127.0.0.1):
   - the orbax flow: mount 1 creates step_1.orbax-checkpoint-tmp-N/, mounts
     2 and 3 write parameter directories (.zarray and chunk files) under it,
     mount 1 writes the metadata files, fsyncs and renames the directory to
@@ -13,7 +18,8 @@ daemons on this machine stand for three hosts (host=h1, h2, h3):
     once on the others;
   - close-to-open: a file rewritten and closed on one host reads with its
     new bytes when another host opens it afterwards, also when that host
-    had read (and cached) the old ones;
+    had read (and cached) the old ones; files another host wrote after
+    this one opened their segment or data file read at once;
   - conflicts: two hosts creating one name with O_EXCL, many times over:
     exactly one wins each; rmdir of a directory another host is filling
     ends ENOTEMPTY, or removes it and the create then fails with ENOENT,
@@ -48,6 +54,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckptfs_harness as harness  # noqa: E402
 import ckptfs_testlib as lib  # noqa: E402
+import netfs_bed  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 HOSTS = ("h1", "h2", "h3")
@@ -62,12 +69,17 @@ class SharedStoreTest(unittest.TestCase):
         if not os.environ.get("CKPTFS_TEST_META"):
             self.fail("run through scripts/with-postgres.sh --meta")
         self.tmp = harness.make_tmpdir()
-        self.store = os.path.join(self.tmp, "store")
+        self.stores = self.make_stores()  # host -> the store's path on that host
+        self.store = self.stores[HOSTS[0]]
         self.mounts = []
         for h in HOSTS:
-            m = harness.Mount(self.store, os.path.join(self.tmp, "mnt_" + h), ["host=" + h])
+            m = harness.Mount(self.stores[h], os.path.join(self.tmp, "mnt_" + h), ["host=" + h])
             m.mount()
             self.mounts.append(m)
+
+    def make_stores(self):
+        store = os.path.join(self.tmp, "store")
+        return {h: store for h in HOSTS}
 
     def tearDown(self):
         for m in self.mounts:
@@ -200,6 +212,40 @@ class SharedStoreTest(unittest.TestCase):
             lib.write_file(m2.path(name), old[: size // 2])
             self.assertEqual(lib.read_file(m1.path(name)), old[: size // 2], name)
         self.unmount_all_and_fsck()
+
+    def test_files_written_after_a_host_opened_their_files(self):
+        """Another host's segment and data file stay open on the reading host,
+        whose client of the shared filesystem may hold their old sizes."""
+        m1, m2, _ = self.mounts
+        first = self.write_params(m1, "ckpt", range(5))
+        self.read_files(m2, first)  # m2 has m1's segment open now
+        later = self.write_params(m1, "ckpt", range(5, 55))
+        self.read_files(m2, later)  # at once, each of the 50
+        big = "ckpt/rank_0.pt"
+        data = blob(big, 6 << 20)
+        lib.write_file(m1.path(big), data[: 4 << 20], fsync=True)
+        self.assertEqual(lib.read_file(m2.path(big)), data[: 4 << 20])
+        with open(m1.path(big), "r+b") as f:  # its data file grows
+            f.seek(4 << 20)
+            f.write(data[4 << 20:])
+            f.flush()
+            os.fsync(f.fileno())
+        self.assertEqual(lib.read_file(m2.path(big)), data)
+        self.unmount_all_and_fsck()
+
+    def write_params(self, m, root, indices):
+        files = {}
+        for i in indices:
+            d = "%s/param_%d" % (root, i)
+            os.makedirs(m.path(d))
+            for name, size in ((".zarray", 120), ("0", 16384), ("1", 16384)):
+                files[d + "/" + name] = blob("%s/%s" % (d, name), size)
+                lib.write_file(m.path(d, name), files[d + "/" + name])
+        return files
+
+    def read_files(self, m, files):
+        for name, data in files.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, "%s on %s" % (name, m.mnt))
 
     def test_conflicts(self):
         self.check_o_excl_race()
@@ -504,6 +550,23 @@ class SharedStoreTest(unittest.TestCase):
         self.unmount_all_and_fsck()
 
 
+class NetfsSharedStoreTest(SharedStoreTest):
+    """Every case above on the network-filesystem bed: the store on an
+    export of a private sshd, each host's daemon reaching it through an
+    sshfs client of its own."""
+
+    def make_stores(self):
+        why = netfs_bed.unavailable()
+        if why:
+            self.skipTest(why)
+        self.bed = netfs_bed.Bed(self.tmp)
+        return {h: os.path.join(self.bed.mount(h), "store") for h in HOSTS}
+
+    def tearDown(self):
+        SharedStoreTest.tearDown(self)
+        self.bed.stop()
+
+
 class EmbeddedStoreTest(unittest.TestCase):
     """The cases above that apply to one host, on one mount of an embedded
     store that stands for all three: the orbax flow, names and misses seen at
@@ -529,6 +592,10 @@ class EmbeddedStoreTest(unittest.TestCase):
     test_orbax_flow_across_three_mounts = SharedStoreTest.test_orbax_flow_across_three_mounts
     test_names_seen_at_once = SharedStoreTest.test_names_seen_at_once
     test_close_to_open = SharedStoreTest.test_close_to_open
+    test_files_written_after_a_host_opened_their_files = \
+        SharedStoreTest.test_files_written_after_a_host_opened_their_files
+    write_params = SharedStoreTest.write_params
+    read_files = SharedStoreTest.read_files
     test_conflicts = SharedStoreTest.test_conflicts
     check_o_excl_race = SharedStoreTest.check_o_excl_race
     check_rmdir_against_a_filling_host = SharedStoreTest.check_rmdir_against_a_filling_host

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""The network-filesystem bed: one directory served by a private sshd on
+127.0.0.1, and one sshfs mount of it per host, as several machines mount
+one export of a network filesystem.
+
+    import netfs_bed
+    bed = netfs_bed.Bed(tmp)     # generates its keys, starts the sshd
+    view = bed.mount("h1")       # the export as host h1 sees it: a client of its own
+    bed.remount("h1")            # h1's client afresh: nothing cached
+    bed.unmount("h1")
+    bed.stop()                   # every client, then the sshd
+
+Each host's client is Debian's sshfs with its default options, as a user
+mounts it: one SFTP round trip per operation, and a cache of names and
+attributes of its own (20 s), so that one host does not see at once the
+size another host's writes gave a file it holds open, as on NFS. The sshd
+listens on 127.0.0.1 only and takes only a key generated for the bed; each
+connection runs an sftp-server process of its own. Mounts and the sshd are
+the harness session's (ckptfs_harness.py): whatever way the test ends, they
+go. Needs root (the sshd), sshd, sshfs and ssh-keygen
+(scripts/install-deps.sh installs them).
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import ckptfs_harness as harness
+
+SSHD = "/usr/sbin/sshd"  # the sshd re-executes itself: an absolute path
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+START_S = 30
+
+
+def unavailable():
+    """Why the bed cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the network-filesystem bed needs root (its sshd)"
+    for tool in (SSHD, SFTP_SERVER):
+        if not os.access(tool, os.X_OK):
+            return "%s is missing (scripts/install-deps.sh installs openssh-server)" % tool
+    for tool in ("sshfs", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return "%s is missing (scripts/install-deps.sh installs it)" % tool
+    return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Bed:
+    def __init__(self, tmp):
+        why = unavailable()
+        if why:
+            raise harness.HarnessError(why)
+        self.dir = os.path.join(tmp, "netfs")
+        self.export = os.path.join(self.dir, "export")
+        os.makedirs(self.export)
+        self.port = free_port()
+        self.name = "sshd-%d" % self.port
+        self.log = os.path.join(self.dir, "bed.log")
+        self.hosts = {}  # host -> its mountpoint
+        self._keys()
+        self._start_sshd()
+
+    def _keys(self):
+        for key in ("host_key", "client_key"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ckptfs-bed",
+                            "-f", os.path.join(self.dir, key)], check=True)
+        shutil.copy(os.path.join(self.dir, "client_key.pub"),
+                    os.path.join(self.dir, "authorized_keys"))
+        config = os.path.join(self.dir, "sshd_config")
+        with open(config, "w") as f:
+            f.write("\n".join([
+                "ListenAddress 127.0.0.1",
+                "Port %d" % self.port,
+                "HostKey %s/host_key" % self.dir,
+                "AuthorizedKeysFile %s/authorized_keys" % self.dir,
+                "PidFile none",
+                "StrictModes no",  # the keys lie under /tmp
+                "UsePAM no",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                "UseDNS no",
+                "MaxStartups 64",
+                "LogLevel ERROR",
+                "Subsystem sftp %s" % SFTP_SERVER,
+                ""]))
+        self.config = config
+
+    def _start_sshd(self):
+        # The privilege-separation directory that the sshd service makes at boot.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        proc = harness.session().start_server(self.name, [SSHD, "-D", "-e", "-f", self.config],
+                                              self.log)
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    harness.session().stop_server(self.name)
+                    raise harness.HarnessError("the bed's sshd did not start; see " + self.log)
+                time.sleep(0.05)
+
+    def mount(self, host):
+        """Mounts the export for `host` with a client of its own; returns the
+        mountpoint (the export as that host sees it)."""
+        mnt = os.path.join(self.dir, "host_" + host)
+        os.makedirs(mnt, exist_ok=True)
+        cmd = ["sshfs", "-f", "root@127.0.0.1:" + self.export, mnt, "-o",
+               ",".join(["port=%d" % self.port,
+                         "IdentityFile=%s/client_key" % self.dir,
+                         "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null",
+                         "BatchMode=yes", "LogLevel=ERROR"])]
+        harness.session().mount_command(cmd, mnt, self.log, store=None)
+        self.hosts[host] = mnt
+        return mnt
+
+    def unmount(self, host):
+        harness.session().unmount(self.hosts.pop(host))
+
+    def remount(self, host):
+        """`host`'s client unmounted and mounted again: its caches are gone."""
+        self.unmount(host)
+        return self.mount(host)
+
+    def view(self, host, *parts):
+        """A path on the export as `host` sees it."""
+        return os.path.join(self.hosts[host], *parts)
+
+    def stop(self):
+        for host in list(self.hosts):
+            self.unmount(host)
+        harness.session().stop_server(self.name)
