@@ -306,8 +306,12 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
         segments.insert(e.value.segment_id);
       }
     }
-    for (uint64_t id : segments) CKPTFS_RETURN_IF_ERROR(segments_->Refresh(id));
-    if (data_file) CKPTFS_RETURN_IF_ERROR(data_files_->Refresh(ino));
+    // A file that cannot be opened again (gone since) leaves the read's
+    // own error standing.
+    bool refreshed = true;
+    for (uint64_t id : segments) refreshed &= segments_->Refresh(id).ok();
+    if (data_file) refreshed &= data_files_->Refresh(ino).ok();
+    if (!refreshed) break;
     st = ReadExtentsOnce(ino, ex, offset, end, buf);
   }
   if (st.IsCorruption() && st.payload<SegmentMissing>() == nullptr) counters_.checksum_errors++;
