@@ -291,13 +291,10 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
   // on its way to the server. Its files are opened again, which makes the
   // client ask the server, and read again, for up to about a quarter of a
   // second. A missing segment is the caller's to handle.
-  for (int wait_ms : {0, 10, 40, 160}) {
-    if (st.ok() || !st.IsCorruption() || !mode_->OthersWrite() ||
-        st.payload<SegmentMissing>() != nullptr) {
-      break;
-    }
-    if (wait_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-    counters_.file_refreshes++;
+  auto reread = [&](const Status& s) {
+    return s.IsCorruption() && mode_->OthersWrite() && s.payload<SegmentMissing>() == nullptr;
+  };
+  if (reread(st)) {
     std::set<uint64_t> segments;
     bool data_file = false;
     for (const Extent& e : ex) {
@@ -306,13 +303,18 @@ Status StoreImpl::ReadExtentsInto(Ino ino, const std::vector<Extent>& ex, uint64
         segments.insert(e.value.segment_id);
       }
     }
-    // A file that cannot be opened again (gone since) leaves the read's
-    // own error standing.
-    bool refreshed = true;
-    for (uint64_t id : segments) refreshed &= segments_->Refresh(id).ok();
-    if (data_file) refreshed &= data_files_->Refresh(ino).ok();
-    if (!refreshed) break;
-    st = ReadExtentsOnce(ino, ex, offset, end, buf);
+    for (int wait_ms : {0, 10, 40, 160}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      counters_.file_refreshes++;
+      // A file that cannot be opened again (gone since) leaves the read's
+      // own error standing.
+      bool refreshed = true;
+      for (uint64_t id : segments) refreshed &= segments_->Refresh(id).ok();
+      if (data_file) refreshed &= data_files_->Refresh(ino).ok();
+      if (!refreshed) break;
+      st = ReadExtentsOnce(ino, ex, offset, end, buf);
+      if (!reread(st)) break;
+    }
   }
   if (st.IsCorruption() && st.payload<SegmentMissing>() == nullptr) counters_.checksum_errors++;
   return st;
