@@ -255,6 +255,27 @@ def fmt(v, digits=0):
     return "-" if v is None else "{:,.{}f}".format(v, digits)
 
 
+def print_table(results):
+    """The results as a Markdown table, with ratios to the plain directory."""
+    plain, emb = results[0], results[1]
+    print("\n| setup | create files/s | x plain | x embedded | rank writes MB/s | x plain "
+          "| cold restore, own files/s | x plain | others' files/s | rank read MB/s | x plain "
+          "| PostgreSQL txns/file | round trips/file | time waiting on PostgreSQL |")
+    print("| --- |" + " ---: |" * 13)
+    for r in results:
+        share = r.get("pg_wait_share")
+        print("| %s |" % r["setup"] + " %s |" * 13 % (
+            fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
+            fmt(r["create_files_s"] / emb["create_files_s"], 2),
+            fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
+            fmt(r["restore_own_files_s"]),
+            fmt(r["restore_own_files_s"] / plain["restore_own_files_s"], 2),
+            fmt(r.get("restore_others_files_s")), fmt(r["restore_rank_mb_s"]),
+            fmt(r["restore_rank_mb_s"] / plain["restore_rank_mb_s"], 2),
+            fmt(r.get("pg_txns_per_file"), 1), fmt(r.get("pg_round_trips_per_file"), 1),
+            "-" if share is None else "%.0f%%" % (100 * share)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -284,20 +305,7 @@ def main():
     results = [Setup(a, "plain", 0).run(), Setup(a, "embedded", 1).run()]
     for n in [int(x) for x in a.mounts.split(",")]:
         results.append(Setup(a, "shared-%d" % n, n, meta).run())
-    emb = results[1]
-    print("\n| setup | create files/s | x embedded | rank writes MB/s | cold restore, own "
-          "files/s | others' files/s | rank read MB/s | PostgreSQL txns/file | round trips/file "
-          "| time waiting on PostgreSQL |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results:
-        share = r.get("pg_wait_share")
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["setup"], fmt(r["create_files_s"]),
-            fmt(r["create_files_s"] / emb["create_files_s"], 2),
-            fmt(r["ranks_mb_s"]), fmt(r["restore_own_files_s"]),
-            fmt(r.get("restore_others_files_s")), fmt(r["restore_rank_mb_s"]),
-            fmt(r.get("pg_txns_per_file"), 1), fmt(r.get("pg_round_trips_per_file"), 1),
-            "-" if share is None else "%.0f%%" % (100 * share)))
+    print_table(results)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -28,6 +28,9 @@ struct InodeState {
   Mutex mu;
   bool loaded GUARDED_BY(mu) = false;
   bool purged GUARDED_BY(mu) = false;  // gone from the index
+  // Whether this mount wrote its orphan key (it lost its last name here
+  // while open): on a shared store, only the host that did purges it.
+  bool orphaned_here GUARDED_BY(mu) = false;
   format::InodeValue attr GUARDED_BY(mu);  // valid when loaded
   std::atomic<int> open_count{0};  // handles open on it
   WriteOrder write_order;  // writers take a turn before `mu`
@@ -41,14 +44,15 @@ struct InodeState {
   // it was empty (0: not known, as for a file written before the store
   // was opened): a later value there means its bytes may have been synced.
   uint64_t first_write_syncs GUARDED_BY(mu) = 0;
-  // On a shared store, the solo epoch (StoreImpl::SoloEpoch) that began
-  // before `attr` was last read from the index: within it no other host
-  // changes the inode, so `attr` stays what the index holds. 0: none.
-  uint64_t solo_epoch GUARDED_BY(mu) = 0;
-  // The solo epoch in which the inode was known to have no extended
+  // On a shared store, the trust epoch (HostSession::TrustEpoch: the solo
+  // epoch, or the own epoch of an inode this mount owns) that began before
+  // `attr` was last read from the index: within it no other host changes
+  // the inode, so `attr` stays what the index holds. 0: none.
+  uint64_t trust_epoch GUARDED_BY(mu) = 0;
+  // The trust epoch in which the inode was known to have no extended
   // attributes (this host made it then, or listed none). 0: none.
   uint64_t no_xattrs_epoch GUARDED_BY(mu) = 0;
-  // And the solo epoch in which the one extended attribute absent_xattr
+  // And the trust epoch in which the one extended attribute absent_xattr
   // was read and not found (the kernel asks for security.capability before
   // every write). 0: none.
   uint64_t absent_xattr_epoch GUARDED_BY(mu) = 0;

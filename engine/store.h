@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -124,6 +125,10 @@ struct EngineStats {
   // Reads of a shared store that opened another host's files again to
   // find bytes their first read did not (io::File::Refresh).
   uint64_t file_refreshes = 0;
+  // On a shared store (docs/SHARED.md, "Owned inodes"): inodes this mount
+  // gave up to another host, asked another host to give up, and took from
+  // an owner that was gone or did not answer.
+  uint64_t owned_given_up = 0, owned_asked = 0, owned_taken_over = 0;
   uint64_t segments = 0;
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files
@@ -460,6 +465,21 @@ class Store {
   // a second while this open is the only mounted host (a writable open
   // holds one), else 0 (docs/SHARED.md, "What one host sees").
   virtual double CacheSeconds() const = 0;
+  // The same for the attributes of `ino` and, for a directory, the names
+  // in it: on a shared store also while this mount owns `ino`
+  // (docs/SHARED.md, "Owned inodes"), up to a second at a time.
+  virtual double CacheSecondsOf(Ino ino) const = 0;
+  // The same for a name in directory `dir` that names `ino`: on a shared
+  // store also while this mount owns the one or the other.
+  virtual double CacheSecondsOfName(Ino dir, Ino ino) const = 0;
+  // What to call when this mount gives up an inode it owned to another
+  // host: the kernel must drop the attributes it keeps of `ino` and the
+  // names `names` (a directory and a name in it): those of `ino` and, for
+  // a directory, those in it. Called from a thread of the store's
+  // own, never while a request of the kernel's waits for it. Set before
+  // the mount serves; an empty function calls nothing.
+  using GiveUpHook = std::function<void(Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names)>;
+  virtual void SetGiveUpHook(GiveUpHook hook) = 0;
   // Forgets what the store remembers of `ino` beyond the index (its
   // attributes, extents and verified blocks), so that the next call reads
   // it afresh: an open of a shared store's file (close-to-open). Nothing

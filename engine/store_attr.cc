@@ -43,6 +43,7 @@ bool AtimeNeedsUpdate(const format::InodeValue& v, const Timespec& now, AtimeRul
 
 Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(MayChange(ino));
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
@@ -132,6 +133,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   if (len == 0) return Status(EINVAL, "fallocate of 0 bytes");
   if (offset >= kMaxFileSize || len > kMaxFileSize - offset) return Status(EFBIG, "too large");
   const uint64_t end = offset + len;
+  CKPTFS_RETURN_IF_ERROR(MayChange(ino));
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
@@ -187,6 +189,11 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
   const Timespec now = Now();
   if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
+  if (mode_->OthersWrite()) {
+    // The owner keeps the access times of what it owns.
+    CKPTFS_ASSIGN_OR_RETURN(const bool elsewhere, host_.ownership().OwnedElsewhere(ino));
+    if (elsewhere) return Status::OK();
+  }
   format::InodeValue v = s->attr;
   SetAtime(&v, now);
   meta::Writes b;
@@ -214,10 +221,12 @@ Status StoreImpl::OpenFile(Ino ino) {
 
 void StoreImpl::Reread(Ino ino) {
   if (!mode_->OthersWrite()) return;
-  extent_maps_.Forget(ino);
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
-  if (!SoloFreshLocked(s.get())) s->loaded = false;
+  // What this mount trusts changed only through it, its extents included.
+  if (TrustedLocked(s.get())) return;
+  s->loaded = false;
+  extent_maps_.Forget(ino);
 }
 
 Status StoreImpl::Release(Ino ino) {
@@ -226,8 +235,10 @@ Status StoreImpl::Release(Ino ino) {
   MutexLock l(&s->mu);
   if (s->open_count.load() <= 0) return Status(EBADF, "inode " + std::to_string(ino) + " is not open");
   Status result;
+  // Another host's orphan (it removed the file while open there) is its
+  // own to purge.
   if (--s->open_count == 0 && s->loaded && s->attr.nlink == 0 && !s->purged && !options_.read_only &&
-      !closed_) {
+      !closed_ && (s->orphaned_here || !mode_->OthersWrite())) {
     meta::Writes b;
     StatDeltas deltas;
     // On failure the inode stays an orphan: fsck reports it, and the next

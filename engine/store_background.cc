@@ -5,7 +5,7 @@
 // (engine/store_compact.cc) when the dead space passes the threshold the
 // options set (compact_dead, compact_min), or, with free_empty, deletes
 // segments nothing live is in. Also the solo-grant questions a shared store
-// asks its HostSession (SoloFreshLocked, CacheSeconds).
+// asks its HostSession (TrustedLocked, CacheSeconds).
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -64,9 +64,9 @@ void StoreImpl::StartBackgroundCompaction() {
   });
 }
 
-bool StoreImpl::SoloFreshLocked(const InodeState* s) const {
-  const uint64_t epoch = host_.SoloEpoch();
-  return epoch != 0 && s->loaded && !s->purged && s->solo_epoch == epoch;
+bool StoreImpl::TrustedLocked(const InodeState* s) const {
+  const uint64_t epoch = host_.TrustEpoch(s->ino);
+  return epoch != 0 && s->loaded && !s->purged && s->trust_epoch == epoch;
 }
 
 double StoreImpl::CacheSeconds() const { return mode_->CacheSeconds(); }

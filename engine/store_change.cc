@@ -15,11 +15,25 @@ Status StoreImpl::Txn::Begin() {
 Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
+  if (index != nullptr) {
+    for (uint64_t ino : inos) CKPTFS_RETURN_IF_ERROR(st->MayChange(ino));
+  }
   for (uint64_t ino : inos) {
     refs.emplace_back(&st->inodes_, ino);
     locks.emplace_back(refs.back()->mu);
     InodeState* s = refs.back().get();
-    CKPTFS_RETURN_IF_ERROR(index != nullptr ? st->RefreshLocked(s, reader()) : st->LoadLocked(s));
+    if (index == nullptr) {
+      CKPTFS_RETURN_IF_ERROR(st->LoadLocked(s));
+    } else if (st->TrustedLocked(s)) {
+      // It changes only through this mount (which owns it, or is alone).
+    } else if (st->host_.TrustEpoch(ino) != 0) {
+      // So too, but not read since: read once, and trusted from then on.
+      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, kLatest));
+    } else {
+      // Read in the change's transaction, which conflicts with any other
+      // change of it.
+      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, reader()));
+    }
   }
   return Status::OK();
 }
@@ -61,6 +75,7 @@ Status StoreImpl::Txn::DropDir(uint64_t ino, const Timespec& now) {
 Status StoreImpl::Txn::Unnamed(uint64_t ino) {
   if (State(ino)->open_count.load() > 0) {
     batch.Put(Space::kMeta, format::OrphanKey(ino), st->mode_->OrphanValue());
+    State(ino)->orphaned_here = true;
     return Status::OK();
   }
   return Purge(ino);
@@ -87,6 +102,7 @@ Status StoreImpl::Txn::Commit() {
   }
   for (auto& [ino, v] : attrs) State(ino)->attr = v;
   for (uint64_t ino : purged) State(ino)->purged = true;
+  if (index != nullptr) st->NamesChanged(batch);
   return Status::OK();
 }
 

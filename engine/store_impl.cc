@@ -178,6 +178,11 @@ Status StoreImpl::ClaimHost() {
     return Status(EBUSY, claimed.message())
         .WithPayload(StoreHolder{held->value.holder, static_cast<pid_t>(held->value.pid)});
   }
+  format::OwnerValue me{host_.id(), static_cast<uint32_t>(::getpid()), meta::MachineName()};
+  host_.ownership().Start(kv(), std::move(me),
+                          [this](uint64_t ino, const std::vector<Ownership::Name>& names) {
+                            GiveUp(ino, names);
+                          });
   return Status::OK();
 }
 

@@ -6,16 +6,18 @@
 // in store_background.cc; open, close, commits and space in store_impl.cc;
 // what it reports and its run-time settings in store_info.cc. It asks mode_
 // (engine/store_mode.h) what an embedded or a shared store means, and host_
-// (engine/shared/host_session.h) for a shared store's host and solo grants.
+// (engine/shared/host_session.h) for a shared store's host, solo grants and
+// owned inodes (store_owned.cc).
 //
 // Concurrency: namespace mutations take ns_mu_ (exclusively on an embedded
 // store; shared on a shared store, whose index's SERIALIZABLE transactions
 // order them across threads and hosts, ChangeNamespace) and then the
 // InodeState mutexes of every inode they touch, in ascending inode order,
-// each loaded from the index in the change's transaction. File data
-// operations take only their inode's mutex, so writers of different files run
-// in parallel; their segment appends reserve space under SegmentSet's short
-// lock and write outside it. Readers take no inode lock for the data: they
+// each loaded from the index in the change's transaction unless this mount
+// trusts what it knows of it (it owns it, or is alone). File data operations
+// take only their inode's mutex, so writers of different files run in
+// parallel; their segment appends reserve space under SegmentSet's short lock
+// and write outside it. Readers take no inode lock for the data: they
 // take the extents from the extent maps' cache or read them from the index
 // in one transaction (CollectIndexExtents).
 //
@@ -136,6 +138,9 @@ class StoreImpl final : public Store {
   bool Shared() const override { return shared_.has_value(); }
   Result<std::vector<HostInfo>> Hosts() override;
   double CacheSeconds() const override;
+  double CacheSecondsOf(Ino ino) const override;
+  double CacheSecondsOfName(Ino dir, Ino ino) const override;
+  void SetGiveUpHook(GiveUpHook hook) override EXCLUDES(give_up_mu_);
   void Reread(Ino ino) override;
   Status UpdateOptions(const std::function<void(StoreOptions*)>& change) override;
   std::optional<CompactionRecord> LastCompaction() override;
@@ -151,8 +156,8 @@ class StoreImpl final : public Store {
   using Extent = engine::Extent;
 
   // ---- store_impl.cc, store_info.cc ----
-  // Takes this mount's host of a shared store (HostSession::Claim); EBUSY
-  // naming the mount that holds it, as for an embedded store in use.
+  // Takes this mount's host of a shared store (HostSession::Claim), owning
+  // what it makes from then on; EBUSY naming the holder, as when embedded.
   Status ClaimHost();
   // The ids of the segments the index says are sealed.
   Result<std::vector<uint64_t>> SealedSegments();
@@ -227,7 +232,7 @@ class StoreImpl final : public Store {
     // `ino` has no name left: while OpenFile holds it, it stays (with an
     // orphan key, purged at its last Release or at the next open of the
     // store); otherwise it is purged. Errors as DropLink.
-    Status Unnamed(uint64_t ino);
+    Status Unnamed(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
     // Removes `ino` and everything it owns. An error leaves the batch
     // unusable: do not commit it.
     Status Purge(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
@@ -318,19 +323,7 @@ class StoreImpl final : public Store {
   void AddName(Txn* t, Ino parent, std::string_view name, const format::DentryValue& d);
   // True when `ino` is `ancestor` or lies below it.
   Result<bool> IsInSubtree(Ino ino, Ino ancestor, meta::ReadTxn* in);
-  // The two sides of a rename, looked up under ns_mu_ (dst only when
-  // has_dst), their types read under the Txn's locks.
-  struct RenameSides {
-    Ino parent;
-    std::string_view name;
-    Ino new_parent;
-    std::string_view new_name;
-    format::DentryValue src{};
-    format::DentryValue dst{};
-    bool has_dst = false;
-    bool src_dir = false;
-    bool dst_dir = false;
-  };
+  struct RenameSides;  // the two sides of a rename (store_namespace.cc)
   // RenameMode::kExchange: swaps the two entries.
   Status ExchangeLocked(const RenameSides& r, Txn* t) REQUIRES_SHARED(ns_mu_);
   // Moves src to the new name, replacing what is there.
@@ -553,21 +546,32 @@ class StoreImpl final : public Store {
   // Where the index is when in PostgreSQL (STORE/SHARED); nullopt: RocksDB.
   std::optional<format::SharedIndex> shared_;
   // This mount's host of a shared store: lease, solo grants, the inodes it
-  // made (engine/shared/host_session.h); claims nothing on an embedded store
-  // or a read-only open. Declared after index_, which its watch reads.
+  // owns (engine/shared/host_session.h); claims nothing on an embedded
+  // store or a read-only open. Declared after index_, which its watch reads.
   HostSession host_;
   // What the kind of store means (engine/store_mode.h): set by Init once the
   // index is chosen. Declared after host_, which a shared store's reads.
   std::unique_ptr<StoreMode> mode_ = StoreMode::Embedded();
-  // Whether `s` was read or written in the solo epoch that runs: what the
-  // index holds.
-  bool SoloFreshLocked(const InodeState* s) const REQUIRES(s->mu);
+  // A shared store's owned inodes (store_owned.cc, Ownership): MayChange
+  // before a change (never holding an inode's mutex), NamesChanged after its
+  // commit; OwnNew puts the owner key of `ino`, made in `b`, and says whether
+  // it did (if so and `b` fails: Ownership::Forget); GiveUp when another
+  // host asks for `ino` (Ownership::GiveUpFn), started by ClaimHost.
+  Status MayChange(Ino ino);
+  void NamesChanged(const meta::Writes& batch);
+  bool OwnNew(meta::Writes* b, uint64_t ino, bool dir);
+  void GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names) EXCLUDES(give_up_mu_);
+  Mutex give_up_mu_;  // a leaf lock
+  GiveUpHook give_up_hook_ GUARDED_BY(give_up_mu_);
+  // Whether `s` was read or written in the trust epoch of it that runs
+  // (HostSession::TrustEpoch): what the index holds.
+  bool TrustedLocked(const InodeState* s) const REQUIRES(s->mu);
   // A shared store's file read with a hole in [start, end) of the extents
   // `ex`: ESTALE when its inode is gone (another host removed it while this
   // one has it open; its extents went with it), rather than zeros.
   Status CheckHoleOfLiveFile(Ino ino, const std::vector<Extent>& ex, uint64_t start,
                              uint64_t end);
-  // Whether extended attribute `name` of `s` is known absent in solo epoch
+  // Whether extended attribute `name` of `s` is known absent in trust epoch
   // `epoch` (0: never).
   bool KnownAbsentLocked(InodeState* s, std::string_view name, uint64_t epoch) REQUIRES(s->mu);
   std::unique_ptr<SegmentSet> segments_;

@@ -87,6 +87,9 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.direct_adopted_bytes = counters_.direct_adopted_bytes;
   s.direct_rereads = counters_.direct_rereads;
   s.file_refreshes = counters_.file_refreshes;
+  s.owned_given_up = host_.ownership().given_up();
+  s.owned_asked = host_.ownership().asked();
+  s.owned_taken_over = host_.ownership().taken_over();
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;

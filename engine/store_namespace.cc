@@ -54,14 +54,14 @@ Status StoreImpl::LoadLocked(InodeState* s) {
 Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
-  const uint64_t epoch = host_.SoloEpoch();  // before the read
+  const uint64_t epoch = host_.TrustEpoch(s->ino);  // before the read
   std::optional<HostSession::Made> m =
       mode_->OthersWrite() ? host_.TakeMade(s->ino) : std::nullopt;
   if (m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
     // Made by this host in the epoch that runs: the index holds this.
     s->attr = std::move(m->attr);
     s->loaded = true;
-    s->solo_epoch = epoch;
+    s->trust_epoch = epoch;
     s->no_xattrs_epoch = epoch;
     return Status::OK();
   }
@@ -76,13 +76,16 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
   s->attr = std::move(iv);
   s->loaded = true;
-  s->solo_epoch = epoch;
+  // A change's transaction reads a snapshot that may predate a change this
+  // mount committed while it waited for s->mu: trusted only once read
+  // under s->mu in a transaction of its own.
+  s->trust_epoch = in == kLatest ? epoch : 0;
   return Status::OK();
 }
 
 Status StoreImpl::FreshLocked(InodeState* s) {
   if (!mode_->OthersWrite()) return LoadLocked(s);
-  return SoloFreshLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
+  return TrustedLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
 }
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(meta::ReadTxn* in, Space s,
@@ -168,6 +171,10 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   }
   b->Delete(Space::kInodes, format::InodeKey(ino));
   b->Delete(Space::kMeta, format::OrphanKey(ino));
+  if (mode_->OthersWrite()) {
+    b->Delete(Space::kMeta, format::OwnerKey(ino));
+    host_.ownership().Forget(ino);
+  }
   b->Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(-1));
   const std::string lower = format::ExtentPrefix(ino);
   const std::string upper = format::ExtentPrefix(ino + 1);
@@ -274,6 +281,13 @@ Result<Attr> StoreImpl::GetAttr(Ino ino) {
 
 Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
+  if (mode_->OthersWrite()) {
+    // A directory this mount owns: every name in it came through here.
+    if (std::optional<uint64_t> known = host_.ownership().FindName(parent, name)) {
+      if (*known == 0) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
+      return GetAttr(*known);
+    }
+  }
   CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
   if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, kLatest));
@@ -314,11 +328,25 @@ Result<std::string> StoreImpl::ReadLink(Ino ino) {
 
 // ---- mutations ----
 
+// The two sides of a rename, looked up under ns_mu_ (dst only when
+// has_dst), their types read under the Txn's locks.
+struct StoreImpl::RenameSides {
+  Ino parent;
+  std::string_view name;
+  Ino new_parent;
+  std::string_view new_name;
+  format::DentryValue src{};
+  format::DentryValue dst{};
+  bool has_dst = false;
+  bool src_dir = false;
+  bool dst_dir = false;
+};
+
 Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::InodeValue v) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(0));
-  uint64_t epoch = 0;  // the solo epoch before the commit
+  uint64_t epoch = 0;  // the new inode's trust epoch before the commit
   format::InodeValue made;
   Result<Attr> a = ChangeNamespace([&](Txn& t) -> Result<Attr> {
     CKPTFS_RETURN_IF_ERROR(t.Lock({parent}));
@@ -340,12 +368,17 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     PutInode(&t.batch, ino, n);
     AddName(&t, parent, name, {ino, TypeOf(n.mode)});
     t.batch.Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(1));
-    epoch = host_.SoloEpoch();
-    CKPTFS_RETURN_IF_ERROR(t.Commit());
+    const bool owned = OwnNew(&t.batch, ino, S_ISDIR(n.mode));
+    epoch = host_.TrustEpoch(ino);
+    if (Status c = t.Commit(); !c.ok()) {
+      if (owned) host_.ownership().Forget(ino);
+      return c;
+    }
     if (epoch != 0) made = n;
     return ToAttr(ino, n);
   });
-  // Alone, the new inode is known as made, with no extended attributes.
+  // Alone, or owned, the new inode is known as made, with no extended
+  // attributes.
   if (a.ok() && epoch != 0) host_.RememberMade(a->ino, epoch, std::move(made));
   return a;
 }

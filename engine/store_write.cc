@@ -109,6 +109,7 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data,
   if (offset >= kMaxFileSize || data.size() > kMaxFileSize - offset) {
     return Status(EFBIG, "write past the largest file size");
   }
+  CKPTFS_RETURN_IF_ERROR(MayChange(ino));
   InodeRef s(&inodes_, ino);
   // Concurrent writes of the file append in offset order (write_order.h).
   WriteOrder::Turn turn(&s->write_order, offset);
@@ -253,6 +254,7 @@ Status StoreImpl::WriteStoredLocked(InodeState* s, uint64_t offset, std::string_
 
 Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(MayChange(ino));
   InodeState* s = inodes_.Pin(ino);  // held until EndDirectWrite
   Status st;
   bool began = false;

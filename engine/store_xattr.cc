@@ -36,7 +36,7 @@ Result<std::string> StoreImpl::GetXattr(Ino ino, std::string_view name) {
   // is known absent) waits for it.
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));  // it exists
-  const uint64_t epoch = host_.SoloEpoch();  // before the read
+  const uint64_t epoch = host_.TrustEpoch(ino);  // before the read
   if (KnownAbsentLocked(s.get(), name, epoch)) return Status(ENODATA, "no such xattr");
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
                           IndexGet(Space::kXattrs, format::XattrKey(ino, name)));
@@ -59,7 +59,7 @@ Result<std::vector<std::string>> StoreImpl::ListXattr(Ino ino) {
   // no_xattrs_epoch) waits for it.
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
-  const uint64_t epoch = host_.SoloEpoch();  // before the scan
+  const uint64_t epoch = host_.TrustEpoch(ino);  // before the scan
   std::vector<std::string> names;
   if (epoch != 0 && s->no_xattrs_epoch == epoch) return names;
   const std::string prefix = format::XattrKey(ino, "");
@@ -79,7 +79,7 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
     InodeRef s(&inodes_, ino);
     MutexLock l(&s->mu);
     CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
-    if (KnownAbsentLocked(s.get(), name, host_.SoloEpoch())) return Status(ENODATA, "no such xattr");
+    if (KnownAbsentLocked(s.get(), name, host_.TrustEpoch(ino))) return Status(ENODATA, "no such xattr");
   }
   return RunChange([&](Txn& t) -> Status {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));

@@ -13,6 +13,11 @@
 
 namespace ckptfs::format {
 
+void PutBE32(std::string* dst, uint32_t v) {
+  PutBE64(dst, v);
+  dst->erase(dst->size() - 8, 4);
+}
+
 void PutBE64(std::string* dst, uint64_t v) {
   char b[8];
   for (int i = 7; i >= 0; --i) {
@@ -208,6 +213,46 @@ std::string HostKey(std::string_view name) {
   std::string k(kMetaHostPrefix);
   k.append(name);
   return k;
+}
+
+std::string OwnerKey(uint64_t ino) {
+  std::string k(kMetaOwnerPrefix);
+  PutBE64(&k, ino);
+  return k;
+}
+
+std::string GiveUpPrefix(uint32_t host) {
+  std::string k(kMetaGiveUpPrefix);
+  PutBE32(&k, host);
+  return k;
+}
+
+std::string GiveUpKey(uint32_t host, uint64_t ino) {
+  std::string k = GiveUpPrefix(host);
+  PutBE64(&k, ino);
+  return k;
+}
+
+std::string EncodeOwner(const OwnerValue& v) {
+  std::string s;
+  PutLE32(&s, v.id);
+  PutLE32(&s, v.pid);
+  PutLE16(&s, static_cast<uint16_t>(v.machine.size()));
+  s.append(v.machine);
+  return s;
+}
+
+Status DecodeOwner(std::string_view in, OwnerValue* v) {
+  if (in.size() < 10) return Short("owner value", in.size(), 10);
+  v->id = GetLE32(in.data());
+  v->pid = GetLE32(in.data() + 4);
+  const size_t machine = GetLE16(in.data() + 8);
+  if (in.size() != 10 + machine) return Short("owner value", in.size(), 10 + machine);
+  v->machine.assign(in.substr(10, machine));
+  if (v->id == 0 || v->id > kMaxHostId) {
+    return Status::Corruption("owner value has id " + std::to_string(v->id));
+  }
+  return Status::OK();
 }
 
 std::string EncodeHost(const HostValue& v) {

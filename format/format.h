@@ -16,6 +16,7 @@
 namespace ckptfs::format {
 
 // ---- Fixed-width coding. ----
+void PutBE32(std::string* dst, uint32_t v);
 void PutBE64(std::string* dst, uint64_t v);
 uint64_t GetBE64(const char* p);
 void PutLE16(std::string* dst, uint16_t v);
@@ -93,6 +94,26 @@ std::string OrphanKey(uint64_t ino);
 inline constexpr char kMetaNextHostId[] = "next_host_id";
 inline constexpr char kMetaHostPrefix[] = "host/";
 std::string HostKey(std::string_view name);
+// Owned inodes of shared stores (docs/SHARED.md, "Owned inodes"): the
+// mount that made inode `ino` and alone changes it until another host asks
+// for it, and one such request to the owner `host`.
+inline constexpr char kMetaOwnerPrefix[] = "owner/";
+inline constexpr char kMetaGiveUpPrefix[] = "give_up/";
+std::string OwnerKey(uint64_t ino);
+std::string GiveUpKey(uint32_t host, uint64_t ino);
+std::string GiveUpPrefix(uint32_t host);
+
+// The mount that owns an inode: its host id, and the process that holds
+// the host (as its HostValue names it). An owner whose host is no longer
+// held by that process owns nothing.
+struct OwnerValue {
+  uint32_t id = 0;
+  uint32_t pid = 0;
+  std::string machine;  // < 64 KiB
+  bool operator==(const OwnerValue&) const = default;
+};
+std::string EncodeOwner(const OwnerValue& v);
+Status DecodeOwner(std::string_view in, OwnerValue* v);
 
 // A host of a shared store: its id, and the mount that holds it until its
 // lease runs out (lease_until_ms 0: released at a clean close).

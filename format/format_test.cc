@@ -217,7 +217,8 @@ const std::set<std::string> kHexBlocks = {
     "inode-file-v2",  "inode-file-v3", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
-    "segment-header", "record",       "host-value"};
+    "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",
+    "owner-value"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
 
@@ -402,8 +403,22 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
             DocText("column-families"));
   EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
                 kMetaCleanShutdown + "\n" + kMetaOrphanPrefix + "\n" + kMetaNextHostId + "\n" +
-                kMetaHostPrefix,
+                kMetaHostPrefix + "\n" + kMetaOwnerPrefix + "\n" + kMetaGiveUpPrefix,
             DocText("meta-keys"));
+}
+
+TEST(Golden, OwnerKeysAndValue) {
+  EXPECT_EQ(Hex(OwnerKey(2)), Hex(DocHex("owner-key")));
+  EXPECT_EQ(Hex(GiveUpKey(3, 2)), Hex(DocHex("give-up-key")));
+  EXPECT_EQ(GiveUpKey(3, 2).substr(0, GiveUpPrefix(3).size()), GiveUpPrefix(3));
+  const OwnerValue v{3, 4242, "node07"};
+  EXPECT_EQ(Hex(EncodeOwner(v)), Hex(DocHex("owner-value")));
+  OwnerValue back;
+  ASSERT_TRUE(DecodeOwner(DocHex("owner-value"), &back).ok());
+  EXPECT_EQ(back, v);
+  ExpectCorruption(DecodeOwner(DocHex("owner-value").substr(0, 9), &back), "owner value");
+  ExpectCorruption(DecodeOwner(DocHex("owner-value").substr(0, 15), &back), "owner value");
+  ExpectCorruption(DecodeOwner(std::string(10, '\0'), &back), "id 0");
 }
 
 TEST(Golden, HostValue) {

@@ -48,6 +48,16 @@ void AttrInvalidator::PagesNow(engine::Ino ino, uint64_t offset, uint64_t length
   }
 }
 
+void AttrInvalidator::GaveUp(engine::Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names) {
+  fuse_session* se = session();
+  if (se == nullptr) return;
+  // ENOENT: the kernel does not hold the name (or the inode).
+  for (const auto& [dir, name] : names) {
+    fuse_lowlevel_notify_inval_entry(se, dir, name.data(), name.size());
+  }
+  fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+}
+
 void AttrInvalidator::Run() {
   std::vector<engine::Ino> batch;
   fuse_session* se;

@@ -25,8 +25,10 @@
 #include <fuse_lowlevel.h>
 
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "base/mutex.h"
 #include "engine/store.h"
@@ -58,6 +60,10 @@ class AttrInvalidator {
   // write completes then reads the new bytes. Safe from such a WRITE, which
   // comes from an open file: the inode cannot be evicted meanwhile.
   void PagesNow(engine::Ino ino, uint64_t offset, uint64_t length) EXCLUDES(mu_);
+  // Drops the names `names` (a directory, a name in it) and the attributes
+  // of `ino` before returning: the store gave `ino` up to another host
+  // (Store::SetGiveUpHook), from a thread that no request waits for.
+  void GaveUp(engine::Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names) EXCLUDES(mu_);
 
  private:
   void Run() EXCLUDES(mu_);

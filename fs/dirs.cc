@@ -143,7 +143,7 @@ Result<size_t> FillDir(Request& r, DirHandle& h, uint64_t off, bool plus, std::v
           if (err == ENOENT || err == ESTALE) continue;  // removed since listed
           return a.status();
         }
-        e = fs.ToEntry(*a);
+        e = fs.ToEntry(*a, h.ino);
         // Counted before it is added: the entry hands the kernel a lookup.
         CKPTFS_RETURN_IF_ERROR(fs.CountLookup(*a));
         counted->push_back(d.ino);

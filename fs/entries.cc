@@ -81,11 +81,11 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     if (n == "." || n == "..") {
       Result<Attr> a = LookupDot(fs, parent, n == "..");
       if (!a.ok()) return r.Fail(a.status());
-      return fs.ReplyEntry(r, *a);
+      return fs.ReplyEntry(r, *a, 0);
     }
     const bool control = IsControl(parent) || IsControlName(parent, name);
     Result<Attr> a = control ? fs.control().Lookup(parent, name) : fs.store().Lookup(parent, name);
-    if (a.ok()) return fs.ReplyEntry(r, *a);
+    if (a.ok()) return fs.ReplyEntry(r, *a, parent);
     if (a.status().code() == ENOENT && !control) {
       // A negative entry: the kernel remembers the miss for
       // negative_timeout. Creating the name goes through the kernel, which
@@ -189,7 +189,7 @@ void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
     Result<Attr> a = r.fs().store().Mkdir(parent, name, m, owner->uid, owner->gid);
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
-    r.fs().ReplyEntry(r, *a);
+    r.fs().ReplyEntry(r, *a, parent);
   });
 }
 
@@ -205,7 +205,7 @@ void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     if (S_ISREG(a->mode)) r.fs().op_stats().CountFileCreated();
-    r.fs().ReplyEntry(r, *a);
+    r.fs().ReplyEntry(r, *a, parent);
   });
 }
 
@@ -230,7 +230,7 @@ void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* 
     Result<Attr> a = r.fs().store().Symlink(parent, name, target, owner->uid, owner->gid);
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
-    r.fs().ReplyEntry(r, *a);
+    r.fs().ReplyEntry(r, *a, parent);
   });
 }
 
@@ -250,7 +250,7 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new
     Result<Attr> a = r.fs().store().Link(ino, new_parent, new_name);
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(new_parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
-    r.fs().ReplyEntry(r, *a);
+    r.fs().ReplyEntry(r, *a, new_parent);
   });
 }
 

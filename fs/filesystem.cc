@@ -85,21 +85,23 @@ struct stat Filesystem::ToStat(const Attr& a) const {
   return st;
 }
 
-// The options' timeouts, within what the store allows (Store::CacheSeconds:
-// on a shared store, while this mount is the only mounted host).
+// The options' timeouts, within what the store allows (Store::CacheSeconds
+// and CacheSecondsOf: on a shared store, while this mount is the only
+// mounted host, or owns the inode).
 double Filesystem::AttrTimeout(Ino ino) const {
-  return IsControlFile(ino) ? 0.0 : std::min(options_.attr_timeout, store_->CacheSeconds());
+  return IsControlFile(ino) ? 0.0 : std::min(options_.attr_timeout, store_->CacheSecondsOf(ino));
 }
 
-double Filesystem::EntryTimeout(Ino ino) const {
-  return IsControlFile(ino) ? 0.0 : std::min(options_.entry_timeout, store_->CacheSeconds());
+double Filesystem::EntryTimeout(Ino parent, Ino ino) const {
+  if (IsControlFile(ino) || parent == 0) return 0.0;
+  return std::min(options_.entry_timeout, store_->CacheSecondsOfName(parent, ino));
 }
 
 double Filesystem::NegativeTimeout() const {
   return std::min(options_.negative_timeout, store_->CacheSeconds());
 }
 
-fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
+fuse_entry_param Filesystem::ToEntry(const Attr& a, Ino parent) const {
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
   e.ino = a.ino;
@@ -108,12 +110,12 @@ fuse_entry_param Filesystem::ToEntry(const Attr& a) const {
   e.generation = a.ino == engine::kRootIno ? 0 : a.generation;
   e.attr = ToStat(a);
   e.attr_timeout = AttrTimeout(a.ino);
-  e.entry_timeout = EntryTimeout(a.ino);
+  e.entry_timeout = EntryTimeout(parent, a.ino);
   return e;
 }
 
-void Filesystem::ReplyEntry(Request& r, const Attr& a) {
-  const fuse_entry_param e = ToEntry(a);
+void Filesystem::ReplyEntry(Request& r, const Attr& a, Ino parent) {
+  const fuse_entry_param e = ToEntry(a, parent);
   if (engine::Status st = CountLookup(a); !st.ok()) return r.Fail(st);
   if (!r.Entry(e)) Forget(a.ino, 1);
 }

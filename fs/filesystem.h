@@ -67,14 +67,16 @@ class Filesystem final : public MountReport {
   // with every read: their attributes and entries are never cached, so that
   // each open looks them up again (see control.h).
   double AttrTimeout(engine::Ino ino) const;
-  double EntryTimeout(engine::Ino ino) const;
+  // Of the name of `ino` in directory `parent` (0: not one to keep).
+  double EntryTimeout(engine::Ino parent, engine::Ino ino) const;
   double NegativeTimeout() const;
-  fuse_entry_param ToEntry(const engine::Attr& a) const;
+  fuse_entry_param ToEntry(const engine::Attr& a, engine::Ino parent) const;
 
-  // Answers a request that hands `a` to the kernel (lookup, mkdir, ...):
-  // counts the lookup (pinning the inode, see LookupCounts), and takes it
-  // back when the kernel does not take the reply.
-  void ReplyEntry(Request& r, const engine::Attr& a);
+  // Answers a request that hands `a`, named in `parent` (0: "." or ".."),
+  // to the kernel (lookup, mkdir, ...): counts the lookup (pinning the
+  // inode, see LookupCounts), and takes it back when the kernel does not
+  // take the reply.
+  void ReplyEntry(Request& r, const engine::Attr& a, engine::Ino parent);
   // Counts one lookup of `a` handed to the kernel (LookupCounts::Add); the
   // first one of a store inode pins it.
   engine::Status CountLookup(const engine::Attr& a);

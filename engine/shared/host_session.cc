@@ -31,6 +31,7 @@ void HostSession::Join() {
   // attributes they were told before this host came: it serves once that
   // has timed out.
   const Result<bool> others = WatchOnce();
+  (void)ownership_.PollOnce();  // the first own grant
   if (!others.ok() || *others) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
   }
@@ -89,25 +90,43 @@ double HostSession::SoloSecondsLeft() const {
   return left > 0 ? static_cast<double>(left) / 1e9 : 0.0;
 }
 
+uint64_t HostSession::TrustEpoch(uint64_t ino) const {
+  if (ownership_.Owns(ino)) {
+    if (const uint64_t epoch = ownership_.Epoch(); epoch != 0) return epoch;
+  }
+  return SoloEpoch();
+}
+
+double HostSession::CacheSecondsOf(uint64_t ino) const {
+  const double solo = SoloSecondsLeft();
+  return ownership_.Owns(ino) ? std::max(solo, ownership_.SecondsLeft()) : solo;
+}
+
 void HostSession::StartWatch() {
   watch_ = std::thread([this] {
+    auto hosts_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
     for (;;) {
       {
         MutexLock l(&watch_mu_);
         const auto deadline =
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(Ownership::kPollMs);
         while (!watch_stop_ && watch_cv_.WaitUntil(&watch_mu_, deadline)) {
         }
         if (watch_stop_) return;
       }
       // A read that fails grants nothing more: the grant runs out.
-      (void)WatchOnce();
+      (void)ownership_.PollOnce();
+      if (std::chrono::steady_clock::now() >= hosts_due) {
+        hosts_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
+        (void)WatchOnce();
+      }
     }
   });
 }
 
 void HostSession::StopWatch() {
   solo_until_ns_ = 0;
+  ownership_.End();
   if (!watch_.joinable()) return;
   {
     MutexLock l(&watch_mu_);

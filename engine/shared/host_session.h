@@ -12,6 +12,10 @@
 // others were told before they saw it has timed out. It also keeps the
 // inodes it made in a solo epoch (RememberMade, TakeMade).
 //
+// The inodes this mount made are its own (Ownership), until another host
+// asks for one; the watch thread reads those requests every
+// Ownership::kPollMs.
+//
 // A session that claimed no host (an embedded store, or a shared one opened
 // read-only) has id 0, is never lost, and has no solo epoch.
 //
@@ -30,6 +34,7 @@
 #include "base/mutex.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "engine/shared/ownership.h"
 #include "format/format.h"
 #include "meta/kv.h"
 
@@ -84,6 +89,17 @@ class HostSession {
   uint64_t SoloEpoch() const;
   // Seconds left of the solo grant: 0 when none runs.
   double SoloSecondsLeft() const;
+  // The epoch in which what this mount knows of `ino` stays exact: the own
+  // epoch while it owns `ino`, else the solo epoch; 0 when neither runs.
+  uint64_t TrustEpoch(uint64_t ino) const;
+  // How long the kernel may keep the attributes of `ino` (and, for a
+  // directory, its names): while the solo grant or, for an owned inode,
+  // the own grant runs.
+  double CacheSecondsOf(uint64_t ino) const;
+
+  // The inodes this mount owns; started by Claim's caller.
+  Ownership& ownership() { return ownership_; }
+  const Ownership& ownership() const { return ownership_; }
 
   // An inode this host made in solo epoch `epoch` with attributes `attr`,
   // which the kernel learns of from the reply and loads then.
@@ -113,6 +129,8 @@ class HostSession {
   Mutex made_mu_;  // a leaf lock
   std::unordered_map<uint64_t, Made> made_ GUARDED_BY(made_mu_);
   std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
+
+  Ownership ownership_;
 
   std::thread watch_;
   Mutex watch_mu_;  // a leaf lock

@@ -196,6 +196,60 @@ class SharedStoreTest(unittest.TestCase):
         m3.mount()
         self.unmount_all_and_fsck()
 
+    def test_a_host_keeps_what_it_made_until_another_host_changes_it(self):
+        m1, m2, _ = self.mounts  # m3 stays mounted: nobody is alone
+        os.makedirs(m1.path("own/d"))
+        lib.write_file(m1.path("own/d/f"), b"f")
+        lib.write_file(m1.path("own/d/g"), b"g")
+
+        def daemon_calls(n):
+            """Requests and index round trips of n stats of a name and of its
+            directory and n misses, from the directory (a walk from the
+            mount's root asks for the root's attributes, which change
+            with every name any host adds there)."""
+            before = m1.stats()
+            d = os.open(m1.path("own/d"), os.O_PATH | os.O_DIRECTORY)
+            try:
+                for _ in range(n):
+                    os.stat("g", dir_fd=d)
+                    os.stat(".", dir_fd=d)
+                    with self.assertRaises(FileNotFoundError):
+                        os.stat("none", dir_fd=d)
+            finally:
+                os.close(d)
+            after = m1.stats()
+            return (after["fs"]["ops"]["lookups"] + after["fs"]["ops"]["getattrs"] -
+                    before["fs"]["ops"]["lookups"] - before["fs"]["ops"]["getattrs"],
+                    after["engine"]["index_round_trips"] - before["engine"]["index_round_trips"])
+
+        # Beside other hosts, m1's kernel keeps the names and attributes of
+        # what m1 made (a miss still reaches the daemon, which knows every
+        # name of a directory it made): 300 calls, no round trip for them.
+        requests, trips = daemon_calls(100)
+        self.assertLess(requests, 150)
+        self.assertLess(trips, 60)  # the stats' own, and the watch's polls
+        # Another host changes them: m1 sees every change at once.
+        os.rename(m2.path("own/d/f"), m2.path("own/d/f2"))
+        lib.write_file(m2.path("own/d/new"), b"new")
+        os.chmod(m2.path("own/d/g"), 0o600)
+        self.assertFalse(os.path.exists(m1.path("own/d/f")))
+        self.assertEqual(lib.read_file(m1.path("own/d/f2")), b"f")
+        self.assertEqual(lib.read_file(m1.path("own/d/new")), b"new")
+        self.assertEqual(os.stat(m1.path("own/d/g")).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(m1.path("own/d")).st_nlink, 2)
+        os.mkdir(m2.path("own/d/sub"))
+        self.assertEqual(os.stat(m1.path("own/d")).st_nlink, 3)
+        s1, s2 = m1.stats()["engine"], m2.stats()["engine"]
+        self.assertGreaterEqual(s1["owned_given_up"], 2, s1)  # own/d and own/d/g
+        self.assertGreaterEqual(s2["owned_asked"], 2, s2)
+        self.assertEqual(s2["owned_taken_over"], 0, s2)
+        # What m1 gave up is read from the index at every call from then on.
+        self.assertGreaterEqual(daemon_calls(20)[0], 40)
+        # And m1 changes it again as any host does.
+        os.unlink(m1.path("own/d/new"))
+        self.assertFalse(os.path.exists(m2.path("own/d/new")))
+        self.unmount_all_and_fsck()
+
     def test_close_to_open(self):
         m1, m2, _ = self.mounts
         for size in (100, 70000, 3 << 20):

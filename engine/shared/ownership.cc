@@ -1,0 +1,234 @@
+#include "engine/shared/ownership.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "meta/hosts.h"
+
+namespace ckptfs::engine {
+namespace {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+constexpr int64_t kMsNs = 1'000'000;
+}  // namespace
+
+void Ownership::Start(meta::Kv* kv, format::OwnerValue me, GiveUpFn give_up) {
+  kv_ = kv;
+  owner_value_ = format::EncodeOwner(me);
+  me_ = std::move(me);
+  give_up_ = std::move(give_up);
+}
+
+Status Ownership::PollOnce() {
+  if (kv_ == nullptr) return Status::OK();
+  // The grant runs from before the read: a request committed before it
+  // began is in what it reads.
+  const int64_t started = NowNs();
+  const std::string begin = format::GiveUpPrefix(me_.id);
+  const std::string end = format::GiveUpPrefix(me_.id + 1);
+  std::vector<std::pair<std::string, uint64_t>> requests;
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_, [&](meta::ReadTxn* t) -> Status {
+    requests.clear();
+    return t->Scan(meta::Space::kMeta, begin, end, [&](std::string_view k, std::string_view) {
+      if (k.size() == begin.size() + 8) {
+        requests.emplace_back(std::string(k), format::GetBE64(k.data() + begin.size()));
+      }
+      return true;
+    });
+  }));
+  {
+    MutexLock l(&mu_);
+    if (until_ns_.load() <= started) {
+      // The last grant ran out: what it owned may have been taken since.
+      owned_.clear();
+      dirs_.clear();
+      names_ = 0;
+      epoch_ = kEpochBit | ((epoch_.load() & ~kEpochBit) + 1);
+    }
+  }
+  until_ns_ = started + kGrantMs * kMsNs;
+  Status result;
+  for (const auto& [key, ino] : requests) {
+    Status s = GiveUp(ino, key);
+    if (result.ok()) result = s;
+  }
+  return result;
+}
+
+void Ownership::End() { until_ns_ = 0; }
+
+uint64_t Ownership::Epoch() const {
+  if (until_ns_.load() <= NowNs()) return 0;
+  return epoch_.load();
+}
+
+double Ownership::SecondsLeft() const {
+  const int64_t left = until_ns_.load() - NowNs();
+  return left > 0 ? static_cast<double>(left) / 1e9 : 0.0;
+}
+
+bool Ownership::Owns(uint64_t ino) const {
+  if (Epoch() == 0) return false;
+  MutexLock l(&mu_);
+  return owned_.count(ino) != 0;
+}
+
+bool Ownership::OwnsName(uint64_t dir, uint64_t ino) const {
+  if (Epoch() == 0) return false;
+  MutexLock l(&mu_);
+  return owned_.count(dir) != 0 || owned_.count(ino) != 0;
+}
+
+bool Ownership::Made(uint64_t ino, bool dir) {
+  if (Epoch() == 0) return false;
+  MutexLock l(&mu_);
+  owned_.try_emplace(ino);
+  if (dir && names_ < kMaxNames) dirs_.try_emplace(ino);
+  return true;
+}
+
+void Ownership::Forget(uint64_t ino) {
+  MutexLock l(&mu_);
+  owned_.erase(ino);
+  if (auto it = dirs_.find(ino); it != dirs_.end()) {
+    names_ -= it->second.names.size();
+    dirs_.erase(it);
+  }
+}
+
+std::optional<uint64_t> Ownership::FindName(uint64_t dir, std::string_view name) const {
+  if (Epoch() == 0) return std::nullopt;
+  MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end()) return std::nullopt;
+  auto n = it->second.names.find(std::string(name));
+  return n == it->second.names.end() ? 0 : n->second;
+}
+
+void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
+  MutexLock l(&mu_);
+  if (auto o = owned_.find(ino); o != owned_.end()) o->second.names.emplace_back(dir, name);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end()) return;
+  auto& names = it->second.names;
+  if (ino == 0) {
+    names_ -= names.erase(std::string(name));
+  } else if (names.insert_or_assign(std::string(name), ino).second) {
+    names_++;
+  }
+}
+
+Status Ownership::GiveUp(uint64_t ino, const std::string& request_key) {
+  std::vector<Name> names;
+  {
+    MutexLock l(&mu_);
+    if (auto o = owned_.find(ino); o != owned_.end()) {
+      names = std::move(o->second.names);
+      owned_.erase(o);
+    }
+    if (auto it = dirs_.find(ino); it != dirs_.end()) {
+      for (const auto& [name, child] : it->second.names) names.emplace_back(ino, name);
+      names_ -= it->second.names.size();
+      dirs_.erase(it);
+    }
+  }
+  if (give_up_) give_up_(ino, names);
+  CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, owner_value_, request_key));
+  SetFree(ino);
+  given_up_++;
+  return Status::OK();
+}
+
+bool Ownership::IsFree(uint64_t ino) const {
+  MutexLock l(&mu_);
+  return free_.count(ino) != 0;
+}
+
+void Ownership::SetFree(uint64_t ino) {
+  MutexLock l(&mu_);
+  if (free_.size() >= kMaxFree) free_.clear();
+  free_.insert(ino);
+}
+
+Result<bool> Ownership::OwnerGone(const format::OwnerValue& v) {
+  CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv_));
+  const int64_t now = meta::WallMs();
+  for (const auto& [name, h] : hosts) {
+    if (h.id != v.id) continue;
+    return h.pid != v.pid || h.machine != v.machine || meta::HostIsFree(kv_, name, h, now);
+  }
+  return true;
+}
+
+Status Ownership::DeleteOwner(uint64_t ino, std::string_view value, std::string_view request_key) {
+  return meta::RunTxn(
+      kv_,
+      [&](meta::Txn* t) -> Status {
+        CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                                t->Get(meta::Space::kMeta, format::OwnerKey(ino)));
+        if (v.has_value() && *v == value) t->Delete(meta::Space::kMeta, format::OwnerKey(ino));
+        if (!request_key.empty()) t->Delete(meta::Space::kMeta, request_key);
+        return Status::OK();
+      },
+      meta::Durability::kLogged);
+}
+
+Result<std::optional<std::string>> Ownership::ReadOwner(uint64_t ino) {
+  std::optional<std::string> v;
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_, [&](meta::ReadTxn* t) -> Status {
+    CKPTFS_ASSIGN_OR_RETURN(v, t->Get(meta::Space::kMeta, format::OwnerKey(ino)));
+    return Status::OK();
+  }));
+  return v;
+}
+
+Result<bool> Ownership::OwnedElsewhere(uint64_t ino) {
+  if (kv_ == nullptr || Owns(ino) || IsFree(ino)) return false;
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, ReadOwner(ino));
+  if (!v.has_value()) {
+    SetFree(ino);
+    return false;
+  }
+  return *v != owner_value_;
+}
+
+Status Ownership::MayChange(uint64_t ino) {
+  if (kv_ == nullptr || Owns(ino) || IsFree(ino)) return Status::OK();
+  int64_t asked_ns = 0;
+  for (int64_t wait_ms = 2;; wait_ms = std::min<int64_t>(wait_ms * 2, 20)) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, ReadOwner(ino));
+    if (!v.has_value()) break;
+    format::OwnerValue owner;
+    if (Status d = format::DecodeOwner(*v, &owner); !d.ok()) {
+      return Status(d.code(), "owner of inode " + std::to_string(ino) + ": " + d.message());
+    }
+    // This mount's from a grant that ran out, or an owner gone, or one
+    // that did not answer in time: nothing owns the inode any more.
+    bool take = owner == me_;
+    if (!take) {
+      CKPTFS_ASSIGN_OR_RETURN(take, OwnerGone(owner));
+    }
+    if (!take && asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs) take = true;
+    if (take) {
+      CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, *v));
+      if (!(owner == me_)) taken_over_++;
+      break;
+    }
+    if (asked_ns == 0) {
+      meta::Writes w;
+      w.Put(meta::Space::kMeta, format::GiveUpKey(owner.id, ino), "");
+      CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
+      asked_ns = NowNs();
+      asked_++;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
+  SetFree(ino);
+  return Status::OK();
+}
+
+}  // namespace ckptfs::engine

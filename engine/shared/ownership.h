@@ -1,0 +1,166 @@
+// Ownership: the inodes that one mount of a shared store made, which it
+// alone changes until another host asks for one (docs/SHARED.md, "Owned
+// inodes"), in the manner of CephFS's capabilities and NFSv4's delegations.
+//
+// The index holds an owner key per owned inode (format::OwnerKey), written
+// in the commit that makes the inode. While it owns an inode, a mount needs
+// no round trip to know its attributes, its names (any change of a name
+// locks the inode it names), and for a directory it made, which names it
+// holds: every change of them went through this mount. Every
+// change is still written through to the index at once, so other hosts
+// read owned inodes as any others; only a change by another host needs the
+// inode back. That host asks (a give-up key, format::GiveUpKey), which the
+// owner reads within kPollMs: it forgets the inode, has the kernel drop
+// what it keeps of it, and deletes the owner key. The asking host waits for
+// that, or, from an owner that does not answer, kTakeOverMs, past the end
+// of any grant the owner could still hold, and takes it. An inode that no
+// host owns is never owned again.
+//
+// The owner trusts what it owns only while its grant runs: until kGrantMs
+// after the start of its last poll that read the index. A poll that fails
+// lets the grant run out; the next grant is a new epoch, which owns nothing
+// from before (another host may have taken it meanwhile). This rests on
+// each machine's monotonic clock running at about the same rate, never on
+// clocks agreeing.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "format/format.h"
+#include "meta/kv.h"
+
+namespace ckptfs::engine {
+
+class Ownership {
+ public:
+  // How often the owner reads the requests to give inodes up.
+  static constexpr int64_t kPollMs = 50;
+  // How long a grant runs from the start of the poll that gave it.
+  static constexpr int64_t kGrantMs = 1000;
+  // How long a host that asked waits before it takes an inode whose owner
+  // did not give it up: past any grant the owner began before the request.
+  static constexpr int64_t kTakeOverMs = kGrantMs + 2 * kPollMs + 250;
+  // The most names of owned directories kept, and the most inodes known
+  // free; past them directories are no longer listed, and the free set
+  // starts again.
+  static constexpr size_t kMaxNames = size_t{1} << 20;
+  static constexpr size_t kMaxFree = size_t{1} << 20;
+  // Own epochs are told apart from HostSession's solo epochs by this bit.
+  static constexpr uint64_t kEpochBit = uint64_t{1} << 63;
+
+  // A name: a directory and a name in it.
+  using Name = std::pair<uint64_t, std::string>;
+  // What the store does with an inode this mount gives up, before the index
+  // hears of it: forget what it knows of it beyond the index (waiting for a
+  // change of it under way), and have the kernel drop what it keeps:
+  // `names`, the names of the inode and, for a directory, those in it.
+  using GiveUpFn = std::function<void(uint64_t ino, const std::vector<Name>& names)>;
+
+  Ownership() = default;
+  Ownership(const Ownership&) = delete;
+  Ownership& operator=(const Ownership&) = delete;
+
+  // Owns inodes from now for `me`, over index `kv` ("*kv" outlives the use
+  // of this object). Before the first PollOnce. Call at most once.
+  void Start(meta::Kv* kv, format::OwnerValue me, GiveUpFn give_up) EXCLUDES(mu_);
+  // Whether Start was called.
+  bool started() const { return kv_ != nullptr; }
+  // Reads the requests to give inodes up, gives them up, and renews the
+  // grant when the read succeeded.
+  Status PollOnce() EXCLUDES(mu_);
+  // Ends the grant (a close).
+  void End() EXCLUDES(mu_);
+
+  // The running grant's epoch; 0 when none runs.
+  uint64_t Epoch() const;
+  // Seconds left of the grant: 0 when none runs.
+  double SecondsLeft() const;
+  // Whether this mount owns `ino` in the running grant.
+  bool Owns(uint64_t ino) const EXCLUDES(mu_);
+  // The value of this mount's owner keys.
+  const std::string& owner_value() const { return owner_value_; }
+
+  // Takes `ino`, which this mount makes in a commit not yet sent (its owner
+  // key goes in that commit), as owned; for a directory (`dir`), with every
+  // name in it known from now (SetName after the commit: its own name too).
+  // False (nothing owned) when no grant runs.
+  bool Made(uint64_t ino, bool dir) EXCLUDES(mu_);
+  // `ino` is not owned: its commit failed, or it was removed.
+  void Forget(uint64_t ino) EXCLUDES(mu_);
+
+  // What an owned directory's names say of `name`: nullopt when they do
+  // not know (not owned, not listed), else the inode it names (0: none).
+  std::optional<uint64_t> FindName(uint64_t dir, std::string_view name) const EXCLUDES(mu_);
+  // Name `name` of directory `dir` now names `ino` (0: none), by a commit
+  // of this mount's.
+  void SetName(uint64_t dir, std::string_view name, uint64_t ino) EXCLUDES(mu_);
+  // Whether the kernel may keep a name of `dir` naming `ino`: this mount
+  // owns the one or the other.
+  bool OwnsName(uint64_t dir, uint64_t ino) const EXCLUDES(mu_);
+
+  // Before this mount changes `ino`: returns once no other mount owns it,
+  // having asked its owner to give it up and waited for that where one
+  // did. Costs one read of the index the first time for an inode this
+  // mount does not own; nothing afterwards.
+  Status MayChange(uint64_t ino) EXCLUDES(mu_);
+  // Whether another mount owns `ino`, without asking it for it: for a
+  // change that may be left out (an access time). One read of the index
+  // the first time for an inode this mount does not own.
+  Result<bool> OwnedElsewhere(uint64_t ino) EXCLUDES(mu_);
+
+  // Counters for the mount's stats.
+  uint64_t given_up() const { return given_up_.load(std::memory_order_relaxed); }
+  uint64_t asked() const { return asked_.load(std::memory_order_relaxed); }
+  uint64_t taken_over() const { return taken_over_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Dir {
+    std::unordered_map<std::string, uint64_t> names;
+  };
+  // An owned inode: the names this mount gave it (some may be gone since).
+  struct Owned {
+    std::vector<Name> names;
+  };
+  // Whether `v` is an owner that no longer holds its host.
+  Result<bool> OwnerGone(const format::OwnerValue& v);
+  // Gives up `ino` at `requester`'s request: drops it, tells the store,
+  // deletes the owner key and the request.
+  Status GiveUp(uint64_t ino, const std::string& request_key) EXCLUDES(mu_);
+  bool IsFree(uint64_t ino) const EXCLUDES(mu_);
+  void SetFree(uint64_t ino) EXCLUDES(mu_);
+  // The owner key of `ino`, read in a transaction of its own.
+  Result<std::optional<std::string>> ReadOwner(uint64_t ino);
+  // Deletes owner key `ino` if it still holds `value`, and in the same
+  // commit the request `request_key` (none when empty).
+  Status DeleteOwner(uint64_t ino, std::string_view value, std::string_view request_key = {});
+
+  meta::Kv* kv_ = nullptr;
+  format::OwnerValue me_;
+  std::string owner_value_;
+  GiveUpFn give_up_;
+  // The end of the grant (steady clock, ns; 0: none), and its epoch.
+  std::atomic<int64_t> until_ns_{0};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<uint64_t> given_up_{0}, asked_{0}, taken_over_{0};
+
+  mutable Mutex mu_;  // a leaf lock
+  std::unordered_map<uint64_t, Owned> owned_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Dir> dirs_ GUARDED_BY(mu_);
+  size_t names_ GUARDED_BY(mu_) = 0;
+  std::unordered_set<uint64_t> free_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckptfs::engine

@@ -1,0 +1,143 @@
+// Ownership over an index of its own in memory (meta::MemKv): two mounts of
+// one store, each with a host of its own, standing for two hosts.
+#include "engine/shared/ownership.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "meta/hosts.h"
+#include "meta/mem_kv.h"
+
+namespace ckptfs::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class OwnershipTest : public ::testing::Test {
+ protected:
+  // Claims host `name` and starts `own` for it; records what it gives up.
+  void Start(Ownership* own, const std::string& name, std::vector<uint64_t>* given = nullptr) {
+    Result<uint32_t> id = meta::ClaimHost(&kv_, name, "test", 30'000);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    own->Start(&kv_, format::OwnerValue{*id, static_cast<uint32_t>(::getpid()), meta::MachineName()},
+               [given](uint64_t ino, const std::vector<Ownership::Name>&) {
+                 if (given != nullptr) given->push_back(ino);
+               });
+    ASSERT_TRUE(own->PollOnce().ok());
+  }
+  // Makes `ino` owned by `own`, its owner key committed.
+  void Make(Ownership* own, uint64_t ino, bool dir) {
+    ASSERT_TRUE(own->Made(ino, dir));
+    meta::Writes w;
+    w.Put(meta::Space::kMeta, format::OwnerKey(ino), own->owner_value());
+    ASSERT_TRUE(meta::CommitWrites(&kv_, &w, meta::Durability::kLogged).ok());
+  }
+  bool HasOwnerKey(uint64_t ino) {
+    std::optional<std::string> v;
+    EXPECT_TRUE(meta::RunReads(&kv_, [&](meta::ReadTxn* t) -> Status {
+                  CKPTFS_ASSIGN_OR_RETURN(v, t->Get(meta::Space::kMeta, format::OwnerKey(ino)));
+                  return Status::OK();
+                }).ok());
+    return v.has_value();
+  }
+
+  meta::MemKv kv_;
+};
+
+TEST_F(OwnershipTest, AnOwnerKnowsTheNamesOfADirectoryItMade) {
+  Ownership a;
+  Start(&a, "a");
+  EXPECT_NE(a.Epoch(), 0u);
+  EXPECT_NE(a.Epoch() & Ownership::kEpochBit, 0u);  // never a solo epoch
+  Make(&a, 10, /*dir=*/true);
+  EXPECT_TRUE(a.Owns(10));
+  EXPECT_EQ(a.FindName(10, "x"), std::optional<uint64_t>(0));  // known absent
+  a.SetName(10, "x", 11);
+  EXPECT_EQ(a.FindName(10, "x"), std::optional<uint64_t>(11));
+  EXPECT_TRUE(a.OwnsName(10, 11));
+  a.SetName(10, "x", 0);
+  EXPECT_EQ(a.FindName(10, "x"), std::optional<uint64_t>(0));
+  EXPECT_EQ(a.FindName(12, "x"), std::nullopt);  // not owned: not known
+  EXPECT_TRUE(a.MayChange(10).ok());             // its own: no question
+}
+
+TEST_F(OwnershipTest, AnotherHostsChangeWaitsForTheOwnerToGiveItUp) {
+  Ownership a, b;
+  std::vector<uint64_t> given;
+  Start(&a, "a", &given);
+  Start(&b, "b");
+  Make(&a, 10, /*dir=*/true);
+  Make(&a, 11, /*dir=*/false);
+  a.SetName(10, "x", 11);
+  std::thread poller([&] {
+    for (int i = 0; i < 40 && a.given_up() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(Ownership::kPollMs));
+      ASSERT_TRUE(a.PollOnce().ok());
+    }
+  });
+  const auto began = Clock::now();
+  ASSERT_TRUE(b.MayChange(10).ok());
+  poller.join();
+  EXPECT_LT(Clock::now() - began, std::chrono::milliseconds(Ownership::kTakeOverMs));
+  EXPECT_EQ(given, std::vector<uint64_t>{10});
+  EXPECT_FALSE(a.Owns(10));
+  EXPECT_EQ(a.FindName(10, "x"), std::nullopt);  // its names are not known any more
+  EXPECT_TRUE(a.Owns(11));                       // the file in it stays a's
+  EXPECT_FALSE(HasOwnerKey(10));
+  EXPECT_TRUE(HasOwnerKey(11));
+  EXPECT_EQ(a.given_up(), 1u);
+  EXPECT_EQ(b.asked(), 1u);
+  EXPECT_EQ(b.taken_over(), 0u);
+  // Nobody owns it from now on: b changes it again without a question, and
+  // so does a.
+  EXPECT_TRUE(b.MayChange(10).ok());
+  EXPECT_TRUE(a.MayChange(10).ok());
+  EXPECT_EQ(b.asked(), 1u);
+  Result<bool> elsewhere = b.OwnedElsewhere(11);
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_TRUE(*elsewhere);
+}
+
+TEST_F(OwnershipTest, AnOwnerThatDoesNotAnswerLosesItsGrantAndIsTakenOver) {
+  Ownership a, b;
+  Start(&a, "a");
+  Start(&b, "b");
+  Make(&a, 10, /*dir=*/true);
+  // a polls no more (a process stopped, or cut off from the index).
+  const auto began = Clock::now();
+  ASSERT_TRUE(b.MayChange(10).ok());
+  const auto waited = Clock::now() - began;
+  EXPECT_GE(waited, std::chrono::milliseconds(Ownership::kTakeOverMs));
+  EXPECT_EQ(b.taken_over(), 1u);
+  EXPECT_FALSE(HasOwnerKey(10));
+  // By then a's grant ran out: it trusts nothing it owned.
+  EXPECT_EQ(a.Epoch(), 0u);
+  EXPECT_FALSE(a.Owns(10));
+  // Its next grant is a new epoch that owns nothing from before.
+  ASSERT_TRUE(a.PollOnce().ok());
+  EXPECT_NE(a.Epoch(), 0u);
+  EXPECT_FALSE(a.Owns(10));
+}
+
+TEST_F(OwnershipTest, TheInodesOfAHostThatIsGoneAreTakenAtOnce) {
+  Ownership a, b;
+  Start(&a, "a");
+  Start(&b, "b");
+  Make(&a, 10, /*dir=*/false);
+  ASSERT_TRUE(meta::ReleaseHost(&kv_, "a").ok());  // a closed: its lease ended
+  meta::LetGo(&kv_, "a");
+  const auto began = Clock::now();
+  ASSERT_TRUE(b.MayChange(10).ok());
+  EXPECT_LT(Clock::now() - began, std::chrono::milliseconds(Ownership::kGrantMs));
+  EXPECT_EQ(b.asked(), 0u);
+  EXPECT_EQ(b.taken_over(), 1u);
+  EXPECT_FALSE(HasOwnerKey(10));
+}
+
+}  // namespace
+}  // namespace ckptfs::engine

@@ -1,0 +1,67 @@
+// The inodes a writable mount of a shared store owns (engine/shared/
+// ownership.h, docs/SHARED.md "Owned inodes"): what StoreImpl asks of its
+// HostSession's Ownership before a change, when it makes an inode, and
+// when another host asks for one.
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+Status StoreImpl::MayChange(Ino ino) {
+  if (!mode_->OthersWrite()) return Status::OK();
+  return host_.ownership().MayChange(ino);
+}
+
+bool StoreImpl::OwnNew(meta::Writes* b, uint64_t ino, bool dir) {
+  Ownership& own = host_.ownership();
+  if (!own.started() || !own.Made(ino, dir)) return false;
+  b->Put(Space::kMeta, format::OwnerKey(ino), own.owner_value());
+  return true;
+}
+
+void StoreImpl::GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names) {
+  {
+    // A change of the inode under way, which trusted what this mount knew
+    // of it, commits before another host may change it.
+    InodeRef s(&inodes_, ino);
+    MutexLock l(&s->mu);
+  }
+  extent_maps_.Forget(ino);
+  MutexLock l(&give_up_mu_);
+  if (give_up_hook_) give_up_hook_(ino, names);
+}
+
+void StoreImpl::SetGiveUpHook(GiveUpHook hook) {
+  MutexLock l(&give_up_mu_);
+  give_up_hook_ = std::move(hook);
+}
+
+void StoreImpl::NamesChanged(const meta::Writes& batch) {
+  Ownership& own = host_.ownership();
+  if (!own.started()) return;
+  for (const meta::Write& w : batch.list()) {
+    if (w.space != Space::kDentries || w.key.size() < 8) continue;
+    const uint64_t parent = format::GetBE64(w.key.data());
+    uint64_t ino = 0;
+    if (w.kind != meta::Write::Kind::kDelete) {
+      format::DentryValue d;
+      // (Not reached: the batch was encoded here.)
+      if (!format::DecodeDentry(w.value, &d).ok()) continue;
+      ino = d.ino;
+    }
+    own.SetName(parent, std::string_view(w.key).substr(8), ino);
+  }
+}
+
+double StoreImpl::CacheSecondsOf(Ino ino) const {
+  if (!mode_->OthersWrite()) return mode_->CacheSeconds();
+  return host_.CacheSecondsOf(ino);
+}
+
+double StoreImpl::CacheSecondsOfName(Ino dir, Ino ino) const {
+  if (!mode_->OthersWrite()) return mode_->CacheSeconds();
+  const double solo = host_.SoloSecondsLeft();
+  const Ownership& own = host_.ownership();
+  return own.OwnsName(dir, ino) ? std::max(solo, own.SecondsLeft()) : solo;
+}
+
+}  // namespace ckptfs::engine
