@@ -337,6 +337,9 @@ Status StoreImpl::Close() {
   Status result;
   if (!options_.read_only && index_ != nullptr) {
     result = FlushDurable();
+    // What this mount owned is nobody's once it is gone: its owner keys
+    // would only take room (a failure leaves them, as a crash does).
+    if (result.ok()) (void)host_.ownership().DropAll();
     if (host_.id() != 0) {
       Status s = host_.Release(/*release=*/result.ok());
       if (result.ok()) result = s;

@@ -1,5 +1,6 @@
 #include "engine/shared/ownership.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -60,6 +61,28 @@ Status Ownership::PollOnce() {
 }
 
 void Ownership::End() { until_ns_ = 0; }
+
+Status Ownership::DropAll() {
+  if (kv_ == nullptr) return Status::OK();
+  std::vector<uint64_t> inos;
+  {
+    MutexLock l(&mu_);
+    inos.reserve(owned_.size());
+    for (const auto& [ino, o] : owned_) inos.push_back(ino);
+    owned_.clear();
+    dirs_.clear();
+    names_ = 0;
+  }
+  constexpr size_t kPerCommit = 1000;
+  for (size_t i = 0; i < inos.size(); i += kPerCommit) {
+    meta::Writes w;
+    for (size_t j = i; j < std::min(inos.size(), i + kPerCommit); ++j) {
+      w.Delete(meta::Space::kMeta, format::OwnerKey(inos[j]));
+    }
+    CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
+  }
+  return Status::OK();
+}
 
 uint64_t Ownership::Epoch() const {
   if (until_ns_.load() <= NowNs()) return 0;

@@ -83,6 +83,10 @@ class Ownership {
   Status PollOnce() EXCLUDES(mu_);
   // Ends the grant (a close).
   void End() EXCLUDES(mu_);
+  // After End, at a clean close: deletes the owner keys of what this mount
+  // still owns (others take them as an owner's that is gone anyway; this
+  // keeps them out of the index).
+  Status DropAll() EXCLUDES(mu_);
 
   // The running grant's epoch; 0 when none runs.
   uint64_t Epoch() const;

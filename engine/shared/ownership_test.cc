@@ -64,6 +64,12 @@ TEST_F(OwnershipTest, AnOwnerKnowsTheNamesOfADirectoryItMade) {
   EXPECT_EQ(a.FindName(10, "x"), std::optional<uint64_t>(0));
   EXPECT_EQ(a.FindName(12, "x"), std::nullopt);  // not owned: not known
   EXPECT_TRUE(a.MayChange(10).ok());             // its own: no question
+  // A clean close leaves no owner key behind.
+  EXPECT_TRUE(HasOwnerKey(10));
+  a.End();
+  ASSERT_TRUE(a.DropAll().ok());
+  EXPECT_FALSE(HasOwnerKey(10));
+  EXPECT_FALSE(a.Owns(10));
 }
 
 TEST_F(OwnershipTest, AnotherHostsChangeWaitsForTheOwnerToGiveItUp) {
