@@ -24,15 +24,16 @@ Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
     InodeState* s = refs.back().get();
     if (index == nullptr) {
       CKPTFS_RETURN_IF_ERROR(st->LoadLocked(s));
-    } else if (st->TrustedLocked(s)) {
-      // It changes only through this mount (which owns it, or is alone).
-    } else if (st->host_.TrustEpoch(ino) != 0) {
-      // So too, but not read since: read once, and trusted from then on.
-      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, kLatest));
-    } else {
+    } else if (!st->host_.ownership().Owns(ino)) {
       // Read in the change's transaction, which conflicts with any other
-      // change of it.
+      // change of it (alone too: a solo period ends by the clock, which a
+      // change may outlast).
       CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, reader()));
+    } else if (!st->TrustedLocked(s)) {
+      // Owned: it changes only through this mount, and another host's
+      // change waits for this one (Ownership::GiveUp takes s->mu). Read
+      // once, and trusted from then on.
+      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, kLatest));
     }
   }
   return Status::OK();
