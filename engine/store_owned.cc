@@ -59,9 +59,7 @@ double StoreImpl::CacheSecondsOf(Ino ino) const {
 
 double StoreImpl::CacheSecondsOfName(Ino dir, Ino ino) const {
   if (!mode_->OthersWrite()) return mode_->CacheSeconds();
-  const double solo = host_.SoloSecondsLeft();
-  const Ownership& own = host_.ownership();
-  return own.OwnsName(dir, ino) ? std::max(solo, own.SecondsLeft()) : solo;
+  return host_.CacheSecondsOfName(dir, ino);
 }
 
 }  // namespace ckptfs::engine

@@ -98,8 +98,16 @@ uint64_t HostSession::TrustEpoch(uint64_t ino) const {
 }
 
 double HostSession::CacheSecondsOf(uint64_t ino) const {
+  return CacheSeconds(ownership_.Owns(ino));
+}
+
+double HostSession::CacheSecondsOfName(uint64_t dir, uint64_t ino) const {
+  return CacheSeconds(ownership_.OwnsName(dir, ino));
+}
+
+double HostSession::CacheSeconds(bool owned) const {
   const double solo = SoloSecondsLeft();
-  return ownership_.Owns(ino) ? std::max(solo, ownership_.SecondsLeft()) : solo;
+  return owned ? std::max(solo, ownership_.SecondsLeft()) : solo;
 }
 
 void HostSession::StartWatch() {

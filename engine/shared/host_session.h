@@ -96,6 +96,9 @@ class HostSession {
   // directory, its names): while the solo grant or, for an owned inode,
   // the own grant runs.
   double CacheSecondsOf(uint64_t ino) const;
+  // How long the kernel may keep name `dir`/... naming `ino`: as above,
+  // with the own grant where this mount owns the name (Ownership::OwnsName).
+  double CacheSecondsOfName(uint64_t dir, uint64_t ino) const;
 
   // The inodes this mount owns; started by Claim's caller.
   Ownership& ownership() { return ownership_; }
@@ -112,6 +115,9 @@ class HostSession {
   std::optional<Made> TakeMade(uint64_t ino) EXCLUDES(made_mu_);
 
  private:
+  // The solo grant's seconds left, or the longer own grant's for what this
+  // mount owns.
+  double CacheSeconds(bool owned) const;
   void StartWatch();
 
   meta::Kv* kv_ = nullptr;

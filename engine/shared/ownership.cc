@@ -134,7 +134,12 @@ std::optional<uint64_t> Ownership::FindName(uint64_t dir, std::string_view name)
 
 void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
   MutexLock l(&mu_);
-  if (auto o = owned_.find(ino); o != owned_.end()) o->second.names.emplace_back(dir, name);
+  if (auto o = owned_.find(ino); o != owned_.end()) {
+    std::vector<Name>& known = o->second.names;
+    if (std::find(known.begin(), known.end(), Name(dir, name)) == known.end()) {
+      known.emplace_back(dir, name);
+    }
+  }
   auto it = dirs_.find(dir);
   if (it == dirs_.end()) return;
   auto& names = it->second.names;
