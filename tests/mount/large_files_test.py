@@ -306,23 +306,37 @@ class HalfReadBlocksTest(RootMountTestCase):
         lib.write_file(p, data, fsync=True)
         data_file = os.path.join(self.m.store, "data", "%08d.dat" % os.stat(p).st_ino)
         cut = 600000  # not on a page or block boundary
-        drop_caches()
-        before = storage_read_bytes(self.m.pid)
-        got = bytearray(len(data))
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            # No readahead: the kernel asks for exactly these pieces.
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            for start, length in ((0, cut), (cut, MiB - cut)):
-                for k in range(blocks):
-                    got[k * MiB + start:k * MiB + start + length] = os.pread(
-                        fd, length, k * MiB + start)
-        finally:
-            os.close(fd)
-        self.assertTrue(bytes(got) == data)
-        read = storage_read_bytes(self.m.pid) - before
-        self.assertGreaterEqual(read, len(data))
-        self.assertLessEqual(read, len(data) + MiB)  # and a little of the index
+
+        def half_then_rest():
+            """The storage's bytes read for one load of the file."""
+            drop_caches()
+            before = storage_read_bytes(self.m.pid)
+            got = bytearray(len(data))
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                # No readahead: the kernel asks for exactly these pieces.
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                for start, length in ((0, cut), (cut, MiB - cut)):
+                    for k in range(blocks):
+                        got[k * MiB + start:k * MiB + start + length] = os.pread(
+                            fd, length, k * MiB + start)
+            finally:
+                os.close(fd)
+            self.assertTrue(bytes(got) == data)
+            return storage_read_bytes(self.m.pid) - before
+
+        # The pages waiting in the cache are the kernel's to reclaim: a
+        # machine short of memory (the host taking it back, other tests)
+        # may drop some, and their blocks are then read again. A daemon
+        # that reads twice does so on every load; one load of three that
+        # reads each byte once shows it does not.
+        loads = []
+        for _ in range(3):
+            loads.append(half_then_rest())
+            self.assertGreaterEqual(loads[-1], len(data))
+            if loads[-1] <= len(data) + MiB:  # and a little of the index
+                break
+        self.assertLessEqual(min(loads), len(data) + MiB, loads)
         # Each block's pages went once it was taken whole: cached once.
         self.assertEqual(cached_pages(data_file), 0)
 
