@@ -286,14 +286,18 @@ namespace {
 constexpr size_t kInodeFixedSize1 = 1 + 5 * 4 + 8 + 3 * 12 + 8 + 8 + 4;  // 85
 constexpr size_t kInodeFixedSize = kInodeFixedSize1 + 8;                    // 93
 constexpr size_t kInodeFixedSize3 = kInodeFixedSize + 8;                     // 101
+constexpr size_t kInodeFixedSize4 = kInodeFixedSize3 + 4;                    // 105
 }
 
 std::string EncodeInode(const InodeValue& v) {
   std::string s;
-  s.reserve(kInodeFixedSize3 + v.symlink_target.size());
-  const bool v3 = v.data_file_end != 0;
-  s.push_back(static_cast<char>(v3 ? kInodeValueVersion3
-                                   : v.data_bytes_known ? kInodeValueVersion2 : kInodeValueVersion1));
+  s.reserve(kInodeFixedSize4 + v.symlink_target.size());
+  const bool v4 = v.flags != 0;
+  const bool v3 = v4 || v.data_file_end != 0;
+  s.push_back(static_cast<char>(v4   ? kInodeValueVersion4
+                                : v3 ? kInodeValueVersion3
+                                : v.data_bytes_known ? kInodeValueVersion2
+                                                     : kInodeValueVersion1));
   PutLE32(&s, v.mode);
   PutLE32(&s, v.uid);
   PutLE32(&s, v.gid);
@@ -310,6 +314,7 @@ std::string EncodeInode(const InodeValue& v) {
   PutLE64(&s, v.parent);
   if (v.data_bytes_known || v3) PutLE64(&s, v.data_bytes);
   if (v3) PutLE64(&s, v.data_file_end);
+  if (v4) PutLE32(&s, v.flags);
   PutLE32(&s, static_cast<uint32_t>(v.symlink_target.size()));
   s.append(v.symlink_target);
   return s;
@@ -318,15 +323,15 @@ std::string EncodeInode(const InodeValue& v) {
 Status DecodeInode(std::string_view in, InodeValue* v) {
   if (in.empty()) return Short("inode value", 0, kInodeFixedSize1);
   const uint8_t version = static_cast<uint8_t>(in[0]);
-  if (version != kInodeValueVersion2 && version != kInodeValueVersion1 &&
-      version != kInodeValueVersion3) {
+  if (version < kInodeValueVersion1 || version > kInodeValueVersion4) {
     return Status::Corruption("inode value version " + std::to_string(version) + ", expected " +
                               std::to_string(kInodeValueVersion1) + " to " +
-                              std::to_string(kInodeValueVersion3));
+                              std::to_string(kInodeValueVersion4));
   }
-  const size_t fixed = version == kInodeValueVersion3 ? kInodeFixedSize3
+  const size_t fixed = version == kInodeValueVersion4   ? kInodeFixedSize4
+                       : version == kInodeValueVersion3 ? kInodeFixedSize3
                        : version == kInodeValueVersion2 ? kInodeFixedSize
-                                                       : kInodeFixedSize1;
+                                                        : kInodeFixedSize1;
   if (in.size() < fixed) return Short("inode value", in.size(), fixed);
   const char* p = in.data() + 1;
   auto u32 = [&p] { uint32_t x = GetLE32(p); p += 4; return x; };
@@ -347,9 +352,13 @@ Status DecodeInode(std::string_view in, InodeValue* v) {
   v->parent = u64();
   v->data_bytes_known = version != kInodeValueVersion1;
   v->data_bytes = v->data_bytes_known ? u64() : 0;
-  v->data_file_end = version == kInodeValueVersion3 ? u64() : 0;
+  v->data_file_end = version >= kInodeValueVersion3 ? u64() : 0;
   if (version == kInodeValueVersion3 && v->data_file_end == 0) {
     return Status::Corruption("inode value version 3 with data file end 0");
+  }
+  v->flags = version == kInodeValueVersion4 ? u32() : 0;
+  if (version == kInodeValueVersion4 && (v->flags == 0 || (v->flags & ~kInodeKnownFlags) != 0)) {
+    return Status::Corruption("inode value version 4 with flags " + std::to_string(v->flags));
   }
   uint32_t tlen = u32();
   if (in.size() != fixed + tlen) return Short("inode value", in.size(), fixed + tlen);

@@ -151,8 +151,16 @@ struct InodeValue {
   // offset of it may be in use by extents, so that writes there go to
   // segments. Version 3 values carry it; values with 0 encode as version 2.
   uint64_t data_file_end = 0;
+  // kInodeSealed and further bits. Version 4 values carry them (and the
+  // data file end, which may then be 0); values with none encode as
+  // version 3 or below.
+  uint32_t flags = 0;
   bool operator==(const InodeValue&) const = default;
 };
+// The inode is in a sealed tree: nothing changes it but its removal.
+inline constexpr uint32_t kInodeSealed = 1u << 0;
+inline constexpr uint32_t kInodeKnownFlags = kInodeSealed;
+inline constexpr uint8_t kInodeValueVersion4 = 4;  // with flags
 inline constexpr uint8_t kInodeValueVersion3 = 3;  // with data_file_end
 inline constexpr uint8_t kInodeValueVersion2 = 2;  // with data_bytes
 inline constexpr uint8_t kInodeValueVersion1 = 1;  // without data_bytes

@@ -214,7 +214,7 @@ std::string Hex(std::string_view s) {
 // Every example block the tests below check. The document must have exactly these.
 const std::set<std::string> kHexBlocks = {
     "format-file",    "orphan-key",   "inode-key",    "inode-file",         "inode-symlink",
-    "inode-file-v2",  "inode-file-v3", "extent-data-file",
+    "inode-file-v2",  "inode-file-v3", "inode-file-v4", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",
@@ -288,6 +288,12 @@ InodeValue ExampleFileInodeV2() {
 InodeValue ExampleFileInodeV3() {
   InodeValue v = ExampleFileInodeV2();
   v.size = v.data_bytes = v.data_file_end = (64 << 20) + 12;
+  return v;
+}
+
+InodeValue ExampleFileInodeV4() {
+  InodeValue v = ExampleFileInodeV2();
+  v.flags = kInodeSealed;
   return v;
 }
 
@@ -468,6 +474,24 @@ TEST(Golden, Inodes) {
   std::memset(zero.data() + 89, 0, 8);
   ExpectCorruption(DecodeInode(zero, &v), "data file end 0");
   ExpectCorruption(DecodeInode(DocHex("inode-file-v3").substr(0, 100), &v), "inode value");
+  EXPECT_EQ(Hex(EncodeInode(ExampleFileInodeV4())), Hex(DocHex("inode-file-v4")));
+  ASSERT_TRUE(DecodeInode(DocHex("inode-file-v4"), &v).ok());
+  EXPECT_EQ(v, ExampleFileInodeV4());
+  // With a data file too; without flags the value is version 3 again.
+  InodeValue both = ExampleFileInodeV4();
+  both.data_file_end = 1 << 20;
+  ASSERT_TRUE(DecodeInode(EncodeInode(both), &v).ok());
+  EXPECT_EQ(v, both);
+  both.flags = 0;
+  EXPECT_EQ(EncodeInode(both)[0], 3);
+  // Version 4 always carries a known flag.
+  std::string none4 = DocHex("inode-file-v4");
+  std::memset(none4.data() + 97, 0, 4);
+  ExpectCorruption(DecodeInode(none4, &v), "flags 0");
+  std::string unknown = DocHex("inode-file-v4");
+  unknown[97] = 2;
+  ExpectCorruption(DecodeInode(unknown, &v), "flags 2");
+  ExpectCorruption(DecodeInode(DocHex("inode-file-v4").substr(0, 104), &v), "inode value");
 }
 
 TEST(Golden, Dentry) {
@@ -863,7 +887,7 @@ TEST(InodeCodec, RejectsTruncation) {
 }
 
 TEST(InodeCodec, RejectsBadVersion) {
-  for (uint8_t version : {0, 4, 255}) {
+  for (uint8_t version : {0, 5, 255}) {
     std::string enc = EncodeInode(ExampleFileInode());
     enc[0] = static_cast<char>(version);
     InodeValue v;
