@@ -56,6 +56,9 @@ struct Attr {
   Timespec atime, mtime, ctime;
   uint64_t generation = 1;  // inode numbers are never reused, so always 1
   Ino parent = 0;           // directories only: the containing directory
+  // Part of a sealed tree (Store::Seal): nothing of it changes any more but
+  // its removal.
+  bool sealed = false;
 };
 
 // Which attributes SetAttr changes. Times set to "now" use the store's clock.
@@ -251,6 +254,12 @@ struct CompactReport {
   std::vector<std::string> errors;
 };
 
+// The root of a sealed tree (Store::Seal) and what its seal record says.
+struct SealedTree {
+  Ino ino = 0;
+  format::SealValue seal;
+};
+
 // One host of a shared store (docs/SHARED.md, "Hosts and their files").
 struct HostInfo {
   std::string name;
@@ -427,6 +436,30 @@ class Store {
   // Makes everything written so far durable.
   virtual Status SyncAll() = 0;
 
+  // ---- Sealed trees (docs/DESIGN.md, "Sealed trees"). ----
+  // Seals the tree under `ino` (a directory and everything below it, or a
+  // single file) in one commit, then makes the store durable: from then on
+  // its data, names, attributes and extended attributes never change, on
+  // any host. A change fails with EROFS: a write, truncation, fallocate, a
+  // change of mode, owner, times or extended attributes, a name made in a
+  // sealed directory or renamed out of one, a hard link to a sealed file.
+  // Removals stay allowed (unlink, rmdir, a rename that replaces a sealed
+  // file or empty directory), as does a rename of the tree's root, whose
+  // directory is not sealed; reads leave the access times alone. A seal
+  // is never lifted. Returns how many inodes it sealed (0: all were).
+  // EBUSY, and nothing sealed, when the kernel is writing a file of the
+  // tree directly (BeginDirectWrite); on a shared store another host's
+  // writers are not asked: open files that it writes on get EROFS. The
+  // commit records the tree's root (SealedTrees), and forgets the roots of
+  // the sealed trees it takes in.
+  virtual Result<uint64_t> Seal(Ino ino) = 0;
+  // The roots of the sealed trees, in inode order; a root's record goes
+  // with the root.
+  virtual Result<std::vector<SealedTree>> SealedTrees() = 0;
+  // Whether `ino` is known to be sealed: seen sealed by this open of the
+  // store (a bounded memory of it; false when not known).
+  virtual bool KnownSealed(Ino ino) const = 0;
+
   // ---- Introspection and settings. ----
   virtual Result<std::vector<ExtentInfo>> GetExtents(Ino ino) = 0;
   // The data file of `ino` when it holds the whole file: a regular file of
@@ -467,10 +500,12 @@ class Store {
   virtual double CacheSeconds() const = 0;
   // The same for the attributes of `ino` and, for a directory, the names
   // in it: on a shared store also while this mount owns `ino`
-  // (docs/SHARED.md, "Owned inodes"), up to a second at a time.
+  // (docs/SHARED.md, "Owned inodes"), up to a second at a time; without
+  // bound when `ino` is known sealed (KnownSealed).
   virtual double CacheSecondsOf(Ino ino) const = 0;
   // The same for a name in directory `dir` that names `ino`: on a shared
-  // store also while this mount owns the one or the other.
+  // store also while this mount owns the one or the other; without bound
+  // when `dir` is known sealed.
   virtual double CacheSecondsOfName(Ino dir, Ino ino) const = 0;
   // What to call when this mount gives up an inode it owned to another
   // host: the kernel must drop the attributes it keeps of `ino` and the

@@ -66,6 +66,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   if (req.kill_suidgid && !S_ISDIR(v.mode)) v.mode = WithoutSuidSgid(v.mode);
   if (req.kill_sgid && !S_ISDIR(v.mode)) v.mode &= ~static_cast<uint32_t>(S_ISGID);
   if (OnlyKillsSuidSgid(req) && v.mode == s->attr.mode) return ToAttr(ino, v);
+  CKPTFS_RETURN_IF_ERROR(Unsealed(ino, s->attr, "setattr"));
   if (req.size) {
     if (S_ISDIR(v.mode)) return Status(EISDIR, "is a directory");
     if (!S_ISREG(v.mode)) return Status(EINVAL, "not a regular file");
@@ -137,6 +138,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
+  CKPTFS_RETURN_IF_ERROR(Unsealed(ino, s->attr, "fallocate"));
   if (s->direct) {
     return Status(EOPNOTSUPP, "fallocate of a file the kernel writes directly");
   }
@@ -187,6 +189,7 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   InodeRef s(&inodes_, ino);
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
+  if (s->attr.flags & format::kInodeSealed) return Status::OK();
   const Timespec now = Now();
   if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
   if (mode_->OthersWrite()) {

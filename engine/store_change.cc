@@ -40,10 +40,11 @@ Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
 }
 
 InodeState* StoreImpl::Txn::State(uint64_t ino) {
-  for (auto& r : refs) {
-    if (r->ino == ino) return r.get();
-  }
-  return nullptr;  // not reached: callers lock every inode they touch
+  // Lock pinned them in ascending order (a seal locks a whole tree).
+  auto it = std::lower_bound(refs.begin(), refs.end(), ino,
+                             [](const InodeRef& r, uint64_t i) { return r->ino < i; });
+  // nullptr is not reached: callers lock every inode they touch.
+  return it != refs.end() && (*it)->ino == ino ? it->get() : nullptr;
 }
 
 format::InodeValue& StoreImpl::Txn::Edit(uint64_t ino) {

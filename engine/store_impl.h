@@ -3,8 +3,9 @@
 // attributes in store_xattr.cc; file data in store_extents.cc (extent maps),
 // store_write.cc, store_read.cc and store_attr.cc (attributes, fallocate,
 // open and release); compaction in store_compact.cc, its background thread
-// in store_background.cc; open, close, commits and space in store_impl.cc;
-// what it reports and its run-time settings in store_info.cc. It asks mode_
+// in store_background.cc; sealed trees in store_seal.cc; open, close,
+// commits and space in store_impl.cc; what it reports and its run-time
+// settings in store_info.cc. It asks mode_
 // (engine/store_mode.h) what an embedded or a shared store means, and host_
 // (engine/shared/host_session.h) for a shared store's host, solo grants and
 // owned inodes (store_owned.cc).
@@ -61,6 +62,7 @@
 #include "engine/index/store_index.h"
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
+#include "engine/sealed_inodes.h"
 #include "engine/shared/host_session.h"
 #include "engine/store_clock.h"
 #include "engine/store.h"
@@ -149,6 +151,9 @@ class StoreImpl final : public Store {
   Status ReleaseIdleMemory() override;
   Status BackupIndex(int64_t max_age_s) override EXCLUDES(backup_mu_);
   Result<CompactReport> Compact(const CompactOptions& options) override;
+  Result<uint64_t> Seal(Ino ino) override;
+  Result<std::vector<SealedTree>> SealedTrees() override;
+  bool KnownSealed(Ino ino) const override { return sealed_.Contains(ino); }
 
  private:
   // Segment accounting changes gathered while building one batch.
@@ -240,6 +245,8 @@ class StoreImpl final : public Store {
     Status Commit() NO_THREAD_SAFETY_ANALYSIS;
     // A locked inode's extended attributes change.
     void XattrsChanged(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
+    // Whether the kernel writes a locked inode's data file (BeginDirectWrite).
+    bool Direct(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS { return State(ino)->direct; }
 
     StoreImpl* st;
     std::vector<InodeRef> refs;
@@ -328,6 +335,16 @@ class StoreImpl final : public Store {
   Status ExchangeLocked(const RenameSides& r, Txn* t) REQUIRES_SHARED(ns_mu_);
   // Moves src to the new name, replacing what is there.
   Status MoveLocked(const RenameSides& r, Txn* t) REQUIRES_SHARED(ns_mu_);
+
+  // ---- store_seal.cc ----
+  // EROFS, naming `what`, when `v` is sealed; remembers that it is.
+  Status Unsealed(uint64_t ino, const format::InodeValue& v, std::string_view what);
+  // Remembers that `ino`, whose attributes are `v`, is sealed, if it is.
+  void NoteSealed(uint64_t ino, const format::InodeValue& v) {
+    if (v.flags & format::kInodeSealed) sealed_.Note(ino);
+  }
+  // The inodes of the tree under `ino`, read in `in`, `ino` first.
+  Result<std::vector<uint64_t>> TreeOf(Ino ino, meta::ReadTxn* in);
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its
@@ -582,6 +599,7 @@ class StoreImpl final : public Store {
                               ExtentMapCache::kDefaultMaxInodeExtents};
   InflightReads inflight_;  // coalesced reads in progress, by byte range
   VerifiedBlocks verified_blocks_;  // data-file blocks read last
+  SealedInodes sealed_;  // inodes seen sealed
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};

@@ -41,6 +41,7 @@ Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
   a.ctime = {v.ctime_sec, v.ctime_nsec};
   a.generation = v.generation;
   a.parent = v.parent;
+  a.sealed = (v.flags & format::kInodeSealed) != 0;
   return a;
 }
 
@@ -74,6 +75,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
   format::InodeValue iv;
   Status ds = format::DecodeInode(*v, &iv);
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
+  NoteSealed(s->ino, iv);
   s->attr = std::move(iv);
   s->loaded = true;
   // A change's transaction reads a snapshot that may predate a change this
@@ -85,6 +87,9 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
 
 Status StoreImpl::FreshLocked(InodeState* s) {
   if (!mode_->OthersWrite()) return LoadLocked(s);
+  // Nothing of a sealed inode changes but its link count and change time,
+  // by its removal, which its next read after the kernel's cache finds.
+  if (s->loaded && !s->purged && (s->attr.flags & format::kInodeSealed) != 0) return Status::OK();
   return TrustedLocked(s) ? Status::OK() : RefreshLocked(s, kLatest);
 }
 
@@ -171,6 +176,8 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   }
   b->Delete(Space::kInodes, format::InodeKey(ino));
   b->Delete(Space::kMeta, format::OrphanKey(ino));
+  // The record of a sealed tree goes with its root.
+  if (s->attr.flags & format::kInodeSealed) b->Delete(Space::kMeta, format::SealKey(ino));
   if (mode_->OthersWrite()) {
     b->Delete(Space::kMeta, format::OwnerKey(ino));
     host_.ownership().Forget(ino);
@@ -353,6 +360,7 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     format::InodeValue& p = t.Edit(parent);
     if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
     if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+    CKPTFS_RETURN_IF_ERROR(Unsealed(parent, p, "create"));
     CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, parent, name));
 
     format::InodeValue n = v;
@@ -432,6 +440,8 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
     if (!S_ISDIR(p.mode)) return Status(ENOTDIR, "parent is not a directory");
     if (v.nlink == 0) return Status(ENOENT, "inode was unlinked");
     if (p.nlink == 0) return Status(ENOENT, "parent directory was removed");
+    CKPTFS_RETURN_IF_ERROR(Unsealed(ino, v, "link"));
+    CKPTFS_RETURN_IF_ERROR(Unsealed(new_parent, p, "link"));
     CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, new_parent, new_name));
     Timespec now = Now();
     v.nlink++;
@@ -502,6 +512,10 @@ Status StoreImpl::Rename(Ino parent, std::string_view name, Ino new_parent,
       return Status(ENOTDIR, "target parent is not a directory");
     }
     if (t.Edit(new_parent).nlink == 0) return Status(ENOENT, "target directory was removed");
+    // Out of a sealed directory or into one: the root of a sealed tree,
+    // whose directory is not sealed, may move.
+    CKPTFS_RETURN_IF_ERROR(Unsealed(parent, t.Edit(parent), "rename"));
+    CKPTFS_RETURN_IF_ERROR(Unsealed(new_parent, t.Edit(new_parent), "rename"));
     r.src_dir = S_ISDIR(t.Edit(r.src.ino).mode);
     r.dst_dir = r.has_dst && S_ISDIR(t.Edit(r.dst.ino).mode);
     if (mode == RenameMode::kExchange) return ExchangeLocked(r, &t);

@@ -2,6 +2,8 @@
 // ownership.h, docs/SHARED.md "Owned inodes"): what StoreImpl asks of its
 // HostSession's Ownership before a change, when it makes an inode, and
 // when another host asks for one.
+#include <limits>
+
 #include "engine/store_impl.h"
 
 namespace ckptfs::engine {
@@ -53,11 +55,13 @@ void StoreImpl::NamesChanged(const meta::Writes& batch) {
 }
 
 double StoreImpl::CacheSecondsOf(Ino ino) const {
+  if (sealed_.Contains(ino)) return std::numeric_limits<double>::infinity();
   if (!mode_->OthersWrite()) return mode_->CacheSeconds();
   return host_.CacheSecondsOf(ino);
 }
 
 double StoreImpl::CacheSecondsOfName(Ino dir, Ino ino) const {
+  if (sealed_.Contains(dir)) return std::numeric_limits<double>::infinity();
   if (!mode_->OthersWrite()) return mode_->CacheSeconds();
   return host_.CacheSecondsOfName(dir, ino);
 }

@@ -114,9 +114,12 @@ Result<size_t> StoreImpl::Write(Ino ino, uint64_t offset, std::string_view data,
   // Concurrent writes of the file append in offset order (write_order.h).
   WriteOrder::Turn turn(&s->write_order, offset);
   MutexLock l(&s->mu);
-  CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
+  // On a shared store, what this mount does not trust is read again: a
+  // write keeps every attribute but size and times as the index has them.
+  CKPTFS_RETURN_IF_ERROR(FreshLocked(s.get()));
   if (S_ISDIR(s->attr.mode)) return Status(EISDIR, "is a directory");
   if (!S_ISREG(s->attr.mode)) return Status(EINVAL, "not a regular file");
+  CKPTFS_RETURN_IF_ERROR(Unsealed(ino, s->attr, "write"));
   CKPTFS_RETURN_IF_ERROR(CheckSpace(data.size(), ino, offset));
   if (s->direct) {
     // The data file is the file (BeginDirectWrite).
@@ -261,6 +264,7 @@ Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
   {
     MutexLock l(&s->mu);
     st = LoadLocked(s);
+    if (st.ok()) st = Unsealed(ino, s->attr, "write");
     if (st.ok() && !s->direct && S_ISREG(s->attr.mode) && (s->attr.mode & (S_ISUID | S_ISGID)) == 0 &&
         s->attr.size == 0 && s->attr.data_file_end == 0 && options_.data_file_min != 0) {
       st = data_files_->Create(ino);

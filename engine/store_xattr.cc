@@ -18,6 +18,7 @@ Status StoreImpl::SetXattr(Ino ino, std::string_view name, std::string_view valu
   if (value.size() > kMaxXattrValue) return Status(E2BIG, "xattr value too large");
   return RunChange([&](Txn& t) -> Status {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+    CKPTFS_RETURN_IF_ERROR(Unsealed(ino, t.Edit(ino), "setxattr"));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
                             IndexGet(t.reader(), Space::kXattrs, key));
@@ -83,6 +84,7 @@ Status StoreImpl::RemoveXattr(Ino ino, std::string_view name) {
   }
   return RunChange([&](Txn& t) -> Status {
     CKPTFS_RETURN_IF_ERROR(t.Lock({ino}));
+    CKPTFS_RETURN_IF_ERROR(Unsealed(ino, t.Edit(ino), "removexattr"));
     std::string key = format::XattrKey(ino, name);
     CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> old,
                             IndexGet(t.reader(), Space::kXattrs, key));

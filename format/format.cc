@@ -233,6 +233,33 @@ std::string GiveUpKey(uint32_t host, uint64_t ino) {
   return k;
 }
 
+std::string SealKey(uint64_t ino) {
+  std::string k(kMetaSealPrefix);
+  PutBE64(&k, ino);
+  return k;
+}
+
+std::string EncodeSeal(const SealValue& v) {
+  std::string s;
+  s.push_back(static_cast<char>(kSealValueVersion));
+  PutLE64(&s, static_cast<uint64_t>(v.sealed_ms));
+  PutLE64(&s, v.inodes);
+  PutLE64(&s, v.logical_bytes);
+  return s;
+}
+
+Status DecodeSeal(std::string_view in, SealValue* v) {
+  if (in.size() != 25) return Short("seal value", in.size(), 25);
+  if (static_cast<uint8_t>(in[0]) != kSealValueVersion) {
+    return Status::Corruption("seal value has version " + std::to_string(static_cast<uint8_t>(in[0])));
+  }
+  v->sealed_ms = static_cast<int64_t>(GetLE64(in.data() + 1));
+  v->inodes = GetLE64(in.data() + 9);
+  v->logical_bytes = GetLE64(in.data() + 17);
+  if (v->inodes == 0) return Status::Corruption("seal value counts no inode");
+  return Status::OK();
+}
+
 std::string EncodeOwner(const OwnerValue& v) {
   std::string s;
   PutLE32(&s, v.id);

@@ -102,6 +102,22 @@ inline constexpr char kMetaGiveUpPrefix[] = "give_up/";
 std::string OwnerKey(uint64_t ino);
 std::string GiveUpKey(uint32_t host, uint64_t ino);
 std::string GiveUpPrefix(uint32_t host);
+// Sealed trees (docs/DESIGN.md, "Sealed trees"): one key per tree root,
+// written in the commit that seals the tree, deleted with the root.
+inline constexpr char kMetaSealPrefix[] = "seal/";
+inline constexpr char kMetaSealEnd[] = "seal0";  // past every seal key
+std::string SealKey(uint64_t ino);
+
+// What a seal record says of its tree when it was sealed.
+struct SealValue {
+  int64_t sealed_ms = 0;       // wall-clock milliseconds since the epoch
+  uint64_t inodes = 0;         // in the tree, its root included
+  uint64_t logical_bytes = 0;  // sum of its regular files' sizes
+  bool operator==(const SealValue&) const = default;
+};
+inline constexpr uint8_t kSealValueVersion = 1;
+std::string EncodeSeal(const SealValue& v);
+Status DecodeSeal(std::string_view in, SealValue* v);
 
 // The mount that owns an inode: its host id, and the process that holds
 // the host (as its HostValue names it). An owner whose host is no longer

@@ -218,7 +218,7 @@ const std::set<std::string> kHexBlocks = {
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",
-    "owner-value"};
+    "owner-value",    "seal-key",     "seal-value"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
 
@@ -409,7 +409,8 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
             DocText("column-families"));
   EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
                 kMetaCleanShutdown + "\n" + kMetaOrphanPrefix + "\n" + kMetaNextHostId + "\n" +
-                kMetaHostPrefix + "\n" + kMetaOwnerPrefix + "\n" + kMetaGiveUpPrefix,
+                kMetaHostPrefix + "\n" + kMetaOwnerPrefix + "\n" + kMetaGiveUpPrefix + "\n" +
+                kMetaSealPrefix,
             DocText("meta-keys"));
 }
 
@@ -425,6 +426,23 @@ TEST(Golden, OwnerKeysAndValue) {
   ExpectCorruption(DecodeOwner(DocHex("owner-value").substr(0, 9), &back), "owner value");
   ExpectCorruption(DecodeOwner(DocHex("owner-value").substr(0, 15), &back), "owner value");
   ExpectCorruption(DecodeOwner(std::string(10, '\0'), &back), "id 0");
+}
+
+TEST(Golden, SealKeyAndValue) {
+  EXPECT_EQ(Hex(SealKey(2)), Hex(DocHex("seal-key")));
+  EXPECT_EQ(SealKey(2).substr(0, 5), kMetaSealPrefix);
+  const SealValue v{1'800'000'000'000, 5001, 1'000'000'000};
+  EXPECT_EQ(Hex(EncodeSeal(v)), Hex(DocHex("seal-value")));
+  SealValue back;
+  ASSERT_TRUE(DecodeSeal(DocHex("seal-value"), &back).ok());
+  EXPECT_EQ(back, v);
+  ExpectCorruption(DecodeSeal(DocHex("seal-value").substr(0, 24), &back), "seal value");
+  std::string bad = DocHex("seal-value");
+  bad[0] = 2;
+  ExpectCorruption(DecodeSeal(bad, &back), "version 2");
+  bad = DocHex("seal-value");
+  bad.replace(9, 8, std::string(8, '\0'));
+  ExpectCorruption(DecodeSeal(bad, &back), "no inode");
 }
 
 TEST(Golden, HostValue) {

@@ -27,7 +27,14 @@ void AttrInvalidator::Stop() {
 void AttrInvalidator::Queue(engine::Ino ino) {
   MutexLock lock(&mu_);
   if (se_ == nullptr || stopping_) return;
-  if (queued_.insert(ino).second && queued_.size() == 1) cv_.Signal();
+  if (queued_.emplace(ino, false).second && queued_.size() == 1) cv_.Signal();
+}
+
+void AttrInvalidator::QueuePages(engine::Ino ino) {
+  MutexLock lock(&mu_);
+  if (se_ == nullptr || stopping_) return;
+  queued_[ino] = true;
+  if (queued_.size() == 1) cv_.Signal();
 }
 
 fuse_session* AttrInvalidator::session() {
@@ -59,7 +66,7 @@ void AttrInvalidator::GaveUp(engine::Ino ino, const std::vector<std::pair<uint64
 }
 
 void AttrInvalidator::Run() {
-  std::vector<engine::Ino> batch;
+  std::vector<std::pair<engine::Ino, bool>> batch;
   fuse_session* se;
   for (;;) {
     {
@@ -70,7 +77,8 @@ void AttrInvalidator::Run() {
       queued_.clear();
       se = se_;
     }
-    for (engine::Ino ino : batch) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+    // Offset 0 and length 0: every page, and the attributes; -1: only those.
+    for (const auto& [ino, pages] : batch) fuse_lowlevel_notify_inval_inode(se, ino, pages ? 0 : -1, 0);
   }
 }
 

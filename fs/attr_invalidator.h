@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "base/mutex.h"
@@ -50,6 +50,11 @@ class AttrInvalidator {
   void Stop() EXCLUDES(mu_);
   // Invalidates the attributes of `ino` soon, from the notifying thread.
   void Queue(engine::Ino ino) EXCLUDES(mu_);
+  // Drops the kernel's cached pages of `ino`, and its attributes, soon,
+  // from the notifying thread: after the store refused a WRITE of the
+  // kernel's write-back cache (a sealed file), whose bytes and size would
+  // otherwise stay cached as if written.
+  void QueuePages(engine::Ino ino) EXCLUDES(mu_);
   // Invalidates them before returning. Only where the kernel holds the
   // inode in use (an open file's fsync or fallocate, a write(2)), never
   // from a WRITE of the kernel's cached pages.
@@ -73,7 +78,8 @@ class AttrInvalidator {
   CondVar cv_;
   fuse_session* se_ GUARDED_BY(mu_) = nullptr;
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::unordered_set<engine::Ino> queued_ GUARDED_BY(mu_);
+  // Queued inodes, each with whether its pages go too.
+  std::unordered_map<engine::Ino, bool> queued_ GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by Start and Stop only
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -43,6 +44,8 @@ void ReleaseOpen(fuse_req_t req, Filesystem& fs, Ino ino, uint64_t handle) {
 // On a shared store every open is answered too, without FOPEN_KEEP_CACHE,
 // and the store forgets what it remembers of the file (Store::Reread):
 // another host may have written it since (close-to-open, docs/SHARED.md).
+// A sealed file (Store::Seal) keeps its pages, and an open of it for
+// writing fails with EROFS, wherever OPEN is sent.
 //
 // With passthrough (Filesystem::passthrough) every open is answered:
 // read-only opens of files whole in their data file get a backing file, the
@@ -72,12 +75,15 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       r.Open(fi);
       return;
     }
+    const bool sealed = fs.store().KnownSealed(ino);
+    if (sealed && (fi->flags & O_ACCMODE) != O_RDONLY) return r.Err(EROFS);
     if (shared) {
       // Another host may have written the file since this one read it:
-      // the kernel drops its pages and the store what it remembers.
-      fs.store().Reread(ino);
+      // the kernel drops its pages and the store what it remembers;
+      // a sealed file's stay.
+      if (!sealed) fs.store().Reread(ino);
       fi->fh = 0;
-      fi->keep_cache = 0;
+      fi->keep_cache = sealed ? 1 : 0;
       fi->noflush = 1;
       r.Open(fi);
       return;
@@ -169,6 +175,10 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
     // kernel's flag comes from a write(2), whose open file holds the inode,
     // never from the write-back of cached pages: safe to wait for.
     if (*killed && fi != nullptr && fi->writepage == 0) fs.attr_invalidator().Now(ino);
+    // A sealed file's bytes that a write(2) left in the kernel's cache are
+    // refused here, after that write(2) returned: they go, and its close
+    // and fsync report the error.
+    if (!n.ok() && n.status().code() == EROFS && from_cache) fs.attr_invalidator().QueuePages(ino);
     if (!n.ok()) return r.Fail(n.status());
     fs.op_stats().AddWriteBytes(*n);
     // An O_DIRECT write(2), not one from the kernel's cache: what readers
@@ -199,6 +209,11 @@ void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Serve(req, Op::kRelease, [&](Request& r) {
     if (!IsControl(ino) && fi != nullptr && fi->fh != 0) ReleaseOpen(req, r.fs(), ino, fi->fh);
+    if (!IsControl(ino)) {
+      if (Status st = r.fs().auto_seal().Released(r.fs().store(), ino); !st.ok()) {
+        std::fprintf(stderr, "ckptfs: seal after closing a marker: %s\n", st.ToString().c_str());
+      }
+    }
     r.Ok();
   });
 }

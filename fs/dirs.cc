@@ -204,8 +204,9 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // drops it when it passes a change to the directory on to us (an entry
     // created, removed or renamed: fuse_dir_changed), and every change comes
     // through this mount. The control directory never changes.
-    // Not on a shared store, whose directories other hosts change.
-    fi->cache_readdir = fs.store().Shared() ? 0 : 1;
+    // Not on a shared store, whose directories other hosts change, unless
+    // the directory is sealed.
+    fi->cache_readdir = !fs.store().Shared() || fs.store().KnownSealed(ino) ? 1 : 0;
     fi->keep_cache = fi->cache_readdir;
     fs.open_dirs.fetch_add(1, std::memory_order_relaxed);
     if (r.Open(fi)) {

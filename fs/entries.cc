@@ -204,7 +204,10 @@ void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
         r.fs().store().Create(parent, name, m, owner->uid, owner->gid, static_cast<uint32_t>(rdev));
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
-    if (S_ISREG(a->mode)) r.fs().op_stats().CountFileCreated();
+    if (S_ISREG(a->mode)) {
+      r.fs().op_stats().CountFileCreated();
+      r.fs().auto_seal().Made(parent, name, a->ino);
+    }
     r.fs().ReplyEntry(r, *a, parent);
   });
 }
@@ -287,6 +290,14 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_
     if (int err = ControlConflict(new_parent, new_name, false)) return r.Err(err);
     Status st = r.fs().store().Rename(parent, name, new_parent, new_name, mode);
     if (st.ok()) st = r.fs().SyncChange(parent, /*directory_change=*/true);
+    // The rename stands whatever the seal it calls for does.
+    if (st.ok() && mode != engine::RenameMode::kExchange) {
+      if (Status sealed = r.fs().auto_seal().Renamed(r.fs().store(), name, new_parent, new_name);
+          !sealed.ok()) {
+        std::fprintf(stderr, "ckptfs: seal after renaming \"%s\" to \"%s\": %s\n", name, new_name,
+                     sealed.ToString().c_str());
+      }
+    }
     r.Fail(st);
   });
 }

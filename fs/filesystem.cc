@@ -39,6 +39,7 @@ Filesystem::Filesystem(engine::Store* store, const MountOptions& options)
       owner_gid_(getgid()),
       control_(std::make_unique<Control>(store, &options_, this)),
       killpriv_(store),
+      auto_seal_(options.seal_renamed, options.seal_marker),
       idle_release_([this] { return op_stats_.requests(); },
                     [this] {
                       if (engine::Status st = store_->ReleaseIdleMemory(); !st.ok()) {
@@ -87,13 +88,17 @@ struct stat Filesystem::ToStat(const Attr& a) const {
 
 // The options' timeouts, within what the store allows (Store::CacheSeconds
 // and CacheSecondsOf: on a shared store, while this mount is the only
-// mounted host, or owns the inode).
+// mounted host, or owns the inode). What is sealed never changes: the
+// kernel keeps it with no timeout, whatever the options say.
 double Filesystem::AttrTimeout(Ino ino) const {
-  return IsControlFile(ino) ? 0.0 : std::min(options_.attr_timeout, store_->CacheSecondsOf(ino));
+  if (IsControlFile(ino)) return 0.0;
+  if (store_->KnownSealed(ino)) return store_->CacheSecondsOf(ino);
+  return std::min(options_.attr_timeout, store_->CacheSecondsOf(ino));
 }
 
 double Filesystem::EntryTimeout(Ino parent, Ino ino) const {
   if (IsControlFile(ino) || parent == 0) return 0.0;
+  if (store_->KnownSealed(parent)) return store_->CacheSecondsOfName(parent, ino);
   return std::min(options_.entry_timeout, store_->CacheSecondsOfName(parent, ino));
 }
 

@@ -15,6 +15,7 @@
 
 #include "engine/store.h"
 #include "fs/attr_invalidator.h"
+#include "fs/auto_seal.h"
 #include "fs/control.h"
 #include "fs/memory.h"
 #include "fs/mount_options.h"
@@ -51,6 +52,8 @@ class Filesystem final : public MountReport {
   // pages after direct writes (see attr_invalidator.h); started by the
   // session.
   AttrInvalidator& attr_invalidator() { return attr_invalidator_; }
+  // The seals the mount makes by itself (seal_renamed, seal_marker).
+  AutoSeal& auto_seal() { return auto_seal_; }
   // Gives memory back once the mount is idle (fs/memory.h); started by the
   // session.
   IdleRelease& idle_release() { return idle_release_; }
@@ -138,6 +141,7 @@ class Filesystem final : public MountReport {
   SessionData session_data_{this, &op_stats_};
   KillPriv killpriv_;
   AttrInvalidator attr_invalidator_;
+  AutoSeal auto_seal_;
   IdleRelease idle_release_;
   std::atomic<bool> atomic_o_trunc_{false};
   // What Init made of passthrough (PassthroughText).

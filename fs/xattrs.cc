@@ -41,12 +41,17 @@ void GetExtentsXattr(Request& r, fuse_ino_t ino, std::string_view name, size_t s
   ReplySized(r, *value, size);
 }
 
+// "user.ckptfs.seal": computed, never stored. Setting it (any value) seals
+// the tree under the inode (Store::Seal); it reads "1" on a sealed inode.
+constexpr std::string_view kSealXattr = "user.ckptfs.seal";
+
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   Serve(req, Op::kSetxattr, [&](Request& r) {
     if (IsControl(ino)) return r.Err(ENOTSUP);
     if (int err = CheckName(name)) return r.Err(err);
     if (format::IsExtentsXattrName(name)) return r.Err(EPERM);  // virtual, read-only
+    if (name == kSealXattr) return r.Fail(r.fs().store().Seal(ino).status());
     engine::Status st = r.fs().store().SetXattr(ino, name, {value, size}, flags);
     if (st.ok() && name == kCapabilityXattr) r.fs().killpriv().CapabilitySet(ino);
     if (st.ok()) st = r.fs().SyncChange(ino, /*directory_change=*/false);
@@ -59,6 +64,12 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     if (int err = CheckName(name)) return r.Err(err);
     if (IsControl(ino)) return r.Err(ENODATA);
     if (format::IsExtentsXattrName(name)) return GetExtentsXattr(r, ino, name, size);
+    if (name == kSealXattr) {
+      Result<engine::Attr> a = r.fs().GetAttr(ino);
+      if (!a.ok()) return r.Fail(a.status());
+      if (!a->sealed) return r.Err(ENODATA);
+      return ReplySized(r, "1", size);
+    }
     Result<std::string> value = r.fs().store().GetXattr(ino, name);
     if (!value.ok()) return r.Fail(value.status());
     ReplySized(r, *value, size);

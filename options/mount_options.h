@@ -103,6 +103,15 @@ struct MountOptions {
   // CPU seconds per GiB, but concurrent writers of separate files went
   // slower on the benchmark's disk (docs/LARGE_FILES.md). Default: on.
   bool direct_io = true;
+  // Seals the mount makes by itself (fs/auto_seal.h), fnmatch(3) patterns
+  // of names; empty: none. "seal_renamed": a directory renamed from a
+  // matching name is sealed (orbax: *.orbax-checkpoint-tmp-*).
+  // "seal_marker": a file that gets a matching name, by a rename or made
+  // and closed where closes are seen, seals its directory (DCP:
+  // .metadata). Default: off, since code that writes into a step after
+  // its framework committed it would get EROFS.
+  std::string seal_renamed;
+  std::string seal_marker;
   // Every read checks the checksums of what it returns ("verify_reads"),
   // which only the daemon can: turns passthrough off. Default: off.
   bool verify_reads = false;

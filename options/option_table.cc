@@ -302,6 +302,20 @@ constexpr OptionSpec kOptions[] = {
              "synced: the kernel caches those files' pages already, so the bytes are not "
              "cached twice; fewer CPU seconds per GiB, but each data-file write waits for the "
              "disk (see docs/LARGE_FILES.md); off (`no_direct_io`): through the page cache"},
+    {.name = "seal_renamed",
+     .type = OptionType::kText,
+     .field = kMountField<&MountOptions::seal_renamed>,
+     .help = "seal a directory renamed from a name that matches this pattern (fnmatch; "
+             "orbax commits a step so: `*.orbax-checkpoint-tmp-*`); nothing in it may change "
+             "afterwards, on any host (docs/SHARED.md, sealed trees)",
+     .placeholder = "PATTERN"},
+    {.name = "seal_marker",
+     .type = OptionType::kText,
+     .field = kMountField<&MountOptions::seal_marker>,
+     .help = "seal the directory of a file that gets a name matching this pattern: renamed "
+             "to it, or made and closed where closes are seen (a shared store, passthrough); "
+             "torch.distributed.checkpoint writes `.metadata` last",
+     .placeholder = "PATTERN"},
     {.name = "verify_reads",
      .type = OptionType::kFlag,
      .field = kMountField<&MountOptions::verify_reads>,

@@ -202,6 +202,9 @@ nlohmann::ordered_json LastCompactionJson(const engine::CompactionRecord& c) {
 
 Result<nlohmann::ordered_json> StoreSummary(engine::Store& store) {
   CKPTFS_ASSIGN_OR_RETURN(engine::NamespaceCounts n, store.CountNamespace());
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SealedTree> sealed, store.SealedTrees());
+  uint64_t sealed_inodes = 0;
+  for (const engine::SealedTree& t : sealed) sealed_inodes += t.seal.inodes;
   CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::SegmentInfo> list, store.ListSegments());
   uint64_t segments = 0, file_bytes = 0, live = 0, dead = 0, reclaimable = 0;
   const double default_ratio = engine::CompactOptions().dead_ratio;
@@ -227,6 +230,8 @@ Result<nlohmann::ordered_json> StoreSummary(engine::Store& store) {
            {"symlinks", n.symlinks},
            {"other", n.other},
            {"logical_bytes", n.logical_bytes},
+           {"sealed_trees", sealed.size()},
+           {"sealed_inodes", sealed_inodes},
        }},
       {"storage",
        {

@@ -9,6 +9,7 @@
 //   ckptfs warmup [--threads N] [--json] PATH...
 //   ckptfs info [--json] PATH...
 //   ckptfs verify [--json] PATH...
+//   ckptfs seal PATH...
 //   ckptfs gpu-load [--device N | --host] [--no-direct] FILE...
 //   ckptfs --version
 // docs/TOOLS.md describes each, with its exit codes.
@@ -201,6 +202,14 @@ Command AddVerify(CLI::App& app) {
   return {cmd, [a] { return ckptfs::tools::RunVerify(a->paths, a->json); }};
 }
 
+Command AddSeal(CLI::App& app) {
+  auto a = std::make_shared<PathArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "seal", "Make the trees under PATHs immutable on every host, and cached for ever");
+  cmd->add_option("PATH", a->paths, "Directories or files on a ckptfs mount")->required();
+  return {cmd, [a] { return ckptfs::tools::RunSeal(a->paths); }};
+}
+
 Command AddGpuLoad(CLI::App& app) {
   struct Args {
     ckptfs::tools::GpuLoadArgs load;
@@ -273,7 +282,8 @@ int Main(int argc, char** argv) {
                        "Print the versions of ckptfs, libfuse and the kernel");
   const std::vector<Command> commands = {AddMount(app), AddUmount(app),  AddStat(app),
                                          AddFsck(app),  AddCompact(app), AddWarmup(app),
-                                         AddInfo(app),  AddVerify(app),  AddGpuLoad(app)};
+                                         AddInfo(app),  AddVerify(app),  AddSeal(app),
+                                         AddGpuLoad(app)};
   std::vector<char*> args(argv, argv + argc);
   if (!ImplicitMount(commands, &args)) return 1;
   try {

@@ -54,6 +54,10 @@ int RunInfo(const std::vector<std::string>& paths, bool json);
 // status as fsck(8): 0 clean, 4 damage found, 8 nothing could be checked.
 int RunVerify(const std::vector<std::string>& paths, bool json);
 
+// `ckptfs seal` (tools/seal_command.cc): seals the tree under each of
+// `paths` (on a mount); 1 when one could not be sealed.
+int RunSeal(const std::vector<std::string>& paths);
+
 // `ckptfs gpu-load` (tools/gpu_load_command.cc): loads files into CUDA device
 // memory (or host memory) with the gpu/ loader and reports the speed.
 struct GpuLoadArgs {

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,12 @@ namespace {
 engine::Status SysError(const std::string& what) {
   const int e = errno;
   return engine::Status::Errno(e, what + ": " + std::strerror(e));
+}
+
+// Whether `path` is part of a sealed tree (its "user.ckptfs.seal" reads 1).
+bool IsSealed(const char* path) {
+  char v[2];
+  return ::lgetxattr(path, "user.ckptfs.seal", v, sizeof(v)) == 1 && v[0] == '1';
 }
 
 const char* CodecName(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
@@ -123,6 +131,7 @@ void PrintFile(const nlohmann::ordered_json& j) {
   std::printf("  stored  %s in %zu extent(s)%s\n",
               HumanBytes(j["stored_bytes"].get<uint64_t>()).c_str(), j["extents"].size(),
               j["inline"].get<bool>() ? ", inline in the index" : "");
+  if (j["sealed"].get<bool>()) std::printf("  sealed  (nothing of it changes but its removal)\n");
   if (!j["data_file"].is_null()) {
     std::printf("  data    %s in %s\n", HumanBytes(j["data_file_bytes"].get<uint64_t>()).c_str(),
                 j["data_file"].get<std::string>().c_str());
@@ -163,6 +172,9 @@ struct Tally {
   uint64_t files = 0, directories = 0, symlinks = 0, other = 0;
   uint64_t logical_bytes = 0, stored_bytes = 0, extents = 0, inline_files = 0;
   std::string first_error;
+  std::string root;                       // the walk's
+  std::set<std::string> sealed_dirs;      // sealed directories met so far
+  std::vector<std::string> sealed_trees;  // roots of sealed trees, from `root`
 };
 Tally* g_tally = nullptr;
 
@@ -171,6 +183,16 @@ int CountEntry(const char* path, const struct stat* st, int type, struct FTW*) {
   if (type == FTW_DNR || type == FTW_NS) {
     if (t.first_error.empty()) t.first_error = std::string("cannot read ") + path;
     return 0;
+  }
+  if (IsSealed(path)) {
+    // A tree's root: the walk's own, or one whose directory is not sealed
+    // (nftw visits a directory before what it holds).
+    const std::string p(path);
+    const std::string parent = std::filesystem::path(p).parent_path().string();
+    if (p != t.root && t.sealed_dirs.count(parent) == 0) {
+      t.sealed_trees.push_back(std::filesystem::path(p).lexically_relative(t.root).string());
+    }
+    if (S_ISDIR(st->st_mode)) t.sealed_dirs.insert(p);
   }
   if (S_ISDIR(st->st_mode)) {
     t.directories++;
@@ -199,6 +221,7 @@ int CountEntry(const char* path, const struct stat* st, int type, struct FTW*) {
 
 engine::Result<nlohmann::ordered_json> DirectoryJson(const std::string& path) {
   Tally t;
+  t.root = path;
   g_tally = &t;
   const int rc = ::nftw(path.c_str(), CountEntry, 64, FTW_PHYS | FTW_MOUNT);
   g_tally = nullptr;
@@ -213,7 +236,9 @@ engine::Result<nlohmann::ordered_json> DirectoryJson(const std::string& path) {
                                 {"logical_bytes", t.logical_bytes},
                                 {"stored_bytes", t.stored_bytes},
                                 {"extents", t.extents},
-                                {"inline_files", t.inline_files}};
+                                {"inline_files", t.inline_files},
+                                {"sealed", t.sealed_dirs.count(path) != 0},
+                                {"sealed_trees", t.sealed_trees}};
 }
 
 void PrintDirectory(const nlohmann::ordered_json& j) {
@@ -227,6 +252,18 @@ void PrintDirectory(const nlohmann::ordered_json& j) {
               HumanBytes(j["logical_bytes"].get<uint64_t>()).c_str(),
               HumanBytes(j["stored_bytes"].get<uint64_t>()).c_str(), j["extents"].get<uint64_t>(),
               j["inline_files"].get<uint64_t>());
+  if (j["sealed"].get<bool>()) {
+    std::printf("  sealed  (nothing in it changes but its removal)\n");
+    return;
+  }
+  const auto& trees = j["sealed_trees"];
+  if (trees.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < trees.size() && i < 5; ++i) {
+    list += (i > 0 ? ", " : "") + trees[i].get<std::string>();
+  }
+  if (trees.size() > 5) list += ", ...";
+  std::printf("  sealed trees in it: %zu (%s)\n", trees.size(), list.c_str());
 }
 
 engine::Result<nlohmann::ordered_json> InfoOf(const std::string& path) {
@@ -237,7 +274,9 @@ engine::Result<nlohmann::ordered_json> InfoOf(const std::string& path) {
     return engine::Status::Errno(EINVAL, path + " is neither a regular file nor a directory");
   }
   CKPTFS_ASSIGN_OR_RETURN(const gpu::FileLayout l, LayoutOf(path));
-  return FileJson(path, l);
+  nlohmann::ordered_json j = FileJson(path, l);
+  j["sealed"] = IsSealed(path.c_str());
+  return j;
 }
 
 }  // namespace

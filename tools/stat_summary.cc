@@ -125,6 +125,10 @@ void StoreRows(const Json& j, Rows* rows) {
     contents += ", " + std::to_string(n) + " other";
   }
   contents += "; " + HumanBytes(Count(j, "/namespace/logical_bytes")) + " logical";
+  if (const uint64_t n = Count(j, "/namespace/sealed_trees")) {
+    contents += "; " + Plural(n, "sealed tree", "sealed trees") + " (" +
+                Plural(Count(j, "/namespace/sealed_inodes"), "inode", "inodes") + ")";
+  }
   rows->emplace_back("contents", contents);
 
   std::string segments = Plural(Count(j, "/storage/segments"), "segment file", "segment files") +

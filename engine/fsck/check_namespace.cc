@@ -1,5 +1,6 @@
 // Fsck of the namespace: inodes, directory entries, reachability, link
-// counts, parent pointers, the inode counter and extended attributes.
+// counts, parent pointers, the inode counter, extended attributes and
+// sealed trees.
 #include <sys/stat.h>
 #include <time.h>
 
@@ -55,9 +56,14 @@ Status Checker::LoadMeta() {
   has_inode_count_ = found && v.size() == 8;
   stored_inode_count_ = has_inode_count_ ? format::GetLE64(v.data()) : 0;
   const std::string_view prefix(format::kMetaOrphanPrefix);
-  return ScanAll(Space::kMeta, [&](std::string_view key, std::string_view) {
+  const std::string_view seal(format::kMetaSealPrefix);
+  return ScanAll(Space::kMeta, [&](std::string_view key, std::string_view value) {
     if (key.starts_with(prefix) && key.size() == prefix.size() + 8) {
       orphan_keys_.insert(format::GetBE64(key.data() + prefix.size()));
+    }
+    if (key.starts_with(seal) && key.size() == seal.size() + 8) {
+      format::SealValue v;
+      seal_keys_[format::GetBE64(key.data() + seal.size())] = format::DecodeSeal(value, &v).ok();
     }
   });
 }
@@ -417,6 +423,42 @@ void Checker::CheckCounters() {
         opt_.repair);
     if (opt_.repair) {
       batch_.Put(Space::kMeta, format::kMetaNextIno, Counter(max_ino_ + 4096));
+      batch_used_ = true;
+    }
+  }
+}
+
+void Checker::CheckSeals() {
+  auto sealed = [](const Node& n) { return (n.v.flags & format::kInodeSealed) != 0; };
+  // A seal is one commit: below a sealed directory every inode is sealed.
+  std::deque<uint64_t> queue;
+  for (const auto& [ino, n] : nodes_) {
+    if (n.is_dir && sealed(n)) queue.push_back(ino);
+  }
+  while (!queue.empty()) {
+    const uint64_t d = queue.front();
+    queue.pop_front();
+    for (const auto& [name, c] : nodes_[d].children) {
+      auto it = nodes_.find(c);
+      if (it == nodes_.end() || sealed(it->second)) continue;
+      Node& cn = it->second;
+      Add(kHalfSealed, Inode(c, cn.path),
+          "an entry of sealed directory " + PathOf(d) + " is not sealed", opt_.repair);
+      if (!opt_.repair) continue;
+      cn.v.flags |= format::kInodeSealed;
+      cn.attr_dirty = true;
+      if (cn.is_dir) queue.push_back(c);
+    }
+  }
+  for (const auto& [ino, decodes] : seal_keys_) {
+    auto it = nodes_.find(ino);
+    if (decodes && it != nodes_.end() && sealed(it->second)) continue;
+    const std::string what = !decodes             ? "does not decode"
+                             : it == nodes_.end() ? "names inode " + std::to_string(ino) + ", which does not exist"
+                                                  : "names inode " + std::to_string(ino) + ", which is not sealed";
+    Add(kBadSealRecord, Inode(ino, PathOf(ino)), "the seal record " + what, opt_.repair);
+    if (opt_.repair) {
+      batch_.Delete(Space::kMeta, format::SealKey(ino));
       batch_used_ = true;
     }
   }

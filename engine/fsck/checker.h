@@ -81,6 +81,8 @@ inline constexpr char kXattrWithoutInode[] = "xattr_without_inode";
 inline constexpr char kMissingDataFile[] = "missing_data_file";  // extent -> no data file
 inline constexpr char kBlockOutsideDataFile[] = "block_outside_data_file";  // truncated
 inline constexpr char kBadDataFileExtent[] = "bad_data_file_extent";  // breaks byte N = byte N
+inline constexpr char kHalfSealed[] = "half_sealed";  // unsealed entry of a sealed directory
+inline constexpr char kBadSealRecord[] = "bad_seal_record";  // of no sealed inode, or undecodable
 // Informational:
 inline constexpr char kUnreferencedRecords[] = "unreferenced_records";
 inline constexpr char kUnparsableBytes[] = "unparsable_bytes";    // crash gaps, damage in dead space
@@ -242,6 +244,9 @@ class Checker {
   // Inode `ino`'s orphan key, link count and (directories) parent pointer.
   void CheckLinks(uint64_t ino, Node& n);
   void CheckCounters();
+  // Sealed trees: every entry of a sealed directory is sealed (repair seals
+  // it), and each seal record names a sealed inode (repair deletes it).
+  void CheckSeals();
   Status CheckXattrs();
 
   // ---- check_data.cc; the recovery in check_recover.cc ----
@@ -350,6 +355,7 @@ class Checker {
   bool lost_found_new_ = false;
   std::string lost_found_name_ = "lost+found";
   std::set<uint64_t> orphan_keys_;  // inodes with orphan/ keys
+  std::map<uint64_t, bool> seal_keys_;  // inodes with seal/ keys: whether the value decodes
   std::map<uint64_t, SegmentState> segments_;
   // The data file CheckExtents reads now (extents come in inode order).
   uint64_t data_file_ino_ = 0;

@@ -360,6 +360,7 @@ Status Checker::Check() {
   CheckSegments();
   CKPTFS_RETURN_IF_ERROR(CheckDataFiles());
   CKPTFS_RETURN_IF_ERROR(CheckXattrs());
+  CheckSeals();
   CheckCounters();
   if (opt_.repair) {
     Status s = ApplyRepairs();

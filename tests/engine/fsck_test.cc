@@ -453,6 +453,55 @@ TEST_F(FsckTest, WrongLinkCountAndSegmentCounter) {
   ASSERT_OK(store->Close());
 }
 
+// A seal is one commit: an unsealed inode below a sealed directory, or a
+// seal record of an inode that is not sealed, is damage; repair seals the
+// one and drops the other.
+TEST_F(FsckTest, HalfSealedTreeAndStraySealRecord) {
+  Ino root = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir_.store(), options_));
+    ASSERT_OK_AND_ASSIGN(Attr b, store->Lookup(kRootIno, "b"));
+    root = b.ino;
+    ASSERT_OK_AND_ASSIGN(uint64_t n, store->Seal(b.ino));
+    EXPECT_EQ(n, 5u);  // b, c, tensor, empty, model.link's inode
+    ASSERT_OK(store->Close());
+  }
+  EXPECT_TRUE(Fsck(false).clean());
+  const Ino tensor = before_.at("/b/c/tensor").ino;
+  const Ino small = before_.at("/small.json").ino;
+  WithIndex([&](IndexDb& db) {
+    std::string v;
+    ASSERT_TRUE(db.db->Get(rocksdb::ReadOptions(), db.inodes(), format::InodeKey(tensor), &v).ok());
+    format::InodeValue iv;
+    ASSERT_OK(format::DecodeInode(v, &iv));
+    ASSERT_TRUE(iv.flags & format::kInodeSealed);
+    iv.flags = 0;
+    ASSERT_TRUE(db.db->Put(rocksdb::WriteOptions(), db.inodes(), format::InodeKey(tensor),
+                           format::EncodeInode(iv)).ok());
+    format::SealValue seal{1, 1, 100};
+    ASSERT_TRUE(db.db->Put(rocksdb::WriteOptions(), db.db->DefaultColumnFamily(),
+                           format::SealKey(small), format::EncodeSeal(seal)).ok());
+  });
+  FsckReport r = Fsck(false);
+  EXPECT_EQ(ExitCode(r), 4) << Dump(r);
+  const FsckFinding* half = Find(r, "half_sealed", "/b/c/tensor");
+  ASSERT_NE(half, nullptr) << Dump(r);
+  EXPECT_NE(half->detail.find("/b/c"), std::string::npos) << half->detail;
+  const FsckFinding* stray = Find(r, "bad_seal_record", "/small.json");
+  ASSERT_NE(stray, nullptr) << Dump(r);
+  EXPECT_NE(stray->detail.find("not sealed"), std::string::npos) << stray->detail;
+
+  ASSERT_NO_FATAL_FAILURE(RepairAndVerify({}));
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir_.store(), options_));
+  ASSERT_OK_AND_ASSIGN(Attr t, store->GetAttr(tensor));
+  EXPECT_TRUE(t.sealed);
+  EXPECT_EQ(store->Write(tensor, 0, "x").status().code(), EROFS);
+  ASSERT_OK_AND_ASSIGN(std::vector<SealedTree> trees, store->SealedTrees());
+  ASSERT_EQ(trees.size(), 1u);
+  EXPECT_EQ(trees[0].ino, root);
+  ASSERT_OK(store->Close());
+}
+
 TEST_F(FsckTest, ZeroFilledGapFromACrashIsInformational) {
   // A reservation that was never written: zeros at the end of the active
   // segment, then more records after it.

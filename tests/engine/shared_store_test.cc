@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <set>
 #include <thread>
@@ -293,6 +294,32 @@ TEST_F(SharedStoreTest, AFileRemovedByAnotherHostReadsEstaleNotZeros) {
   ASSERT_FALSE(n.ok()) << "read " << *n << " bytes of a removed file";
   EXPECT_EQ(n.status().code(), ESTALE) << n.status().ToString();
   ASSERT_OK(b_->Release(f.ino));
+}
+
+// A tree one host sealed is sealed for every host: another host that has
+// a file of it open and written gets EROFS for its next write, sees the
+// seal in the attributes, and may cache them for ever; removing the tree
+// stays allowed from either host.
+TEST_F(SharedStoreTest, ATreeSealedOnOneHostIsSealedOnEveryHost) {
+  ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "step", 0755, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr f, b_->Create(d.ino, "rank1", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(b_.get(), f.ino, 0, "written by b"));
+  ASSERT_OK(b_->OpenFile(f.ino));
+  ASSERT_OK(b_->Fsync(f.ino, true));
+  ASSERT_OK_AND_ASSIGN(uint64_t n, a_->Seal(d.ino));
+  EXPECT_EQ(n, 2u);
+  Status st = b_->Write(f.ino, 0, "more").status();
+  EXPECT_EQ(st.code(), EROFS) << st.ToString();
+  EXPECT_EQ(b_->Create(d.ino, "rank2", S_IFREG | 0644, 0, 0, 0).status().code(), EROFS);
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->GetAttr(f.ino));
+  EXPECT_TRUE(seen.sealed);
+  EXPECT_TRUE(b_->KnownSealed(f.ino));
+  EXPECT_EQ(b_->CacheSecondsOf(f.ino), std::numeric_limits<double>::infinity());
+  ASSERT_OK_AND_ASSIGN(std::string theirs, ReadAll(a_.get(), f.ino));
+  EXPECT_EQ(theirs, "written by b");
+  ASSERT_OK(b_->Release(f.ino));
+  ASSERT_OK(b_->Unlink(d.ino, "rank1"));
+  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
 }
 
 // Offline compaction takes each host that no mount holds in turn and

@@ -43,6 +43,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,9 +91,13 @@ class SharedStoreTest(unittest.TestCase):
         for m in self.mounts:
             if m.pid is not None:
                 m.unmount()
-        r = subprocess.run([harness.ckptfs_bin(), "fsck", self.store], capture_output=True,
+        r = subprocess.run([harness.ckptfs_bin(), "fsck", self.fsck_path()], capture_output=True,
                            text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def fsck_path(self):
+        """Where fsck reads the store at the end of a test."""
+        return self.store
 
     def read_everywhere(self, files):
         for m in self.mounts:
@@ -248,6 +253,117 @@ class SharedStoreTest(unittest.TestCase):
         # And m1 changes it again as any host does.
         os.unlink(m1.path("own/d/new"))
         self.assertFalse(os.path.exists(m2.path("own/d/new")))
+        self.unmount_all_and_fsck()
+
+    def test_a_tree_sealed_on_one_host_is_sealed_and_kept_on_every_host(self):
+        m1, m2, m3 = self.mounts
+        sealed = self.write_params(m2, "step_1", range(8))
+        sealed.update(self.write_params(m3, "step_1", range(8, 16)))
+        unsealed = self.write_params(m3, "step_2", range(16))
+        os.setxattr(m1.path("step_1"), "user.ckptfs.seal", b"1")
+        for m in self.mounts:
+            self.assertEqual(os.getxattr(m.path("step_1", "param_3", "0"), "user.ckptfs.seal"), b"1")
+            with self.assertRaises(OSError) as cm:
+                lib.write_file(m.path("step_1", "param_3", "0"), b"x")
+            self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+            with self.assertRaises(OSError) as cm:
+                lib.write_file(m.path("step_1", "trainer_state.json"), b"{}")
+            self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+            with self.assertRaises(OSError) as cm:
+                os.chmod(m.path("step_1", "param_9"), 0o700)
+            self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+        lib.write_file(m2.path("step_2", "param_3", "0"), b"still writable")
+        unsealed["step_2/param_3/0"] = b"still writable"
+
+        def costs(before, after):
+            ops = ("lookups", "getattrs")
+            return (sum(after["fs"]["ops"][k] - before["fs"]["ops"][k] for k in ops),
+                    after["engine"]["index_round_trips"] - before["engine"]["index_round_trips"])
+
+        def restore(m, root, files):
+            """LOOKUP and GETATTR requests and index round trips of reading
+            `files` from the directory `root` (a walk from the mount's root
+            would ask for the root's attributes), less those of reading
+            the stats file."""
+            before = m.stats()
+            alone = costs(before, m.stats())
+            before = m.stats()
+            d = os.open(m.path(root), os.O_PATH | os.O_DIRECTORY)
+            try:
+                for name, data in files.items():
+                    fd = os.open(os.path.relpath(name, root), os.O_RDONLY, dir_fd=d)
+                    try:
+                        self.assertEqual(os.read(fd, len(data) + 1), data, name)
+                    finally:
+                        os.close(fd)
+            finally:
+                os.close(d)
+            got = costs(before, m.stats())
+            return got[0] - alone[0], got[1] - alone[1]
+
+        # Once read, a sealed tree is kept by every host's kernel and page
+        # cache; the unsealed one is asked for at every open.
+        for m in (m1, m2):
+            restore(m, "step_1", sealed)
+            restore(m, "step_2", unsealed)
+            requests, trips = restore(m, "step_1", sealed)
+            self.assertLess(requests, 3, m.mnt)
+            self.assertLess(trips, 10, m.mnt)  # the watch's polls
+            requests, trips = restore(m, "step_2", unsealed)
+            self.assertGreater(requests, len(unsealed), m.mnt)
+            self.assertGreater(trips, len(unsealed), m.mnt)
+        # Removing it stays allowed; the other hosts see it gone at their
+        # next lookup of its root.
+        shutil.rmtree(m3.path("step_1"))
+        for m in (m1, m2):
+            self.assertFalse(os.path.exists(m.path("step_1")), m.mnt)
+        self.unmount_all_and_fsck()
+
+    def test_steps_seal_themselves_on_every_host(self):
+        """seal_marker and seal_renamed, with each host writing its part."""
+        for m in self.mounts:
+            m.remount(m.options + ["seal_marker=.metadata",
+                                   "seal_renamed=*.orbax-checkpoint-tmp-*"])
+        m1, m2, m3 = self.mounts
+
+        def sealed(m, *parts):
+            try:
+                return os.getxattr(m.path(*parts), "user.ckptfs.seal") == b"1"
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENODATA)
+                return False
+
+        # torch.distributed.checkpoint: each rank writes its file from its
+        # host, then the coordinator writes .metadata (here in place: every
+        # open is answered on a shared store, so its close is seen).
+        os.mkdir(m1.path("dcp_9"))
+        files = {}
+        for r, m in enumerate(self.mounts):
+            name = "dcp_9/__%d_0.distcp" % r
+            files[name] = blob(name, 40000 + r)
+            lib.write_file(m.path(name), files[name], fsync=True)
+        self.assertFalse(sealed(m2, "dcp_9"))
+        lib.write_file(m1.path("dcp_9", ".metadata"), b"meta", fsync=True)
+        deadline = time.monotonic() + 10  # RELEASE follows close(2)
+        while not sealed(m2, "dcp_9") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # orbax: a temporary directory filled by every host, renamed by one.
+        tmp = "step_9.orbax-checkpoint-tmp-1700000000"
+        os.mkdir(m1.path(tmp))
+        for i, m in enumerate(self.mounts):
+            name = "%s/param_%d" % (tmp, i)
+            os.mkdir(m.path(name))
+            files[name + "/0"] = blob(name, 20000)
+            lib.write_file(m.path(name, "0"), files[name + "/0"])
+        os.rename(m1.path(tmp), m1.path("step_9"))
+        files = {n.replace(tmp, "step_9"): d for n, d in files.items()}
+        for m in self.mounts:
+            for step in ("dcp_9", "step_9"):
+                self.assertTrue(sealed(m, step), "%s on %s" % (step, m.mnt))
+                with self.assertRaises(OSError) as cm:
+                    lib.write_file(m.path(step, "extra"), b"x")
+                self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+        self.read_everywhere(files)
         self.unmount_all_and_fsck()
 
     def test_close_to_open(self):
@@ -563,6 +679,34 @@ class SharedStoreTest(unittest.TestCase):
         self.unmount_all_and_fsck()
 
     def test_torch_distributed_gloo(self):
+        self.run_gloo_ranks()
+        self.unmount_all_and_fsck()
+
+    def test_a_gloo_job_seals_its_step_with_the_marker_option(self):
+        for m in self.mounts:
+            m.remount(m.options + ["seal_marker=.metadata"])
+        self.run_gloo_ranks()
+        # Rank 0 closed .metadata on its host: the step is sealed on every host.
+        deadline = time.monotonic() + 10
+        for m in self.mounts:
+            p = m.path("dcp_step_5")
+            while time.monotonic() < deadline:
+                try:
+                    if os.getxattr(p, "user.ckptfs.seal") == b"1":
+                        break
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.ENODATA)
+                time.sleep(0.02)
+            self.assertEqual(os.getxattr(p, "user.ckptfs.seal"), b"1", m.mnt)
+            with self.assertRaises(OSError) as cm:
+                lib.write_file(os.path.join(p, "train_state.pt"), b"x")
+            self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+        self.unmount_all_and_fsck()
+
+    def run_gloo_ranks(self):
+        """One gloo rank per host saves its shard into dcp_step_5, rank 0
+        writes .metadata (as torch.distributed.checkpoint's coordinator
+        does), and every rank loads every shard."""
         script = textwrap.dedent(r"""
             import os, sys, pickle, torch, torch.distributed as dist
             rank, world, mnt, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -601,7 +745,6 @@ class SharedStoreTest(unittest.TestCase):
             out, err = p.communicate(timeout=240)
             self.assertEqual(p.returncode, 0, "rank %d: %s%s" % (r, out, err[-3000:]))
             self.assertIn("rank %d loaded 3 shards" % r, out)
-        self.unmount_all_and_fsck()
 
 
 class NetfsSharedStoreTest(SharedStoreTest):
@@ -615,6 +758,12 @@ class NetfsSharedStoreTest(SharedStoreTest):
             self.skipTest(why)
         self.bed = netfs_bed.Bed(self.tmp)
         return {h: os.path.join(self.bed.mount(h), "store") for h in HOSTS}
+
+    def fsck_path(self):
+        # On the export itself, as on the file server: a host's client may
+        # list the segments as they were up to its cache time ago, before
+        # the compactions at unmount.
+        return os.path.join(self.bed.export, "store")
 
     def tearDown(self):
         SharedStoreTest.tearDown(self)
@@ -642,6 +791,7 @@ class EmbeddedStoreTest(unittest.TestCase):
 
     tearDown = SharedStoreTest.tearDown
     unmount_all_and_fsck = SharedStoreTest.unmount_all_and_fsck
+    fsck_path = SharedStoreTest.fsck_path
     read_everywhere = SharedStoreTest.read_everywhere
     test_orbax_flow_across_three_mounts = SharedStoreTest.test_orbax_flow_across_three_mounts
     test_names_seen_at_once = SharedStoreTest.test_names_seen_at_once

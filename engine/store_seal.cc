@@ -1,0 +1,112 @@
+// Sealed trees (docs/DESIGN.md, "Sealed trees"): Seal marks every inode of
+// a tree with format's kInodeSealed in one commit; the changes of
+// store_namespace.cc, store_attr.cc, store_write.cc and store_xattr.cc ask
+// Unsealed before they change an inode, and reads leave a sealed inode's
+// access time alone.
+#include <sys/stat.h>
+
+#include <set>
+
+#include "engine/store_impl.h"
+
+namespace ckptfs::engine {
+
+Status StoreImpl::Unsealed(uint64_t ino, const format::InodeValue& v, std::string_view what) {
+  if ((v.flags & format::kInodeSealed) == 0) return Status::OK();
+  sealed_.Note(ino);
+  return Status(EROFS, std::string(what) + ": inode " + std::to_string(ino) + " is sealed");
+}
+
+Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in) {
+  std::vector<uint64_t> inos = {ino};
+  std::vector<uint64_t> dirs = {ino};
+  while (!dirs.empty()) {
+    const uint64_t dir = dirs.back();
+    dirs.pop_back();
+    Status bad;
+    CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
+                                     format::DentryPrefix(dir + 1),
+                                     [&](std::string_view, std::string_view value) {
+                                       format::DentryValue d;
+                                       bad = format::DecodeDentry(value, &d);
+                                       if (!bad.ok()) return false;
+                                       inos.push_back(d.ino);
+                                       if ((uint32_t{d.type} << 12) == S_IFDIR) dirs.push_back(d.ino);
+                                       return true;
+                                     }));
+    if (!bad.ok()) return Status(bad.code(), "an entry of directory " + std::to_string(dir) + ": " + bad.message());
+  }
+  return inos;
+}
+
+Result<uint64_t> StoreImpl::Seal(Ino ino) {
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  std::vector<uint64_t> tree;
+  CKPTFS_ASSIGN_OR_RETURN(
+      const uint64_t sealed, ChangeNamespace([&](Txn& t) -> Result<uint64_t> {
+        CKPTFS_ASSIGN_OR_RETURN(tree, TreeOf(ino, t.reader()));
+        CKPTFS_RETURN_IF_ERROR(t.Lock(tree));
+        uint64_t n = 0;
+        format::SealValue seal;
+        const Timespec now = Now();
+        seal.sealed_ms = now.sec * 1000 + now.nsec / 1'000'000;
+        std::set<uint64_t> inos;
+        for (uint64_t i : tree) {
+          if (t.Direct(i)) {
+            return Status(EBUSY, "inode " + std::to_string(i) + " is being written (passthrough)");
+          }
+          format::InodeValue& v = t.Edit(i);
+          if (i == ino && v.nlink == 0) return Status(ENOENT, "inode " + std::to_string(i) + " was removed");
+          if ((v.flags & format::kInodeSealed) == 0) n++;
+          v.flags |= format::kInodeSealed;
+          if (!inos.insert(i).second) continue;  // another name of a file
+          if (S_ISREG(v.mode)) seal.logical_bytes += v.size;
+        }
+        if (n == 0) return n;
+        seal.inodes = inos.size();
+        // The roots of sealed trees this one takes in are roots no more.
+        CKPTFS_RETURN_IF_ERROR(IndexScan(t.reader(), Space::kMeta, format::kMetaSealPrefix,
+                                         format::kMetaSealEnd,
+                                         [&](std::string_view key, std::string_view) {
+                                           const std::string_view prefix = format::kMetaSealPrefix;
+                                           if (key.size() != prefix.size() + 8) return true;
+                                           const uint64_t root = format::GetBE64(key.data() + prefix.size());
+                                           if (root != ino && inos.count(root)) {
+                                             t.batch.Delete(Space::kMeta, key);
+                                           }
+                                           return true;
+                                         }));
+        t.batch.Put(Space::kMeta, format::SealKey(ino), format::EncodeSeal(seal));
+        CKPTFS_RETURN_IF_ERROR(t.Commit());
+        return n;
+      }));
+  for (uint64_t i : tree) sealed_.Note(i);
+  // The tree's bytes and the seal, durable together.
+  CKPTFS_RETURN_IF_ERROR(SyncAll());
+  return sealed;
+}
+
+Result<std::vector<SealedTree>> StoreImpl::SealedTrees() {
+  if (closed_) return Status(EIO, "store is closed");
+  std::vector<SealedTree> trees;
+  Status bad;
+  const std::string_view prefix = format::kMetaSealPrefix;
+  CKPTFS_RETURN_IF_ERROR(IndexScan(Space::kMeta, prefix, format::kMetaSealEnd,
+                                   [&](std::string_view key, std::string_view value) {
+                                     SealedTree t;
+                                     if (key.size() == prefix.size() + 8) {
+                                       t.ino = format::GetBE64(key.data() + prefix.size());
+                                       bad = format::DecodeSeal(value, &t.seal);
+                                     } else {
+                                       bad = Status::Corruption("seal key of " +
+                                                                std::to_string(key.size()) + " bytes");
+                                     }
+                                     if (!bad.ok()) return false;
+                                     trees.push_back(t);
+                                     return true;
+                                   }));
+  CKPTFS_RETURN_IF_ERROR(bad);
+  return trees;
+}
+
+}  // namespace ckptfs::engine
