@@ -36,10 +36,10 @@ class SealTest(lib.MountAndPlainTestCase):
     # for again after 0.2 s.
     mount_options = ("attr_timeout=0.2", "entry_timeout=0.2", "negative_timeout=0.2")
 
-    def make_step(self, name):
+    def make_step(self, name, params=3):
         """A step of a per-parameter checkpoint; returns {relative path: bytes}."""
         files = {}
-        for p in range(3):
+        for p in range(params):
             param = os.path.join(name, "params.w%d" % p)
             os.makedirs(self.m.path(param))
             files[os.path.join(param, ".zarray")] = b'{"chunks":[64],"zarray":%d}' % p
@@ -156,12 +156,17 @@ class SealTest(lib.MountAndPlainTestCase):
         self.assertEqual(lib.read_file(self.m.path("weights")), b"new")
 
     def test_the_kernel_keeps_a_sealed_tree(self):
-        sealed = self.make_step("step_4")
-        unsealed = self.make_step("step_5")
+        params = 20
+        sealed = self.make_step("step_4", params)
+        unsealed = self.make_step("step_5", params)
         os.setxattr(self.m.path("step_4"), SEAL, b"")
-        kinds = ("lookups", "getattrs")
+        # What a walk asks of the daemon about names, attributes and
+        # listings (the kernel may list with or without attributes).
+        kinds = ("lookups", "getattrs", "readdirs", "readdirpluses")
 
-        def asked_between(fn):
+        def asked_during(fn):
+            """Those requests while `fn` runs, and while the stats file is
+            read once (a control file: never cached)."""
             before = self.m.stats()["fs"]["ops"]
             fn()
             after = self.m.stats()["fs"]["ops"]
@@ -173,20 +178,20 @@ class SealTest(lib.MountAndPlainTestCase):
                     os.lstat(os.path.join(dirpath, n))
 
         def asked(root):
-            """LOOKUP and GETATTR requests of a walk of `root` once the
-            timeouts ran out (twice first: what the kernel learned before
-            the seal came with the short ones), less those of reading the
-            stats file."""
+            """What a walk of `root` asks once the timeouts ran out (walked
+            twice first: what the kernel learned before the seal came
+            with the short ones)."""
             for _ in range(2):
                 walk(root)
                 time.sleep(0.5)
-            stats_alone = asked_between(lambda: None)
-            time.sleep(0.5)
-            return asked_between(lambda: walk(root)) - stats_alone
+            return asked_during(lambda: walk(root))
 
-        self.assertGreater(asked("step_5"), len(unsealed))
-        # The name of the tree's root, in a directory that is not sealed.
-        self.assertLessEqual(asked("step_4"), 1)
+        stats_alone = [asked_during(lambda: None) for _ in range(3)]
+        # Each of the unsealed tree's 21 directories is listed again.
+        self.assertGreaterEqual(asked("step_5"), min(stats_alone) + params + 1)
+        # Only the name of the sealed tree's root (in a directory that is
+        # not sealed) and the mount root's attributes are asked again.
+        self.assertLessEqual(asked("step_4"), max(stats_alone) + 2)
         self.check_reads(sealed)
 
     def test_the_seal_outlives_a_remount(self):
