@@ -2,6 +2,7 @@
 CPU of the benchmark, the daemon and everyone else over a phase (Meter),
 dropping caches, counting files and allocated bytes."""
 
+import errno
 import os
 import statistics
 import sys
@@ -282,8 +283,17 @@ class ReadThrottle:
             except OSError:
                 pass  # gone
         self.members = []
-        try:
-            os.rmdir(self.dir)
-        except OSError as e:
-            log("cannot remove cgroup %s: %s" % (self.dir, e))
+        # A member that is exiting stays listed until it is reaped: EBUSY
+        # for a moment.
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                os.rmdir(self.dir)
+                break
+            except OSError as e:
+                if e.errno == errno.EBUSY and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                log("cannot remove cgroup %s: %s" % (self.dir, e))
+                break
         return False
