@@ -1,0 +1,124 @@
+#include "meta/snapshot_file.h"
+
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_reader.h>
+#include <rocksdb/sst_file_writer.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "meta/rocks_kv.h"
+
+namespace ckptfs::meta {
+namespace {
+
+// The file's key of `key` in space `s`.
+std::string FileKey(Space s, std::string_view key) {
+  std::string k;
+  k.reserve(1 + key.size());
+  k.push_back(static_cast<char>(s));
+  k.append(key);
+  return k;
+}
+
+// The key just past every key of space `s`.
+std::string SpaceEnd(Space s) { return std::string(1, static_cast<char>(static_cast<uint8_t>(s) + 1)); }
+
+rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
+
+std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
+
+rocksdb::Options FileOptions() {
+  rocksdb::Options o;
+  o.compression = rocksdb::kNoCompression;  // format/'s values are small and dense
+  return o;
+}
+
+}  // namespace
+
+Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<SnapshotEntry> entries) {
+  if (entries.empty()) return Status(EINVAL, "a snapshot of nothing: " + path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return Status(EEXIST, path + " exists");
+  std::sort(entries.begin(), entries.end(), [](const SnapshotEntry& a, const SnapshotEntry& b) {
+    return a.space != b.space ? a.space < b.space : a.key < b.key;
+  });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].space == entries[i - 1].space && entries[i].key == entries[i - 1].key) {
+      return Status(EINVAL, std::string("a snapshot with a key twice in ") + SpaceName(entries[i].space));
+    }
+  }
+  const rocksdb::Options o = FileOptions();
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), o);
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(writer.Open(path), "create " + path));
+  for (const SnapshotEntry& e : entries) {
+    CKPTFS_RETURN_IF_ERROR(
+        FromRocksStatus(writer.Put(FileKey(e.space, e.key), ToSlice(e.value)), "write " + path));
+  }
+  // Finish syncs the file.
+  rocksdb::ExternalSstFileInfo info;
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(writer.Finish(&info), "finish " + path));
+  return info.file_size;
+}
+
+SnapshotFile::SnapshotFile(std::string path, std::unique_ptr<rocksdb::SstFileReader> reader,
+                           uint64_t entries, uint64_t bytes)
+    : path_(std::move(path)), reader_(std::move(reader)), entries_(entries), bytes_(bytes) {}
+
+SnapshotFile::~SnapshotFile() = default;
+
+Result<std::unique_ptr<SnapshotFile>> SnapshotFile::Open(const std::string& path) {
+  auto reader = std::make_unique<rocksdb::SstFileReader>(FileOptions());
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->Open(path), "open snapshot " + path));
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->VerifyChecksum(), "snapshot " + path));
+  std::shared_ptr<const rocksdb::TableProperties> props = reader->GetTableProperties();
+  const uint64_t entries = props != nullptr ? props->num_entries : 0;
+  struct stat st;
+  const uint64_t bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  return std::unique_ptr<SnapshotFile>(new SnapshotFile(path, std::move(reader), entries, bytes));
+}
+
+Result<std::optional<std::string>> SnapshotFile::Get(Space s, std::string_view key) {
+  const std::string k = FileKey(s, key);
+  std::unique_ptr<rocksdb::Iterator> it(reader_->NewIterator(rocksdb::ReadOptions()));
+  it->Seek(k);
+  if (it->Valid() && it->key() == rocksdb::Slice(k)) {
+    return std::optional<std::string>(it->value().ToString());
+  }
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "read snapshot " + path_));
+  return std::optional<std::string>();
+}
+
+Status SnapshotFile::Scan(Space s, std::string_view begin, std::string_view end,
+                          const ScanFn& fn) {
+  const std::string lower = FileKey(s, begin);
+  const std::string upper = end.empty() ? SpaceEnd(s) : FileKey(s, end);
+  const rocksdb::Slice bound(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &bound;
+  std::unique_ptr<rocksdb::Iterator> it(reader_->NewIterator(ro));
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    if (!fn(ToView(it->key()).substr(1), ToView(it->value()))) break;
+  }
+  return FromRocksStatus(it->status(), "scan snapshot " + path_);
+}
+
+Result<std::optional<KeyValue>> SnapshotFile::Last(Space s, std::string_view begin,
+                                                   std::string_view end) {
+  const std::string lower = FileKey(s, begin);
+  const std::string upper = end.empty() ? SpaceEnd(s) : FileKey(s, end);
+  std::unique_ptr<rocksdb::Iterator> it(reader_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(upper);
+  // SeekForPrev lands on `upper` itself when it exists; the range ends before it.
+  if (it->Valid() && it->key() == rocksdb::Slice(upper)) it->Prev();
+  if (!it->Valid() || it->key().compare(rocksdb::Slice(lower)) < 0) {
+    CKPTFS_RETURN_IF_ERROR(FromRocksStatus(it->status(), "scan snapshot " + path_));
+    return std::optional<KeyValue>();
+  }
+  return std::optional<KeyValue>(
+      KeyValue{std::string(ToView(it->key()).substr(1)), it->value().ToString()});
+}
+
+}  // namespace ckptfs::meta

@@ -1,0 +1,66 @@
+// A snapshot file: the index entries of a sealed tree (format/'s keys and
+// values), written once and never changed, read with no database. An SST
+// (RocksDB's table format: sorted, in blocks with checksums), whose keys
+// are each entry's key behind the one byte of its space (meta::Space).
+//
+// SnapshotFile serves it as a read-only transaction of the index seam: the
+// reads a store makes of a sealed tree go to it as they would go to the
+// index.
+//
+// Thread safety: a SnapshotFile may be read from any number of threads at
+// once (each read takes an iterator of its own).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "meta/kv.h"
+
+namespace rocksdb {
+class SstFileReader;
+}
+
+namespace ckptfs::meta {
+
+struct SnapshotEntry {
+  Space space = Space::kMeta;
+  std::string key;
+  std::string value;
+};
+
+// Writes `entries` (in any order; no (space, key) twice) to a new file at
+// `path` and syncs it; returns its size. EEXIST when `path` exists, EINVAL
+// for an entry given twice or no entry at all.
+Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<SnapshotEntry> entries);
+
+class SnapshotFile final : public ReadTxn {
+ public:
+  // Opens the file at `path` and checks every block's checksum (the only
+  // time the whole file is read); a corruption names the file.
+  static Result<std::unique_ptr<SnapshotFile>> Open(const std::string& path);
+  ~SnapshotFile() override;
+
+  Result<std::optional<std::string>> Get(Space s, std::string_view key) override;
+  Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override;
+  Result<std::optional<KeyValue>> Last(Space s, std::string_view begin,
+                                       std::string_view end) override;
+
+  // The entries it holds, and the file's size.
+  uint64_t entries() const { return entries_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  SnapshotFile(std::string path, std::unique_ptr<rocksdb::SstFileReader> reader, uint64_t entries,
+               uint64_t bytes);
+
+  const std::string path_;
+  std::unique_ptr<rocksdb::SstFileReader> reader_;
+  const uint64_t entries_;
+  const uint64_t bytes_;
+};
+
+}  // namespace ckptfs::meta
