@@ -6,8 +6,15 @@
 #include <rocksdb/sst_file_writer.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "meta/rocks_kv.h"
 
@@ -38,10 +45,8 @@ rocksdb::Options FileOptions() {
 
 }  // namespace
 
-Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<SnapshotEntry> entries) {
-  if (entries.empty()) return Status(EINVAL, "a snapshot of nothing: " + path);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return Status(EEXIST, path + " exists");
+Result<std::string> EncodeSnapshot(std::vector<SnapshotEntry> entries) {
+  if (entries.empty()) return Status(EINVAL, "a snapshot of nothing");
   std::sort(entries.begin(), entries.end(), [](const SnapshotEntry& a, const SnapshotEntry& b) {
     return a.space != b.space ? a.space < b.space : a.key < b.key;
   });
@@ -50,6 +55,14 @@ Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<Snapshot
       return Status(EINVAL, std::string("a snapshot with a key twice in ") + SpaceName(entries[i].space));
     }
   }
+  std::string path = (std::filesystem::temp_directory_path() / "ckptfs-snapshot-XXXXXX").string();
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) return Status::Errno(errno, "create a file under " + path + ": " + std::strerror(errno));
+  ::close(fd);
+  struct Remove {
+    const std::string& path;
+    ~Remove() { ::unlink(path.c_str()); }
+  } remove{path};
   const rocksdb::Options o = FileOptions();
   rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), o);
   CKPTFS_RETURN_IF_ERROR(FromRocksStatus(writer.Open(path), "create " + path));
@@ -57,10 +70,13 @@ Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<Snapshot
     CKPTFS_RETURN_IF_ERROR(
         FromRocksStatus(writer.Put(FileKey(e.space, e.key), ToSlice(e.value)), "write " + path));
   }
-  // Finish syncs the file.
   rocksdb::ExternalSstFileInfo info;
   CKPTFS_RETURN_IF_ERROR(FromRocksStatus(writer.Finish(&info), "finish " + path));
-  return info.file_size;
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return Status(EIO, "read back " + path);
+  if (bytes.size() != info.file_size) return Status(EIO, "read back " + path + ": short");
+  return bytes;
 }
 
 SnapshotFile::SnapshotFile(std::string path, std::unique_ptr<rocksdb::SstFileReader> reader,

@@ -32,10 +32,12 @@ struct SnapshotEntry {
   std::string value;
 };
 
-// Writes `entries` (in any order; no (space, key) twice) to a new file at
-// `path` and syncs it; returns its size. EEXIST when `path` exists, EINVAL
-// for an entry given twice or no entry at all.
-Result<uint64_t> WriteSnapshotFile(const std::string& path, std::vector<SnapshotEntry> entries);
+// The bytes of a snapshot file of `entries` (in any order; no (space, key)
+// twice), for the caller to write where it keeps its files (io::Env::
+// Create). Built in a file of its own under the system's temporary
+// directory, deleted before it returns. EINVAL for an entry given twice or
+// no entry at all.
+Result<std::string> EncodeSnapshot(std::vector<SnapshotEntry> entries);
 
 class SnapshotFile final : public ReadTxn {
  public:
