@@ -71,6 +71,7 @@
 #include "format/format.h"
 #include "io/read_plan.h"
 #include "meta/kv.h"
+#include "meta/snapshot_file.h"
 
 namespace ckptfs::engine {
 
@@ -343,8 +344,17 @@ class StoreImpl final : public Store {
   void NoteSealed(uint64_t ino, const format::InodeValue& v) {
     if (v.flags & format::kInodeSealed) sealed_.Note(ino);
   }
-  // The inodes of the tree under `ino`, read in `in`, `ino` first.
-  Result<std::vector<uint64_t>> TreeOf(Ino ino, meta::ReadTxn* in);
+  // The inodes of the tree under `ino`, read in `in`, `ino` first; the
+  // entries of its directories go to `dentries`.
+  Result<std::vector<uint64_t>> TreeOf(Ino ino, meta::ReadTxn* in,
+                                       std::vector<meta::SnapshotEntry>* dentries);
+  // Adds the keys of `space` (extents or xattrs: keyed by BE64(ino) first)
+  // of `inos` to `out`, read in `in`.
+  Status CollectTreeKeys(meta::ReadTxn* in, Space space, const std::set<uint64_t>& inos,
+                         std::vector<meta::SnapshotEntry>* out);
+  // STORE/snapshots/NAME, and that directory made when missing.
+  std::string SnapshotPath(std::string_view name) const;
+  Status EnsureSnapshotsDir();
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its

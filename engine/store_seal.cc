@@ -5,6 +5,8 @@
 // access time alone.
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
 
 #include "engine/store_impl.h"
@@ -17,7 +19,8 @@ Status StoreImpl::Unsealed(uint64_t ino, const format::InodeValue& v, std::strin
   return Status(EROFS, std::string(what) + ": inode " + std::to_string(ino) + " is sealed");
 }
 
-Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in) {
+Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in,
+                                                std::vector<meta::SnapshotEntry>* dentries) {
   std::vector<uint64_t> inos = {ino};
   std::vector<uint64_t> dirs = {ino};
   while (!dirs.empty()) {
@@ -26,10 +29,12 @@ Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in) {
     Status bad;
     CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
                                      format::DentryPrefix(dir + 1),
-                                     [&](std::string_view, std::string_view value) {
+                                     [&](std::string_view key, std::string_view value) {
                                        format::DentryValue d;
                                        bad = format::DecodeDentry(value, &d);
                                        if (!bad.ok()) return false;
+                                       dentries->push_back({Space::kDentries, std::string(key),
+                                                            std::string(value)});
                                        inos.push_back(d.ino);
                                        if ((uint32_t{d.type} << 12) == S_IFDIR) dirs.push_back(d.ino);
                                        return true;
@@ -41,10 +46,14 @@ Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in) {
 
 Result<uint64_t> StoreImpl::Seal(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
+  CKPTFS_RETURN_IF_ERROR(EnsureSnapshotsDir());
   std::vector<uint64_t> tree;
+  std::vector<std::string> taken_in;  // the snapshots of trees this one takes in
   CKPTFS_ASSIGN_OR_RETURN(
       const uint64_t sealed, ChangeNamespace([&](Txn& t) -> Result<uint64_t> {
-        CKPTFS_ASSIGN_OR_RETURN(tree, TreeOf(ino, t.reader()));
+        std::vector<meta::SnapshotEntry> entries;
+        taken_in.clear();
+        CKPTFS_ASSIGN_OR_RETURN(tree, TreeOf(ino, t.reader(), &entries));
         CKPTFS_RETURN_IF_ERROR(t.Lock(tree));
         uint64_t n = 0;
         format::SealValue seal;
@@ -67,23 +76,74 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
         // The roots of sealed trees this one takes in are roots no more.
         CKPTFS_RETURN_IF_ERROR(IndexScan(t.reader(), Space::kMeta, format::kMetaSealPrefix,
                                          format::kMetaSealEnd,
-                                         [&](std::string_view key, std::string_view) {
+                                         [&](std::string_view key, std::string_view value) {
                                            const std::string_view prefix = format::kMetaSealPrefix;
                                            if (key.size() != prefix.size() + 8) return true;
                                            const uint64_t root = format::GetBE64(key.data() + prefix.size());
                                            if (root != ino && inos.count(root)) {
                                              t.batch.Delete(Space::kMeta, key);
+                                             format::SealValue old;
+                                             if (format::DecodeSeal(value, &old).ok() && !old.snapshot.empty()) {
+                                               taken_in.push_back(old.snapshot);
+                                             }
                                            }
                                            return true;
                                          }));
+        // The tree's index entries as this commit leaves them, in a
+        // snapshot file that the seal record names, durable before it.
+        for (uint64_t i : inos) {
+          entries.push_back({Space::kInodes, format::InodeKey(i), format::EncodeInode(t.Edit(i))});
+        }
+        CKPTFS_RETURN_IF_ERROR(CollectTreeKeys(t.reader(), Space::kExtents, inos, &entries));
+        CKPTFS_RETURN_IF_ERROR(CollectTreeKeys(t.reader(), Space::kXattrs, inos, &entries));
+        CKPTFS_ASSIGN_OR_RETURN(std::string bytes, meta::EncodeSnapshot(std::move(entries)));
+        seal.snapshot = std::to_string(ino) + "-" + std::to_string(seal.sealed_ms) + ".sst";
+        const std::string path = SnapshotPath(seal.snapshot);
+        CKPTFS_RETURN_IF_ERROR(env_->Create(path, bytes).status());
         t.batch.Put(Space::kMeta, format::SealKey(ino), format::EncodeSeal(seal));
-        CKPTFS_RETURN_IF_ERROR(t.Commit());
+        if (Status c = t.Commit(); !c.ok()) {
+          (void)env_->Remove(path);  // named by nothing; a conflict makes another
+          return c;
+        }
         return n;
       }));
   for (uint64_t i : tree) sealed_.Note(i);
+  for (const std::string& name : taken_in) (void)env_->Remove(SnapshotPath(name));
   // The tree's bytes and the seal, durable together.
   CKPTFS_RETURN_IF_ERROR(SyncAll());
   return sealed;
+}
+
+std::string StoreImpl::SnapshotPath(std::string_view name) const {
+  return dir_ + "/" + format::kSnapshotsDirName + "/" + std::string(name);
+}
+
+Status StoreImpl::EnsureSnapshotsDir() {
+  const std::string dir = dir_ + "/" + format::kSnapshotsDirName;
+  if (::mkdir(dir.c_str(), 0755) == 0) return env_->SyncDir(dir_);
+  if (errno == EEXIST) return Status::OK();
+  return Status::Errno(errno, "create " + dir + ": " + std::strerror(errno));
+}
+
+Status StoreImpl::CollectTreeKeys(meta::ReadTxn* in, Space space, const std::set<uint64_t>& inos,
+                                  std::vector<meta::SnapshotEntry>* out) {
+  // Both families are keyed by BE64(ino) first: one scan over the tree's
+  // range of inode numbers when it is dense, else one per inode.
+  const uint64_t lo = *inos.begin();
+  const uint64_t hi = *inos.rbegin() + 1;
+  auto keep = [&](std::string_view key, std::string_view value) {
+    if (key.size() >= 8 && inos.count(format::GetBE64(key.data()))) {
+      out->push_back({space, std::string(key), std::string(value)});
+    }
+    return true;
+  };
+  if (hi - lo <= 4 * inos.size() + kInoBlock) {
+    return IndexScan(in, space, format::ExtentPrefix(lo), format::ExtentPrefix(hi), keep);
+  }
+  for (uint64_t i : inos) {
+    CKPTFS_RETURN_IF_ERROR(IndexScan(in, space, format::ExtentPrefix(i), format::ExtentPrefix(i + 1), keep));
+  }
+  return Status::OK();
 }
 
 Result<std::vector<SealedTree>> StoreImpl::SealedTrees() {

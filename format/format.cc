@@ -241,21 +241,37 @@ std::string SealKey(uint64_t ino) {
 
 std::string EncodeSeal(const SealValue& v) {
   std::string s;
-  s.push_back(static_cast<char>(kSealValueVersion));
+  s.push_back(static_cast<char>(v.snapshot.empty() ? kSealValueVersion : kSealValueVersion2));
   PutLE64(&s, static_cast<uint64_t>(v.sealed_ms));
   PutLE64(&s, v.inodes);
   PutLE64(&s, v.logical_bytes);
+  if (!v.snapshot.empty()) {
+    PutLE16(&s, static_cast<uint16_t>(v.snapshot.size()));
+    s.append(v.snapshot);
+  }
   return s;
 }
 
 Status DecodeSeal(std::string_view in, SealValue* v) {
-  if (in.size() != 25) return Short("seal value", in.size(), 25);
-  if (static_cast<uint8_t>(in[0]) != kSealValueVersion) {
-    return Status::Corruption("seal value has version " + std::to_string(static_cast<uint8_t>(in[0])));
+  if (in.empty()) return Short("seal value", 0, 25);
+  const uint8_t version = static_cast<uint8_t>(in[0]);
+  if (version != kSealValueVersion && version != kSealValueVersion2) {
+    return Status::Corruption("seal value has version " + std::to_string(version));
   }
+  const size_t fixed = version == kSealValueVersion ? 25 : 27;
+  if (in.size() < fixed) return Short("seal value", in.size(), fixed);
   v->sealed_ms = static_cast<int64_t>(GetLE64(in.data() + 1));
   v->inodes = GetLE64(in.data() + 9);
   v->logical_bytes = GetLE64(in.data() + 17);
+  v->snapshot.clear();
+  if (version == kSealValueVersion2) {
+    const size_t name = GetLE16(in.data() + 25);
+    if (in.size() != fixed + name) return Short("seal value", in.size(), fixed + name);
+    if (name == 0) return Status::Corruption("seal value names an empty snapshot");
+    v->snapshot.assign(in.substr(fixed, name));
+  } else if (in.size() != fixed) {
+    return Short("seal value", in.size(), fixed);
+  }
   if (v->inodes == 0) return Status::Corruption("seal value counts no inode");
   return Status::OK();
 }

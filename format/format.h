@@ -113,9 +113,14 @@ struct SealValue {
   int64_t sealed_ms = 0;       // wall-clock milliseconds since the epoch
   uint64_t inodes = 0;         // in the tree, its root included
   uint64_t logical_bytes = 0;  // sum of its regular files' sizes
+  // The snapshot file of the tree's index entries, in STORE/snapshots/
+  // (meta/snapshot_file.h); empty: none (version 1).
+  std::string snapshot;  // < 64 KiB
   bool operator==(const SealValue&) const = default;
 };
 inline constexpr uint8_t kSealValueVersion = 1;
+inline constexpr uint8_t kSealValueVersion2 = 2;  // with a snapshot
+inline constexpr char kSnapshotsDirName[] = "snapshots";
 std::string EncodeSeal(const SealValue& v);
 Status DecodeSeal(std::string_view in, SealValue* v);
 

@@ -218,7 +218,7 @@ const std::set<std::string> kHexBlocks = {
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
     "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",
-    "owner-value",    "seal-key",     "seal-value"};
+    "owner-value",    "seal-key",     "seal-value",   "seal-value-v2"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
 
@@ -443,6 +443,15 @@ TEST(Golden, SealKeyAndValue) {
   bad = DocHex("seal-value");
   bad.replace(9, 8, std::string(8, '\0'));
   ExpectCorruption(DecodeSeal(bad, &back), "no inode");
+  // Version 2: the snapshot's name after the fields.
+  SealValue v2 = v;
+  v2.snapshot = "2-1800000000000.sst";
+  EXPECT_EQ(Hex(EncodeSeal(v2)), Hex(DocHex("seal-value-v2")));
+  ASSERT_TRUE(DecodeSeal(DocHex("seal-value-v2"), &back).ok());
+  EXPECT_EQ(back, v2);
+  ExpectCorruption(DecodeSeal(DocHex("seal-value-v2").substr(0, 45), &back), "seal value");
+  ExpectCorruption(DecodeSeal(DocHex("seal-value-v2").substr(0, 26), &back), "seal value");
+  ExpectCorruption(DecodeSeal(DocHex("seal-value") + "x", &back), "seal value");
 }
 
 TEST(Golden, HostValue) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meta/snapshot_file.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -82,6 +83,50 @@ TEST_F(SealTest, MarksEveryInodeOfTheTreeOnce) {
   EXPECT_EQ(trees[0].seal.inodes, 5u);
   EXPECT_EQ(trees[0].seal.logical_bytes, 11u + 100000u);
   EXPECT_GT(trees[0].seal.sealed_ms, 1'700'000'000'000);
+}
+
+// The snapshot file the record names holds the tree's index entries as
+// the seal left them: its inodes (sealed), the entries of its
+// directories, the extents and extended attributes of its inodes, and
+// nothing of the rest of the store.
+TEST_F(SealTest, TheRecordNamesASnapshotOfTheTreesIndex) {
+  ASSERT_OK(s()->Seal(dir).status());
+  ASSERT_OK_AND_ASSIGN(std::vector<SealedTree> trees, s()->SealedTrees());
+  ASSERT_EQ(trees.size(), 1u);
+  const std::string& name = trees[0].seal.snapshot;
+  ASSERT_FALSE(name.empty());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<meta::SnapshotFile> snap,
+                       meta::SnapshotFile::Open(dir_.store() + "/snapshots/" + name));
+  for (Ino i : {dir, a, sub, b, link}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<std::string> v, snap->Get(meta::Space::kInodes, format::InodeKey(i)));
+    ASSERT_TRUE(v.has_value()) << i;
+    format::InodeValue iv;
+    ASSERT_OK(format::DecodeInode(*v, &iv));
+    EXPECT_TRUE(iv.flags & format::kInodeSealed) << i;
+    ASSERT_OK_AND_ASSIGN(Attr at, s()->GetAttr(i));
+    EXPECT_EQ(iv.size, at.size) << i;
+  }
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> none,
+                       snap->Get(meta::Space::kInodes, format::InodeKey(out)));
+  EXPECT_FALSE(none.has_value());
+  std::vector<std::string> names;
+  ASSERT_OK(snap->Scan(meta::Space::kDentries, format::DentryPrefix(sub), format::DentryPrefix(sub + 1),
+                       [&](std::string_view k, std::string_view) {
+                         names.emplace_back(k.substr(8));
+                         return true;
+                       }));
+  EXPECT_EQ(names, (std::vector<std::string>{"b", "l"}));
+  ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> extents, s()->GetExtents(b));
+  size_t in_snapshot = 0;
+  ASSERT_OK(snap->Scan(meta::Space::kExtents, format::ExtentPrefix(b), format::ExtentPrefix(b + 1),
+                       [&](std::string_view, std::string_view) {
+                         ++in_snapshot;
+                         return true;
+                       }));
+  EXPECT_EQ(in_snapshot, extents.size());
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> x, snap->Get(meta::Space::kXattrs, format::XattrKey(a, "user.k")));
+  EXPECT_EQ(x.value_or("?"), "v");
+  EXPECT_LT(snap->bytes(), 100u * 5 + 4096) << "about 100 bytes a file, and the file's tables";
 }
 
 TEST_F(SealTest, SealingAParentSealsWhatItsSealedChildLacks) {
