@@ -438,8 +438,10 @@ TEST(Golden, SealKeyAndValue) {
   EXPECT_EQ(back, v);
   ExpectCorruption(DecodeSeal(DocHex("seal-value").substr(0, 24), &back), "seal value");
   std::string bad = DocHex("seal-value");
-  bad[0] = 2;
-  ExpectCorruption(DecodeSeal(bad, &back), "version 2");
+  bad[0] = 3;
+  ExpectCorruption(DecodeSeal(bad, &back), "version 3");
+  bad[0] = 2;  // version 2 without its snapshot's name
+  ExpectCorruption(DecodeSeal(bad, &back), "seal value");
   bad = DocHex("seal-value");
   bad.replace(9, 8, std::string(8, '\0'));
   ExpectCorruption(DecodeSeal(bad, &back), "no inode");
