@@ -1,6 +1,6 @@
 // A snapshot file: the index entries of a sealed tree (format/'s keys and
 // values), written once and never changed, read with no database. An SST
-// (RocksDB's table format: sorted, in blocks with checksums), whose keys
+// (RocksDB's table format: sorted, in zstd blocks with checksums), whose keys
 // are each entry's key behind the one byte of its space (meta::Space).
 //
 // SnapshotFile serves it as a read-only transaction of the index seam: the
