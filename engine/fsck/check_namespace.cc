@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "engine/fsck/checker.h"
+#include "meta/snapshot_file.h"
 #include "engine/store_clock.h"
 
 namespace ckptfs::engine::fsck {
@@ -63,7 +64,8 @@ Status Checker::LoadMeta() {
     }
     if (key.starts_with(seal) && key.size() == seal.size() + 8) {
       format::SealValue v;
-      seal_keys_[format::GetBE64(key.data() + seal.size())] = format::DecodeSeal(value, &v).ok();
+      seal_keys_[format::GetBE64(key.data() + seal.size())] =
+          format::DecodeSeal(value, &v).ok() ? std::optional<format::SealValue>(v) : std::nullopt;
     }
   });
 }
@@ -450,7 +452,8 @@ void Checker::CheckSeals() {
       if (cn.is_dir) queue.push_back(c);
     }
   }
-  for (const auto& [ino, decodes] : seal_keys_) {
+  for (auto& [ino, record] : seal_keys_) {
+    const bool decodes = record.has_value();
     auto it = nodes_.find(ino);
     if (decodes && it != nodes_.end() && sealed(it->second)) continue;
     const std::string what = !decodes             ? "does not decode"
@@ -460,8 +463,67 @@ void Checker::CheckSeals() {
     if (opt_.repair) {
       batch_.Delete(Space::kMeta, format::SealKey(ino));
       batch_used_ = true;
+      record.reset();  // its snapshot is named by nothing now
     }
   }
+}
+
+Status Checker::CheckSnapshots() {
+  std::set<std::string> named;
+  for (auto& [ino, record] : seal_keys_) {
+    if (!record.has_value() || record->snapshot.empty()) continue;
+    named.insert(record->snapshot);
+    const std::string path = dir_ + "/" + format::kSnapshotsDirName + "/" + record->snapshot;
+    std::string why;
+    Result<std::unique_ptr<meta::SnapshotFile>> snap = meta::SnapshotFile::Open(path);
+    if (!snap.ok()) {
+      why = snap.status().message();
+    } else {
+      // Where the index still has an inode of the tree, the snapshot's is
+      // the same but for what a removal changes (links, change time).
+      CKPTFS_RETURN_IF_ERROR((*snap)->Scan(
+          Space::kInodes, "", "", [&](std::string_view key, std::string_view value) {
+            format::InodeValue v;
+            const uint64_t i = key.size() == 8 ? format::GetBE64(key.data()) : 0;
+            if (!format::DecodeInode(value, &v).ok()) {
+              why = "inode " + std::to_string(i) + " does not decode";
+              return false;
+            }
+            auto it = nodes_.find(i);
+            if (it == nodes_.end()) return true;  // removed since
+            const format::InodeValue& now = it->second.v;
+            if (v.mode != now.mode || v.size != now.size || v.flags != now.flags ||
+                v.data_file_end != now.data_file_end) {
+              why = "inode " + std::to_string(i) + " differs from the index's";
+              return false;
+            }
+            return true;
+          }));
+    }
+    if (why.empty()) continue;
+    Add(kBadSnapshot, Inode(ino, PathOf(ino)),
+        "snapshot " + record->snapshot + " of the sealed tree: " + why +
+            (opt_.repair ? "; the record no longer names it" : ""),
+        opt_.repair);
+    if (opt_.repair) {
+      format::SealValue without = *record;
+      without.snapshot.clear();
+      batch_.Put(Space::kMeta, format::SealKey(ino), format::EncodeSeal(without));
+      batch_used_ = true;
+      named.erase(record->snapshot);
+    }
+  }
+  const std::string dir = dir_ + "/" + format::kSnapshotsDirName;
+  Result<std::vector<std::string>> files = env_->List(dir);
+  if (!files.ok()) return files.status().code() == ENOENT ? Status::OK() : files.status();
+  for (const std::string& name : *files) {
+    if (named.count(name)) continue;
+    if (opt_.repair) CKPTFS_RETURN_IF_ERROR(env_->Remove(dir + "/" + name));
+    Add(kUnusedSnapshot, {}, "snapshots/" + name + " is named by no seal record" +
+                                 (opt_.repair ? "; deleted" : "; repair deletes it"),
+        opt_.repair);
+  }
+  return Status::OK();
 }
 
 Status Checker::CheckXattrs() {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -83,12 +84,14 @@ inline constexpr char kBlockOutsideDataFile[] = "block_outside_data_file";  // t
 inline constexpr char kBadDataFileExtent[] = "bad_data_file_extent";  // breaks byte N = byte N
 inline constexpr char kHalfSealed[] = "half_sealed";  // unsealed entry of a sealed directory
 inline constexpr char kBadSealRecord[] = "bad_seal_record";  // of no sealed inode, or undecodable
+inline constexpr char kBadSnapshot[] = "bad_snapshot";  // missing, damaged, or not the index's
 // Informational:
 inline constexpr char kUnreferencedRecords[] = "unreferenced_records";
 inline constexpr char kUnparsableBytes[] = "unparsable_bytes";    // crash gaps, damage in dead space
 inline constexpr char kPendingOrphan[] = "pending_orphan";        // unlinked while open; purged at open
 inline constexpr char kStaleSegmentEntry[] = "stale_segment_entry";
 inline constexpr char kUnusedDataFile[] = "unused_data_file";  // no inode uses it (repair deletes)
+inline constexpr char kUnusedSnapshot[] = "unused_snapshot";  // no seal record names it (repair deletes)
 
 // The blocks fsck cuts a recovered data file into (the engine's default
 // max_record_bytes): each gets an extent with its checksum.
@@ -247,6 +250,10 @@ class Checker {
   // Sealed trees: every entry of a sealed directory is sealed (repair seals
   // it), and each seal record names a sealed inode (repair deletes it).
   void CheckSeals();
+  // Each seal record's snapshot file opens, its checksums hold and its
+  // inodes are the index's where both have them (repair drops the snapshot
+  // from the record); snapshot files no record names (repair deletes them).
+  Status CheckSnapshots();
   Status CheckXattrs();
 
   // ---- check_data.cc; the recovery in check_recover.cc ----
@@ -355,7 +362,8 @@ class Checker {
   bool lost_found_new_ = false;
   std::string lost_found_name_ = "lost+found";
   std::set<uint64_t> orphan_keys_;  // inodes with orphan/ keys
-  std::map<uint64_t, bool> seal_keys_;  // inodes with seal/ keys: whether the value decodes
+  // Inodes with seal/ keys, and the record (nullopt: it does not decode).
+  std::map<uint64_t, std::optional<format::SealValue>> seal_keys_;
   std::map<uint64_t, SegmentState> segments_;
   // The data file CheckExtents reads now (extents come in inode order).
   uint64_t data_file_ino_ = 0;

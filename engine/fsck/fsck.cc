@@ -275,7 +275,8 @@ Status Checker::TagIndexDamage(Status s) {
 namespace {
 bool IsInformational(std::string_view kind) {
   for (const char* k :
-       {kUnreferencedRecords, kUnparsableBytes, kPendingOrphan, kStaleSegmentEntry, kUnusedDataFile}) {
+       {kUnreferencedRecords, kUnparsableBytes, kPendingOrphan, kStaleSegmentEntry, kUnusedDataFile,
+        kUnusedSnapshot}) {
     if (kind == k) return true;
   }
   return false;
@@ -361,6 +362,7 @@ Status Checker::Check() {
   CKPTFS_RETURN_IF_ERROR(CheckDataFiles());
   CKPTFS_RETURN_IF_ERROR(CheckXattrs());
   CheckSeals();
+  CKPTFS_RETURN_IF_ERROR(CheckSnapshots());
   CheckCounters();
   if (opt_.repair) {
     Status s = ApplyRepairs();

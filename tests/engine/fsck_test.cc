@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -499,6 +500,45 @@ TEST_F(FsckTest, HalfSealedTreeAndStraySealRecord) {
   ASSERT_OK_AND_ASSIGN(std::vector<SealedTree> trees, store->SealedTrees());
   ASSERT_EQ(trees.size(), 1u);
   EXPECT_EQ(trees[0].ino, root);
+  ASSERT_OK(store->Close());
+}
+
+// A seal record's snapshot that does not open (a changed byte) is damage:
+// repair drops it from the record, whose tree stays sealed. A snapshot no
+// record names is informational, and repair deletes it.
+TEST_F(FsckTest, DamagedAndUnusedSnapshots) {
+  std::string name;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir_.store(), options_));
+    ASSERT_OK_AND_ASSIGN(Attr b, store->Lookup(kRootIno, "b"));
+    ASSERT_OK(store->Seal(b.ino).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<SealedTree> trees, store->SealedTrees());
+    ASSERT_EQ(trees.size(), 1u);
+    name = trees[0].seal.snapshot;
+    ASSERT_OK(store->Close());
+  }
+  ASSERT_FALSE(name.empty());
+  EXPECT_TRUE(Fsck(false).clean());
+  const std::string snapshots = dir_.store() + "/snapshots/";
+  ASSERT_NO_FATAL_FAILURE(FlipByte(snapshots + name, 30));
+  std::ofstream(snapshots + "7-1.sst") << "left by a seal that did not commit";
+  FsckReport r = Fsck(false);
+  EXPECT_EQ(ExitCode(r), 4) << Dump(r);
+  const FsckFinding* bad = Find(r, "bad_snapshot", "/b");
+  ASSERT_NE(bad, nullptr) << Dump(r);
+  EXPECT_NE(bad->detail.find(name), std::string::npos) << bad->detail;
+  const FsckFinding* unused = Find(r, "unused_snapshot");
+  ASSERT_NE(unused, nullptr) << Dump(r);
+  EXPECT_TRUE(unused->informational);
+
+  ASSERT_NO_FATAL_FAILURE(RepairAndVerify({}));
+  EXPECT_FALSE(std::filesystem::exists(snapshots + "7-1.sst"));
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir_.store(), options_));
+  ASSERT_OK_AND_ASSIGN(std::vector<SealedTree> trees, store->SealedTrees());
+  ASSERT_EQ(trees.size(), 1u);
+  EXPECT_TRUE(trees[0].seal.snapshot.empty());
+  ASSERT_OK_AND_ASSIGN(Attr b, store->Lookup(kRootIno, "b"));
+  EXPECT_TRUE(b.sealed);
   ASSERT_OK(store->Close());
 }
 
