@@ -162,6 +162,7 @@ Status StoreImpl::Init() {
   if (!options_.read_only) {
     CKPTFS_RETURN_IF_ERROR(PurgeOrphans());
     CKPTFS_RETURN_IF_ERROR(RemoveUnusedDataFiles());
+    CKPTFS_RETURN_IF_ERROR(RemoveUnusedSnapshots());
   }
   StartBackgroundCompaction();
   if (host_.id() != 0) host_.Join();

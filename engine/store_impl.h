@@ -355,6 +355,11 @@ class StoreImpl final : public Store {
   // STORE/snapshots/NAME, and that directory made when missing.
   std::string SnapshotPath(std::string_view name) const;
   Status EnsureSnapshotsDir();
+  // Deletes the snapshot files no seal record names: those of trees
+  // removed since, or of seals that did not commit. On a shared store only
+  // those older than kUnusedSnapshotSeconds: another host may be sealing.
+  Status RemoveUnusedSnapshots();
+  static constexpr int64_t kUnusedSnapshotSeconds = 600;
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its

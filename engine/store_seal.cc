@@ -2,8 +2,10 @@
 // a tree with format's kInodeSealed in one commit; the changes of
 // store_namespace.cc, store_attr.cc, store_write.cc and store_xattr.cc ask
 // Unsealed before they change an inode, and reads leave a sealed inode's
-// access time alone.
+// access time alone. The seal writes the tree's index entries into a
+// snapshot file (meta/snapshot_file.h) that its record names.
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstring>
@@ -123,6 +125,27 @@ Status StoreImpl::EnsureSnapshotsDir() {
   if (::mkdir(dir.c_str(), 0755) == 0) return env_->SyncDir(dir_);
   if (errno == EEXIST) return Status::OK();
   return Status::Errno(errno, "create " + dir + ": " + std::strerror(errno));
+}
+
+Status StoreImpl::RemoveUnusedSnapshots() {
+  const std::string dir = dir_ + "/" + format::kSnapshotsDirName;
+  Result<std::vector<std::string>> files = env_->List(dir);
+  if (!files.ok()) return files.status().code() == ENOENT ? Status::OK() : files.status();
+  if (files->empty()) return Status::OK();
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SealedTree> trees, SealedTrees());
+  std::set<std::string> named;
+  for (const SealedTree& t : trees) named.insert(t.seal.snapshot);
+  const int64_t now = ::time(nullptr);
+  for (const std::string& name : *files) {
+    if (named.count(name)) continue;
+    struct stat st;
+    if (mode_->OthersWrite() &&
+        (::stat(SnapshotPath(name).c_str(), &st) != 0 || now - st.st_mtime < kUnusedSnapshotSeconds)) {
+      continue;
+    }
+    CKPTFS_RETURN_IF_ERROR(env_->Remove(SnapshotPath(name)));
+  }
+  return Status::OK();
 }
 
 Status StoreImpl::CollectTreeKeys(meta::ReadTxn* in, Space space, const std::set<uint64_t>& inos,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -140,10 +141,14 @@ TEST_F(SealTest, SealingAParentSealsWhatItsSealedChildLacks) {
   ASSERT_OK_AND_ASSIGN(n, s()->Seal(dir));
   EXPECT_EQ(n, 2u);  // dir, a
   // sub is a root no more.
+  const std::string inner = trees[0].seal.snapshot;
   ASSERT_OK_AND_ASSIGN(trees, s()->SealedTrees());
   ASSERT_EQ(trees.size(), 1u);
   EXPECT_EQ(trees[0].ino, dir);
   EXPECT_EQ(trees[0].seal.inodes, 5u);
+  // Its snapshot went with its record.
+  EXPECT_FALSE(std::filesystem::exists(dir_.store() + "/snapshots/" + inner)) << inner;
+  EXPECT_TRUE(std::filesystem::exists(dir_.store() + "/snapshots/" + trees[0].seal.snapshot));
 }
 
 TEST_F(SealTest, ChangesFailWithErofsAndChangeNothing) {
@@ -234,8 +239,13 @@ TEST_F(SealTest, TheTreeCanBeRemovedAndItsRootMoved) {
   ASSERT_OK(s()->Rmdir(out, "old"));
   ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> left, ListDir(s(), out));
   EXPECT_TRUE(left.empty());
+  const std::string snapshot = trees[0].seal.snapshot;
   ASSERT_OK_AND_ASSIGN(trees, s()->SealedTrees());
   EXPECT_TRUE(trees.empty());  // the record went with the root
+  // Its snapshot goes at the next open.
+  EXPECT_TRUE(std::filesystem::exists(dir_.store() + "/snapshots/" + snapshot));
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_FALSE(std::filesystem::exists(dir_.store() + "/snapshots/" + snapshot)) << snapshot;
   for (Ino i : {dir, a, sub, b, link}) {
     Status st = s()->GetAttr(i).status();
     EXPECT_TRUE(st.code() == ENOENT || st.code() == ESTALE) << i << ": " << st.ToString();
