@@ -1,10 +1,12 @@
 #include "meta/snapshot_file.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <unistd.h>
@@ -38,18 +40,27 @@ rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.s
 
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
 
-rocksdb::Options FileOptions() {
+std::shared_ptr<rocksdb::Cache> BlockCache() {
+  static const std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(kSnapshotBlockCacheBytes);
+  return cache;
+}
+
+// `readers`: for SnapshotFile, whose blocks share BlockCache.
+rocksdb::Options FileOptions(bool readers = false) {
   rocksdb::Options o;
   // The inode values of one tree differ in a few bytes (times, sizes),
   // and keys share long prefixes: zstd over 16 KiB blocks.
   o.compression = rocksdb::kZSTD;
   rocksdb::BlockBasedTableOptions t;
   t.block_size = 16 << 10;
+  if (readers) t.block_cache = BlockCache();
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
 }
 
 }  // namespace
+
+uint64_t SnapshotBlockCacheBytes() { return BlockCache()->GetUsage(); }
 
 Result<std::string> EncodeSnapshot(std::vector<SnapshotEntry> entries) {
   if (entries.empty()) return Status(EINVAL, "a snapshot of nothing");
@@ -85,21 +96,53 @@ Result<std::string> EncodeSnapshot(std::vector<SnapshotEntry> entries) {
   return bytes;
 }
 
-SnapshotFile::SnapshotFile(std::string path, std::unique_ptr<rocksdb::SstFileReader> reader,
-                           uint64_t entries, uint64_t bytes)
-    : path_(std::move(path)), reader_(std::move(reader)), entries_(entries), bytes_(bytes) {}
+SnapshotFile::SnapshotFile(std::string path, std::unique_ptr<rocksdb::Env> env,
+                           std::unique_ptr<rocksdb::SstFileReader> reader, uint64_t entries,
+                           uint64_t bytes)
+    : path_(std::move(path)),
+      env_(std::move(env)),
+      reader_(std::move(reader)),
+      entries_(entries),
+      bytes_(bytes) {}
 
 SnapshotFile::~SnapshotFile() = default;
 
 Result<std::unique_ptr<SnapshotFile>> SnapshotFile::Open(const std::string& path) {
-  auto reader = std::make_unique<rocksdb::SstFileReader>(FileOptions());
-  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->Open(path), "open snapshot " + path));
-  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->VerifyChecksum(), "snapshot " + path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Errno(errno, "open snapshot " + path + ": " + std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return Status::Errno(e, "read snapshot " + path + ": " + std::strerror(e));
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return FromBytes(path, std::move(bytes));
+}
+
+Result<std::unique_ptr<SnapshotFile>> SnapshotFile::FromBytes(std::string name, std::string bytes) {
+  std::unique_ptr<rocksdb::Env> env(rocksdb::NewMemEnv(rocksdb::Env::Default()));
+  const std::string file = "/snapshot.sst";
+  const uint64_t size = bytes.size();
+  CKPTFS_RETURN_IF_ERROR(
+      FromRocksStatus(rocksdb::WriteStringToFile(env.get(), bytes, file), "hold snapshot " + name));
+  bytes = std::string();  // the Env holds its copy
+  rocksdb::Options o = FileOptions(/*readers=*/true);
+  o.env = env.get();
+  auto reader = std::make_unique<rocksdb::SstFileReader>(o);
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->Open(file), "open snapshot " + name));
+  CKPTFS_RETURN_IF_ERROR(FromRocksStatus(reader->VerifyChecksum(), "snapshot " + name));
   std::shared_ptr<const rocksdb::TableProperties> props = reader->GetTableProperties();
   const uint64_t entries = props != nullptr ? props->num_entries : 0;
-  struct stat st;
-  const uint64_t bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  return std::unique_ptr<SnapshotFile>(new SnapshotFile(path, std::move(reader), entries, bytes));
+  return std::unique_ptr<SnapshotFile>(
+      new SnapshotFile(std::move(name), std::move(env), std::move(reader), entries, size));
 }
 
 Result<std::optional<std::string>> SnapshotFile::Get(Space s, std::string_view key) {

@@ -7,6 +7,9 @@
 // reads a store makes of a sealed tree go to it as they would go to the
 // index.
 //
+// A snapshot is read from memory: its file's bytes are read once, when it
+// opens.
+//
 // Thread safety: a SnapshotFile may be read from any number of threads at
 // once (each read takes an iterator of its own).
 #pragma once
@@ -21,6 +24,7 @@
 #include "meta/kv.h"
 
 namespace rocksdb {
+class Env;
 class SstFileReader;
 }
 
@@ -39,11 +43,20 @@ struct SnapshotEntry {
 // no entry at all.
 Result<std::string> EncodeSnapshot(std::vector<SnapshotEntry> entries);
 
+// The memory every open snapshot's uncompressed blocks share (an LRU
+// cache); a snapshot's file bytes are held beside it (SnapshotFile::bytes).
+inline constexpr uint64_t kSnapshotBlockCacheBytes = 16ull << 20;
+// What that cache holds now.
+uint64_t SnapshotBlockCacheBytes();
+
 class SnapshotFile final : public ReadTxn {
  public:
-  // Opens the file at `path` and checks every block's checksum (the only
-  // time the whole file is read); a corruption names the file.
+  // Reads the file at `path` into memory and opens it (FromBytes).
   static Result<std::unique_ptr<SnapshotFile>> Open(const std::string& path);
+  // Opens the snapshot whose file holds `bytes`, which it keeps in memory:
+  // no read touches a file. Checks every block's checksum; a corruption
+  // names `name`.
+  static Result<std::unique_ptr<SnapshotFile>> FromBytes(std::string name, std::string bytes);
   ~SnapshotFile() override;
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override;
@@ -56,10 +69,11 @@ class SnapshotFile final : public ReadTxn {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  SnapshotFile(std::string path, std::unique_ptr<rocksdb::SstFileReader> reader, uint64_t entries,
-               uint64_t bytes);
+  SnapshotFile(std::string path, std::unique_ptr<rocksdb::Env> env,
+               std::unique_ptr<rocksdb::SstFileReader> reader, uint64_t entries, uint64_t bytes);
 
   const std::string path_;
+  std::unique_ptr<rocksdb::Env> env_;  // in memory: holds the file's bytes
   std::unique_ptr<rocksdb::SstFileReader> reader_;
   const uint64_t entries_;
   const uint64_t bytes_;

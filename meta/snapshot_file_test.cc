@@ -111,7 +111,7 @@ TEST_F(SnapshotFileTest, RefusesWhatItCannotEncode) {
   std::vector<SnapshotEntry> twice = Entries();
   twice.push_back(twice.front());
   EXPECT_EQ(EncodeSnapshot(twice).status().code(), EINVAL);
-  EXPECT_EQ(SnapshotFile::Open(path_).status().code(), EIO);  // no file
+  EXPECT_EQ(SnapshotFile::Open(path_).status().code(), ENOENT);  // no file
 }
 
 TEST_F(SnapshotFileTest, AChangedByteIsFoundAtOpen) {
