@@ -56,6 +56,8 @@ const char* KeptReasonName(KeptSegment::Reason r) {
       return "still_referenced";
     case KeptSegment::Reason::kHostMounted:
       return "host_mounted";
+    case KeptSegment::Reason::kSealed:
+      return "sealed";
   }
   return "unknown";
 }
@@ -77,6 +79,8 @@ std::string DescribeKept(const KeptSegment& k, double dead_ratio) {
       return seg + "still referenced after its data was copied";
     case KeptSegment::Reason::kHostMounted:
       return seg + "its host \"" + k.host + "\" is mounted; that mount compacts it";
+    case KeptSegment::Reason::kSealed:
+      return seg + "a sealed tree's snapshot points into it";
   }
   return seg + "kept";
 }

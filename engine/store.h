@@ -144,6 +144,10 @@ struct EngineStats {
   // A shared store's round trips to PostgreSQL, and the time calls spent
   // waiting for them (0 for an embedded store).
   uint64_t index_round_trips = 0, index_wait_ns = 0;
+  // A shared store's sealed trees whose snapshots this mount holds, their
+  // inodes, and the index reads those snapshots answered instead of the
+  // index (docs/SHARED.md, "Sealed trees").
+  uint64_t sealed_trees_held = 0, sealed_inodes_held = 0, snapshot_reads = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value and the
@@ -191,8 +195,10 @@ struct EngineMemory {
   uint64_t index_block_cache = 0;  // RocksDB's table blocks, index and filters included
   uint64_t extent_maps = 0;        // extents of recently written files
   uint64_t verified_blocks = 0;    // the data-file blocks read last
+  uint64_t sealed_snapshots = 0;   // sealed trees' snapshots a shared store's mount reads
   uint64_t Total() const {
-    return record_cache + index_memtables + index_block_cache + extent_maps + verified_blocks;
+    return record_cache + index_memtables + index_block_cache + extent_maps + verified_blocks +
+           sealed_snapshots;
   }
 };
 
@@ -213,6 +219,8 @@ struct KeptSegment {
     kStillReferenced,   // an extent still pointed into it after the copy
     kHostMounted,       // a shared store's segment whose host a mount holds:
                         // that mount compacts it (Store::CompactOffline)
+    kSealed,            // a sealed tree's snapshot points into it: hosts read
+                        // the tree's records there for as long as it lives
   };
   uint64_t id = 0;
   Reason reason = Reason::kBelowRatio;
@@ -222,7 +230,7 @@ struct KeptSegment {
   std::string host;          // kHostMounted: the host's name
 };
 // A stable snake_case name of `r` ("below_ratio", "nothing_dead",
-// "unreadable", "still_referenced").
+// "unreadable", "still_referenced", "host_mounted", "sealed").
 const char* KeptReasonName(KeptSegment::Reason r);
 // One line that says why `k` was kept, e.g. "segment 3: dead 12% below the
 // ratio 30%"; `dead_ratio` is the compaction's CompactOptions::dead_ratio.

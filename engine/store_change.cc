@@ -102,7 +102,10 @@ Status StoreImpl::Txn::Commit() {
       st->data_files_->EvictSoon(ino);
     }
   }
-  for (auto& [ino, v] : attrs) State(ino)->attr = v;
+  for (auto& [ino, v] : attrs) {
+    State(ino)->attr = v;
+    st->snapshots_.Drop(ino);  // a sealed tree's snapshot holds it no more
+  }
   for (uint64_t ino : purged) State(ino)->purged = true;
   if (index != nullptr) st->NamesChanged(batch);
   return Status::OK();

@@ -181,11 +181,24 @@ Result<CompactReport> StoreImpl::CompactLocked(const CompactOptions& options) {
   // 1. Victims. Accounting that cannot be read fails the whole compaction:
   // a segment whose live bytes are unknown is never taken for empty.
   CKPTFS_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, OwnSegments());
+  // The segments sealed trees' snapshots point into stay as they are: a
+  // snapshot is never rewritten, and hosts read its records there.
+  CKPTFS_ASSIGN_OR_RETURN(const std::set<uint64_t> sealed, SnapshotSegments());
+  std::vector<KeptSegment> kept_sealed;
+  std::erase_if(segments, [&](const SegmentInfo& s) {
+    if (!sealed.count(s.id)) return false;
+    const uint64_t live = static_cast<uint64_t>(s.live_bytes);
+    const uint64_t dead = static_cast<uint64_t>(s.dead_bytes);
+    kept_sealed.push_back({s.id, KeptSegment::Reason::kSealed, live, dead,
+                           live + dead == 0 ? 0.0 : double(dead) / double(live + dead), ""});
+    return true;
+  });
   VictimChoice choice = ChooseVictims(segments, segments_->active_id(), segments_->max_id(),
                                 options.dead_ratio);
   const std::vector<Victim>& victims = choice.victims;
   for (const Victim& v : victims) run.total += v.live;
   rep.kept = std::move(choice.kept);
+  rep.kept.insert(rep.kept.end(), kept_sealed.begin(), kept_sealed.end());
 
   if (options.dry_run) {
     uint64_t freed = 0;

@@ -64,6 +64,9 @@ Status StoreImpl::CollectIndexExtents(Ino ino, uint64_t start, uint64_t end,
                                       std::vector<Extent>* out) {
   if (closed_) return Status(EIO, "store is closed");
   const size_t base = out->size();
+  if (std::shared_ptr<meta::SnapshotFile> held = snapshots_.Find(ino)) {
+    return CollectExtentsIn(held.get(), ino, start, end, out);
+  }
   // One snapshot: the extent before `start` and those after it as of one
   // moment.
   return meta::RunReads(kv(), [&](meta::ReadTxn* t) -> Status {

@@ -407,6 +407,7 @@ Status StoreImpl::CommitSynced(meta::Writes* batch) {
 }
 
 Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view key) {
+  if (std::shared_ptr<meta::SnapshotFile> held = HeldFor(s, key, std::nullopt)) return held->Get(s, key);
   std::optional<std::string> out;
   CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv(), [&](meta::ReadTxn* t) -> Status {
     CKPTFS_ASSIGN_OR_RETURN(out, t->Get(s, key));
@@ -417,6 +418,7 @@ Result<std::optional<std::string>> StoreImpl::IndexGet(Space s, std::string_view
 
 Status StoreImpl::IndexScan(Space s, std::string_view begin, std::string_view end,
                             const meta::ScanFn& fn) {
+  if (std::shared_ptr<meta::SnapshotFile> held = HeldFor(s, begin, end)) return held->Scan(s, begin, end, fn);
   // A conflict comes before the first key only (meta::ReadTxn::Scan).
   return meta::RunReads(kv(),
                         [&](meta::ReadTxn* t) { return t->Scan(s, begin, end, fn); });

@@ -63,6 +63,7 @@
 #include "engine/index/store_lock.h"
 #include "engine/inode_table.h"
 #include "engine/sealed_inodes.h"
+#include "engine/shared/held_snapshots.h"
 #include "engine/shared/host_session.h"
 #include "engine/store_clock.h"
 #include "engine/store.h"
@@ -360,6 +361,30 @@ class StoreImpl final : public Store {
   // those older than kUnusedSnapshotSeconds: another host may be sealing.
   Status RemoveUnusedSnapshots();
   static constexpr int64_t kUnusedSnapshotSeconds = 600;
+  // The snapshot that answers a read of `s` in [begin, end) (end: nullopt,
+  // a point read of `begin`) that this mount holds: that of the tree of the
+  // inode the keys name (inodes, names, extents and extended attributes are
+  // keyed by an inode number first), when the range stays within it. Null
+  // when none does: the index answers.
+  std::shared_ptr<meta::SnapshotFile> HeldFor(Space s, std::string_view begin,
+                                              std::optional<std::string_view> end);
+  // After a read of `ino`'s attributes `v`, on a shared store: when `ino`
+  // is the root of a sealed tree (a sealed directory in a directory that
+  // is not) that this mount does not hold, reads the snapshot its seal
+  // record names and holds it. A
+  // snapshot that cannot be read is logged and not tried again: the index
+  // answers instead.
+  void HoldSnapshotOf(uint64_t ino, const format::InodeValue& v);
+  // The segments that the snapshots of the sealed trees point into. An
+  // error when one cannot be read: no segment is then known free of them.
+  Result<std::set<uint64_t>> SnapshotSegments();
+  // The directories from `dir` up to the store's root (at most
+  // kMaxHeldPathDepth of them), read from the index: the path to a held
+  // tree's root, its parent first.
+  std::vector<uint64_t> PathTo(uint64_t dir);
+  static constexpr int kMaxHeldPathDepth = 64;
+  // Reads and opens the snapshot file `name`.
+  Result<std::unique_ptr<meta::SnapshotFile>> ReadSnapshot(const std::string& name);
 
   // ---- file data: store_extents.cc, store_write.cc, store_read.cc ----
   // Extents of `ino` overlapping [start, end), in offset order: from its
@@ -615,6 +640,9 @@ class StoreImpl final : public Store {
   InflightReads inflight_;  // coalesced reads in progress, by byte range
   VerifiedBlocks verified_blocks_;  // data-file blocks read last
   SealedInodes sealed_;  // inodes seen sealed
+  // The sealed trees' snapshots a mount of a shared store reads instead of
+  // the index (engine/shared/held_snapshots.h); empty on an embedded store.
+  HeldSnapshots snapshots_;
   std::unique_ptr<GroupCommit> syncer_;
   InodeTable inodes_;
   std::atomic<bool> closed_{false};

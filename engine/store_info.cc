@@ -93,6 +93,10 @@ Result<EngineStats> StoreImpl::GetStats() {
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;
+  const HeldSnapshots::Stats held = snapshots_.stats();
+  s.snapshot_reads = held.reads;
+  s.sealed_trees_held = held.trees;
+  s.sealed_inodes_held = held.inodes;
   for (const SegmentInfo& seg : segments) {  // counters ListSegments checked
     s.segments++;
     s.live_bytes += static_cast<uint64_t>(seg.live_bytes);
@@ -144,6 +148,7 @@ EngineMemory StoreImpl::MemoryUse() {
   m.index_block_cache = index_ != nullptr ? index_->BlockCacheBytes() : 0;
   m.extent_maps = extent_maps_.bytes();
   m.verified_blocks = verified_blocks_.bytes();
+  m.sealed_snapshots = snapshots_.MemoryBytes();
   return m;
 }
 
@@ -171,6 +176,7 @@ EngineMemory EngineMemoryBound(const StoreOptions& options) {
   m.extent_maps = ExtentMapCache::MaxBytes(ExtentMapCache::kDefaultMaxExtents,
                                            ExtentMapCache::kDefaultMaxInlineBytes);
   m.verified_blocks = std::max<uint64_t>(VerifiedBlocks::kBytes, options.max_record_bytes);
+  if (!options.meta.empty()) m.sealed_snapshots = HeldSnapshots::MaxMemory();
   return m;
 }
 

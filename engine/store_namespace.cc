@@ -76,6 +76,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
   Status ds = format::DecodeInode(*v, &iv);
   if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(s->ino) + ": " + ds.message());
   NoteSealed(s->ino, iv);
+  if (in == kLatest) HoldSnapshotOf(s->ino, iv);
   s->attr = std::move(iv);
   s->loaded = true;
   // A change's transaction reads a snapshot that may predate a change this

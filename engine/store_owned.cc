@@ -57,13 +57,19 @@ void StoreImpl::NamesChanged(const meta::Writes& batch) {
 double StoreImpl::CacheSecondsOf(Ino ino) const {
   if (sealed_.Contains(ino)) return std::numeric_limits<double>::infinity();
   if (!mode_->OthersWrite()) return mode_->CacheSeconds();
-  return host_.CacheSecondsOf(ino);
+  const double host = host_.CacheSecondsOf(ino);
+  // A directory on the path to a held sealed tree: kept a moment.
+  if (host < HeldSnapshots::kPathSeconds && snapshots_.OnPath(ino)) return HeldSnapshots::kPathSeconds;
+  return host;
 }
 
 double StoreImpl::CacheSecondsOfName(Ino dir, Ino ino) const {
   if (sealed_.Contains(dir)) return std::numeric_limits<double>::infinity();
   if (!mode_->OthersWrite()) return mode_->CacheSeconds();
-  return host_.CacheSecondsOfName(dir, ino);
+  const double host = host_.CacheSecondsOfName(dir, ino);
+  // The name of a held sealed tree's root, or of a directory above it.
+  if (host < HeldSnapshots::kPathSeconds && snapshots_.OnPath(ino)) return HeldSnapshots::kPathSeconds;
+  return host;
 }
 
 }  // namespace ckptfs::engine

@@ -8,12 +8,18 @@
 #include <time.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
 #include "engine/store_impl.h"
 
 namespace ckptfs::engine {
+namespace {
+
+void Warn(const std::string& what) { std::fprintf(stderr, "ckptfs: %s\n", what.c_str()); }
+
+}  // namespace
 
 Status StoreImpl::Unsealed(uint64_t ino, const format::InodeValue& v, std::string_view what) {
   if ((v.flags & format::kInodeSealed) == 0) return Status::OK();
@@ -51,6 +57,9 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
   CKPTFS_RETURN_IF_ERROR(EnsureSnapshotsDir());
   std::vector<uint64_t> tree;
   std::vector<std::string> taken_in;  // the snapshots of trees this one takes in
+  std::string bytes;                  // the snapshot's
+  std::string snapshot;               // its name
+  uint64_t parent = 0;                // the root's, when it is a directory
   CKPTFS_ASSIGN_OR_RETURN(
       const uint64_t sealed, ChangeNamespace([&](Txn& t) -> Result<uint64_t> {
         std::vector<meta::SnapshotEntry> entries;
@@ -68,6 +77,7 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
           }
           format::InodeValue& v = t.Edit(i);
           if (i == ino && v.nlink == 0) return Status(ENOENT, "inode " + std::to_string(i) + " was removed");
+          if (i == ino) parent = S_ISDIR(v.mode) ? v.parent : 0;
           if ((v.flags & format::kInodeSealed) == 0) n++;
           v.flags |= format::kInodeSealed;
           if (!inos.insert(i).second) continue;  // another name of a file
@@ -98,8 +108,9 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
         }
         CKPTFS_RETURN_IF_ERROR(CollectTreeKeys(t.reader(), Space::kExtents, inos, &entries));
         CKPTFS_RETURN_IF_ERROR(CollectTreeKeys(t.reader(), Space::kXattrs, inos, &entries));
-        CKPTFS_ASSIGN_OR_RETURN(std::string bytes, meta::EncodeSnapshot(std::move(entries)));
+        CKPTFS_ASSIGN_OR_RETURN(bytes, meta::EncodeSnapshot(std::move(entries)));
         seal.snapshot = std::to_string(ino) + "-" + std::to_string(seal.sealed_ms) + ".sst";
+        snapshot = seal.snapshot;
         const std::string path = SnapshotPath(seal.snapshot);
         CKPTFS_RETURN_IF_ERROR(env_->Create(path, bytes).status());
         t.batch.Put(Space::kMeta, format::SealKey(ino), format::EncodeSeal(seal));
@@ -113,7 +124,100 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
   for (const std::string& name : taken_in) (void)env_->Remove(SnapshotPath(name));
   // The tree's bytes and the seal, durable together.
   CKPTFS_RETURN_IF_ERROR(SyncAll());
+  if (mode_->OthersWrite() && !bytes.empty() && parent != 0) {
+    // This mount reads the tree from its snapshot too, from now on.
+    for (uint64_t i : tree) snapshots_.Drop(i);  // the trees it took in
+    Result<std::unique_ptr<meta::SnapshotFile>> file =
+        meta::SnapshotFile::FromBytes(SnapshotPath(snapshot), std::move(bytes));
+    Result<bool> held = file.ok() ? snapshots_.Hold(ino, std::move(*file), PathTo(parent)) : file.status();
+    if (!held.ok()) Warn("sealed tree " + std::to_string(ino) + ": " + held.status().ToString());
+  }
   return sealed;
+}
+
+std::shared_ptr<meta::SnapshotFile> StoreImpl::HeldFor(Space s, std::string_view begin,
+                                                      std::optional<std::string_view> end) {
+  if (snapshots_.empty()) return nullptr;
+  if (s != Space::kInodes && s != Space::kDentries && s != Space::kExtents && s != Space::kXattrs) {
+    return nullptr;
+  }
+  if (begin.size() < 8) return nullptr;
+  const uint64_t ino = format::GetBE64(begin.data());
+  if (end.has_value()) {
+    // A scan: within the keys of `ino`, up to those of the next inode.
+    if (end->size() < 8) return nullptr;
+    const uint64_t last = format::GetBE64(end->data());
+    if (last != ino && !(last == ino + 1 && end->size() == 8)) return nullptr;
+  }
+  return snapshots_.Find(ino);
+}
+
+void StoreImpl::HoldSnapshotOf(uint64_t ino, const format::InodeValue& v) {
+  if ((v.flags & format::kInodeSealed) == 0 || !S_ISDIR(v.mode) || !mode_->OthersWrite()) return;
+  // A directory whose parent is sealed lies inside a tree: not its root.
+  if (sealed_.Contains(v.parent) || snapshots_.Holds(ino) || snapshots_.Tried(ino)) return;
+  auto fail = [&](const Status& st) {
+    snapshots_.NoteTried(ino);
+    if (!st.ok()) Warn("sealed tree " + std::to_string(ino) + ": " + st.ToString() +
+                             "; read from the index instead");
+  };
+  Result<std::optional<std::string>> record = IndexGet(Space::kMeta, format::SealKey(ino));
+  if (!record.ok()) return;  // tried again at the next read
+  if (!record->has_value()) return fail(Status::OK());  // inside a tree whose root moved
+  format::SealValue seal;
+  if (Status d = format::DecodeSeal(**record, &seal); !d.ok()) return fail(d);
+  if (seal.snapshot.empty()) return fail(Status::OK());  // sealed without one
+  Result<std::unique_ptr<meta::SnapshotFile>> file = ReadSnapshot(seal.snapshot);
+  if (!file.ok()) return fail(file.status());
+  Result<bool> held = snapshots_.Hold(ino, std::move(*file), PathTo(v.parent));
+  if (!held.ok() || !*held) return fail(held.status());
+}
+
+std::vector<uint64_t> StoreImpl::PathTo(uint64_t dir) {
+  std::vector<uint64_t> path;
+  for (int depth = 0; depth < kMaxHeldPathDepth && dir != 0; ++depth) {
+    path.push_back(dir);
+    if (dir == kRootIno) return path;
+    Result<std::optional<std::string>> v = IndexGet(Space::kInodes, format::InodeKey(dir));
+    format::InodeValue iv;
+    if (!v.ok() || !v->has_value() || !format::DecodeInode(**v, &iv).ok()) break;
+    dir = iv.parent;
+  }
+  return path;  // as far as it was read: what lies above is read as always
+}
+
+Result<std::set<uint64_t>> StoreImpl::SnapshotSegments() {
+  CKPTFS_ASSIGN_OR_RETURN(std::vector<SealedTree> trees, SealedTrees());
+  std::set<uint64_t> used;
+  for (const SealedTree& t : trees) {
+    if (t.seal.snapshot.empty()) continue;
+    Result<std::unique_ptr<meta::SnapshotFile>> file = ReadSnapshot(t.seal.snapshot);
+    if (!file.ok()) {
+      return file.status().Annotate("the snapshot of sealed tree " + std::to_string(t.ino) +
+                                    " (no segment is known free of it)");
+    }
+    Status bad;
+    CKPTFS_RETURN_IF_ERROR((*file)->Scan(Space::kExtents, "", "", [&](std::string_view, std::string_view v) {
+      format::ExtentValue e;
+      bad = format::DecodeExtent(v, &e);
+      if (!bad.ok()) return false;
+      if (!e.is_inline && !e.in_data_file) used.insert(e.segment_id);
+      return true;
+    }));
+    if (!bad.ok()) return bad.Annotate("the snapshot of sealed tree " + std::to_string(t.ino));
+  }
+  return used;
+}
+
+Result<std::unique_ptr<meta::SnapshotFile>> StoreImpl::ReadSnapshot(const std::string& name) {
+  const std::string path = SnapshotPath(name);
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env_->Open(path, io::OpenMode::kRead));
+  CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, f->Size());
+  std::string bytes(size, '\0');
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, f->ReadAt(0, size, bytes.data()));
+  if (n != size) return Status(EIO, "read snapshot " + path + ": " + std::to_string(n) + " of " +
+                                        std::to_string(size) + " bytes");
+  return meta::SnapshotFile::FromBytes(path, std::move(bytes));
 }
 
 std::string StoreImpl::SnapshotPath(std::string_view name) const {

@@ -44,6 +44,8 @@ constexpr MetricSpec kMetrics[] = {
      "Memory the index's memtables hold."},
     {"/memory/held/index_block_cache", "memory_index_block_cache_bytes", false,
      "Memory the index's block cache holds."},
+    {"/memory/held/sealed_snapshots", "memory_sealed_snapshots_bytes", false,
+     "Memory the sealed trees' snapshots this mount reads hold (shared stores)."},
     {"/engine/reads", "reads", true, "File reads served by the engine."},
     {"/engine/read_bytes", "read_bytes", true, "Bytes of file data read."},
     {"/engine/writes", "writes", true, "File writes served by the engine."},
@@ -82,6 +84,11 @@ constexpr MetricSpec kMetrics[] = {
      "Round trips to the PostgreSQL server of a shared store's index."},
     {"/engine/index_wait_ns", "index_wait_nanoseconds", true,
      "Time calls spent waiting for those round trips."},
+    {"/engine/sealed_trees_held", "sealed_trees_held", false,
+     "Sealed trees whose snapshots this mount reads instead of the index (shared stores)."},
+    {"/engine/sealed_inodes_held", "sealed_inodes_held", false, "The inodes of those trees."},
+    {"/engine/snapshot_reads", "snapshot_reads", true,
+     "Index reads that a sealed tree's snapshot answered (shared stores)."},
     {"/engine/data_file_writes", "data_file_writes", true, "The daemon's writes of data files."},
     {"/engine/data_file_write_bytes", "data_file_write_bytes", true,
      "Bytes the daemon wrote to data files."},
@@ -169,6 +176,9 @@ nlohmann::ordered_json EngineStatsJson(const engine::EngineStats& s) {
       {"owned_taken_over", s.owned_taken_over},
       {"index_round_trips", s.index_round_trips},
       {"index_wait_ns", s.index_wait_ns},
+      {"sealed_trees_held", s.sealed_trees_held},
+      {"sealed_inodes_held", s.sealed_inodes_held},
+      {"snapshot_reads", s.snapshot_reads},
       {"data_file_writes", s.data_file_writes},
       {"data_file_write_bytes", s.data_file_write_bytes},
       {"data_file_reads", s.data_file_reads},
@@ -183,6 +193,7 @@ nlohmann::ordered_json EngineMemoryJson(const engine::EngineMemory& m) {
       {"index_block_cache", m.index_block_cache},
       {"extent_maps", m.extent_maps},
       {"verified_blocks", m.verified_blocks},
+      {"sealed_snapshots", m.sealed_snapshots},
   };
 }
 

@@ -322,6 +322,179 @@ TEST_F(SharedStoreTest, ATreeSealedOnOneHostIsSealedOnEveryHost) {
   ASSERT_OK(a_->Rmdir(kRootIno, "step"));
 }
 
+// Writes a tree under root's `name` on `s`: three directories of four
+// files of up to 40 KB, an extended attribute on the first file; returns
+// the files' paths and bytes.
+std::map<std::string, std::string> WriteTree(Store* s, const std::string& name, Ino* root) {
+  std::map<std::string, std::string> files;
+  Result<Attr> d = s->Mkdir(kRootIno, name, 0755, 0, 0);
+  EXPECT_OK(d.status());
+  *root = d->ino;
+  for (int i = 0; i < 3; ++i) {
+    Result<Attr> sub = s->Mkdir(d->ino, "p" + std::to_string(i), 0755, 0, 0);
+    EXPECT_OK(sub.status());
+    for (int j = 0; j < 4; ++j) {
+      Result<Attr> f = s->Create(sub->ino, "c" + std::to_string(j), S_IFREG | 0644, 0, 0, 0);
+      EXPECT_OK(f.status());
+      const std::string data = PatternData(f->ino, 0, j == 0 ? 100 : 10'000 * j);
+      EXPECT_OK(WriteAll(s, f->ino, 0, data));
+      files["p" + std::to_string(i) + "/c" + std::to_string(j)] = data;
+      if (i == 0 && j == 0) EXPECT_OK(s->SetXattr(f->ino, "user.tag", "zarr", 0));
+    }
+  }
+  EXPECT_OK(s->SyncAll());
+  return files;
+}
+
+// Walks the tree under `root` on `s` as a restore does (lookups, listings,
+// attributes, reads, an extended attribute) and checks every byte, and
+// that every file is `sealed` or not.
+void RestoreTree(Store* s, Ino root, const std::map<std::string, std::string>& files,
+                 bool sealed = true) {
+  std::set<std::string> listed;
+  ASSERT_OK(s->ReadDir(root, "", [&](const DirEntry& e) {
+    listed.insert(e.name);
+    return true;
+  }));
+  EXPECT_EQ(listed, (std::set<std::string>{"p0", "p1", "p2"}));
+  for (const auto& [path, data] : files) {
+    const std::string dir = path.substr(0, path.find('/'));
+    ASSERT_OK_AND_ASSIGN(Attr d, s->Lookup(root, dir));
+    ASSERT_OK_AND_ASSIGN(Attr f, s->Lookup(d.ino, path.substr(path.find('/') + 1)));
+    EXPECT_EQ(f.sealed, sealed) << path;
+    EXPECT_EQ(f.size, data.size()) << path;
+    ASSERT_OK(s->OpenFile(f.ino));
+    ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(s, f.ino));
+    EXPECT_EQ(got, data) << path;
+    ASSERT_OK(s->Release(f.ino));
+  }
+  ASSERT_OK_AND_ASSIGN(Attr p0, s->Lookup(root, "p0"));
+  ASSERT_OK_AND_ASSIGN(Attr c0, s->Lookup(p0.ino, "c0"));
+  ASSERT_OK_AND_ASSIGN(std::string tag, s->GetXattr(c0.ino, "user.tag"));
+  EXPECT_EQ(tag, "zarr");
+  EXPECT_ERRNO(ENOENT, s->Lookup(p0.ino, "c9"));
+}
+
+// Another host reads a sealed tree from its snapshot: once it has looked
+// up the tree's root, its names, attributes, listings, extents and extended
+// attributes are answered with no round trip to the index (the only ones
+// left are the hosts watch's polls, a few a second). The sealing host reads
+// it from the snapshot it wrote.
+TEST_F(SharedStoreTest, AnotherHostReadsASealedTreeFromItsSnapshot) {
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  // The same walk before the seal, for its round trips.
+  ASSERT_OK_AND_ASSIGN(EngineStats before, b_->GetStats());
+  ASSERT_OK(b_->Lookup(kRootIno, "step").status());
+  RestoreTree(b_.get(), root, files, /*sealed=*/false);
+  ASSERT_OK_AND_ASSIGN(EngineStats unsealed, b_->GetStats());
+  EXPECT_EQ(unsealed.snapshot_reads, 0u);
+
+  ASSERT_OK_AND_ASSIGN(uint64_t n, a_->Seal(root));
+  EXPECT_EQ(n, 1u + 3 + 12);
+  ASSERT_OK_AND_ASSIGN(EngineStats sa, a_->GetStats());
+  EXPECT_EQ(sa.sealed_trees_held, 1u);
+  EXPECT_EQ(sa.sealed_inodes_held, 16u);
+
+  EXPECT_EQ(unsealed.sealed_trees_held, 0u);
+  ASSERT_OK_AND_ASSIGN(Attr r, b_->Lookup(kRootIno, "step"));  // reads the snapshot
+  EXPECT_TRUE(r.sealed);
+  ASSERT_OK_AND_ASSIGN(EngineStats held, b_->GetStats());
+  EXPECT_EQ(held.sealed_trees_held, 1u);
+  EXPECT_EQ(held.sealed_inodes_held, 16u);
+  // The root's name and the directories above it are kept a moment: a
+  // walk by full paths asks nothing either.
+  EXPECT_EQ(b_->CacheSecondsOfName(kRootIno, root), 1.0);
+  EXPECT_EQ(b_->CacheSecondsOf(kRootIno), 1.0);
+  RestoreTree(b_.get(), root, files);
+  ASSERT_OK_AND_ASSIGN(EngineStats after, b_->GetStats());
+  // 12 files: a lookup, attributes and extents each, and more.
+  EXPECT_GE(after.snapshot_reads - held.snapshot_reads, 3u * 12);
+  const uint64_t walk = unsealed.index_round_trips - before.index_round_trips;
+  const uint64_t sealed_walk = after.index_round_trips - held.index_round_trips;
+  EXPECT_LE(sealed_walk * 4, walk) << "the walk of a held tree asked the index " << sealed_walk
+                                   << " times; unsealed, " << walk;
+  RestoreTree(a_.get(), root, files);
+  ASSERT_OK_AND_ASSIGN(EngineStats sa2, a_->GetStats());
+  EXPECT_GE(sa2.snapshot_reads - sa.snapshot_reads, 3u * 12);
+}
+
+// A removal inside a held tree stops its host reading the snapshot; the
+// removal of the whole tree by another host is seen at the next lookup of
+// its root.
+TEST_F(SharedStoreTest, ARemovalEndsTheReadsOfASnapshot) {
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  ASSERT_OK(a_->Seal(root).status());
+  ASSERT_OK(b_->Lookup(kRootIno, "step").status());
+  RestoreTree(b_.get(), root, files);
+  ASSERT_OK_AND_ASSIGN(Attr p1, b_->Lookup(root, "p1"));
+  ASSERT_OK(b_->Unlink(p1.ino, "c3"));
+  ASSERT_OK_AND_ASSIGN(EngineStats sb, b_->GetStats());
+  EXPECT_EQ(sb.sealed_trees_held, 0u);
+  EXPECT_ERRNO(ENOENT, b_->Lookup(p1.ino, "c3"));
+  ASSERT_OK_AND_ASSIGN(Attr c2, b_->Lookup(p1.ino, "c2"));
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(b_.get(), c2.ino));
+  EXPECT_EQ(got, files.at("p1/c2"));
+
+  // a removes the tree; b's next lookup of its root finds nothing.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
+    for (int j = 0; j < 4; ++j) {
+      Status st = a_->Unlink(sub.ino, "c" + std::to_string(j));
+      if (i != 1 || j != 3) ASSERT_OK(st);
+    }
+    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
+  }
+  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  EXPECT_ERRNO(ENOENT, b_->Lookup(kRootIno, "step"));
+  EXPECT_EQ(b_->CacheSecondsOf(kRootIno), 0.0) << "no held tree lies under it";
+  ASSERT_OK_AND_ASSIGN(EngineStats sa, a_->GetStats());
+  EXPECT_EQ(sa.sealed_trees_held, 0u);
+}
+
+// Compaction leaves the segments a snapshot points into, whatever their
+// dead bytes, while the sealed tree lives; once it is removed they go.
+TEST_F(SharedStoreTest, CompactionKeepsTheSegmentsOfASealedTree) {
+  // Dead bytes around the tree's records: files written and removed.
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr g, a_->Create(kRootIno, "g" + std::to_string(i), S_IFREG | 0644, 0, 0, 0));
+    ASSERT_OK(WriteAll(a_.get(), g.ino, 0, PatternData(g.ino, 0, 60'000)));
+  }
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  for (int i = 0; i < 30; ++i) ASSERT_OK(a_->Unlink(kRootIno, "g" + std::to_string(i)));
+  ASSERT_OK(a_->Seal(root).status());
+  ASSERT_OK(a_->SyncAll());
+  CompactOptions co;
+  co.dead_ratio = 0.01;
+  ASSERT_OK_AND_ASSIGN(CompactReport r, a_->Compact(co));
+  std::set<uint64_t> sealed;
+  for (const KeptSegment& k : r.kept) {
+    if (k.reason != KeptSegment::Reason::kSealed) continue;
+    sealed.insert(k.id);
+    EXPECT_EQ(DescribeKept(k, 0.01),
+              "segment " + std::to_string(k.id) + ": a sealed tree's snapshot points into it");
+  }
+  EXPECT_FALSE(sealed.empty());
+  for (uint64_t id : r.segments) EXPECT_FALSE(sealed.count(id)) << id;
+  ASSERT_OK(b_->Lookup(kRootIno, "step").status());
+  RestoreTree(b_.get(), root, files);
+
+  // Removed, the tree holds its segments no more.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
+    for (int j = 0; j < 4; ++j) ASSERT_OK(a_->Unlink(sub.ino, "c" + std::to_string(j)));
+    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
+  }
+  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  ASSERT_OK_AND_ASSIGN(r, a_->Compact(co));
+  for (const KeptSegment& k : r.kept) EXPECT_NE(k.reason, KeptSegment::Reason::kSealed) << k.id;
+  size_t taken = 0;
+  for (uint64_t id : r.segments) taken += sealed.count(id);
+  EXPECT_GE(taken, 1u) << "no segment the tree held was compacted";
+}
+
 // Offline compaction takes each host that no mount holds in turn and
 // compacts its segments as that host; a mounted host's segments stay for
 // its mount to compact.

@@ -319,6 +319,43 @@ class SharedStoreTest(unittest.TestCase):
             self.assertFalse(os.path.exists(m.path("step_1")), m.mnt)
         self.unmount_all_and_fsck()
 
+    def test_a_host_restores_a_sealed_tree_from_its_snapshot(self):
+        """A host that mounts afresh reads a tree that two others wrote and
+        one sealed: after the lookup of its root, no round trip to the
+        index per file."""
+        m1, m2, m3 = self.mounts
+        files = self.write_params(m1, "step_1", range(12))
+        files.update(self.write_params(m2, "step_1", range(12, 24)))
+        os.setxattr(m1.path("step_1"), "user.ckptfs.seal", b"1")
+        m3.remount()
+        trips = lambda st: st["engine"]["index_round_trips"]  # noqa: E731
+        before = m3.stats()
+        alone = trips(m3.stats()) - trips(before)  # those of reading the stats
+        before = m3.stats()
+        self.assertEqual(before["engine"]["sealed_trees_held"], 0)
+        t0 = time.monotonic()
+        self.read_files(m3, files)
+        seconds = time.monotonic() - t0
+        after = m3.stats()
+        self.assertEqual(after["engine"]["sealed_trees_held"], 1)
+        self.assertEqual(after["engine"]["sealed_inodes_held"], 1 + 24 * 4)
+        served = after["engine"]["snapshot_reads"] - before["engine"]["snapshot_reads"]
+        self.assertGreater(served, 2 * len(files))
+        asked = trips(after) - trips(before) - alone
+        # The root's name, attributes and seal record, the root's name again
+        # each second, and the hosts watch's polls (4 a second) while the
+        # files were read.
+        self.assertLessEqual(asked, 5 + 6 * (seconds + 1),
+                             "%d round trips for %d files" % (asked, len(files)))
+        # The sealing host holds the snapshot it wrote.
+        self.assertEqual(m1.stats()["engine"]["sealed_trees_held"], 1)
+        # A removal inside the tree ends this host's use of it.
+        os.unlink(m3.path("step_1", "param_5", "1"))
+        self.assertEqual(m3.stats()["engine"]["sealed_trees_held"], 0)
+        del files["step_1/param_5/1"]
+        self.read_files(m3, files)
+        self.unmount_all_and_fsck()
+
     def test_steps_seal_themselves_on_every_host(self):
         """seal_marker and seal_renamed, with each host writing its part."""
         for m in self.mounts:
