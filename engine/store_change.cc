@@ -12,7 +12,7 @@ Status StoreImpl::Txn::Begin() {
   return Status::OK();
 }
 
-Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
+Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos, const std::map<uint64_t, ReadValue>* read) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
   if (index != nullptr) {
@@ -28,7 +28,12 @@ Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos) {
       // Read in the change's transaction, which conflicts with any other
       // change of it (alone too: a solo period ends by the clock, which a
       // change may outlast).
-      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, reader()));
+      const ReadValue* value = nullptr;
+      if (read != nullptr) {
+        auto it = read->find(ino);
+        if (it != read->end()) value = &it->second;
+      }
+      CKPTFS_RETURN_IF_ERROR(st->RefreshLocked(s, reader(), value));
     } else if (!st->TrustedLocked(s)) {
       // Owned: it changes only through this mount, and another host's
       // change waits for this one (Ownership::GiveUp takes s->mu). Read

@@ -211,6 +211,8 @@ class StoreImpl final : public Store {
   Status FlushDurable();
 
   // ---- store_namespace.cc ----
+  // An index value read, or nullopt where there was none.
+  using ReadValue = std::optional<std::string>;
   // One namespace change: the pinned, locked inodes it touches, working
   // copies of their attributes, and the batch that will carry it. On a
   // shared store it also holds the index transaction that every read of
@@ -224,8 +226,11 @@ class StoreImpl final : public Store {
     // Begins the index transaction of a shared store; nothing otherwise.
     Status Begin();
     // Pins, locks (ascending) and loads these inodes (on a shared store,
-    // reads them in `index`). Call once.
-    Status Lock(std::vector<uint64_t> inos) NO_THREAD_SAFETY_ANALYSIS;
+    // reads them in `index`). Call once. `read`: values of the inodes
+    // already read in `index` (a whole tree's, in one scan), which the
+    // loads take instead of reading them again.
+    Status Lock(std::vector<uint64_t> inos,
+                const std::map<uint64_t, ReadValue>* read = nullptr) NO_THREAD_SAFETY_ANALYSIS;
     // The working copy of a locked inode's attributes; marks it for writing.
     format::InodeValue& Edit(uint64_t ino) NO_THREAD_SAFETY_ANALYSIS;
     // The state of a locked inode.
@@ -299,7 +304,10 @@ class StoreImpl final : public Store {
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
   // Reads the attributes from the index (in `in`, or kLatest) whether
   // loaded or not: on a shared store another host may have changed them.
-  Status RefreshLocked(InodeState* s, meta::ReadTxn* in) REQUIRES(s->mu);
+  // `read`: the value already read in `in` (nullopt: none), instead of a
+  // read of its own.
+  Status RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read = nullptr)
+      REQUIRES(s->mu);
   // Before a call that reports or changes attributes: LoadLocked, or on a
   // shared store (where another host may have changed them) RefreshLocked.
   Status FreshLocked(InodeState* s) REQUIRES(s->mu);
@@ -349,6 +357,11 @@ class StoreImpl final : public Store {
   // entries of its directories go to `dentries`.
   Result<std::vector<uint64_t>> TreeOf(Ino ino, meta::ReadTxn* in,
                                        std::vector<meta::SnapshotEntry>* dentries);
+  // The values of `inos` in the index, read in `in` in one scan over their
+  // range when it is dense; none (each is read on its own) when it is not,
+  // or on an embedded store (`in` null).
+  Result<std::map<uint64_t, ReadValue>> ReadInodes(const std::vector<uint64_t>& inos,
+                                                   meta::ReadTxn* in);
   // Adds the keys of `space` (extents or xattrs: keyed by BE64(ino) first)
   // of `inos` to `out`, read in `in`.
   Status CollectTreeKeys(meta::ReadTxn* in, Space space, const std::set<uint64_t>& inos,

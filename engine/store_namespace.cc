@@ -52,7 +52,7 @@ Status StoreImpl::LoadLocked(InodeState* s) {
   return RefreshLocked(s, kLatest);
 }
 
-Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
+Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
   const uint64_t epoch = host_.TrustEpoch(s->ino);  // before the read
@@ -66,8 +66,12 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in) {
     s->no_xattrs_epoch = epoch;
     return Status::OK();
   }
-  CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                          IndexGet(in, Space::kInodes, format::InodeKey(s->ino)));
+  std::optional<std::string> v;
+  if (read != nullptr) {
+    v = *read;
+  } else {
+    CKPTFS_ASSIGN_OR_RETURN(v, IndexGet(in, Space::kInodes, format::InodeKey(s->ino)));
+  }
   if (!v.has_value()) {
     s->loaded = false;
     return Status(ENOENT, "inode " + std::to_string(s->ino) + " does not exist");

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "engine/store_impl.h"
@@ -30,26 +31,63 @@ Status StoreImpl::Unsealed(uint64_t ino, const format::InodeValue& v, std::strin
 Result<std::vector<uint64_t>> StoreImpl::TreeOf(Ino ino, meta::ReadTxn* in,
                                                 std::vector<meta::SnapshotEntry>* dentries) {
   std::vector<uint64_t> inos = {ino};
-  std::vector<uint64_t> dirs = {ino};
-  while (!dirs.empty()) {
-    const uint64_t dir = dirs.back();
-    dirs.pop_back();
+  // Level by level: the entries of a level's directories in one scan over
+  // their range of inode numbers when it is dense (a per-parameter tree's
+  // thousands of directories in one round trip), else one scan each.
+  std::set<uint64_t> level = {ino};
+  while (!level.empty()) {
+    std::set<uint64_t> next;
     Status bad;
-    CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
-                                     format::DentryPrefix(dir + 1),
-                                     [&](std::string_view key, std::string_view value) {
-                                       format::DentryValue d;
-                                       bad = format::DecodeDentry(value, &d);
-                                       if (!bad.ok()) return false;
-                                       dentries->push_back({Space::kDentries, std::string(key),
-                                                            std::string(value)});
-                                       inos.push_back(d.ino);
-                                       if ((uint32_t{d.type} << 12) == S_IFDIR) dirs.push_back(d.ino);
-                                       return true;
-                                     }));
-    if (!bad.ok()) return Status(bad.code(), "an entry of directory " + std::to_string(dir) + ": " + bad.message());
+    auto visit = [&](std::string_view key, std::string_view value) {
+      if (key.size() < 8 || !level.count(format::GetBE64(key.data()))) return true;
+      format::DentryValue d;
+      bad = format::DecodeDentry(value, &d);
+      if (!bad.ok()) {
+        bad = bad.Annotate("an entry of directory " + std::to_string(format::GetBE64(key.data())));
+        return false;
+      }
+      dentries->push_back({Space::kDentries, std::string(key), std::string(value)});
+      inos.push_back(d.ino);
+      if ((uint32_t{d.type} << 12) == S_IFDIR) next.insert(d.ino);
+      return true;
+    };
+    const uint64_t lo = *level.begin();
+    const uint64_t hi = *level.rbegin() + 1;
+    // Between a level's directories lie their files' numbers, which own
+    // no entries: a span of up to 16 numbers a directory reads little else.
+    if (level.size() > 1 && hi - lo <= 16 * level.size() + kInoBlock) {
+      CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(lo),
+                                       format::DentryPrefix(hi), visit));
+    } else {
+      for (uint64_t dir : level) {
+        CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kDentries, format::DentryPrefix(dir),
+                                         format::DentryPrefix(dir + 1), visit));
+        if (!bad.ok()) break;
+      }
+    }
+    CKPTFS_RETURN_IF_ERROR(bad);
+    level = std::move(next);
   }
   return inos;
+}
+
+Result<std::map<uint64_t, StoreImpl::ReadValue>> StoreImpl::ReadInodes(
+    const std::vector<uint64_t>& inos, meta::ReadTxn* in) {
+  std::map<uint64_t, ReadValue> values;
+  if (inos.empty() || in == nullptr) return values;
+  const std::set<uint64_t> wanted(inos.begin(), inos.end());
+  const uint64_t lo = *wanted.begin();
+  const uint64_t hi = *wanted.rbegin() + 1;
+  if (hi - lo > 4 * wanted.size() + kInoBlock) return values;  // sparse: read one by one
+  for (uint64_t i : wanted) values[i] = std::nullopt;
+  CKPTFS_RETURN_IF_ERROR(IndexScan(in, Space::kInodes, format::InodeKey(lo), format::InodeKey(hi),
+                                   [&](std::string_view key, std::string_view value) {
+                                     if (key.size() != 8) return true;
+                                     auto it = values.find(format::GetBE64(key.data()));
+                                     if (it != values.end()) it->second = std::string(value);
+                                     return true;
+                                   }));
+  return values;
 }
 
 Result<uint64_t> StoreImpl::Seal(Ino ino) {
@@ -65,7 +103,8 @@ Result<uint64_t> StoreImpl::Seal(Ino ino) {
         std::vector<meta::SnapshotEntry> entries;
         taken_in.clear();
         CKPTFS_ASSIGN_OR_RETURN(tree, TreeOf(ino, t.reader(), &entries));
-        CKPTFS_RETURN_IF_ERROR(t.Lock(tree));
+        CKPTFS_ASSIGN_OR_RETURN(const auto values, ReadInodes(tree, t.reader()));
+        CKPTFS_RETURN_IF_ERROR(t.Lock(tree, &values));
         uint64_t n = 0;
         format::SealValue seal;
         const Timespec now = Now();
