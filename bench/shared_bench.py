@@ -17,6 +17,14 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             ("own") and as many that another mount wrote ("others"), and
             the rank file of the next mount. Files/s and MB/s per mount,
             medians over the mounts.
+  sealed    mount 1 seals step_1 (the user.ckptfs.seal attribute); every
+            mount is mounted again cold, and the last one (another host
+            than the sealing one, with several) reads all of step_1:
+            files/s, and its round trips to PostgreSQL per file: all of
+            them but those of reading its stats file, and those beyond the
+            polls it makes while idle (its lease, the hosts watch, grants;
+            measured for 2 s before). The plain directory reads its tree
+            again cold.
 The embedded store (one mount) and the plain directory (one writer) do the
 same work. With --netfs every setup runs on the network-filesystem bed
 (tests/mount/netfs_bed.py: a private sshd on 127.0.0.1, one sshfs client
@@ -242,6 +250,7 @@ class Setup:
             out["restore_own_files_s"] = med(own)
             out["restore_others_files_s"] = med(others)
             out["restore_rank_mb_s"] = med(ranks)
+            self.sealed_restore(out)
         finally:
             if self.n:
                 self.unmount_all()
@@ -249,6 +258,39 @@ class Setup:
         log("%s: %s" % (self.name, json.dumps({k: round(v, 2) if isinstance(v, float) else v
                                                for k, v in out.items()})))
         return out
+
+
+    def sealed_restore(self, out):
+        """Seals step_1 from mount 1 (not the plain directory), then, cold,
+        the last mount (another host, with several) reads all of it."""
+        a = self.args
+        if self.n:
+            t0 = time.monotonic()
+            os.setxattr(os.path.join(self.roots()[0], "step_1"), "user.ckptfs.seal", b"1")
+            out["seal_s"] = time.monotonic() - t0
+        self.cold()
+        k = max(0, self.n - 1)
+        root = os.path.join(self.roots()[k], "step_1")
+        trips = lambda: self.mounts[k].stats()["engine"].get("index_round_trips", 0)  # noqa: E731
+        if self.meta:
+            r0 = trips()
+            own = trips() - r0  # those of reading the stats file
+            # The mount's own polls (lease, hosts, grants) while idle.
+            r0, t0 = trips(), time.monotonic()
+            time.sleep(2)
+            idle = (trips() - r0 - own) / (time.monotonic() - t0)
+            out["idle_round_trips_s"] = idle
+            r0 = trips()
+        t0 = time.monotonic()
+        n, _ = read_dirs(root, range(a.dirs), a.chunk)
+        elapsed = time.monotonic() - t0
+        out["sealed_restore_files_s"] = n / elapsed
+        if self.meta:
+            # All of the mount's round trips but the stats file's, and those
+            # beyond its idle polls.
+            asked = trips() - r0 - own
+            out["sealed_round_trips_per_file"] = asked / n
+            out["sealed_restore_round_trips_per_file"] = max(0.0, asked - idle * elapsed) / n
 
 
 def fmt(v, digits=0):
@@ -260,11 +302,13 @@ def print_table(results):
     plain, emb = results[0], results[1]
     print("\n| setup | create files/s | x plain | x embedded | rank writes MB/s | x plain "
           "| cold restore, own files/s | x plain | others' files/s | rank read MB/s | x plain "
-          "| PostgreSQL txns/file | round trips/file | time waiting on PostgreSQL |")
-    print("| --- |" + " ---: |" * 13)
+          "| PostgreSQL txns/file | round trips/file | time waiting on PostgreSQL "
+          "| sealed, cold restore on the last mount, files/s | x plain | its round trips/file "
+          "| of them beyond its idle polls | its idle polls/s |")
+    print("| --- |" + " ---: |" * 18)
     for r in results:
         share = r.get("pg_wait_share")
-        print("| %s |" % r["setup"] + " %s |" * 13 % (
+        print("| %s |" % r["setup"] + " %s |" * 18 % (
             fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
@@ -273,7 +317,12 @@ def print_table(results):
             fmt(r.get("restore_others_files_s")), fmt(r["restore_rank_mb_s"]),
             fmt(r["restore_rank_mb_s"] / plain["restore_rank_mb_s"], 2),
             fmt(r.get("pg_txns_per_file"), 1), fmt(r.get("pg_round_trips_per_file"), 1),
-            "-" if share is None else "%.0f%%" % (100 * share)))
+            "-" if share is None else "%.0f%%" % (100 * share),
+            fmt(r["sealed_restore_files_s"]),
+            fmt(r["sealed_restore_files_s"] / plain["sealed_restore_files_s"], 2),
+            fmt(r.get("sealed_round_trips_per_file"), 3),
+            fmt(r.get("sealed_restore_round_trips_per_file"), 4),
+            fmt(r.get("idle_round_trips_s"), 1)))
 
 
 def main():
