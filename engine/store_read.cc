@@ -254,8 +254,11 @@ Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) 
   if (!st.ok() && mode_->OthersWrite() && st.payload<SegmentMissing>() != nullptr) {
     // The host that wrote the records compacted them into another segment
     // and deleted this one since the extents were read: read them again.
+    // A held sealed tree's snapshot named them: the tree was removed since
+    // (compaction leaves a live snapshot's segments), so the index answers.
     ex.clear();
     extent_maps_.Forget(ino);
+    snapshots_.Drop(ino);
     CKPTFS_RETURN_IF_ERROR(CollectIndexExtents(ino, offset, end, &ex));
     CKPTFS_RETURN_IF_ERROR(CheckHoleOfLiveFile(ino, ex, offset, end));
     st = ReadExtentsInto(ino, ex, offset, end, buf);

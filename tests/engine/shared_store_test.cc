@@ -453,6 +453,47 @@ TEST_F(SharedStoreTest, ARemovalEndsTheReadsOfASnapshot) {
   EXPECT_EQ(sa.sealed_trees_held, 0u);
 }
 
+// A host that holds a sealed tree's snapshot and opens a file of it after
+// another host removed the tree and compacted its segments away reads
+// ESTALE, never other bytes.
+TEST_F(SharedStoreTest, AFileOfARemovedAndCompactedTreeReadsEstale) {
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr g, a_->Create(kRootIno, "g" + std::to_string(i), S_IFREG | 0644, 0, 0, 0));
+    ASSERT_OK(WriteAll(a_.get(), g.ino, 0, PatternData(g.ino, 0, 60'000)));
+  }
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  ASSERT_OK(a_->Seal(root).status());
+  ASSERT_OK(b_->Lookup(kRootIno, "step").status());
+  ASSERT_OK_AND_ASSIGN(Attr p2, b_->Lookup(root, "p2"));
+  ASSERT_OK_AND_ASSIGN(Attr c3, b_->Lookup(p2.ino, "c3"));
+  ASSERT_OK(b_->OpenFile(c3.ino));
+  ASSERT_OK_AND_ASSIGN(EngineStats held, b_->GetStats());
+  ASSERT_EQ(held.sealed_trees_held, 1u);
+
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
+    for (int j = 0; j < 4; ++j) ASSERT_OK(a_->Unlink(sub.ino, "c" + std::to_string(j)));
+    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
+  }
+  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  for (int i = 0; i < 20; ++i) ASSERT_OK(a_->Unlink(kRootIno, "g" + std::to_string(i)));
+  CompactOptions co;
+  co.dead_ratio = 0.01;
+  ASSERT_OK_AND_ASSIGN(CompactReport r, a_->Compact(co));
+  ASSERT_GE(r.segments_rewritten, 1u);
+
+  std::string buf(files.at("p2/c3").size(), '\0');
+  Result<size_t> n = b_->Read(c3.ino, 0, buf.size(), buf.data());
+  // (b never read the segment: it has no descriptor of it that would
+  // outlive the deletion.)
+  ASSERT_FALSE(n.ok()) << "read " << *n << " bytes of a removed file";
+  EXPECT_EQ(n.status().code(), ESTALE) << n.status().ToString();
+  ASSERT_OK_AND_ASSIGN(EngineStats after, b_->GetStats());
+  EXPECT_EQ(after.sealed_trees_held, 0u);
+  ASSERT_OK(b_->Release(c3.ino));
+}
+
 // Compaction leaves the segments a snapshot points into, whatever their
 // dead bytes, while the sealed tree lives; once it is removed they go.
 TEST_F(SharedStoreTest, CompactionKeepsTheSegmentsOfASealedTree) {
