@@ -15,8 +15,8 @@ Status StoreImpl::Txn::Begin() {
 Status StoreImpl::Txn::Lock(std::vector<uint64_t> inos, const std::map<uint64_t, ReadValue>* read) {
   std::sort(inos.begin(), inos.end());
   inos.erase(std::unique(inos.begin(), inos.end()), inos.end());
-  if (index != nullptr) {
-    for (uint64_t ino : inos) CKPTFS_RETURN_IF_ERROR(st->MayChange(ino));
+  if (index != nullptr && st->mode_->OthersWrite()) {
+    CKPTFS_RETURN_IF_ERROR(st->host_.ownership().MayChangeAll(inos));
   }
   for (uint64_t ino : inos) {
     refs.emplace_back(&st->inodes_, ino);

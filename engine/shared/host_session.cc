@@ -34,6 +34,7 @@ void HostSession::Join() {
   (void)ownership_.PollOnce();  // the first own grant
   if (!others.ok() || *others) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
+    (void)ownership_.PollOnce();  // that grant ran out meanwhile
   }
   StartWatch();
 }

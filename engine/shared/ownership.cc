@@ -214,6 +214,92 @@ Result<std::optional<std::string>> Ownership::ReadOwner(uint64_t ino) {
   return v;
 }
 
+Status Ownership::MayChangeAll(const std::vector<uint64_t>& inos) {
+  if (kv_ == nullptr) return Status::OK();
+  std::set<uint64_t> left;
+  for (uint64_t ino : inos) {
+    if (!Owns(ino) && !IsFree(ino)) left.insert(ino);
+  }
+  if (left.size() <= kOneByOne) {
+    for (uint64_t ino : left) CKPTFS_RETURN_IF_ERROR(MayChange(ino));
+    return Status::OK();
+  }
+  int64_t asked_ns = 0;
+  std::map<std::string, bool> gone;  // owner value -> whether its host is gone
+  for (int64_t wait_ms = 2;; wait_ms = std::min<int64_t>(wait_ms * 2, 20)) {
+    CKPTFS_ASSIGN_OR_RETURN(const auto owners, ReadOwners(left));
+      for (auto it = left.begin(); it != left.end();) {
+      if (owners.count(*it)) {
+        ++it;
+        continue;
+      }
+      SetFree(*it);
+      it = left.erase(it);
+    }
+    if (left.empty()) return Status::OK();
+    const bool waited_out = asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs;
+    meta::Writes asks;
+    for (const auto& [ino, value] : owners) {
+      format::OwnerValue owner;
+      if (Status d = format::DecodeOwner(value, &owner); !d.ok()) {
+        return Status(d.code(), "owner of inode " + std::to_string(ino) + ": " + d.message());
+      }
+      bool take = owner == me_ || waited_out;
+      if (!take) {
+        auto g = gone.find(value);
+        if (g == gone.end()) {
+          CKPTFS_ASSIGN_OR_RETURN(const bool is_gone, OwnerGone(owner));
+          g = gone.emplace(value, is_gone).first;
+        }
+        take = g->second;
+      }
+      if (take) {
+        CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, value));
+        if (!(owner == me_)) taken_over_++;
+        SetFree(ino);
+        left.erase(ino);
+      } else if (asked_ns == 0) {
+        asks.Put(meta::Space::kMeta, format::GiveUpKey(owner.id, ino), "");
+      }
+    }
+    if (left.empty()) return Status::OK();
+    if (asked_ns == 0) {
+      const size_t n = asks.size();
+      if (n > 0) CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &asks, meta::Durability::kLogged));
+      asked_ns = NowNs();
+      asked_ += n;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
+}
+
+Result<std::map<uint64_t, std::string>> Ownership::ReadOwners(const std::set<uint64_t>& inos) {
+  std::map<uint64_t, std::string> owners;
+  if (inos.empty()) return owners;
+  const uint64_t lo = *inos.begin();
+  const uint64_t hi = *inos.rbegin() + 1;
+  const std::string_view prefix = format::kMetaOwnerPrefix;
+  CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_, [&](meta::ReadTxn* t) -> Status {
+    owners.clear();
+    if (hi - lo <= 4 * inos.size() + kDenseSlack) {
+      return t->Scan(meta::Space::kMeta, format::OwnerKey(lo), format::OwnerKey(hi),
+                     [&](std::string_view k, std::string_view v) {
+                                            if (k.size() != prefix.size() + 8) return true;
+                       const uint64_t ino = format::GetBE64(k.data() + prefix.size());
+                       if (inos.count(ino)) owners.emplace(ino, std::string(v));
+                       return true;
+                     });
+    }
+    for (uint64_t ino : inos) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
+                              t->Get(meta::Space::kMeta, format::OwnerKey(ino)));
+      if (v.has_value()) owners.emplace(ino, std::move(*v));
+    }
+    return Status::OK();
+  }));
+  return owners;
+}
+
 Result<bool> Ownership::OwnedElsewhere(uint64_t ino) {
   if (kv_ == nullptr || Owns(ino) || IsFree(ino)) return false;
   CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, ReadOwner(ino));

@@ -29,7 +29,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,6 +60,11 @@ class Ownership {
   // starts again.
   static constexpr size_t kMaxNames = size_t{1} << 20;
   static constexpr size_t kMaxFree = size_t{1} << 20;
+  // MayChangeAll asks inode by inode for up to this many.
+  static constexpr size_t kOneByOne = 8;
+  // MayChangeAll reads owner keys in one scan over the inodes' range of
+  // numbers when it is at most 4 a number plus this.
+  static constexpr uint64_t kDenseSlack = 4096;
   // Own epochs are told apart from HostSession's solo epochs by this bit.
   static constexpr uint64_t kEpochBit = uint64_t{1} << 63;
 
@@ -120,6 +127,10 @@ class Ownership {
   // did. Costs one read of the index the first time for an inode this
   // mount does not own; nothing afterwards.
   Status MayChange(uint64_t ino) EXCLUDES(mu_);
+  // MayChange for many inodes at once (a seal's whole tree): their owner
+  // keys read in one scan where their numbers are dense, one request per
+  // inode another mount owns written in one commit, and one wait for all.
+  Status MayChangeAll(const std::vector<uint64_t>& inos) EXCLUDES(mu_);
   // Whether another mount owns `ino`, without asking it for it: for a
   // change that may be left out (an access time). One read of the index
   // the first time for an inode this mount does not own.
@@ -147,6 +158,8 @@ class Ownership {
   void SetFree(uint64_t ino) EXCLUDES(mu_);
   // The owner key of `ino`, read in a transaction of its own.
   Result<std::optional<std::string>> ReadOwner(uint64_t ino);
+  // The owner keys of `inos` (those that have one), in one transaction.
+  Result<std::map<uint64_t, std::string>> ReadOwners(const std::set<uint64_t>& inos);
   // Deletes owner key `ino` if it still holds `value`, and in the same
   // commit the request `request_key` (none when empty).
   Status DeleteOwner(uint64_t ino, std::string_view value, std::string_view request_key = {});

@@ -145,5 +145,48 @@ TEST_F(OwnershipTest, TheInodesOfAHostThatIsGoneAreTakenAtOnce) {
   EXPECT_FALSE(HasOwnerKey(10));
 }
 
+// Many inodes at once (a seal's tree): those another host owns are asked
+// for in one commit and given up in its next polls; those it does not own
+// (made before, or never owned) are free at once; one owner gone is taken.
+TEST_F(OwnershipTest, ManyInodesAreAskedForAtOnce) {
+  Ownership a, b, c;
+  std::vector<uint64_t> given;
+  Start(&a, "a", &given);
+  Start(&b, "b");
+  Start(&c, "c");
+  std::vector<uint64_t> tree;
+  for (uint64_t ino = 100; ino < 140; ++ino) {
+    if (ino % 4 == 0) {
+      Make(&c, ino, /*dir=*/false);  // c's, and c goes
+    } else if (ino % 4 != 3) {
+      Make(&a, ino, /*dir=*/ino % 4 == 1);
+    }  // ino % 4 == 3: owned by nobody
+    tree.push_back(ino);
+  }
+  ASSERT_TRUE(meta::ReleaseHost(&kv_, "c").ok());
+  meta::LetGo(&kv_, "c");
+  std::thread poller([&] {
+    for (int i = 0; i < 40 && a.given_up() < 20; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(Ownership::kPollMs));
+      ASSERT_TRUE(a.PollOnce().ok());
+    }
+  });
+  const auto began = Clock::now();
+  ASSERT_TRUE(b.MayChangeAll(tree).ok());
+  poller.join();
+  EXPECT_LT(Clock::now() - began, std::chrono::milliseconds(Ownership::kTakeOverMs));
+  EXPECT_EQ(given.size(), 20u);
+  EXPECT_EQ(a.given_up(), 20u);
+  EXPECT_EQ(b.asked(), 20u);
+  EXPECT_EQ(b.taken_over(), 10u);  // c's
+  for (uint64_t ino : tree) {
+    EXPECT_FALSE(HasOwnerKey(ino)) << ino;
+    EXPECT_FALSE(a.Owns(ino)) << ino;
+  }
+  // All free now: no question asked again.
+  ASSERT_TRUE(b.MayChangeAll(tree).ok());
+  EXPECT_EQ(b.asked(), 20u);
+}
+
 }  // namespace
 }  // namespace ckptfs::engine

@@ -419,6 +419,26 @@ TEST_F(SharedStoreTest, AnotherHostReadsASealedTreeFromItsSnapshot) {
   EXPECT_GE(sa2.snapshot_reads - sa.snapshot_reads, 3u * 12);
 }
 
+// A seal of a tree another host made asks that host for all of it at once,
+// and both read it sealed.
+TEST_F(SharedStoreTest, ASealAsksTheOwnerOfTheTreeForAllOfIt) {
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(b_.get(), "step", &root);
+  ASSERT_OK_AND_ASSIGN(EngineStats a0, a_->GetStats());
+  ASSERT_OK_AND_ASSIGN(EngineStats b0, b_->GetStats());
+  ASSERT_OK_AND_ASSIGN(uint64_t n, a_->Seal(root));
+  EXPECT_EQ(n, 16u);
+  ASSERT_OK_AND_ASSIGN(EngineStats a1, a_->GetStats());
+  ASSERT_OK_AND_ASSIGN(EngineStats b1, b_->GetStats());
+  EXPECT_EQ(a1.owned_asked - a0.owned_asked, 16u);
+  EXPECT_EQ(b1.owned_given_up - b0.owned_given_up, 16u);
+  ASSERT_OK(b_->Lookup(kRootIno, "step").status());
+  RestoreTree(b_.get(), root, files);
+  RestoreTree(a_.get(), root, files);
+  ASSERT_OK_AND_ASSIGN(EngineStats b2, b_->GetStats());
+  EXPECT_EQ(b2.sealed_trees_held, 1u);
+}
+
 // A removal inside a held tree stops its host reading the snapshot; the
 // removal of the whole tree by another host is seen at the next lookup of
 // its root.
