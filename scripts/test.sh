@@ -67,13 +67,13 @@ run_suite "tsan" build-tsan \
   "-L concurrency|tsan -j 2" tsan_suite
 # Only what the analysis needs to see: every library (gpu/ without CUDA,
 # which nvcc would compile, not clang) and the command; then the format/,
-# read planner, size and index seam (meta.kv_*) tests and the GroupCommit
+# read planner, size, index seam (meta.kv_*) and snapshot file tests and the GroupCommit
 # and WriteOrder (CondVar) tests from that build. The engine's suites on
 # PostgreSQL and in memory (pg.*, mem.*) need binaries this build leaves out.
 run_suite "clang thread-safety" build-clang \
   "-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF" \
   "-L unit|concurrency -E ^(gpu|pg|mem)\. -j 2" \
-  "ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test"
+  "ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then
