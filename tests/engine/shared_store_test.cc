@@ -346,6 +346,22 @@ std::map<std::string, std::string> WriteTree(Store* s, const std::string& name, 
   return files;
 }
 
+// Removes the tree WriteTree made under root's `name` on `s`, but for the
+// files in `gone`, removed before.
+void RemoveTree(Store* s, Ino root, const std::string& name,
+                const std::set<std::string>& gone = {}) {
+  for (int i = 0; i < 3; ++i) {
+    const std::string dir = "p" + std::to_string(i);
+    ASSERT_OK_AND_ASSIGN(Attr sub, s->Lookup(root, dir));
+    for (int j = 0; j < 4; ++j) {
+      const std::string file = "c" + std::to_string(j);
+      if (!gone.count(dir + "/" + file)) ASSERT_OK(s->Unlink(sub.ino, file));
+    }
+    ASSERT_OK(s->Rmdir(root, dir));
+  }
+  ASSERT_OK(s->Rmdir(kRootIno, name));
+}
+
 // Walks the tree under `root` on `s` as a restore does (lookups, listings,
 // attributes, reads, an extended attribute) and checks every byte, and
 // that every file is `sealed` or not.
@@ -458,15 +474,7 @@ TEST_F(SharedStoreTest, ARemovalEndsTheReadsOfASnapshot) {
   EXPECT_EQ(got, files.at("p1/c2"));
 
   // a removes the tree; b's next lookup of its root finds nothing.
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
-    for (int j = 0; j < 4; ++j) {
-      Status st = a_->Unlink(sub.ino, "c" + std::to_string(j));
-      if (i != 1 || j != 3) ASSERT_OK(st);
-    }
-    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
-  }
-  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  RemoveTree(a_.get(), root, "step", {"p1/c3"});
   EXPECT_ERRNO(ENOENT, b_->Lookup(kRootIno, "step"));
   EXPECT_EQ(b_->CacheSecondsOf(kRootIno), 0.0) << "no held tree lies under it";
   ASSERT_OK_AND_ASSIGN(EngineStats sa, a_->GetStats());
@@ -491,12 +499,7 @@ TEST_F(SharedStoreTest, AFileOfARemovedAndCompactedTreeReadsEstale) {
   ASSERT_OK_AND_ASSIGN(EngineStats held, b_->GetStats());
   ASSERT_EQ(held.sealed_trees_held, 1u);
 
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
-    for (int j = 0; j < 4; ++j) ASSERT_OK(a_->Unlink(sub.ino, "c" + std::to_string(j)));
-    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
-  }
-  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  RemoveTree(a_.get(), root, "step");
   for (int i = 0; i < 20; ++i) ASSERT_OK(a_->Unlink(kRootIno, "g" + std::to_string(i)));
   CompactOptions co;
   co.dead_ratio = 0.01;
@@ -543,12 +546,7 @@ TEST_F(SharedStoreTest, CompactionKeepsTheSegmentsOfASealedTree) {
   RestoreTree(b_.get(), root, files);
 
   // Removed, the tree holds its segments no more.
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_OK_AND_ASSIGN(Attr sub, a_->Lookup(root, "p" + std::to_string(i)));
-    for (int j = 0; j < 4; ++j) ASSERT_OK(a_->Unlink(sub.ino, "c" + std::to_string(j)));
-    ASSERT_OK(a_->Rmdir(root, "p" + std::to_string(i)));
-  }
-  ASSERT_OK(a_->Rmdir(kRootIno, "step"));
+  RemoveTree(a_.get(), root, "step");
   ASSERT_OK_AND_ASSIGN(r, a_->Compact(co));
   for (const KeptSegment& k : r.kept) EXPECT_NE(k.reason, KeptSegment::Reason::kSealed) << k.id;
   size_t taken = 0;
