@@ -52,12 +52,21 @@ Status Ownership::PollOnce() {
     }
   }
   until_ns_ = started + kGrantMs * kMsNs;
-  Status result;
+  if (requests.empty()) return Status::OK();
+  // Each inode asked for is dropped here first; then one commit deletes
+  // their owner keys and the requests. An owner key is written once, by
+  // the commit that makes its inode, and never again: deleting it whoever
+  // deleted it before is safe.
+  meta::Writes w;
   for (const auto& [key, ino] : requests) {
-    Status s = GiveUp(ino, key);
-    if (result.ok()) result = s;
+    GiveUp(ino);
+    w.Delete(meta::Space::kMeta, format::OwnerKey(ino));
+    w.Delete(meta::Space::kMeta, key);
   }
-  return result;
+  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
+  for (const auto& [key, ino] : requests) SetFree(ino);
+  given_up_ += requests.size();
+  return Status::OK();
 }
 
 void Ownership::End() { until_ns_ = 0; }
@@ -150,7 +159,7 @@ void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
   }
 }
 
-Status Ownership::GiveUp(uint64_t ino, const std::string& request_key) {
+void Ownership::GiveUp(uint64_t ino) {
   std::vector<Name> names;
   {
     MutexLock l(&mu_);
@@ -165,10 +174,6 @@ Status Ownership::GiveUp(uint64_t ino, const std::string& request_key) {
     }
   }
   if (give_up_) give_up_(ino, names);
-  CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, owner_value_, request_key));
-  SetFree(ino);
-  given_up_++;
-  return Status::OK();
 }
 
 bool Ownership::IsFree(uint64_t ino) const {
@@ -238,7 +243,8 @@ Status Ownership::MayChangeAll(const std::vector<uint64_t>& inos) {
     }
     if (left.empty()) return Status::OK();
     const bool waited_out = asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs;
-    meta::Writes asks;
+    meta::Writes asks, takes;
+    uint64_t taken = 0;
     for (const auto& [ino, value] : owners) {
       format::OwnerValue owner;
       if (Status d = format::DecodeOwner(value, &owner); !d.ok()) {
@@ -254,12 +260,20 @@ Status Ownership::MayChangeAll(const std::vector<uint64_t>& inos) {
         take = g->second;
       }
       if (take) {
-        CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, value));
-        if (!(owner == me_)) taken_over_++;
-        SetFree(ino);
+        takes.Delete(meta::Space::kMeta, format::OwnerKey(ino));
+        if (!(owner == me_)) taken++;
         left.erase(ino);
       } else if (asked_ns == 0) {
         asks.Put(meta::Space::kMeta, format::GiveUpKey(owner.id, ino), "");
+      }
+    }
+    if (takes.size() > 0) {
+      // (Owner keys are written once, when their inode is made: deleted
+      // whoever deleted them before.)
+      CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &takes, meta::Durability::kLogged));
+      taken_over_ += taken;
+      for (const auto& [ino, value] : owners) {
+        if (!left.count(ino)) SetFree(ino);
       }
     }
     if (left.empty()) return Status::OK();

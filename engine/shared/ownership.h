@@ -151,9 +151,9 @@ class Ownership {
   };
   // Whether `v` is an owner that no longer holds its host.
   Result<bool> OwnerGone(const format::OwnerValue& v);
-  // Gives up `ino` at `requester`'s request: drops it, tells the store,
-  // deletes the owner key and the request.
-  Status GiveUp(uint64_t ino, const std::string& request_key) EXCLUDES(mu_);
+  // Gives up `ino` at another host's request: drops it and tells the
+  // store (PollOnce then deletes its owner key and the request).
+  void GiveUp(uint64_t ino) EXCLUDES(mu_);
   bool IsFree(uint64_t ino) const EXCLUDES(mu_);
   void SetFree(uint64_t ino) EXCLUDES(mu_);
   // The owner key of `ino`, read in a transaction of its own.
