@@ -84,17 +84,43 @@ void Writes::Merge(Space s, std::string_view key, std::string_view operand) {
   bytes_ += key.size() + operand.size();
 }
 
+void Writes::Notify(std::string_view channel) {
+  if (std::find(notifies_.begin(), notifies_.end(), channel) == notifies_.end()) {
+    notifies_.emplace_back(channel);
+  }
+}
+
 void Writes::Append(const Writes& other) {
   list_.insert(list_.end(), other.list_.begin(), other.list_.end());
   bytes_ += other.bytes_;
+  for (const std::string& c : other.notifies_) Notify(c);
 }
 
 void Writes::Clear() {
   list_.clear();
+  notifies_.clear();
   bytes_ = 0;
 }
 
+Status CheckChannel(std::string_view channel) {
+  const bool good = !channel.empty() && channel.size() <= kMaxChannel &&
+                    std::all_of(channel.begin(), channel.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                             c == '.';
+                    });
+  if (good) return Status::OK();
+  return Status(EINVAL, "channel \"" + std::string(channel) + "\" is not 1 to " +
+                            std::to_string(kMaxChannel) +
+                            " bytes of lower-case letters, digits, '_' and '.'");
+}
+
+Result<std::unique_ptr<Listener>> Kv::Listen(std::string_view channel) {
+  CKPTFS_RETURN_IF_ERROR(CheckChannel(channel));
+  return Status(ENOTSUP, Describe() + " has no notifications: it serves one host");
+}
+
 Status Writes::Check() const {
+  for (const std::string& c : notifies_) CKPTFS_RETURN_IF_ERROR(CheckChannel(c));
   for (const Write& w : list_) {
     if (w.kind == Write::Kind::kMerge && !SpaceMerges(w.space)) {
       return Status(EINVAL, std::string("the ") + SpaceName(w.space) + " space takes no merges");

@@ -52,6 +52,11 @@ bool SpaceMerges(Space s);
 // The operand that adds `delta` to a kMeta counter.
 std::string CounterOperand(int64_t delta);
 
+// The longest channel name (Writes::Notify).
+inline constexpr size_t kMaxChannel = 32;
+// EINVAL unless `channel` is a channel's name (Writes::Notify).
+Status CheckChannel(std::string_view channel);
+
 // One write of a transaction.
 struct Write {
   enum class Kind : uint8_t { kPut, kInsert, kDelete, kMerge };
@@ -69,21 +74,28 @@ class Writes {
   void Insert(Space s, std::string_view key, std::string_view value);
   void Delete(Space s, std::string_view key);
   void Merge(Space s, std::string_view key, std::string_view operand);
-  // Appends `other`'s writes after these.
+  // Wakes the listeners of `channel` (Kv::Listen) on every host once these
+  // writes commit; nothing when the commit fails. A channel is 1 to 32
+  // bytes of lower-case letters, digits, '_' and '.'. Once per channel.
+  void Notify(std::string_view channel);
+  // Appends `other`'s writes (and notifications) after these.
   void Append(const Writes& other);
   const std::vector<Write>& list() const { return list_; }
-  bool empty() const { return list_.empty(); }
+  const std::vector<std::string>& notifies() const { return notifies_; }
+  bool empty() const { return list_.empty() && notifies_.empty(); }
   size_t size() const { return list_.size(); }
   // Bytes of keys and values held.
   uint64_t bytes() const { return bytes_; }
   void Clear();
   // EINVAL for a write that no implementation takes: a Merge in a space
-  // without merges, an Insert in a space with them (SpaceMerges). Every
-  // Txn::Commit checks its writes with this before it applies any.
+  // without merges, an Insert in a space with them (SpaceMerges), or a bad
+  // channel name. Every Txn::Commit checks its writes with this before it
+  // applies any.
   Status Check() const;
 
  private:
   std::vector<Write> list_;
+  std::vector<std::string> notifies_;
   uint64_t bytes_ = 0;
 };
 
@@ -163,6 +175,7 @@ class Txn : public ReadTxn {
   void Merge(Space s, std::string_view key, std::string_view operand) {
     writes_.Merge(s, key, operand);
   }
+  void Notify(std::string_view channel) { writes_.Notify(channel); }
   Writes& writes() { return writes_; }
 
   // Applies the writes atomically, as durable as `d` says. Call at most
@@ -185,6 +198,18 @@ struct IndexWaits {
   uint64_t wait_ns = 0;
 };
 
+// Waits for the notifications of one channel (Writes::Notify), from when
+// it was made (Kv::Listen). Not thread-safe: one thread waits on it.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // Waits up to `timeout_ms` for a notification: true when one or more
+  // came since the last Wait (or the Listen), false when none came in that
+  // time. An error when the listener broke (PostgreSQL: its connection was
+  // lost): notifications may have been missed since; listen again.
+  virtual Result<bool> Wait(int64_t timeout_ms) = 0;
+};
+
 // An index: where transactions begin. Thread-safe.
 class Kv {
  public:
@@ -203,6 +228,10 @@ class Kv {
   virtual Status Maintain() { return Status::OK(); }
   // Its server's round trips (PostgreSQL); none for an embedded index.
   virtual IndexWaits Waits() const { return {}; }
+  // Listens to `channel` (Writes::Notify) from when it returns. ENOTSUP for
+  // an index of one host (RocksDB), whose commits notify no one; EINVAL for
+  // a bad channel name.
+  virtual Result<std::unique_ptr<Listener>> Listen(std::string_view channel);
   // Bytes a shared index takes where it is kept (PostgreSQL: its tables
   // with their indexes and TOAST; memory: its keys and values). Default:
   // ENOTSUP (an embedded index, whose files the store counts itself).

@@ -560,6 +560,51 @@ TEST_P(KvTest, ReadModifyWriteFromManyThreadsIsSerializable) {
   EXPECT_EQ(Counter("rmw"), threads * each);
 }
 
+TEST_P(KvTest, ACommitWakesTheListenersOfItsChannelsWhenItCommits) {
+  Result<std::unique_ptr<Listener>> a = kv_->Listen("test.a");
+  if (GetParam() == Impl::kRocksDb) {
+    EXPECT_EQ(a.status().code(), ENOTSUP) << a.status().ToString();
+    return;
+  }
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Result<std::unique_ptr<Listener>> b = kv_->Listen("test.b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(kv_->Listen("Test A").status().code(), EINVAL);
+  EXPECT_EQ(kv_->Listen(std::string(kMaxChannel + 1, 'a')).status().code(), EINVAL);
+  auto wait = [](Listener* l, int64_t ms) {
+    Result<bool> w = l->Wait(ms);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    return w.ok() && *w;
+  };
+  EXPECT_FALSE(wait(a->get(), 0));
+
+  // A commit that fails notifies no one; a bad channel fails the commit.
+  Write([&](Txn* t) { t->Insert(Space::kDentries, "name", "first"); });
+  auto t = Begin();
+  t->Insert(Space::kDentries, "name", "second");
+  t->Notify("test.a");
+  EXPECT_EQ(t->Commit(Durability::kLogged).code(), EEXIST);
+  t = Begin();
+  t->Put(Space::kInodes, "x", "1");
+  t->Notify("no spaces");
+  EXPECT_EQ(t->Commit(Durability::kLogged).code(), EINVAL);
+  t.reset();
+  EXPECT_EQ(Get(Space::kInodes, "x"), std::nullopt);
+  EXPECT_FALSE(wait(a->get(), 200));
+
+  // One that commits wakes its channel's listeners, also with no write.
+  Write([&](Txn* t) {
+    t->Put(Space::kInodes, "x", "1");
+    t->Notify("test.a");
+  });
+  EXPECT_TRUE(wait(a->get(), 10'000));
+  Writes only;
+  only.Notify("test.a");
+  ASSERT_TRUE(CommitWrites(kv_, &only, Durability::kLogged).ok());
+  EXPECT_TRUE(wait(a->get(), 10'000));
+  EXPECT_FALSE(wait(b->get(), 200));
+}
+
 INSTANTIATE_TEST_SUITE_P(Impls, KvTest,
                          testing::Values(Impl::kRocksDb, Impl::kMemory, Impl::kPostgreSql),
                          [](const testing::TestParamInfo<Impl>& i) {

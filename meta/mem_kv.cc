@@ -1,5 +1,6 @@
 #include "meta/mem_kv.h"
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -108,6 +109,10 @@ class MemIndex {
       staged[key] = std::move(now);
     }
     ++seq_;
+    if (!writes.notifies().empty()) {
+      for (const std::string& c : writes.notifies()) ++notified_[c];
+      notify_cv_.SignalAll();
+    }
     const uint64_t oldest = snapshots_.empty() ? seq_ : *snapshots_.begin();
     for (auto& [key, value] : staged) {
       auto& m = space(key.first);
@@ -117,6 +122,26 @@ class MemIndex {
       if (chain.size() == 1 && !chain[0].value.has_value()) m.erase(key.second);
     }
     return Status::OK();
+  }
+
+  // The notifications of `channel` so far.
+  uint64_t Notified(const std::string& channel) {
+    MutexLock l(&mu_);
+    return notified_[channel];
+  }
+  // Waits until `channel` had more than `seen` notifications (true, and
+  // `*seen` updated) or `deadline` passed (false).
+  bool WaitNotified(const std::string& channel, uint64_t* seen,
+                    std::chrono::steady_clock::time_point deadline) {
+    MutexLock l(&mu_);
+    for (;;) {
+      const uint64_t now = notified_[channel];
+      if (now != *seen) {
+        *seen = now;
+        return true;
+      }
+      if (!notify_cv_.WaitUntil(&mu_, deadline) && notified_[channel] == *seen) return false;
+    }
   }
 
  private:
@@ -177,6 +202,8 @@ class MemIndex {
   uint64_t seq_ GUARDED_BY(mu_) = 0;  // the last commit
   Versions spaces_[kSpaceCount] GUARDED_BY(mu_);
   std::multiset<uint64_t> snapshots_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> notified_ GUARDED_BY(mu_);  // by channel
+  CondVar notify_cv_;
 };
 
 namespace {
@@ -245,6 +272,22 @@ class MemTxn final : public MemReader<Txn> {
   bool committed_ = false;
 };
 
+class MemListener final : public Listener {
+ public:
+  MemListener(std::shared_ptr<MemIndex> index, std::string channel)
+      : index_(std::move(index)), channel_(std::move(channel)),
+        seen_(index_->Notified(channel_)) {}
+  Result<bool> Wait(int64_t timeout_ms) override {
+    return index_->WaitNotified(
+        channel_, &seen_, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
+  }
+
+ private:
+  const std::shared_ptr<MemIndex> index_;
+  const std::string channel_;
+  uint64_t seen_;
+};
+
 // The process's named indexes (MemKv::Named).
 struct NamedIndexes {
   std::mutex mu;
@@ -288,6 +331,11 @@ Result<std::unique_ptr<Txn>> MemKv::Begin() {
 }
 
 Result<uint64_t> MemKv::StoredBytes() { return index_->Bytes(); }
+
+Result<std::unique_ptr<Listener>> MemKv::Listen(std::string_view channel) {
+  CKPTFS_RETURN_IF_ERROR(CheckChannel(channel));
+  return std::unique_ptr<Listener>(std::make_unique<MemListener>(index_, std::string(channel)));
+}
 
 std::string MemKv::Describe() const {
   return name_.empty() ? "index in memory" : "index in memory mem://" + name_;

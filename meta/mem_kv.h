@@ -10,6 +10,8 @@
 // a range it scanned (Scan, Last), or a key it puts or deletes. Merges are
 // blind: they never conflict. An Insert of a key that exists at the commit
 // fails with EEXIST. Durability is that of the process: Sync does nothing.
+// A commit wakes the listeners of its notifications (Kv::Listen) as it
+// returns.
 //
 // Thread-safe. Versions that no snapshot can see any more are dropped as
 // keys are written.
@@ -40,6 +42,8 @@ class MemKv final : public Kv {
   Status Sync() override { return Status::OK(); }
   std::string Describe() const override;
   Result<uint64_t> StoredBytes() override;
+  // Every MemKv of the index hears the notifications of its commits.
+  Result<std::unique_ptr<Listener>> Listen(std::string_view channel) override;
 
  private:
   MemKv(std::shared_ptr<MemIndex> index, std::string name);

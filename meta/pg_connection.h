@@ -131,10 +131,11 @@ class PgPool {
   // The index is open: Take waits out a server that is away.
   void Opened() { opened_ = true; }
   PgRoundTrips* trips() { return &trips_; }
+  // One try to connect: a connection outside the pool (not to be given
+  // back), whose round trips the pool counts.
+  Result<std::unique_ptr<PgConnection>> Connect();
 
  private:
-  // One try to connect.
-  Result<std::unique_ptr<PgConnection>> Connect();
   // An idle connection that still works, or null.
   std::unique_ptr<PgConnection> TakeIdle();
 

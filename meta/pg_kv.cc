@@ -2,6 +2,11 @@
 
 #include <libpq-fe.h>
 
+#include <poll.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "format/format.h"
@@ -38,6 +43,15 @@ bool ValidSchemaName(const std::string& s) {
   return true;
 }
 
+
+// "ckptfs_HASH_" (PgKv::channels_): at most 24 bytes, so that with a
+// channel of kMaxChannel it stays within PostgreSQL's 63.
+std::string ChannelPrefix(const std::string& schema) {
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx",
+                static_cast<unsigned long long>(format::Checksum(schema)));
+  return std::string("ckptfs_") + hash + "_";
+}
 
 }  // namespace
 
@@ -229,8 +243,10 @@ class PgReadTxn final : public PgReader<ReadTxn> {
 
 class PgTxn final : public PgReader<Txn> {
  public:
-  PgTxn(PgPool* pool, const std::vector<PgSpaceSql>* sql, std::unique_ptr<PgConnection> conn)
-      : PgReader(pool, sql, std::move(conn), kBeginWrite) {}
+  // `channels`: the prefix of the index's channels on the server.
+  PgTxn(PgPool* pool, const std::vector<PgSpaceSql>* sql, std::unique_ptr<PgConnection> conn,
+        const std::string* channels)
+      : PgReader(pool, sql, std::move(conn), kBeginWrite), channels_(channels) {}
 
   Status Commit(Durability d) override {
     if (ended_) return Status(EINVAL, "transaction already ended");
@@ -246,6 +262,11 @@ class PgTxn final : public PgReader<Txn> {
                                                   : "SET LOCAL synchronous_commit TO off",
                          {}});
     AppendWrites(&stmts);
+    // Delivered at the commit, and only if it commits (Writes::Check
+    // checked the names: nothing to quote).
+    for (const std::string& c : writes_.notifies()) {
+      stmts.push_back(Stmt{"SELECT pg_notify('" + *channels_ + c + "', '')", {}});
+    }
     // All but the COMMIT, a pipeline at a time; then the COMMIT with the last.
     size_t at = 0;
     while (stmts.size() - at > kPipelineMax) {
@@ -278,6 +299,8 @@ class PgTxn final : public PgReader<Txn> {
   }
 
  private:
+  const std::string* const channels_;
+
   // The statements of the writes (Writes::Check passed).
   void AppendWrites(std::vector<Stmt>* stmts) const {
     for (const Write& w : writes_.list()) {
@@ -345,7 +368,9 @@ Result<std::string> ConninfoWithoutPassword(const std::string& uri) {
 }
 
 PgKv::PgKv(PgOptions options)
-    : options_(std::move(options)), pool_(std::make_unique<PgPool>(&options_)) {
+    : options_(std::move(options)),
+      pool_(std::make_unique<PgPool>(&options_)),
+      channels_(ChannelPrefix(options_.schema)) {
   for (Space s : kAllSpaces) sql_.emplace_back(options_.schema, s);
 }
 
@@ -419,7 +444,55 @@ Result<std::unique_ptr<ReadTxn>> PgKv::BeginRead() {
 
 Result<std::unique_ptr<Txn>> PgKv::Begin() {
   CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
-  return std::unique_ptr<Txn>(std::make_unique<PgTxn>(pool_.get(), &sql_, std::move(c)));
+  return std::unique_ptr<Txn>(
+      std::make_unique<PgTxn>(pool_.get(), &sql_, std::move(c), &channels_));
+}
+
+namespace {
+
+// LISTEN on a connection of its own, which holds nothing else.
+class PgListener final : public Listener {
+ public:
+  explicit PgListener(std::unique_ptr<PgConnection> conn) : conn_(std::move(conn)) {}
+
+  Result<bool> Wait(int64_t timeout_ms) override {
+    PGconn* c = conn_->get();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms));
+    for (;;) {
+      if (PQconsumeInput(c) == 0) {
+        return Status(EIO, "listen to PostgreSQL: " + FirstLine(PQerrorMessage(c)));
+      }
+      bool got = false;
+      while (PGnotify* n = PQnotifies(c)) {
+        PQfreemem(n);
+        got = true;
+      }
+      if (got) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) return false;
+      pollfd p{PQsocket(c), POLLIN, 0};
+      if (p.fd < 0) return Status(EIO, "listen to PostgreSQL: the connection is closed");
+      if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) {
+        return Status(errno, "listen to PostgreSQL: poll");
+      }
+    }
+  }
+
+ private:
+  const std::unique_ptr<PgConnection> conn_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Listener>> PgKv::Listen(std::string_view channel) {
+  CKPTFS_RETURN_IF_ERROR(CheckChannel(channel));
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Connect());
+  CKPTFS_RETURN_IF_ERROR(c->Run({Stmt{"LISTEN \"" + channels_ + std::string(channel) + "\"", {}}},
+                                nullptr, "listen"));
+  return std::unique_ptr<Listener>(std::make_unique<PgListener>(std::move(c)));
 }
 
 Status PgKv::Sync() {
@@ -461,7 +534,7 @@ Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
   for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
     if (attempt > 1) Backoff(policy, attempt);
     CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
-    PgTxn t(pool_.get(), &sql_, std::move(c));
+    PgTxn t(pool_.get(), &sql_, std::move(c), &channels_);
     *folded = 0;
     st = FoldIn(&t, max_keys, folded);
     if (st.ok()) st = t.Commit(Durability::kLogged);

@@ -20,6 +20,9 @@
 // one round trip, and its end is sent without waiting for the answer
 // (meta/pg_connection.h), so that a ReadTxn of one read costs the one round
 // trip of a statement alone.
+// Notifications (Writes::Notify, Kv::Listen) are PostgreSQL's: a commit
+// sends pg_notify in its pipeline, a listener LISTENs on a connection of
+// its own.
 // Commits that are not kSynced run with synchronous_commit off: durable
 // against a crash of this process at once, against a crash of the server
 // once a later synced commit or Sync() returned.
@@ -81,6 +84,9 @@ class PgKv final : public Kv {
   Status Maintain() override;
   IndexWaits Waits() const override;
   Result<uint64_t> StoredBytes() override { return TableBytes(); }
+  // LISTEN on a connection of its own (one try to connect); its round
+  // trip is counted, the waits are not.
+  Result<std::unique_ptr<Listener>> Listen(std::string_view channel) override;
   static constexpr size_t kFoldPerPass = 1024;
 
   // Folds the merge operands of up to `max_keys` keys into their values;
@@ -111,6 +117,9 @@ class PgKv final : public Kv {
   std::unique_ptr<PgPool> pool_;
   std::vector<PgSpaceSql> sql_;  // by Space
   std::string server_;  // "HOST:PORT/DB", for messages
+  // Channels are the server's, not the schema's: "ckptfs_HASH_", where
+  // HASH is the schema's name hashed, before each channel of the index.
+  const std::string channels_;
 };
 
 }  // namespace ckptfs::meta
