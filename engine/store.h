@@ -130,8 +130,9 @@ struct EngineStats {
   uint64_t file_refreshes = 0;
   // On a shared store (docs/SHARED.md, "Owned inodes"): inodes this mount
   // gave up to another host, asked another host to give up, and took from
-  // an owner that was gone or did not answer.
-  uint64_t owned_given_up = 0, owned_asked = 0, owned_taken_over = 0;
+  // an owner that was gone or did not answer; reads of the requests for
+  // its inodes that a notification began.
+  uint64_t owned_given_up = 0, owned_asked = 0, owned_taken_over = 0, owned_requests_heard = 0;
   uint64_t segments = 0;
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files

@@ -90,6 +90,7 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.owned_given_up = host_.ownership().given_up();
   s.owned_asked = host_.ownership().asked();
   s.owned_taken_over = host_.ownership().taken_over();
+  s.owned_requests_heard = host_.ownership().heard();
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;

@@ -72,6 +72,9 @@ constexpr MetricSpec kMetrics[] = {
      "Inodes this mount asked their owner to give up before changing them (shared stores)."},
     {"/engine/owned_taken_over", "owned_taken_over", true,
      "Inodes this mount took from an owner that was gone or did not answer in time (shared stores)."},
+    {"/engine/owned_requests_heard", "owned_requests_heard", true,
+     "Reads of the requests for this mount's inodes that a notification from the index began "
+     "(shared stores)."},
     {"/engine/direct_writes", "direct_writes", true,
      "Files whose data file the kernel wrote directly (passthrough_writes)."},
     {"/engine/direct_adoptions", "direct_adoptions", true,
@@ -174,6 +177,7 @@ nlohmann::ordered_json EngineStatsJson(const engine::EngineStats& s) {
       {"owned_given_up", s.owned_given_up},
       {"owned_asked", s.owned_asked},
       {"owned_taken_over", s.owned_taken_over},
+      {"owned_requests_heard", s.owned_requests_heard},
       {"index_round_trips", s.index_round_trips},
       {"index_wait_ns", s.index_wait_ns},
       {"sealed_trees_held", s.sealed_trees_held},

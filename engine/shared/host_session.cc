@@ -31,6 +31,7 @@ void HostSession::Join() {
   // attributes they were told before this host came: it serves once that
   // has timed out.
   const Result<bool> others = WatchOnce();
+  Listen();  // before the first read of the requests: none is missed
   (void)ownership_.PollOnce();  // the first own grant
   if (!others.ok() || *others) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kJoinWaitMs));
@@ -111,18 +112,60 @@ double HostSession::CacheSeconds(bool owned) const {
   return owned ? std::max(solo, ownership_.SecondsLeft()) : solo;
 }
 
+void HostSession::Listen() {
+  if (kv_ == nullptr || id_ == 0) return;
+  Result<std::unique_ptr<meta::Listener>> l = kv_->Listen(Ownership::Channel(id_));
+  if (l.ok()) {
+    listener_ = std::move(*l);
+    return;
+  }
+  // An index without notifications is polled every kPollMs for good;
+  // one whose server is away is asked again later.
+  listen_again_ = l.status().code() == ENOTSUP
+                      ? std::chrono::steady_clock::time_point::max()
+                      : std::chrono::steady_clock::now() + std::chrono::milliseconds(kListenAgainMs);
+}
+
+bool HostSession::WaitForPoll() {
+  const bool listening = listener_ != nullptr;
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(listening ? Ownership::kListenedPollMs : Ownership::kPollMs);
+  for (;;) {
+    {
+      MutexLock l(&watch_mu_);
+      if (!listener_) {
+        while (!watch_stop_ && watch_cv_.WaitUntil(&watch_mu_, deadline)) {
+        }
+        return !watch_stop_;
+      }
+      if (watch_stop_) return false;
+    }
+    // In slices of kPollMs, so that StopWatch is heard.
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+    if (left <= 0) return true;
+    Result<bool> heard = listener_->Wait(std::min<int64_t>(left, Ownership::kPollMs));
+    if (!heard.ok()) {
+      // Notifications may have been missed: poll now, listen again.
+      listener_.reset();
+      listen_again_ = std::chrono::steady_clock::now();
+      return true;
+    }
+    if (*heard) {
+      ownership_.CountHeard();
+      return true;
+    }
+  }
+}
+
 void HostSession::StartWatch() {
   watch_ = std::thread([this] {
     auto hosts_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
     for (;;) {
-      {
-        MutexLock l(&watch_mu_);
-        const auto deadline =
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(Ownership::kPollMs);
-        while (!watch_stop_ && watch_cv_.WaitUntil(&watch_mu_, deadline)) {
-        }
-        if (watch_stop_) return;
-      }
+      if (!WaitForPoll()) return;
+      if (listener_ == nullptr && std::chrono::steady_clock::now() >= listen_again_) Listen();
       // A read that fails grants nothing more: the grant runs out.
       (void)ownership_.PollOnce();
       if (std::chrono::steady_clock::now() >= hosts_due) {

@@ -13,7 +13,9 @@
 // inodes it made in a solo epoch (RememberMade, TakeMade).
 //
 // The inodes this mount made are its own (Ownership), until another host
-// asks for one; the watch thread reads those requests every
+// asks for one; the watch thread reads those requests when it hears of one
+// (the index's notifications, meta::Kv::Listen), and every
+// Ownership::kListenedPollMs while it listens, else every
 // Ownership::kPollMs.
 //
 // A session that claimed no host (an embedded store, or a shared one opened
@@ -24,8 +26,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -50,6 +54,8 @@ class HostSession {
   static constexpr int64_t kSoloGrantMs = 1000;
   // How long a host that mounts beside others waits before it serves.
   static constexpr int64_t kJoinWaitMs = kSoloGrantMs * 11 / 10 + 100;
+  // How long after a listen failed (the server away) it is tried again.
+  static constexpr int64_t kListenAgainMs = 1000;
   // The most inodes remembered as made (RememberMade), the oldest dropped.
   static constexpr size_t kMadeMax = 4096;
 
@@ -118,6 +124,12 @@ class HostSession {
   // The solo grant's seconds left, or the longer own grant's for what this
   // mount owns.
   double CacheSeconds(bool owned) const;
+  // Listens to the requests for this host's inodes (Ownership::Channel);
+  // on failure listen_again_ says when to try again.
+  void Listen();
+  // Waits until the next poll of the requests is due or one is heard of:
+  // false when StopWatch stops the watch.
+  bool WaitForPoll() EXCLUDES(watch_mu_);
   void StartWatch();
 
   meta::Kv* kv_ = nullptr;
@@ -137,6 +149,10 @@ class HostSession {
   std::deque<uint64_t> made_order_ GUARDED_BY(made_mu_);
 
   Ownership ownership_;
+
+  // Join's, then the watch thread's alone.
+  std::unique_ptr<meta::Listener> listener_;
+  std::chrono::steady_clock::time_point listen_again_ = std::chrono::steady_clock::time_point::max();
 
   std::thread watch_;
   Mutex watch_mu_;  // a leaf lock

@@ -265,6 +265,7 @@ Status Ownership::MayChangeAll(const std::vector<uint64_t>& inos) {
         left.erase(ino);
       } else if (asked_ns == 0) {
         asks.Put(meta::Space::kMeta, format::GiveUpKey(owner.id, ino), "");
+        asks.Notify(Channel(owner.id));
       }
     }
     if (takes.size() > 0) {
@@ -349,6 +350,7 @@ Status Ownership::MayChange(uint64_t ino) {
     if (asked_ns == 0) {
       meta::Writes w;
       w.Put(meta::Space::kMeta, format::GiveUpKey(owner.id, ino), "");
+      w.Notify(Channel(owner.id));
       CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
       asked_ns = NowNs();
       asked_++;

@@ -9,9 +9,12 @@
 // holds: every change of them went through this mount. Every
 // change is still written through to the index at once, so other hosts
 // read owned inodes as any others; only a change by another host needs the
-// inode back. That host asks (a give-up key, format::GiveUpKey), which the
-// owner reads within kPollMs: it forgets the inode, has the kernel drop
-// what it keeps of it, and deletes the owner key. The asking host waits for
+// inode back. That host asks (a give-up key, format::GiveUpKey, and a
+// notification on the owner's Channel), which the owner reads at once when
+// it hears the notification (meta::Kv::Listen: PostgreSQL's LISTEN), and
+// in any case within kPollMs, or kListenedPollMs while it listens: it
+// forgets the inode, has the kernel drop what it keeps of it, and deletes
+// the owner key. The asking host waits for
 // that, or, from an owner that does not answer, kTakeOverMs, past the end
 // of any grant the owner could still hold, and takes it. An inode that no
 // host owns is never owned again.
@@ -50,6 +53,9 @@ class Ownership {
  public:
   // How often the owner reads the requests to give inodes up.
   static constexpr int64_t kPollMs = 50;
+  // How often while it hears of them (Channel): often enough that its
+  // grant never runs out.
+  static constexpr int64_t kListenedPollMs = 250;
   // How long a grant runs from the start of the poll that gave it.
   static constexpr int64_t kGrantMs = 1000;
   // How long a host that asked waits before it takes an inode whose owner
@@ -65,6 +71,9 @@ class Ownership {
   // MayChangeAll reads owner keys in one scan over the inodes' range of
   // numbers when it is at most 4 a number plus this.
   static constexpr uint64_t kDenseSlack = 4096;
+  // The channel (meta::Writes::Notify) on which the host of id `host`
+  // hears that another host asks for inodes of its.
+  static std::string Channel(uint32_t host) { return "giveup." + std::to_string(host); }
   // Own epochs are told apart from HostSession's solo epochs by this bit.
   static constexpr uint64_t kEpochBit = uint64_t{1} << 63;
 
@@ -140,6 +149,9 @@ class Ownership {
   uint64_t given_up() const { return given_up_.load(std::memory_order_relaxed); }
   uint64_t asked() const { return asked_.load(std::memory_order_relaxed); }
   uint64_t taken_over() const { return taken_over_.load(std::memory_order_relaxed); }
+  // Polls that a notification on Channel began (HostSession counts them).
+  void CountHeard() { heard_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t heard() const { return heard_.load(std::memory_order_relaxed); }
 
  private:
   struct Dir {
@@ -171,7 +183,7 @@ class Ownership {
   // The end of the grant (steady clock, ns; 0: none), and its epoch.
   std::atomic<int64_t> until_ns_{0};
   std::atomic<uint64_t> epoch_{0};
-  std::atomic<uint64_t> given_up_{0}, asked_{0}, taken_over_{0};
+  std::atomic<uint64_t> given_up_{0}, asked_{0}, taken_over_{0}, heard_{0};
 
   mutable Mutex mu_;  // a leaf lock
   std::unordered_map<uint64_t, Owned> owned_ GUARDED_BY(mu_);

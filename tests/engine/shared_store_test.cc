@@ -448,6 +448,8 @@ TEST_F(SharedStoreTest, ASealAsksTheOwnerOfTheTreeForAllOfIt) {
   ASSERT_OK_AND_ASSIGN(EngineStats b1, b_->GetStats());
   EXPECT_EQ(a1.owned_asked - a0.owned_asked, 16u);
   EXPECT_EQ(b1.owned_given_up - b0.owned_given_up, 16u);
+  // Told by the index's notification, not found by its next poll.
+  EXPECT_GE(b1.owned_requests_heard - b0.owned_requests_heard, 1u);
   ASSERT_OK(b_->Lookup(kRootIno, "step").status());
   RestoreTree(b_.get(), root, files);
   RestoreTree(a_.get(), root, files);

@@ -248,6 +248,7 @@ class SharedStoreTest(unittest.TestCase):
         self.assertGreaterEqual(s1["owned_given_up"], 2, s1)  # own/d and own/d/g
         self.assertGreaterEqual(s2["owned_asked"], 2, s2)
         self.assertEqual(s2["owned_taken_over"], 0, s2)
+        self.assertGreaterEqual(s1["owned_requests_heard"], 1, s1)  # PostgreSQL's NOTIFY
         # What m1 gave up is read from the index at every call from then on.
         self.assertGreaterEqual(daemon_calls(20)[0], 40)
         # And m1 changes it again as any host does.
