@@ -169,8 +169,11 @@ void HostSession::StartWatch() {
       // A read that fails grants nothing more: the grant runs out.
       (void)ownership_.PollOnce();
       if (std::chrono::steady_clock::now() >= hosts_due) {
-        hosts_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchMs);
-        (void)WatchOnce();
+        const Result<bool> others = WatchOnce();
+        // Beside others there is no solo grant to renew, only their going
+        // to notice.
+        hosts_due = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(others.ok() && *others ? kWatchBesideMs : kWatchMs);
       }
     }
   });

@@ -4,7 +4,8 @@
 // It holds the host (meta/hosts.h): its name and id, under a lease that
 // RenewIfDue moves on every third of its length; a mount whose lease ran out
 // and was taken has lost the host and writes nothing more. A thread reads the
-// host records every kWatchMs and, while no other host is mounted, grants
+// host records every kWatchMs (kWatchBesideMs while others are mounted)
+// and, while no other host is mounted, grants
 // this one solo periods: until kSoloGrantMs after the read began, the kernel
 // may cache names and attributes (CacheSeconds), and what the store read or
 // wrote in the period's epoch stays exact. A host that mounts beside others
@@ -48,8 +49,10 @@ class HostSession {
  public:
   // The lease's length; renewed every third of it.
   static constexpr int64_t kLeaseMs = 30'000;
-  // How often the watch reads the host records.
+  // How often the watch reads the host records: while none other is
+  // mounted, and beside others.
   static constexpr int64_t kWatchMs = 250;
+  static constexpr int64_t kWatchBesideMs = 1000;
   // How long a solo grant runs from the read that gave it.
   static constexpr int64_t kSoloGrantMs = 1000;
   // How long a host that mounts beside others waits before it serves.
