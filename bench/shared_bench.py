@@ -24,7 +24,9 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             them but those of reading its stats file, and those beyond the
             polls it makes while idle (its lease, the hosts watch, grants;
             measured for 2 s before). The plain directory reads its tree
-            again cold.
+            again cold. With several mounts, all of them then read all of
+            step_1 at once, cold, each in a process of its own: the
+            slowest one's files/s, and its ratio to the last mount alone.
 The embedded store (one mount) and the plain directory (one writer) do the
 same work. With --netfs every setup runs on the network-filesystem bed
 (tests/mount/netfs_bed.py: a private sshd on 127.0.0.1, one sshfs client
@@ -118,6 +120,15 @@ def read_rank(path, k, size):
                 raise BenchError("%s differs at MiB %d" % (path, n))
             got += MiB
     return got
+
+
+def timed_read(root, dirs, size, start_at):
+    """read_dirs from `start_at` (time.monotonic(), one clock for every
+    process); returns files per second."""
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    t0 = time.monotonic()
+    n, _ = read_dirs(root, dirs, size)
+    return n / (time.monotonic() - t0)
 
 
 def run_all(fns):
@@ -291,6 +302,17 @@ class Setup:
             asked = trips() - r0 - own
             out["sealed_round_trips_per_file"] = asked / n
             out["sealed_restore_round_trips_per_file"] = max(0.0, asked - idle * elapsed) / n
+        if self.n > 1:
+            # Every mount, cold again, reads all of step_1 at once, each in a
+            # process of its own; the slowest against the last mount alone.
+            self.cold()
+            start_at = time.monotonic() + 1.0
+            with concurrent.futures.ProcessPoolExecutor(self.n) as ex:
+                rates = [f.result() for f in [
+                    ex.submit(timed_read, os.path.join(r, "step_1"), range(a.dirs), a.chunk,
+                              start_at) for r in self.roots()]]
+            out["sealed_all_files_s"] = min(rates)
+            out["sealed_all_x_alone"] = min(rates) / out["sealed_restore_files_s"]
 
 
 def fmt(v, digits=0):
@@ -304,11 +326,12 @@ def print_table(results):
           "| cold restore, own files/s | x plain | others' files/s | rank read MB/s | x plain "
           "| PostgreSQL txns/file | round trips/file | time waiting on PostgreSQL "
           "| sealed, cold restore on the last mount, files/s | x plain | its round trips/file "
-          "| of them beyond its idle polls | its idle polls/s |")
-    print("| --- |" + " ---: |" * 18)
+          "| of them beyond its idle polls | its idle polls/s "
+          "| sealed, every mount at once, the slowest's files/s | x the last mount alone |")
+    print("| --- |" + " ---: |" * 20)
     for r in results:
         share = r.get("pg_wait_share")
-        print("| %s |" % r["setup"] + " %s |" * 18 % (
+        print("| %s |" % r["setup"] + " %s |" * 20 % (
             fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
@@ -322,7 +345,8 @@ def print_table(results):
             fmt(r["sealed_restore_files_s"] / plain["sealed_restore_files_s"], 2),
             fmt(r.get("sealed_round_trips_per_file"), 3),
             fmt(r.get("sealed_restore_round_trips_per_file"), 4),
-            fmt(r.get("idle_round_trips_s"), 1)))
+            fmt(r.get("idle_round_trips_s"), 1),
+            fmt(r.get("sealed_all_files_s")), fmt(r.get("sealed_all_x_alone"), 2)))
 
 
 def main():
