@@ -25,19 +25,42 @@ total_fail=0
 total_skip=0
 failed_suites=()
 
-# run_suite NAME BUILD_DIR "CMAKE ARGS" "CTEST ARGS" ["NINJA TARGETS"]
-# (no targets: everything)
-run_suite() {
-  local name=$1 dir=$2 cmake_args=$3 ctest_args=$4 targets=${5:-}
+# Each suite is built, then tested. The next suite's build runs during
+# this one's tests, at the lowest CPU priority (nice 19): the tests, which
+# mostly wait on the kernel, the daemons and PostgreSQL, keep the CPUs they
+# ask for, and the build takes what they leave.
+
+# start_build NAME BUILD_DIR "CMAKE ARGS" ["NINJA TARGETS"] (no targets:
+# everything); in the background, its exit status in BUILD_DIR.build.rc.
+start_build() {
+  local name=$1 dir=$2 cmake_args=$3 targets=${4:-}
+  rm -f "$dir.build.rc"
+  (
+    # shellcheck disable=SC2086
+    if ! nice -n 19 cmake -S "$root" -B "$dir" -G Ninja $cmake_args >"$dir.cmake.log" 2>&1; then
+      cp "$dir.cmake.log" "$dir.build.log"; echo 1 >"$dir.build.rc"; exit
+    fi
+    # shellcheck disable=SC2086
+    nice -n 19 ninja -C "$dir" -j "$jobs" $targets >"$dir.build.log" 2>&1
+    echo $? >"$dir.build.rc"
+  ) &
+}
+
+# finish_build NAME BUILD_DIR: waits for start_build's build; false (and
+# the suite counted failed) when it failed.
+finish_build() {
+  local name=$1 dir=$2
   echo "=== $name: build ($dir)"
-  # shellcheck disable=SC2086
-  if ! cmake -S "$root" -B "$dir" -G Ninja $cmake_args >"$dir.cmake.log" 2>&1; then
-    cat "$dir.cmake.log"; failed_suites+=("$name (configure)"); total_fail=$((total_fail + 1)); return
+  wait
+  if [ "$(cat "$dir.build.rc" 2>/dev/null)" != 0 ]; then
+    tail -50 "$dir.build.log"; failed_suites+=("$name (build)"); total_fail=$((total_fail + 1))
+    return 1
   fi
-  # shellcheck disable=SC2086
-  if ! ninja -C "$dir" -j "$jobs" $targets >"$dir.build.log" 2>&1; then
-    tail -50 "$dir.build.log"; failed_suites+=("$name (build)"); total_fail=$((total_fail + 1)); return
-  fi
+}
+
+# run_tests NAME BUILD_DIR "CTEST ARGS"
+run_tests() {
+  local name=$1 dir=$2 ctest_args=$3
   echo "=== $name: test"
   local log="$dir.ctest.log"
   # shellcheck disable=SC2086
@@ -57,23 +80,32 @@ run_suite() {
   total_fail=$((total_fail + fail))
 }
 
-run_suite "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo" "-j 2"
-run_suite "asan+ubsan" build-asan \
-  "-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF" \
-  "-L unit|concurrency|asan -E ^pg\\.(namespace|data|data_file|model|corruption|fsck|accounting|fallocate|crash|power_loss|concurrency|overwrite|compact)_test$ -j 2"
+asan_cmake="-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
+asan_ctest="-L unit|concurrency|asan -E ^pg\\.(namespace|data|data_file|model|corruption|fsck|accounting|fallocate|crash|power_loss|concurrency|overwrite|compact)_test$ -j 2"
+tsan_cmake="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
 # Only what its labels run (the target tsan_suite, CMakeLists.txt).
-run_suite "tsan" build-tsan \
-  "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF" \
-  "-L concurrency|tsan -j 2" tsan_suite
+tsan_targets="tsan_suite"
 # Only what the analysis needs to see: every library (gpu/ without CUDA,
 # which nvcc would compile, not clang) and the command; then the format/,
 # read planner, size, index seam (meta.kv_*) and snapshot file tests and the GroupCommit
 # and WriteOrder (CondVar) tests from that build. The engine's suites on
 # PostgreSQL and in memory (pg.*, mem.*) need binaries this build leaves out.
-run_suite "clang thread-safety" build-clang \
-  "-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF" \
-  "-L unit|concurrency -E ^(gpu|pg|mem)\. -j 2" \
-  "ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
+clang_cmake="-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF"
+clang_targets="ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
+clang_ctest="-L unit|concurrency -E ^(gpu|pg|mem)\\. -j 2"
+
+# The release build alone first.
+start_build "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo"
+finish_build "release" build && release_built=1 || release_built=0
+start_build "asan+ubsan" build-asan "$asan_cmake"
+[ $release_built = 1 ] && run_tests "release" build "-j 2"
+finish_build "asan+ubsan" build-asan && asan_built=1 || asan_built=0
+start_build "tsan" build-tsan "$tsan_cmake" "$tsan_targets"
+[ $asan_built = 1 ] && run_tests "asan+ubsan" build-asan "$asan_ctest"
+finish_build "tsan" build-tsan && tsan_built=1 || tsan_built=0
+start_build "clang thread-safety" build-clang "$clang_cmake" "$clang_targets"
+[ $tsan_built = 1 ] && run_tests "tsan" build-tsan "-L concurrency|tsan -j 2"
+finish_build "clang thread-safety" build-clang && run_tests "clang thread-safety" build-clang "$clang_ctest"
 
 echo
 if [ ${#failed_suites[@]} -gt 0 ]; then
