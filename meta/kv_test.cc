@@ -222,6 +222,36 @@ TEST_P(KvTest, ScanCrossesPages) {
   for (int i = 0; i < n; ++i) EXPECT_EQ(got[i].first, format::ExtentKey(7, i * 4096ull));
 }
 
+TEST_P(KvTest, ManyPutsInOneCommitKeepTheirOrder) {
+  // PostgreSQL sends puts of one space in a row as rows of one statement,
+  // and scans in pages that grow: 40,000 keys cross both limits.
+  const uint64_t n = 40'000;
+  Write([&](Txn* t) { t->Put(Space::kInodes, format::InodeKey(5), "before"); });
+  Write([&](Txn* t) {
+    for (uint64_t i = 0; i < n; ++i) t->Put(Space::kInodes, format::InodeKey(i), "v" + std::to_string(i));
+    t->Put(Space::kInodes, format::InodeKey(7), "put twice: the last");
+    t->Delete(Space::kInodes, format::InodeKey(9));
+    t->Put(Space::kInodes, format::InodeKey(9), "deleted, then put twice");
+    t->Put(Space::kInodes, format::InodeKey(9), "deleted, then put again");
+    for (uint64_t i = 10; i < 30; ++i) t->Put(Space::kInodes, format::InodeKey(i), "again");
+    t->Delete(Space::kInodes, format::InodeKey(11));
+    t->Put(Space::kXattrs, format::InodeKey(1), "another space");
+  });
+  auto got = Scan(Space::kInodes, "", "");
+  ASSERT_EQ(got.size(), n - 1);
+  std::map<std::string, std::string> by_key(got.begin(), got.end());
+  EXPECT_EQ(by_key[format::InodeKey(5)], "v5");
+  EXPECT_EQ(by_key[format::InodeKey(7)], "put twice: the last");
+  EXPECT_EQ(by_key[format::InodeKey(9)], "deleted, then put again");
+  EXPECT_EQ(by_key[format::InodeKey(10)], "again");
+  EXPECT_EQ(by_key.count(format::InodeKey(11)), 0u);
+  EXPECT_EQ(by_key[format::InodeKey(n - 1)], "v" + std::to_string(n - 1));
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1].first, got[i].first);
+  EXPECT_EQ(Get(Space::kXattrs, format::InodeKey(1)), "another space"s);
+  // A scan stopped early stops.
+  EXPECT_EQ(Scan(Space::kInodes, "", "", 3).size(), 3u);
+}
+
 TEST_P(KvTest, LastFindsTheGreatestKeyBeforeTheEnd) {
   Write([&](Txn* t) {
     for (uint64_t off : {0ull, 4096ull, 8192ull}) {

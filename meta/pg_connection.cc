@@ -11,6 +11,7 @@ namespace ckptfs::meta {
 namespace {
 
 constexpr Oid kByteaOid = 17;
+constexpr Oid kByteaArrayOid = 1001;
 
 }  // namespace
 
@@ -89,7 +90,7 @@ Status PgConnection::RunUncounted(const std::vector<Stmt>& stmts, std::vector<Pg
       lengths.push_back(static_cast<int>(p.size()));
     }
     formats.assign(s.params.size(), 1);
-    types.assign(s.params.size(), kByteaOid);
+    types.assign(s.params.size(), s.arrays ? kByteaArrayOid : kByteaOid);
     if (PQsendQueryParams(conn_, s.sql.c_str(), static_cast<int>(s.params.size()), types.data(),
                           values.data(), lengths.data(), formats.data(), /*resultFormat=*/1) != 1) {
       return StatementError(conn_, nullptr, what);

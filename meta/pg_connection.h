@@ -31,10 +31,12 @@ struct PgResultDeleter {
 };
 using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
 
-// One statement: SQL with $n placeholders for `params` (bytea, binary).
+// One statement: SQL with $n placeholders for `params` (bytea, binary;
+// bytea[] in PostgreSQL's binary array form where `arrays`).
 struct Stmt {
   std::string sql;
   std::vector<std::string_view> params;
+  bool arrays = false;
 };
 
 // The first line of a libpq message ("" for null).

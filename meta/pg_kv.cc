@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
 
 #include "format/format.h"
 #include "meta/pg_connection.h"
@@ -20,8 +22,39 @@ namespace {
 // bytes each) then fit the socket's buffers while the client is still
 // sending, so that neither side waits on the other.
 constexpr size_t kPipelineMax = 256;
-// Rows fetched per page of a Scan.
+// Rows fetched by a Scan's first page; each next page fetches twice as
+// many as the one before, up to kScanPageMax: a listing of one directory
+// costs one round trip, a tree's 50,000 keys a dozen.
 constexpr int kScanPage = 256;
+constexpr int kScanPageMax = 16384;
+// Puts of one space in a row go as one statement of up to this many rows
+// (arrays of keys and values, unnest).
+constexpr size_t kPutRowsMax = 4096;
+constexpr size_t kPutRowsMin = 8;
+
+// PostgreSQL's binary form of a one-dimensional bytea[] (array_send) of the
+// keys or the values of `rows`.
+void EncodeByteaArray(const std::map<std::string_view, std::string_view>& rows, bool keys,
+                      std::string* out) {
+  auto be32 = [out](uint32_t v) {
+    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+    out->append(b, 4);
+  };
+  size_t bytes = 20;
+  for (const auto& [k, v] : rows) bytes += 4 + (keys ? k.size() : v.size());
+  out->reserve(bytes);
+  be32(1);   // dimensions
+  be32(0);   // no nulls
+  be32(17);  // of bytea
+  be32(static_cast<uint32_t>(rows.size()));
+  be32(1);  // the lower bound
+  for (const auto& [k, v] : rows) {
+    const std::string_view e = keys ? k : v;
+    be32(static_cast<uint32_t>(e.size()));
+    out->append(e);
+  }
+}
 
 std::string_view Cell(const PGresult* r, int row, int col) {
   return std::string_view(PQgetvalue(r, row, col), static_cast<size_t>(PQgetlength(r, row, col)));
@@ -73,8 +106,9 @@ struct PgSpaceSql {
                  : "SELECT v FROM " + t + " WHERE k = $1";
     scan_first = "SELECT k, v FROM " + t + " WHERE" + range + " ORDER BY k LIMIT " +
                  std::to_string(kScanPage);
-    scan_next = "SELECT k, v FROM " + t + " WHERE k > $1 AND ($2 = ''::bytea OR k < $2) ORDER BY k LIMIT " +
-                std::to_string(kScanPage);
+    scan_next = "SELECT k, v FROM " + t + " WHERE k > $1 AND ($2 = ''::bytea OR k < $2) ORDER BY k LIMIT ";
+    put_rows = "INSERT INTO " + t + " (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) " +
+               "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v";
     scan_merged = "SELECT k, 0::bigint, v FROM " + t + " WHERE" + range +
                   " UNION ALL SELECT k, seq, op FROM " + m + " WHERE sp = " + sp + " AND" + range +
                   " ORDER BY 1, 2";
@@ -82,8 +116,9 @@ struct PgSpaceSql {
     merged_keys = "SELECT DISTINCT k FROM " + m + " WHERE sp = " + sp + " ORDER BY k LIMIT ";
   }
   bool merges;
-  std::string put, insert, del, drop_merges, merge, get, scan_first, scan_next, scan_merged, last,
-      merged_keys;
+  // scan_next and merged_keys end with "LIMIT ": the caller adds the number.
+  std::string put, put_rows, insert, del, drop_merges, merge, get, scan_first, scan_next,
+      scan_merged, last, merged_keys;
 };
 
 namespace {
@@ -146,9 +181,11 @@ class PgReader : public Base {
     if (q.merges) return ScanMerged(s, q, begin, end, fn, what);
     std::string from(begin);
     bool first = true;
+    int page = kScanPage;
     for (;;) {
       PgResult r;
-      Status st = Query(Stmt{first ? q.scan_first : q.scan_next, {from, end}}, &r, what);
+      Status st = Query(
+          Stmt{first ? q.scan_first : q.scan_next + std::to_string(page), {from, end}}, &r, what);
       // Keys already passed on are not passed on again (ReadTxn::Scan).
       if (!first && IsConflict(st)) return Status(EIO, st.message());
       CKPTFS_RETURN_IF_ERROR(st);
@@ -157,7 +194,8 @@ class PgReader : public Base {
       for (int i = 0; i < rows; ++i) {
         if (!fn(Cell(r.get(), i, 0), Cell(r.get(), i, 1))) return Status::OK();
       }
-      if (rows < kScanPage) return Status::OK();
+      if (rows < page) return Status::OK();
+      page = std::min(page * 2, kScanPageMax);
       from = std::string(Cell(r.get(), rows - 1, 0));
     }
   }
@@ -261,7 +299,8 @@ class PgTxn final : public PgReader<Txn> {
     stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
                                                   : "SET LOCAL synchronous_commit TO off",
                          {}});
-    AppendWrites(&stmts);
+    std::deque<std::string> arrays;
+    AppendWrites(&stmts, &arrays);
     // Delivered at the commit, and only if it commits (Writes::Check
     // checked the names: nothing to quote).
     for (const std::string& c : writes_.notifies()) {
@@ -301,10 +340,31 @@ class PgTxn final : public PgReader<Txn> {
  private:
   const std::string* const channels_;
 
-  // The statements of the writes (Writes::Check passed).
-  void AppendWrites(std::vector<Stmt>* stmts) const {
-    for (const Write& w : writes_.list()) {
+  // The statements of the writes (Writes::Check passed); `arrays` keeps
+  // the parameters made for them.
+  void AppendWrites(std::vector<Stmt>* stmts, std::deque<std::string>* arrays) const {
+    const std::vector<Write>& list = writes_.list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Write& w = list[i];
       const PgSpaceSql& q = sql(w.space);
+      // Puts of one space in a row (a seal's inodes, a compaction's
+      // extents): rows of one statement, the last value of a key kept.
+      size_t run = i;
+      while (run < list.size() && run - i < kPutRowsMax && list[run].kind == Write::Kind::kPut &&
+             list[run].space == w.space) {
+        run++;
+      }
+      if (!q.merges && run - i >= kPutRowsMin) {
+        std::map<std::string_view, std::string_view> rows;
+        for (size_t j = i; j < run; ++j) rows[list[j].key] = list[j].value;
+        std::string& keys = arrays->emplace_back();
+        std::string& values = arrays->emplace_back();
+        EncodeByteaArray(rows, /*keys=*/true, &keys);
+        EncodeByteaArray(rows, /*keys=*/false, &values);
+        stmts->push_back(Stmt{q.put_rows, {keys, values}, /*arrays=*/true});
+        i = run - 1;
+        continue;
+      }
       switch (w.kind) {
         case Write::Kind::kPut:
           stmts->push_back(Stmt{q.put, {w.key, w.value}});
