@@ -202,6 +202,19 @@ class SealTest(lib.MountAndPlainTestCase):
         self.expect_erofs(lib.write_file, self.m.path("step_6", "big.pt"), b"x")
         self.check_reads(files)
 
+    def test_verify_and_warmup_read_a_sealed_tree(self):
+        files = self.make_step("step_7")
+        self.assertEqual(ckptfs("seal", self.m.path("step_7")).returncode, 0)
+        for cmd in (["verify", "--json"], ["warmup", "--json"]):
+            r = ckptfs(*cmd, self.m.path("step_7"))
+            self.assertEqual(r.returncode, 0, " ".join(cmd) + ": " + r.stdout + r.stderr)
+            out = json.loads(r.stdout)
+            self.assertEqual(out["files"], len(files), out)
+            self.assertEqual(out.get("damage", []), [], out)
+        # Neither changed the tree.
+        self.assertEqual(os.getxattr(self.m.path("step_7", "big.pt"), SEAL), b"1")
+        self.check_reads(files)
+
     def test_the_command_says_what_it_cannot_seal(self):
         r = ckptfs("seal", self.plain)
         self.assertEqual(r.returncode, 1)

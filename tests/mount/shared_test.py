@@ -355,6 +355,17 @@ class SharedStoreTest(unittest.TestCase):
                              "%d round trips for %d files" % (asked, len(files)))
         # The sealing host holds the snapshot it wrote.
         self.assertEqual(m1.stats()["engine"]["sealed_trees_held"], 1)
+        # verify and warmup read the tree as the snapshot has it.
+        served = m3.stats()["engine"]["snapshot_reads"]
+        for cmd in (["verify", "--json"], ["warmup", "--json"]):
+            r = subprocess.run([harness.ckptfs_bin()] + cmd + [m3.path("step_1")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, " ".join(cmd) + ": " + r.stdout + r.stderr)
+            out = json.loads(r.stdout)
+            self.assertEqual(out["files"], len(files), out)
+            self.assertEqual(out.get("damage", []), [], out)
+        self.assertGreater(m3.stats()["engine"]["snapshot_reads"], served)
+        self.assertEqual(m3.stats()["engine"]["sealed_trees_held"], 1)
         # A removal inside the tree ends this host's use of it.
         os.unlink(m3.path("step_1", "param_5", "1"))
         self.assertEqual(m3.stats()["engine"]["sealed_trees_held"], 0)
