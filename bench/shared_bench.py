@@ -27,6 +27,8 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             again cold. With several mounts, all of them then read all of
             step_1 at once, cold, each in a process of its own: the
             slowest one's files/s, and its ratio to the last mount alone.
+            The share of the machine's CPUs busy (/proc/stat) during the
+            restore alone and during the one at once.
 The embedded store (one mount) and the plain directory (one writer) do the
 same work. With --netfs every setup runs on the network-filesystem bed
 (tests/mount/netfs_bed.py: a private sshd on 127.0.0.1, one sshfs client
@@ -120,6 +122,20 @@ def read_rank(path, k, size):
                 raise BenchError("%s differs at MiB %d" % (path, n))
             got += MiB
     return got
+
+
+def cpu_times():
+    """(busy, all) jiffies of every CPU so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]  # idle, iowait
+    return sum(v) - idle, sum(v)
+
+
+def busy_since(t):
+    """The share of the machine's CPUs busy since cpu_times() gave `t`."""
+    now = cpu_times()
+    return (now[0] - t[0]) / max(1, now[1] - t[1])
 
 
 def timed_read(root, dirs, size, start_at):
@@ -292,10 +308,11 @@ class Setup:
             idle = (trips() - r0 - own) / (time.monotonic() - t0)
             out["idle_round_trips_s"] = idle
             r0 = trips()
-        t0 = time.monotonic()
+        c0, t0 = cpu_times(), time.monotonic()
         n, _ = read_dirs(root, range(a.dirs), a.chunk)
         elapsed = time.monotonic() - t0
         out["sealed_restore_files_s"] = n / elapsed
+        out["sealed_restore_cpus_busy"] = busy_since(c0)
         if self.meta:
             # All of the mount's round trips but the stats file's, and those
             # beyond its idle polls.
@@ -308,9 +325,12 @@ class Setup:
             self.cold()
             start_at = time.monotonic() + 1.0
             with concurrent.futures.ProcessPoolExecutor(self.n) as ex:
-                rates = [f.result() for f in [
-                    ex.submit(timed_read, os.path.join(r, "step_1"), range(a.dirs), a.chunk,
-                              start_at) for r in self.roots()]]
+                futures = [ex.submit(timed_read, os.path.join(r, "step_1"), range(a.dirs), a.chunk,
+                                     start_at) for r in self.roots()]
+                time.sleep(max(0.0, start_at - time.monotonic()))
+                c0 = cpu_times()
+                rates = [f.result() for f in futures]
+                out["sealed_all_cpus_busy"] = busy_since(c0)
             out["sealed_all_files_s"] = min(rates)
             out["sealed_all_x_alone"] = min(rates) / out["sealed_restore_files_s"]
 
@@ -327,11 +347,13 @@ def print_table(results):
           "| PostgreSQL txns/file | round trips/file | time waiting on PostgreSQL "
           "| sealed, cold restore on the last mount, files/s | x plain | its round trips/file "
           "| of them beyond its idle polls | its idle polls/s "
-          "| sealed, every mount at once, the slowest's files/s | x the last mount alone |")
-    print("| --- |" + " ---: |" * 20)
+          "| sealed, every mount at once, the slowest's files/s | x the last mount alone "
+          "| CPUs busy, alone / at once |")
+    print("| --- |" + " ---: |" * 21)
     for r in results:
         share = r.get("pg_wait_share")
-        print("| %s |" % r["setup"] + " %s |" * 20 % (
+        busy = [r.get(k) for k in ("sealed_restore_cpus_busy", "sealed_all_cpus_busy")]
+        print("| %s |" % r["setup"] + " %s |" * 21 % (
             fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
@@ -346,7 +368,8 @@ def print_table(results):
             fmt(r.get("sealed_round_trips_per_file"), 3),
             fmt(r.get("sealed_restore_round_trips_per_file"), 4),
             fmt(r.get("idle_round_trips_s"), 1),
-            fmt(r.get("sealed_all_files_s")), fmt(r.get("sealed_all_x_alone"), 2)))
+            fmt(r.get("sealed_all_files_s")), fmt(r.get("sealed_all_x_alone"), 2),
+            " / ".join("-" if b is None else "%.0f%%" % (100 * b) for b in busy)))
 
 
 def main():
