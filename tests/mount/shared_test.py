@@ -169,7 +169,7 @@ class SharedStoreTest(unittest.TestCase):
         lib.write_file(m1.path("d/x"), b"x")
         m2.unmount()
         m3.unmount()
-        time.sleep(1.3)  # m1's next read of the hosts (every second beside others) finds it alone
+        time.sleep(2.0)  # m1's next read of the hosts (every second beside others) finds it alone
 
         def lookups(n):
             before = m1.stats()["fs"]["ops"]["lookups"]
@@ -196,7 +196,7 @@ class SharedStoreTest(unittest.TestCase):
             # Beside another host nothing is kept.
             self.assertGreaterEqual(lookups(20), 40)
             m2.unmount()
-            time.sleep(1.3)
+            time.sleep(2.0)
         m2.mount()
         m3.mount()
         self.unmount_all_and_fsck()
