@@ -25,10 +25,12 @@ total_fail=0
 total_skip=0
 failed_suites=()
 
-# Each suite is built, then tested. The next suite's build runs during
-# this one's tests, at the lowest CPU priority (nice 19): the tests, which
-# mostly wait on the kernel, the daemons and PostgreSQL, keep the CPUs they
-# ask for, and the build takes what they leave.
+# Each suite is built, then tested. The release suite runs alone (some of
+# its mount tests need the machine to themselves: RUN_SERIAL); each
+# sanitizer suite's tests run beside the next suite's build, at the lowest
+# CPU priority (nice 19): the tests, which mostly wait on the kernel, the
+# daemons and PostgreSQL, keep the CPUs they ask for, and the build takes
+# what they leave.
 
 # start_build NAME BUILD_DIR "CMAKE ARGS" ["NINJA TARGETS"] (no targets:
 # everything); in the background, its exit status in BUILD_DIR.build.rc.
@@ -94,11 +96,9 @@ clang_cmake="-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPI
 clang_targets="ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
 clang_ctest="-L unit|concurrency -E ^(gpu|pg|mem)\\. -j 2"
 
-# The release build alone first.
 start_build "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo"
-finish_build "release" build && release_built=1 || release_built=0
+finish_build "release" build && run_tests "release" build "-j 2"
 start_build "asan+ubsan" build-asan "$asan_cmake"
-[ $release_built = 1 ] && run_tests "release" build "-j 2"
 finish_build "asan+ubsan" build-asan && asan_built=1 || asan_built=0
 start_build "tsan" build-tsan "$tsan_cmake" "$tsan_targets"
 [ $asan_built = 1 ] && run_tests "asan+ubsan" build-asan "$asan_ctest"
