@@ -350,11 +350,11 @@ class PgTxn final : public PgReader<Txn> {
       // Puts of one space in a row (a seal's inodes, a compaction's
       // extents): rows of one statement, the last value of a key kept.
       size_t run = i;
-      while (run < list.size() && run - i < kPutRowsMax && list[run].kind == Write::Kind::kPut &&
-             list[run].space == w.space) {
+      while (!q.merges && run < list.size() && run - i < kPutRowsMax &&
+             list[run].kind == Write::Kind::kPut && list[run].space == w.space) {
         run++;
       }
-      if (!q.merges && run - i >= kPutRowsMin) {
+      if (run - i >= kPutRowsMin) {
         std::map<std::string_view, std::string_view> rows;
         for (size_t j = i; j < run; ++j) rows[list[j].key] = list[j].value;
         std::string& keys = arrays->emplace_back();

@@ -54,9 +54,7 @@ Status Ownership::PollOnce() {
   until_ns_ = started + kGrantMs * kMsNs;
   if (requests.empty()) return Status::OK();
   // Each inode asked for is dropped here first; then one commit deletes
-  // their owner keys and the requests. An owner key is written once, by
-  // the commit that makes its inode, and never again: deleting it whoever
-  // deleted it before is safe.
+  // their owner keys (as DeleteOwner) and the requests.
   meta::Writes w;
   for (const auto& [key, ino] : requests) {
     GiveUp(ino);
@@ -197,17 +195,10 @@ Result<bool> Ownership::OwnerGone(const format::OwnerValue& v) {
   return true;
 }
 
-Status Ownership::DeleteOwner(uint64_t ino, std::string_view value, std::string_view request_key) {
-  return meta::RunTxn(
-      kv_,
-      [&](meta::Txn* t) -> Status {
-        CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v,
-                                t->Get(meta::Space::kMeta, format::OwnerKey(ino)));
-        if (v.has_value() && *v == value) t->Delete(meta::Space::kMeta, format::OwnerKey(ino));
-        if (!request_key.empty()) t->Delete(meta::Space::kMeta, request_key);
-        return Status::OK();
-      },
-      meta::Durability::kLogged);
+Status Ownership::DeleteOwner(uint64_t ino) {
+  meta::Writes w;
+  w.Delete(meta::Space::kMeta, format::OwnerKey(ino));
+  return meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
 }
 
 Result<std::optional<std::string>> Ownership::ReadOwner(uint64_t ino) {
@@ -269,8 +260,6 @@ Status Ownership::MayChangeAll(const std::vector<uint64_t>& inos) {
       }
     }
     if (takes.size() > 0) {
-      // (Owner keys are written once, when their inode is made: deleted
-      // whoever deleted them before.)
       CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &takes, meta::Durability::kLogged));
       taken_over_ += taken;
       for (const auto& [ino, value] : owners) {
@@ -343,7 +332,7 @@ Status Ownership::MayChange(uint64_t ino) {
     }
     if (!take && asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs) take = true;
     if (take) {
-      CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino, *v));
+      CKPTFS_RETURN_IF_ERROR(DeleteOwner(ino));
       if (!(owner == me_)) taken_over_++;
       break;
     }

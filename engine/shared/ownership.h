@@ -172,9 +172,10 @@ class Ownership {
   Result<std::optional<std::string>> ReadOwner(uint64_t ino);
   // The owner keys of `inos` (those that have one), in one transaction.
   Result<std::map<uint64_t, std::string>> ReadOwners(const std::set<uint64_t>& inos);
-  // Deletes owner key `ino` if it still holds `value`, and in the same
-  // commit the request `request_key` (none when empty).
-  Status DeleteOwner(uint64_t ino, std::string_view value, std::string_view request_key = {});
+  // Deletes owner key `ino`, reading nothing: an owner key is written once,
+  // by the commit that makes its inode, and never again, so deleting it
+  // whoever deleted it before is safe.
+  Status DeleteOwner(uint64_t ino);
 
   meta::Kv* kv_ = nullptr;
   format::OwnerValue me_;
