@@ -14,14 +14,6 @@
 
 #include "tests/engine/test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define CKPTFS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CKPTFS_TSAN 1
-#endif
-#endif
-
 namespace ckptfs::engine::test {
 namespace {
 

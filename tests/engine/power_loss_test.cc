@@ -263,10 +263,16 @@ class PowerLossTest : public ::testing::Test {
   uint64_t fsynced_lost_ = 0;  // of those, fsynced and unchanged since
 };
 
-// Power cuts per run: 200, or CKPTFS_POWER_LOSS_ROUNDS (fewer under TSan).
+// Power cuts per run: CKPTFS_POWER_LOSS_ROUNDS, or 200 (20 under TSan, where
+// the suite runs with the concurrency tests).
 int Rounds() {
   const char* env = std::getenv("CKPTFS_POWER_LOSS_ROUNDS");
-  return env != nullptr ? std::max(1, std::atoi(env)) : 200;
+  if (env != nullptr) return std::max(1, std::atoi(env));
+#ifdef CKPTFS_TSAN
+  return 20;
+#else
+  return 200;
+#endif
 }
 
 TEST_F(PowerLossTest, FsyncedFilesSurviveAndNothingReadsWrong) {

@@ -34,6 +34,23 @@
 #include "meta/shared_kv.h"
 #include "tests/engine/pattern.h"
 
+// CKPTFS_TSAN, CKPTFS_ASAN: defined in a build under ThreadSanitizer, or
+// AddressSanitizer (gcc says so with __SANITIZE_*, clang with __has_feature).
+#if defined(__SANITIZE_THREAD__)
+#define CKPTFS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CKPTFS_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define CKPTFS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CKPTFS_ASAN 1
+#endif
+#endif
+
 namespace ckptfs::engine::test {
 
 // A fresh directory under /tmp (mkdtemp), removed with everything in it when
@@ -200,6 +217,19 @@ inline StoreOptions TestOptions() {
   o.holder = "ckptfs engine test";
   if (const char* meta = std::getenv("CKPTFS_TEST_META")) o.meta = meta;
   return o;
+}
+
+// `n`, the count of files a test makes to reach a size, where each create is
+// cheap: an embedded index in an optimized build. A fifth of it (at least
+// one) where each create costs a round trip to PostgreSQL, or runs under a
+// sanitizer, or both; what such a test checks does not depend on the size
+// past a few thousand entries.
+inline int ScaledCount(int n) {
+  bool slow = std::getenv("CKPTFS_TEST_META") != nullptr;
+#if defined(CKPTFS_TSAN) || defined(CKPTFS_ASAN)
+  slow = true;
+#endif
+  return slow ? std::max(1, n / 5) : n;
 }
 
 // Whether stores opened with `o` keep their index in this process's memory
