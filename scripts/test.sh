@@ -82,9 +82,13 @@ run_tests() {
   total_fail=$((total_fail + fail))
 }
 
-asan_cmake="-DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
+# Debug information: line tables only (CKPTFS_LINE_TABLES_ONLY), which is
+# what the sanitizers' and gdb's backtraces print, for a third less compile
+# time than -g.
+lines="-DCKPTFS_LINE_TABLES_ONLY=ON"
+asan_cmake="$lines -DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
 asan_ctest="-L unit|concurrency|asan -E ^pg\\.(namespace|data|data_file|model|corruption|fsck|accounting|fallocate|crash|power_loss|concurrency|overwrite|compact)_test$ -j 2"
-tsan_cmake="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
+tsan_cmake="$lines -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -DCKPTFS_BUILD_FS=ON -DCKPTFS_BUILD_BENCH=OFF"
 # Only what its labels run (the target tsan_suite, CMakeLists.txt).
 tsan_targets="tsan_suite"
 # Only what the analysis needs to see: every library (gpu/ without CUDA,
@@ -92,11 +96,11 @@ tsan_targets="tsan_suite"
 # read planner, size, index seam (meta.kv_*) and snapshot file tests and the GroupCommit
 # and WriteOrder (CondVar) tests from that build. The engine's suites on
 # PostgreSQL and in memory (pg.*, mem.*) need binaries this build leaves out.
-clang_cmake="-DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF"
+clang_cmake="$lines -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF"
 clang_targets="ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
 clang_ctest="-L unit|concurrency -E ^(gpu|pg|mem)\\. -j 2"
 
-start_build "release" build "-DCMAKE_BUILD_TYPE=RelWithDebInfo"
+start_build "release" build "$lines -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 finish_build "release" build && run_tests "release" build "-j 2"
 start_build "asan+ubsan" build-asan "$asan_cmake"
 finish_build "asan+ubsan" build-asan && asan_built=1 || asan_built=0
