@@ -100,6 +100,17 @@ def unavailable(root=False):
     return ""
 
 
+def scaled_count(n):
+    """`n`, the count of files a test makes to reach a size, where each create
+    is cheap: an embedded index and an optimized daemon. A fifth of it (at
+    least one) where each create is a round trip to PostgreSQL
+    (CKPTFS_TEST_META) or the daemon runs under a sanitizer
+    (CKPTFS_TEST_SANITIZER); what such a test checks does not depend on the
+    size past a few thousand entries."""
+    slow = bool(os.environ.get("CKPTFS_TEST_META") or os.environ.get("CKPTFS_TEST_SANITIZER"))
+    return max(1, n // 5) if slow else n
+
+
 def require_fuse(root=False):
     """Exits with SKIP (77) when real mounts are impossible here."""
     why = unavailable(root)
