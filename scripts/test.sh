@@ -93,11 +93,11 @@ tsan_cmake="$lines -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_SANITIZE=thread -D
 tsan_targets="tsan_suite"
 # Only what the analysis needs to see: every library (gpu/ without CUDA,
 # which nvcc would compile, not clang) and the command; then the format/,
-# read planner, size, index seam (meta.kv_*) and snapshot file tests and the GroupCommit
-# and WriteOrder (CondVar) tests from that build. The engine's suites on
+# read planner, size, index seam (meta.kv_*), snapshot file and peer tests and the
+# GroupCommit and WriteOrder (CondVar) tests from that build. The engine's suites on
 # PostgreSQL and in memory (pg.*, mem.*) need binaries this build leaves out.
 clang_cmake="$lines -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_BUILD_BENCH=OFF -DCKPTFS_CUDA=OFF"
-clang_targets="ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test"
+clang_targets="ckptfs_engine ckptfs_fsck ckptfs_options ckptfs_stats ckptfs_io_testing ckptfs_fs ckptfs ckptfs_loader_shared format_test extents_attr_test read_plan_test size_test group_commit_test write_order_test kv_test snapshot_file_test ckptfs_peer peer_wire_test peer_test"
 clang_ctest="-L unit|concurrency -E ^(gpu|pg|mem)\\. -j 2"
 
 start_build "release" build "$lines -DCMAKE_BUILD_TYPE=RelWithDebInfo"

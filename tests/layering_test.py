@@ -22,6 +22,7 @@ BELOW = {
     "io": {"base"},
     "format": {"base"},
     "meta": {"base", "format"},
+    "peer": LOW,
     "engine/data": LOW,
     "engine/index": LOW | {"meta"},
     "engine/shared": LOW | {"meta"},
