@@ -308,9 +308,15 @@ class Setup:
             idle = (trips() - r0 - own) / (time.monotonic() - t0)
             out["idle_round_trips_s"] = idle
             r0 = trips()
+        tree = a.dirs * (len(ZARRAY) + len(CHUNKS) * a.chunk)
+        served = self.bed.served_bytes if self.bed else None
+        s0 = served() if served else None
         c0, t0 = cpu_times(), time.monotonic()
         n, _ = read_dirs(root, range(a.dirs), a.chunk)
         elapsed = time.monotonic() - t0
+        if served:
+            # What the shared storage served for it, in copies of the tree.
+            out["sealed_storage_copies"] = (served() - s0) / tree
         out["sealed_restore_files_s"] = n / elapsed
         out["sealed_restore_cpus_busy"] = busy_since(c0)
         if self.meta:
@@ -327,10 +333,13 @@ class Setup:
             with concurrent.futures.ProcessPoolExecutor(self.n) as ex:
                 futures = [ex.submit(timed_read, os.path.join(r, "step_1"), range(a.dirs), a.chunk,
                                      start_at) for r in self.roots()]
+                s0 = served() if served else None
                 time.sleep(max(0.0, start_at - time.monotonic()))
                 c0 = cpu_times()
                 rates = [f.result() for f in futures]
                 out["sealed_all_cpus_busy"] = busy_since(c0)
+                if served:
+                    out["sealed_all_storage_copies"] = (served() - s0) / tree
             out["sealed_all_files_s"] = min(rates)
             out["sealed_all_x_alone"] = min(rates) / out["sealed_restore_files_s"]
 
@@ -348,12 +357,14 @@ def print_table(results):
           "| sealed, cold restore on the last mount, files/s | x plain | its round trips/file "
           "| of them beyond its idle polls | its idle polls/s "
           "| sealed, every mount at once, the slowest's files/s | x the last mount alone "
-          "| CPUs busy, alone / at once |")
-    print("| --- |" + " ---: |" * 21)
+          "| CPUs busy, alone / at once "
+          "| bytes the storage served, x the tree: alone / at once |")
+    print("| --- |" + " ---: |" * 22)
     for r in results:
         share = r.get("pg_wait_share")
         busy = [r.get(k) for k in ("sealed_restore_cpus_busy", "sealed_all_cpus_busy")]
-        print("| %s |" % r["setup"] + " %s |" * 21 % (
+        copies = [r.get(k) for k in ("sealed_storage_copies", "sealed_all_storage_copies")]
+        print("| %s |" % r["setup"] + " %s |" * 22 % (
             fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
@@ -369,7 +380,8 @@ def print_table(results):
             fmt(r.get("sealed_restore_round_trips_per_file"), 4),
             fmt(r.get("idle_round_trips_s"), 1),
             fmt(r.get("sealed_all_files_s")), fmt(r.get("sealed_all_x_alone"), 2),
-            " / ".join("-" if b is None else "%.0f%%" % (100 * b) for b in busy)))
+            " / ".join("-" if b is None else "%.0f%%" % (100 * b) for b in busy),
+            " / ".join(fmt(c, 2) for c in copies)))
 
 
 def main():

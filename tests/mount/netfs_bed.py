@@ -99,6 +99,7 @@ class Bed:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         proc = harness.session().start_server(self.name, [SSHD, "-D", "-e", "-f", self.config],
                                               self.log)
+        self.sshd_pid = proc.pid
         deadline = time.monotonic() + START_S
         while True:
             try:
@@ -131,6 +132,38 @@ class Bed:
         """`host`'s client unmounted and mounted again: its caches are gone."""
         self.unmount(host)
         return self.mount(host)
+
+    def served_bytes(self):
+        """Bytes the bed's sftp servers have read (their rchar: the files'
+        bytes they served, and the clients' small requests), summed over
+        those running now: a client's server goes when it unmounts."""
+        parents, servers = {}, []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(pid)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            if comm == "sftp-server":
+                servers.append(int(pid))
+        total = 0
+        for pid in servers:
+            p = pid
+            while p > 1 and p != self.sshd_pid:
+                p = parents.get(p, 1)
+            if p != self.sshd_pid:
+                continue  # another sshd's
+            try:
+                with open("/proc/%d/io" % pid) as f:
+                    total += int(dict(line.split(": ") for line in f.read().splitlines())["rchar"])
+            except (OSError, KeyError, ValueError):
+                pass  # gone meanwhile
+        return total
 
     def view(self, host, *parts):
         """A path on the export as `host` sees it."""
