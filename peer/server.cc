@@ -13,8 +13,8 @@
 namespace ckptfs::peer {
 namespace {
 
-// Open files a connection keeps between its requests; the oldest name goes
-// when a new one would pass it.
+// Open files a connection keeps between its requests; one goes (the first
+// by name) when a new one would pass it.
 constexpr size_t kOpenFilesPerConnection = 16;
 
 }  // namespace
@@ -157,40 +157,44 @@ bool Server::Answer(int fd, std::map<std::string, std::unique_ptr<io::File>>* op
     return false;
   }
   requests_++;
+  // A reply with no bytes: the errno `status`.
+  auto fail = [&](int status) {
+    return WriteFull(fd, EncodeReplyHeader({static_cast<uint32_t>(status), 0}),
+                     options_.io_timeout_ms)
+        .ok();
+  };
   Request req;
-  ReplyHeader reply;
+  int bad = 0;
   if (!DecodeRequest(b, &req).ok()) {
-    reply.status = EPROTO;
+    bad = EPROTO;
   } else if (!IsServedName(req.name)) {
-    reply.status = EACCES;
+    bad = EACCES;
   } else if (req.length > kMaxReadBytes) {
-    reply.status = EINVAL;
+    bad = EINVAL;
   }
-  if (reply.status != 0) {
+  if (bad != 0) {
     bad_requests_++;
-    return WriteFull(fd, EncodeReplyHeader(reply), options_.io_timeout_ms).ok();
+    return fail(bad);
   }
   auto it = open->find(req.name);
   if (it == open->end()) {
     Result<std::unique_ptr<io::File>> f =
         options_.env->Open(options_.store_dir + "/" + req.name, io::OpenMode::kRead);
-    if (!f.ok()) {
-      reply.status = static_cast<uint32_t>(f.status().code());
-      return WriteFull(fd, EncodeReplyHeader(reply), options_.io_timeout_ms).ok();
-    }
+    if (!f.ok()) return fail(f.status().code());
     if (open->size() >= kOpenFilesPerConnection) open->erase(open->begin());
     it = open->emplace(req.name, std::move(f).value()).first;
   }
-  std::string data(req.length, '\0');
-  Result<size_t> got = it->second->ReadAt(req.offset, req.length, data.data());
+  // The reply in one buffer: its header, then the bytes read in place.
+  std::string out(kReplyHeaderBytes + req.length, '\0');
+  Result<size_t> got = it->second->ReadAt(req.offset, req.length, out.data() + kReplyHeaderBytes);
   if (!got.ok()) {
-    reply.status = static_cast<uint32_t>(got.status().code());
     open->erase(it);
-    return WriteFull(fd, EncodeReplyHeader(reply), options_.io_timeout_ms).ok();
+    return fail(got.status().code());
   }
-  data.resize(*got);
-  reply.length = static_cast<uint32_t>(*got);
-  if (!WriteFull(fd, EncodeReplyHeader(reply) + data, options_.io_timeout_ms).ok()) return false;
+  out.resize(kReplyHeaderBytes + *got);
+  const std::string header = EncodeReplyHeader({0, static_cast<uint32_t>(*got)});
+  out.replace(0, header.size(), header);
+  if (!WriteFull(fd, out, options_.io_timeout_ms).ok()) return false;
   bytes_served_ += *got;
   return true;
 }
