@@ -8,6 +8,12 @@
 
 namespace ckptfs::engine {
 
+namespace {
+// The largest folio the page cache makes of a file's pages (a PMD on
+// x86-64 and arm64 with 4 KiB pages).
+constexpr uint64_t kLargestFolio = uint64_t{2} << 20;
+}  // namespace
+
 Result<std::unique_ptr<SegmentSet>> SegmentSet::Open(std::shared_ptr<io::Env> env,
                                                      const std::string& segments_dir,
                                                      uint64_t target_bytes, bool read_only,
@@ -217,7 +223,15 @@ Status SegmentSet::SyncDirty() {
       }
       return sync_error_;
     }
-    if (lo < hi) seg->file->Evict(lo, hi - lo);
+    if (lo < hi) {
+      // The page cache holds a file in folios of up to 2 MiB and drops only
+      // those wholly inside the range: rounded out, so that the folios the
+      // records share with their neighbours go too (neighbours' clean
+      // pages with them: a few MiB at most, read again if asked for).
+      lo &= ~(kLargestFolio - 1);
+      hi = (hi + kLargestFolio - 1) & ~(kLargestFolio - 1);
+      seg->file->Evict(lo, hi - lo);
+    }
   }
   return Status::OK();
 }
