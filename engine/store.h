@@ -149,6 +149,15 @@ struct EngineStats {
   // inodes, and the index reads those snapshots answered instead of the
   // index (docs/SHARED.md, "Sealed trees").
   uint64_t sealed_trees_held = 0, sealed_inodes_held = 0, snapshot_reads = 0;
+  // A shared store's server for the other hosts (docs/SHARED.md, "Peers"):
+  // connections admitted and refused (a wrong proof, too many), ranges
+  // asked for and of those refused (a name it does not serve), bytes sent.
+  uint64_t peer_connections = 0, peer_refused = 0, peer_requests = 0, peer_bad_requests = 0;
+  uint64_t peer_bytes_served = 0;
+  // Ranges of sealed files this mount read from peers and their bytes;
+  // reads from peers that failed (refused, timed out, short) and ranges
+  // that failed their checksum, both then read from the storage.
+  uint64_t peer_reads = 0, peer_read_bytes = 0, peer_failures = 0, peer_rejected = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value and the
@@ -197,9 +206,11 @@ struct EngineMemory {
   uint64_t extent_maps = 0;        // extents of recently written files
   uint64_t verified_blocks = 0;    // the data-file blocks read last
   uint64_t sealed_snapshots = 0;   // sealed trees' snapshots a shared store's mount reads
+  uint64_t peer_ranges = 0;        // blocks a shared store's mount serves its peers, and
+                                   // its server's replies on their way
   uint64_t Total() const {
     return record_cache + index_memtables + index_block_cache + extent_maps + verified_blocks +
-           sealed_snapshots;
+           sealed_snapshots + peer_ranges;
   }
 };
 
@@ -280,6 +291,7 @@ struct HostInfo {
   uint32_t pid = 0;            // that mount's process
   std::string machine;         // and its machine
   int64_t lease_until_ms = 0;  // wall clock, ms since the epoch; 0: released
+  std::string peer;            // while mounted: the address it serves peers on
 };
 
 // The latest compaction of an open store (Store::LastCompaction): what it was
@@ -501,6 +513,9 @@ class Store {
   virtual bool Shared() const = 0;
   // A shared store's hosts, by name; none for an embedded store.
   virtual Result<std::vector<HostInfo>> Hosts() = 0;
+  // The address this mount serves the other hosts of a shared store on
+  // (docs/SHARED.md, "Peers"); empty when it serves none.
+  virtual std::string PeerAddress() const { return ""; }
   // For how many seconds from now the kernel may keep what it is told of
   // names and attributes: without bound (infinity) for an embedded store,
   // whose changes all come through this process. On a shared store, up to
@@ -538,7 +553,8 @@ class Store {
   // The latest Compact() since the store was opened that ran to its end (a
   // dry run included), whether the caller or background compaction ran it.
   virtual std::optional<CompactionRecord> LastCompaction() = 0;
-  // Drops the record cache (for cold-read measurements).
+  // Drops the record cache and the blocks it keeps for its peers (for
+  // cold-read measurements).
   virtual void DropCache() = 0;
   // What the engine's memory holds now; each figure is at most its
   // EngineMemoryBound (GetOptions()).

@@ -64,6 +64,9 @@ Status ValidateStoreOptions(const StoreOptions& o) {
   if (o.compression < 0 || o.compression > kCompressionMax) {
     return Status(EINVAL, "compression must be 0 (off) to 22");
   }
+  if (!(o.peer_timeout > 0 && o.peer_timeout <= 3600)) {
+    return Status(EINVAL, "peer_timeout must be a number of seconds, more than 0, at most 3600");
+  }
   if (!(o.meta_timeout >= 0 && o.meta_timeout < 1e9)) {
     return Status(EINVAL, "meta_timeout must be a number of seconds, 0 or more");
   }
@@ -165,8 +168,55 @@ Status StoreImpl::Init() {
     CKPTFS_RETURN_IF_ERROR(RemoveUnusedSnapshots());
   }
   StartBackgroundCompaction();
+  if (mode_->MountsHoldHosts() && options_.peers != "off") CKPTFS_RETURN_IF_ERROR(StartPeers());
   if (host_.id() != 0) host_.Join();
   return Status::OK();
+}
+
+Status StoreImpl::StartPeers() {
+  const int timeout_ms = static_cast<int>(options_.peer_timeout * 1000);
+  if (host_.id() == 0) {
+    // A read-only open serves nobody, and reads from the hosts that serve
+    // once one has made the store's secret.
+    Result<std::string> secret = PeerSecret(kv(), /*make=*/false);
+    if (!secret.ok()) return secret.status().code() == ENOENT ? Status::OK() : secret.status();
+    peer_reads_ = std::make_unique<PeerReads>(kv(), "", false, std::move(*secret), timeout_ms);
+    return Status::OK();
+  }
+  CKPTFS_ASSIGN_OR_RETURN(
+      const std::string listen,
+      PeerListenAddress(options_.peers, options_.peers.empty() ? kv()->LocalAddress() : ""));
+  served_ = std::make_unique<RangeCache>(
+      options_.peer_cache, [this](const std::string& name, uint64_t offset, size_t len,
+                                  char* dst) { return ReadStoreFile(name, offset, len, dst); });
+  CKPTFS_ASSIGN_OR_RETURN(
+      peers_, PeerService::Start(kv(), host_.name(), listen, dir_, env_,
+                                 [this](const std::string& name, uint64_t offset, size_t len,
+                                        char* dst) { return served_->Read(name, offset, len, dst); }));
+  peer_reads_ =
+      std::make_unique<PeerReads>(kv(), host_.name(), true, peers_->secret(), timeout_ms);
+  return Status::OK();
+}
+
+Result<size_t> StoreImpl::ReadStoreFile(const std::string& name, uint64_t offset, size_t len,
+                                        char* dst) {
+  const size_t slash = name.find('/');
+  const std::string dir = name.substr(0, slash);
+  const std::string base = slash == std::string::npos ? "" : name.substr(slash + 1);
+  uint64_t id = 0;
+  if (dir == format::kSegmentsDirName && format::ParseSegmentFileName(base, &id)) {
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_->ReadUpTo(id, offset, len, dst));
+    counters_.backing_reads++;
+    counters_.backing_read_bytes += n;
+    return n;
+  }
+  if (dir == format::kDataDirName && format::ParseDataFileName(base, &id)) {
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(id, offset, len, dst));
+    counters_.data_file_reads++;
+    counters_.data_file_read_bytes += n;
+    return n;
+  }
+  return Status(EACCES, name + " is not a file this store serves");
 }
 
 Status StoreImpl::ClaimHost() {
@@ -341,6 +391,13 @@ Status StoreImpl::Close() {
     // What this mount owned is nobody's once it is gone: its owner keys
     // would only take room (a failure leaves them, as a crash does).
     if (result.ok()) (void)host_.ownership().DropAll();
+    if (peers_ != nullptr) {
+      // Its address goes with a clean close; after a failed one, with the
+      // lease.
+      Status s = peers_->Stop(/*withdraw=*/result.ok());
+      if (result.ok()) result = s;
+    }
+    peer_reads_.reset();
     if (host_.id() != 0) {
       Status s = host_.Release(/*release=*/result.ok());
       if (result.ok()) result = s;
@@ -369,6 +426,10 @@ Status StoreImpl::Close() {
     Status s = index_->Close();
     if (result.ok()) result = s;
   }
+  // Its server reads the segments until it stops (already, after a clean
+  // close).
+  if (peers_ != nullptr) (void)peers_->Stop(/*withdraw=*/false);
+  peer_reads_.reset();
   flush_segments_ = nullptr;
   segments_.reset();
   extent_maps_.ForgetAll();

@@ -65,6 +65,9 @@
 #include "engine/sealed_inodes.h"
 #include "engine/shared/held_snapshots.h"
 #include "engine/shared/host_session.h"
+#include "engine/shared/peer_reads.h"
+#include "engine/shared/peer_service.h"
+#include "engine/shared/range_cache.h"
 #include "engine/store_clock.h"
 #include "engine/store.h"
 #include "engine/store_compact.h"
@@ -141,6 +144,7 @@ class StoreImpl final : public Store {
   StoreOptions GetOptions() override;
   bool Shared() const override { return shared_.has_value(); }
   Result<std::vector<HostInfo>> Hosts() override;
+  std::string PeerAddress() const override { return peers_ ? peers_->address() : ""; }
   double CacheSeconds() const override;
   double CacheSecondsOf(Ino ino) const override;
   double CacheSecondsOfName(Ino dir, Ino ino) const override;
@@ -492,12 +496,15 @@ class StoreImpl final : public Store {
   // again soon, so records read for it are not cached.
   enum class RecordUse { kMayRepeat, kWholeOnce };
   using RecordMap = std::map<std::pair<uint64_t, uint64_t>, RecordData>;
-  Status FetchRecords(const std::vector<RecordRef>& want, RecordUse use, RecordMap* out);
+  // `sealed`: the records are a sealed file's, which peers may serve
+  // (ReadRouted).
+  Status FetchRecords(const std::vector<RecordRef>& want, RecordUse use, RecordMap* out,
+                      bool sealed = false);
   // One planned backing read of FetchRecords: its records (and the whole
   // neighbours it brought) verified, decoded and cached, or taken from the
   // cache when another thread's overlapping read put them there.
   Status ServeBackingRead(const BackingRead& br, RecordUse use, const CoalesceSettings& cs,
-                          RecordMap* out);
+                          RecordMap* out, bool sealed);
   // The bytes of one backing read while ServeBackingRead decodes them.
   struct ReadBuffer {
     explicit ReadBuffer(const BackingRead& read) : br(read) {}
@@ -508,6 +515,8 @@ class StoreImpl final : public Store {
     uint64_t max_tail = 0;          // the most read again to complete a cut record
     size_t served = 0;              // records decoded from it
   };
+  // Decodes (verifies, caches) the records of a backing read into `out`.
+  Status DecodeBackingRead(ReadBuffer* rb, RecordMap* out);
   // Verifies and decodes the record at `pos` of `bytes` (a buffer of
   // `bytes_held` bytes, `avail` of them read from segment offset `base`)
   // and caches it; nullptr (and `*err`) when it is not intact.
@@ -619,6 +628,30 @@ class StoreImpl final : public Store {
   // owns (engine/shared/host_session.h); claims nothing on an embedded
   // store or a read-only open. Declared after index_, which its watch reads.
   HostSession host_;
+  // A writable mount's server for the other hosts of a shared store
+  // (engine/shared/peer_service.h); none with peers=off, on an embedded
+  // store or a read-only open. Started by Init (StartPeers), stopped by
+  // Close before the host goes.
+  // The blocks this mount serves (engine/shared/range_cache.h): its
+  // server's reads, and its own of the files it serves. Declared before
+  // peers_, whose server reads it until it stops.
+  std::unique_ptr<RangeCache> served_;
+  std::unique_ptr<PeerService> peers_;
+  // Where a shared store's reads of sealed files go (engine/shared/
+  // peer_reads.h); none with peers=off or on an embedded store.
+  std::unique_ptr<PeerReads> peer_reads_;
+  Status StartPeers();
+  // Up to `len` bytes of the store's file `name` (segments/..., data/...)
+  // at `offset`, from the storage: RangeCache's loader.
+  Result<size_t> ReadStoreFile(const std::string& name, uint64_t offset, size_t len, char* dst);
+  // Up to `len` bytes at `offset` of the store's file `name` for a read of
+  // a sealed file, from where PeerReads routes it: `*from` is the address
+  // of the peer they came from, "self" for this host's RangeCache, empty
+  // for the storage (`storage` reads them there, where the route fails).
+  // Bytes from a peer or the RangeCache that fail their checksum are
+  // read again with `storage` (and the peer told: PeerReads::Reject).
+  Result<size_t> ReadRouted(const std::string& name, uint64_t offset, size_t len, char* dst,
+                            std::string* from, const std::function<Result<size_t>()>& storage);
   // What the kind of store means (engine/store_mode.h): set by Init once the
   // index is chosen. Declared after host_, which a shared store's reads.
   std::unique_ptr<StoreMode> mode_ = StoreMode::Embedded();

@@ -45,10 +45,12 @@ Result<std::vector<HostInfo>> StoreImpl::Hosts() {
   std::vector<HostInfo> out;
   if (!mode_->MountsHoldHosts()) return out;
   CKPTFS_ASSIGN_OR_RETURN(auto hosts, meta::ListHosts(kv()));
+  CKPTFS_ASSIGN_OR_RETURN(auto peers, PeerAddresses(kv()));
   const int64_t now = meta::WallMs();
   for (auto& [name, v] : hosts) {
     HostInfo h;
     h.mounted = !meta::HostIsFree(kv(), name, v, now);
+    if (auto p = peers.find(name); h.mounted && p != peers.end()) h.peer = p->second;
     h.name = std::move(name);
     h.id = v.id;
     h.holder = std::move(v.holder);
@@ -91,6 +93,21 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.owned_asked = host_.ownership().asked();
   s.owned_taken_over = host_.ownership().taken_over();
   s.owned_requests_heard = host_.ownership().heard();
+  if (peers_ != nullptr) {
+    const peer::ServerStats served = peers_->stats();
+    s.peer_connections = served.connections;
+    s.peer_refused = served.refused;
+    s.peer_requests = served.requests;
+    s.peer_bad_requests = served.bad_requests;
+    s.peer_bytes_served = served.bytes_served;
+  }
+  if (peer_reads_ != nullptr) {
+    const PeerReads::Stats read = peer_reads_->stats();
+    s.peer_reads = read.reads;
+    s.peer_read_bytes = read.read_bytes;
+    s.peer_failures = read.failures;
+    s.peer_rejected = read.rejected;
+  }
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;
@@ -140,7 +157,10 @@ Status StoreImpl::UpdateOptions(const std::function<void(StoreOptions*)>& change
   return Status::OK();
 }
 
-void StoreImpl::DropCache() { cache_->Clear(); }
+void StoreImpl::DropCache() {
+  cache_->Clear();
+  if (served_ != nullptr) served_->Clear();
+}
 
 EngineMemory StoreImpl::MemoryUse() {
   EngineMemory m;
@@ -150,6 +170,7 @@ EngineMemory StoreImpl::MemoryUse() {
   m.extent_maps = extent_maps_.bytes();
   m.verified_blocks = verified_blocks_.bytes();
   m.sealed_snapshots = snapshots_.MemoryBytes();
+  m.peer_ranges = served_ != nullptr ? served_->stats().held_bytes : 0;
   return m;
 }
 
@@ -178,6 +199,9 @@ EngineMemory EngineMemoryBound(const StoreOptions& options) {
                                            ExtentMapCache::kDefaultMaxInlineBytes);
   m.verified_blocks = std::max<uint64_t>(VerifiedBlocks::kBytes, options.max_record_bytes);
   if (!options.meta.empty()) m.sealed_snapshots = HeldSnapshots::MaxMemory();
+  if (!options.meta.empty() && !options.read_only && options.peers != "off") {
+    m.peer_ranges = options.peer_cache + uint64_t{kPeerConnections} * kPeerMaxRead;
+  }
   return m;
 }
 

@@ -51,6 +51,20 @@ struct StoreOptions {
   // "Hosts and their files"). One mount at a time holds a host; each has its
   // own segments. Default: empty, the machine's name. Fixed while open.
   std::string host;
+  // A shared store: where this mount serves the other hosts ranges of the
+  // store's files (docs/SHARED.md, "Peers"): "HOST" or "HOST:PORT" to
+  // listen on (port 0 or none: one the kernel picks), "off" to serve none.
+  // Default: empty, the address by which this machine reaches the index's
+  // server (127.0.0.1 when that is a unix socket). Fixed while open.
+  std::string peers;
+  // A shared store: memory for the blocks of the files this mount serves
+  // its peers, kept until other blocks need the room (peers=off: none).
+  // Default: 128 MiB. Fixed while open.
+  uint64_t peer_cache = 128ull << 20;
+  // A shared store: seconds a peer may take to connect or to send what it
+  // was asked for before this mount reads the storage itself. Default: 2.
+  // Fixed while open.
+  double peer_timeout = 2;
 
   // ---- Layout: where new bytes go. Fixed while open ----
   // A segment is sealed and a new one started once it reaches this size.

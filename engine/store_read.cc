@@ -20,6 +20,9 @@ namespace {
 constexpr uint64_t kSequentialReadBytes = 512 << 10;
 constexpr uint64_t kPrefetchBytes = 4 << 20;
 
+// ReadRouted's `*from` for bytes this host's RangeCache gave.
+constexpr char kFromSelf[] = "self";
+
 std::string KeyName(uint64_t segment_id, uint64_t offset) {
   return "segment " + std::to_string(segment_id) + " offset " + std::to_string(offset);
 }
@@ -63,7 +66,7 @@ ScratchBuffers& ThreadScratch() {
 }  // namespace
 
 Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use,
-                               RecordMap* out) {
+                               RecordMap* out, bool sealed) {
   std::vector<RecordRef> needed;
   std::set<std::pair<uint64_t, uint64_t>> missing;
   for (const RecordRef& ref : want) {
@@ -85,13 +88,13 @@ Status StoreImpl::FetchRecords(const std::vector<RecordRef>& want, RecordUse use
   CoalesceSettings cs;
   if (use == RecordUse::kMayRepeat) cs = {coalesce_gap_.load(), coalesce_max_.load()};
   for (const BackingRead& br : PlanReads(std::move(needed), cs)) {
-    CKPTFS_RETURN_IF_ERROR(ServeBackingRead(br, use, cs, out));
+    CKPTFS_RETURN_IF_ERROR(ServeBackingRead(br, use, cs, out, sealed));
   }
   return Status::OK();
 }
 
 Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
-                                   const CoalesceSettings& cs, RecordMap* out) {
+                                   const CoalesceSettings& cs, RecordMap* out, bool sealed) {
   // A read that coalescing stretched past the records it needs may overlap
   // another thread's stretched read: wait for that one, whose records are
   // then in the cache (unless evicted since). Reads of exactly what they
@@ -131,13 +134,61 @@ Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
   } else {
     rb.bytes.reset(new char[br.length]);
   }
-  CKPTFS_ASSIGN_OR_RETURN(rb.n, segments_->ReadUpTo(br.segment_id, br.offset, br.length,
-                                                    rb.bytes.get()));
-  // The kernel caches what this read returns: the segment file's pages
-  // of it need not stay cached too.
-  if (rb.pass_through) segments_->Evict(br.segment_id, br.offset, rb.n);
-  counters_.backing_reads++;
-  counters_.backing_read_bytes += rb.n;
+  auto from_storage = [&]() -> Result<size_t> {
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_->ReadUpTo(br.segment_id, br.offset,
+                                                                br.length, rb.bytes.get()));
+    // The kernel caches what this read returns: the segment file's pages
+    // of it need not stay cached too.
+    if (rb.pass_through) segments_->Evict(br.segment_id, br.offset, n);
+    counters_.backing_reads++;
+    counters_.backing_read_bytes += n;
+    return n;
+  };
+  if (!sealed || peer_reads_ == nullptr) {
+    CKPTFS_ASSIGN_OR_RETURN(rb.n, from_storage());
+    return DecodeBackingRead(&rb, out);
+  }
+  std::string peer;
+  CKPTFS_ASSIGN_OR_RETURN(rb.n, ReadRouted(format::SegmentFileName(br.segment_id), br.offset,
+                                           br.length, rb.bytes.get(), &peer, from_storage));
+  Status s = DecodeBackingRead(&rb, out);
+  if (s.ok() || peer.empty()) return s;
+  // Never bytes from elsewhere that fail their checksum: the storage's
+  // instead. A peer that sent as many bytes as the storage has was wrong;
+  // one that sent fewer had an older view of the file.
+  const size_t got = rb.n;
+  CKPTFS_ASSIGN_OR_RETURN(rb.n, from_storage());
+  if (peer != kFromSelf) peer_reads_->Reject(peer, /*damaged=*/got >= rb.n);
+  rb.served = 0;
+  return DecodeBackingRead(&rb, out);
+}
+
+Result<size_t> StoreImpl::ReadRouted(const std::string& name, uint64_t offset, size_t len,
+                                     char* dst, std::string* from,
+                                     const std::function<Result<size_t>()>& storage) {
+  from->clear();
+  const PeerReads::Route route = peer_reads_->RouteOf(name);
+  if (route.kind == PeerReads::Route::kSelf && served_ != nullptr) {
+    // Through the blocks this host serves the others: the storage reads
+    // each once for all of them.
+    Result<size_t> n = served_->Read(name, offset, len, dst);
+    if (n.ok()) {
+      *from = kFromSelf;
+      return n;
+    }
+  } else if (route.kind == PeerReads::Route::kPeer) {
+    Result<size_t> n = peer_reads_->Read(route.address, name, offset, len, dst);
+    if (n.ok()) {
+      *from = route.address;
+      return n;
+    }
+  }
+  return storage();
+}
+
+Status StoreImpl::DecodeBackingRead(ReadBuffer* rb_in, RecordMap* out) {
+  ReadBuffer& rb = *rb_in;
+  const BackingRead& br = rb.br;
   for (size_t i = 0; i < br.records.size(); ++i) {
     const RecordRef& r = br.records[i];
     Status err;
@@ -340,7 +391,8 @@ Status StoreImpl::ReadExtentsOnce(Ino ino, const std::vector<Extent>& ex, uint64
     }
   }
   std::map<std::pair<uint64_t, uint64_t>, RecordData> records;
-  CKPTFS_RETURN_IF_ERROR(FetchRecords(want, use, &records));
+  const bool sealed = peer_reads_ != nullptr && sealed_.Contains(ino);
+  CKPTFS_RETURN_IF_ERROR(FetchRecords(want, use, &records, sealed));
   // Every extent against the record it points at (cached ones too): a record
   // with a valid checksum is still the wrong data if it is not that record.
   for (const Extent& e : ex) {
@@ -400,11 +452,31 @@ Status StoreImpl::ReadExtentsOnce(Ino ino, const std::vector<Extent>& ex, uint64
 }
 
 Status StoreImpl::ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool once, char* dst) {
-  CKPTFS_ASSIGN_OR_RETURN(const size_t n, once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
-                                               : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
-  counters_.data_file_reads++;
-  counters_.data_file_read_bytes += n;
+  auto from_storage = [&]() -> Result<size_t> {
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n,
+                            once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
+                                 : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
+    counters_.data_file_reads++;
+    counters_.data_file_read_bytes += n;
+    return n;
+  };
+  size_t n;
+  std::string from;
+  if (peer_reads_ != nullptr && sealed_.Contains(ino)) {
+    CKPTFS_ASSIGN_OR_RETURN(n, ReadRouted(format::DataFileName(ino), v.record_offset,
+                                          v.stored_len, dst, &from, from_storage));
+  } else {
+    CKPTFS_ASSIGN_OR_RETURN(n, from_storage());
+  }
   Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
+  if (!cs.ok() && !from.empty()) {
+    // Never bytes from elsewhere that fail their checksum: the storage's
+    // instead.
+    const size_t got = n;
+    CKPTFS_ASSIGN_OR_RETURN(n, from_storage());
+    if (from != kFromSelf) peer_reads_->Reject(from, /*damaged=*/got >= n);
+    cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
+  }
   if (!cs.ok()) return cs.Annotate("inode " + std::to_string(ino));
   return Status::OK();
 }

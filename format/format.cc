@@ -215,6 +215,12 @@ std::string HostKey(std::string_view name) {
   return k;
 }
 
+std::string PeerKey(std::string_view host_name) {
+  std::string k(kMetaPeerPrefix);
+  k.append(host_name);
+  return k;
+}
+
 std::string OwnerKey(uint64_t ino) {
   std::string k(kMetaOwnerPrefix);
   PutBE64(&k, ino);

@@ -107,6 +107,13 @@ std::string GiveUpPrefix(uint32_t host);
 inline constexpr char kMetaSealPrefix[] = "seal/";
 inline constexpr char kMetaSealEnd[] = "seal0";  // past every seal key
 std::string SealKey(uint64_t ino);
+// Peers of shared stores (docs/SHARED.md, "Peers"): the secret that the
+// store's hosts prove to one another, made by the first host that serves,
+// and the address each host serves on while it is mounted ("HOST:PORT").
+inline constexpr char kMetaPeerSecret[] = "peer_secret";
+inline constexpr size_t kPeerSecretBytes = 32;
+inline constexpr char kMetaPeerPrefix[] = "peer/";
+std::string PeerKey(std::string_view host_name);
 
 // What a seal record says of its tree when it was sealed.
 struct SealValue {

@@ -217,7 +217,7 @@ const std::set<std::string> kHexBlocks = {
     "inode-file-v2",  "inode-file-v3", "inode-file-v4", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
-    "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",
+    "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",  "peer-key",
     "owner-value",    "seal-key",     "seal-value",   "seal-value-v2"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
@@ -410,8 +410,13 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
   EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
                 kMetaCleanShutdown + "\n" + kMetaOrphanPrefix + "\n" + kMetaNextHostId + "\n" +
                 kMetaHostPrefix + "\n" + kMetaOwnerPrefix + "\n" + kMetaGiveUpPrefix + "\n" +
-                kMetaSealPrefix,
+                kMetaSealPrefix + "\n" + kMetaPeerSecret + "\n" + kMetaPeerPrefix,
             DocText("meta-keys"));
+}
+
+TEST(Golden, PeerKey) {
+  EXPECT_EQ(Hex(PeerKey("node07")), Hex(DocHex("peer-key")));
+  EXPECT_EQ(kPeerSecretBytes, 32u);
 }
 
 TEST(Golden, OwnerKeysAndValue) {

@@ -292,6 +292,7 @@ Result<nlohmann::ordered_json> Control::StatsObject() const {
       {"fs", mount_->RequestsJson()},
   };
   for (auto it = summary.begin(); it != summary.end(); ++it) j[it.key()] = it.value();
+  if (std::string peer = store_->PeerAddress(); !peer.empty()) j["peer_address"] = peer;
   j["background_compaction"] =
       BackgroundCompactionJson(effective, j["storage"]["live_bytes"].get<uint64_t>());
   return j;

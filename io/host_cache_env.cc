@@ -26,6 +26,7 @@ class HostCachedFile final : public File {
       const uint64_t to = std::min<uint64_t>(at + bytes.size(), offset + len);
       if (from < to) std::memcpy(buf + (from - offset), bytes.data() + (from - at), to - from);
     }
+    if (auto fault = env_->ReadFaultNow()) (*fault)(path(), offset, buf, len);
     return len;
   }
 
@@ -146,6 +147,16 @@ HostCacheEnv::Pending HostCacheEnv::TakePending(const std::string& path) {
   Pending out = std::move(it->second);
   pending_.erase(it);
   return out;
+}
+
+void HostCacheEnv::SetReadFault(ReadFault fault) {
+  MutexLock l(&mu_);
+  read_fault_ = fault ? std::make_shared<const ReadFault>(std::move(fault)) : nullptr;
+}
+
+std::shared_ptr<const HostCacheEnv::ReadFault> HostCacheEnv::ReadFaultNow() {
+  MutexLock l(&mu_);
+  return read_fault_;
 }
 
 }  // namespace ckptfs::io

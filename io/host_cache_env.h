@@ -19,6 +19,7 @@
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,12 @@ class HostCacheEnv final : public Env, public std::enable_shared_from_this<HostC
 
   // Bytes written through this Env that no Sync has written to their files.
   uint64_t UnflushedBytes();
+  // Runs `fault` on the bytes each read returns, before it returns (a
+  // fault: it may change them, as a failing disk or link would); an empty
+  // function: none.
+  using ReadFault =
+      std::function<void(const std::string& path, uint64_t offset, char* buf, size_t n)>;
+  void SetReadFault(ReadFault fault);
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<std::unique_ptr<File>> Create(const std::string& path, std::string_view contents) override;
@@ -58,6 +65,8 @@ class HostCacheEnv final : public Env, public std::enable_shared_from_this<HostC
   const std::shared_ptr<Env> base_ = Env::Posix();
   Mutex mu_;  // a leaf lock
   std::map<std::string, Pending> pending_ GUARDED_BY(mu_);
+  std::shared_ptr<const ReadFault> read_fault_ GUARDED_BY(mu_);
+  std::shared_ptr<const ReadFault> ReadFaultNow();
 };
 
 }  // namespace ckptfs::io

@@ -228,6 +228,11 @@ class Kv {
   virtual Status Maintain() { return Status::OK(); }
   // Its server's round trips (PostgreSQL); none for an embedded index.
   virtual IndexWaits Waits() const { return {}; }
+  // The IP address by which this machine reaches the index's server
+  // (PostgreSQL over TCP: the local end of a connection), which the
+  // store's other hosts can likely reach too; empty where there is none (a
+  // unix socket, an index of one host).
+  virtual std::string LocalAddress() { return ""; }
   // Listens to `channel` (Writes::Notify) from when it returns. ENOTSUP for
   // an index of one host (RocksDB), whose commits notify no one; EINVAL for
   // a bad channel name.

@@ -1,6 +1,9 @@
 #include "meta/pg_kv.h"
 
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <poll.h>
 
@@ -582,6 +585,25 @@ Status PgKv::Sync() {
 std::string PgKv::Describe() const { return "PostgreSQL " + server_ + " schema " + schema(); }
 
 IndexWaits PgKv::Waits() const { return pool_->trips()->Get(); }
+
+std::string PgKv::LocalAddress() {
+  Result<std::unique_ptr<PgConnection>> c = pool_->Take();
+  if (!c.ok()) return "";
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  char text[INET6_ADDRSTRLEN] = "";
+  const int fd = PQsocket((*c)->get());
+  if (fd >= 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (addr.ss_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
+    } else if (addr.ss_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text,
+                  sizeof(text));
+    }
+  }
+  pool_->Return(std::move(*c));
+  return text;
+}
 
 Status PgKv::Maintain() {
   size_t folded = 0;

@@ -83,6 +83,7 @@ class PgKv final : public Kv {
   // Folds up to kFoldPerPass keys' merge operands (FoldMerges).
   Status Maintain() override;
   IndexWaits Waits() const override;
+  std::string LocalAddress() override;
   Result<uint64_t> StoredBytes() override { return TableBytes(); }
   // LISTEN on a connection of its own (one try to connect); its round
   // trip is counted, the waits are not.

@@ -105,6 +105,23 @@ constexpr OptionSpec kOptions[] = {
      .help = "a shared store (docs/SHARED.md): the host name this mount writes as; each "
              "mount of the store needs its own (default: the machine's name)",
      .placeholder = "NAME"},
+    {.name = "peers",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::peers>,
+     .help = "a shared store (docs/SHARED.md, peers): the address this mount serves the "
+             "other hosts on, HOST or HOST:PORT, or `off` (default: the address this machine "
+             "reaches the PostgreSQL server from)",
+     .placeholder = "ADDRESS"},
+    {.name = "peer_cache",
+     .type = OptionType::kSize,
+     .field = kStoreField<&StoreOptions::peer_cache>,
+     .help = "a shared store: memory for the blocks of the files this mount serves the other "
+             "hosts, so that the storage serves each once"},
+    {.name = "peer_timeout",
+     .type = OptionType::kSeconds,
+     .field = kStoreField<&StoreOptions::peer_timeout>,
+     .help = "a shared store: seconds a peer may take to connect or answer before this mount "
+             "reads the storage itself"},
     {.name = "coalesce_gap",
      .type = OptionType::kSize,
      .field = kStoreField<&StoreOptions::coalesce_gap>,

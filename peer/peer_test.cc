@@ -214,6 +214,47 @@ TEST_F(PeerTest, ASilentPeerTimesOut) {
   EXPECT_LT(waited, std::chrono::seconds(5));
 }
 
+TEST(PeerAddressTest, HostAndPortSplitWithIpv6InBrackets) {
+  std::string host, port;
+  ASSERT_TRUE(SplitAddress("10.0.0.7:4100", &host, &port).ok());
+  EXPECT_EQ(host + " " + port, "10.0.0.7 4100");
+  ASSERT_TRUE(SplitAddress("node07:0", &host, &port).ok());
+  EXPECT_EQ(host + " " + port, "node07 0");
+  ASSERT_TRUE(SplitAddress("[fe80::1]:9", &host, &port).ok());
+  EXPECT_EQ(host + " " + port, "fe80::1 9");
+  for (const char* bad : {"", ":", "host", "host:", ":9", "fe80::1:9", "[::1", "[::1:9",
+                          "a]:9", "10.0.0.7:x"}) {
+    EXPECT_EQ(SplitAddress(bad, &host, &port).code(), EINVAL) << bad;
+  }
+}
+
+TEST_F(PeerTest, ARequestPastTheServersLimitIsRefused) {
+  ServerOptions o;
+  o.secret = kSecret;
+  o.store_dir = dir_;
+  o.max_read = 1000;
+  // Reads through the caller's function, not the files.
+  o.read = [](const std::string& name, uint64_t offset, size_t len, char* dst) -> Result<size_t> {
+    if (name != "segments/00000007.seg") return Status(ENOENT, name);
+    for (size_t i = 0; i < len; i++) dst[i] = static_cast<char>('a' + (offset + i) % 26);
+    return std::min<size_t>(len, 30 > offset ? 30 - offset : 0);
+  };
+  auto s = Server::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  server_ = std::move(s).value();
+  auto dialed = Dial();
+  ASSERT_TRUE(dialed.ok()) << dialed.status().ToString();
+  auto& c = *dialed;
+  Result<std::string> got = c->Read("segments/00000007.seg", 24, 1000);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "yzabcd");  // where its function says the file ends
+  EXPECT_EQ(c->Read("segments/00000007.seg", 0, 1001).status().code(), EINVAL);
+  auto dialed2 = Dial();
+  ASSERT_TRUE(dialed2.ok()) << dialed2.status().ToString();
+  EXPECT_EQ((*dialed2)->Read("data/00000042.dat", 0, 10).status().code(), ENOENT);
+  EXPECT_EQ(server_->stats().bad_requests, 1u);
+}
+
 TEST_F(PeerTest, NoServerIsConnectionRefused) {
   std::string address;
   {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -169,34 +170,36 @@ bool Server::Answer(int fd, std::map<std::string, std::unique_ptr<io::File>>* op
     bad = EPROTO;
   } else if (!IsServedName(req.name)) {
     bad = EACCES;
-  } else if (req.length > kMaxReadBytes) {
+  } else if (req.length > std::min(options_.max_read, kMaxReadBytes)) {
     bad = EINVAL;
   }
   if (bad != 0) {
     bad_requests_++;
     return fail(bad);
   }
-  auto it = open->find(req.name);
-  if (it == open->end()) {
-    Result<std::unique_ptr<io::File>> f =
-        options_.env->Open(options_.store_dir + "/" + req.name, io::OpenMode::kRead);
-    if (!f.ok()) return fail(f.status().code());
-    if (open->size() >= kOpenFilesPerConnection) open->erase(open->begin());
-    it = open->emplace(req.name, std::move(f).value()).first;
-  }
   // The reply in one buffer: its header, then the bytes read in place.
   std::string out(kReplyHeaderBytes + req.length, '\0');
-  Result<size_t> got = it->second->ReadAt(req.offset, req.length, out.data() + kReplyHeaderBytes);
-  if (!got.ok()) {
-    open->erase(it);
-    return fail(got.status().code());
+  Result<size_t> got = size_t{0};
+  if (options_.read) {
+    got = options_.read(req.name, req.offset, req.length, out.data() + kReplyHeaderBytes);
+  } else {
+    auto it = open->find(req.name);
+    if (it == open->end()) {
+      Result<std::unique_ptr<io::File>> f =
+          options_.env->Open(options_.store_dir + "/" + req.name, io::OpenMode::kRead);
+      if (!f.ok()) return fail(f.status().code());
+      if (open->size() >= kOpenFilesPerConnection) open->erase(open->begin());
+      it = open->emplace(req.name, std::move(f).value()).first;
+    }
+    got = it->second->ReadAt(req.offset, req.length, out.data() + kReplyHeaderBytes);
+    if (!got.ok()) open->erase(it);
   }
+  if (!got.ok()) return fail(got.status().code());
   out.resize(kReplyHeaderBytes + *got);
   const std::string header = EncodeReplyHeader({0, static_cast<uint32_t>(*got)});
   out.replace(0, header.size(), header);
-  if (!WriteFull(fd, out, options_.io_timeout_ms).ok()) return false;
-  bytes_served_ += *got;
-  return true;
+  bytes_served_ += *got;  // counted before the client can see them
+  return WriteFull(fd, out, options_.io_timeout_ms).ok();
 }
 
 }  // namespace ckptfs::peer

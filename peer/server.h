@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "base/status.h"
 #include "io/env.h"
 #include "peer/socket.h"
+#include "peer/wire.h"
 
 namespace ckptfs::peer {
 
@@ -33,8 +35,17 @@ struct ServerOptions {
   std::string store_dir;
   // Opens the files. Default: io::Env::Posix().
   std::shared_ptr<io::Env> env;
+  // Reads up to `len` bytes of file `name` (a name served) at `offset`
+  // into `dst`: how many there were. Default: none; the server opens the
+  // files in store_dir through env.
+  std::function<Result<size_t>(const std::string& name, uint64_t offset, size_t len, char* dst)>
+      read;
   // Connections served at once; one more is closed at accept. Default: 64.
   int max_connections = 64;
+  // The most bytes one request may ask for (a longer one is refused,
+  // EINVAL): each connection holds one reply at a time. Default and most:
+  // kMaxReadBytes.
+  uint32_t max_read = kMaxReadBytes;
   // Milliseconds a client may take to finish a message it began, or to
   // take the bytes of a reply. Default: 10,000.
   int io_timeout_ms = 10000;
@@ -46,7 +57,7 @@ struct ServerStats {
   uint64_t refused = 0;       // closed: a wrong proof, a bad hello, too many
   uint64_t requests = 0;      // ranges asked for
   uint64_t bad_requests = 0;  // of those, refused (a name not served, too long)
-  uint64_t bytes_served = 0;
+  uint64_t bytes_served = 0;  // in replies sent or being sent
 };
 
 class Server {

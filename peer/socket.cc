@@ -74,7 +74,12 @@ Status SplitAddress(std::string_view address, std::string* host, std::string* po
     return Status(EINVAL, "peer address '" + std::string(address) + "' is not HOST:PORT");
   }
   std::string_view h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
+    h = h.substr(1, h.size() - 2);
+  } else if (h.find_first_of(":[]") != std::string_view::npos) {
+    // An IPv6 address goes in brackets.
+    return Status(EINVAL, "peer address '" + std::string(address) + "' is not HOST:PORT");
+  }
   std::string_view p = address.substr(colon + 1);
   for (char c : p) {
     if (c < '0' || c > '9') {

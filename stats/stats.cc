@@ -92,6 +92,24 @@ constexpr MetricSpec kMetrics[] = {
     {"/engine/sealed_inodes_held", "sealed_inodes_held", false, "The inodes of those trees."},
     {"/engine/snapshot_reads", "snapshot_reads", true,
      "Index reads that a sealed tree's snapshot answered (shared stores)."},
+    {"/engine/peer_connections", "peer_connections", true,
+     "Connections from other hosts this mount's peer server admitted (shared stores)."},
+    {"/engine/peer_refused", "peer_refused", true,
+     "Connections it closed: a wrong proof of the store's secret, a bad hello, too many."},
+    {"/engine/peer_requests", "peer_requests", true, "Byte ranges other hosts asked it for."},
+    {"/engine/peer_bad_requests", "peer_bad_requests", true,
+     "Of those, the ones it refused (a name it does not serve, too long)."},
+    {"/engine/peer_bytes_served", "peer_bytes_served", true,
+     "Bytes of the store's files it sent to other hosts."},
+    {"/engine/peer_reads", "peer_reads", true,
+     "Ranges of sealed files this mount read from other hosts instead of the storage."},
+    {"/engine/peer_read_bytes", "peer_read_bytes", true, "Their bytes."},
+    {"/engine/peer_failures", "peer_failures", true,
+     "Reads from other hosts that failed (refused, timed out); read from the storage instead."},
+    {"/engine/peer_rejected", "peer_rejected", true,
+     "Ranges from other hosts that failed their checksum; read from the storage instead."},
+    {"/memory/held/peer_ranges", "memory_peer_ranges_bytes", false,
+     "Memory the blocks this mount serves other hosts hold (shared stores)."},
     {"/engine/data_file_writes", "data_file_writes", true, "The daemon's writes of data files."},
     {"/engine/data_file_write_bytes", "data_file_write_bytes", true,
      "Bytes the daemon wrote to data files."},
@@ -187,6 +205,15 @@ nlohmann::ordered_json EngineStatsJson(const engine::EngineStats& s) {
       {"data_file_write_bytes", s.data_file_write_bytes},
       {"data_file_reads", s.data_file_reads},
       {"data_file_read_bytes", s.data_file_read_bytes},
+      {"peer_connections", s.peer_connections},
+      {"peer_refused", s.peer_refused},
+      {"peer_requests", s.peer_requests},
+      {"peer_bad_requests", s.peer_bad_requests},
+      {"peer_bytes_served", s.peer_bytes_served},
+      {"peer_reads", s.peer_reads},
+      {"peer_read_bytes", s.peer_read_bytes},
+      {"peer_failures", s.peer_failures},
+      {"peer_rejected", s.peer_rejected},
   };
 }
 
@@ -198,6 +225,7 @@ nlohmann::ordered_json EngineMemoryJson(const engine::EngineMemory& m) {
       {"extent_maps", m.extent_maps},
       {"verified_blocks", m.verified_blocks},
       {"sealed_snapshots", m.sealed_snapshots},
+      {"peer_ranges", m.peer_ranges},
   };
 }
 
@@ -271,7 +299,8 @@ Result<nlohmann::ordered_json> StoreSummary(engine::Store& store) {
                       {"holder", h.holder},
                       {"pid", h.pid},
                       {"machine", h.machine},
-                      {"lease_until_ms", h.lease_until_ms}});
+                      {"lease_until_ms", h.lease_until_ms},
+                      {"peer", h.peer}});
     }
     j["hosts"] = std::move(list);
   }

@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "engine/store.h"
+#include "format/format.h"
 #include "io/host_cache_env.h"
+#include "peer/rendezvous.h"
 #include "tests/engine/pattern.h"
 #include "tests/engine/test_util.h"
 
@@ -440,6 +442,79 @@ TEST_F(SharedStoreTest, AnotherHostReadsASealedTreeFromItsSnapshot) {
   RestoreTree(a_.get(), root, files);
   ASSERT_OK_AND_ASSIGN(EngineStats sa2, a_->GetStats());
   EXPECT_GE(sa2.snapshot_reads - sa.snapshot_reads, 3u * 12);
+}
+
+// Hosts read a sealed tree's files from the host that serves each
+// (rendezvous over the hosts mounted), never a byte that fails its
+// checksum: a host whose storage returns damaged bytes serves them, and
+// the reader reads the storage itself instead; once that host is gone,
+// the other reads on.
+TEST_F(SharedStoreTest, HostsReadSealedFilesFromTheHostThatServesEach) {
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  ASSERT_OK_AND_ASSIGN(uint64_t sealed, a_->Seal(root));
+  EXPECT_EQ(sealed, 1u + 3 + 12);
+  // Which host serves the segments of the tree's files.
+  std::set<uint64_t> segments;
+  for (const auto& [path, data] : files) {
+    const std::string dir = path.substr(0, path.find('/'));
+    ASSERT_OK_AND_ASSIGN(Attr d, a_->Lookup(root, dir));
+    ASSERT_OK_AND_ASSIGN(Attr f, a_->Lookup(d.ino, path.substr(path.find('/') + 1)));
+    ASSERT_OK_AND_ASSIGN(std::vector<ExtentInfo> ex, a_->GetExtents(f.ino));
+    for (const ExtentInfo& e : ex) {
+      if (!e.value.is_inline && !e.value.in_data_file) segments.insert(e.value.segment_id);
+    }
+  }
+  ASSERT_FALSE(segments.empty());
+  const std::vector<std::string> hosts = {"a", "b"};
+  bool a_serves = false, a_serves_all = true;
+  for (uint64_t id : segments) {
+    const bool a = peer::RendezvousOwner(hosts, format::SegmentFileName(id)) == 0;
+    a_serves |= a;
+    a_serves_all &= a;
+  }
+  EXPECT_FALSE(a_->PeerAddress().empty());
+  EXPECT_FALSE(b_->PeerAddress().empty());
+
+  RestoreTree(b_.get(), root, files);
+  ASSERT_OK_AND_ASSIGN(EngineStats sb, b_->GetStats());
+  ASSERT_OK_AND_ASSIGN(EngineStats sa, a_->GetStats());
+  EXPECT_EQ(sb.peer_failures, 0u);
+  EXPECT_EQ(sb.peer_rejected, 0u);
+  if (a_serves) {
+    EXPECT_GE(sb.peer_reads, 1u);
+    EXPECT_EQ(sa.peer_bytes_served, sb.peer_read_bytes);
+    EXPECT_EQ(sa.peer_connections, 1u);
+    // What a serves, b did not read from the storage.
+    if (a_serves_all) EXPECT_EQ(sb.backing_read_bytes, 0u);
+  } else {
+    EXPECT_EQ(sb.peer_reads, 0u);
+    EXPECT_EQ(sa.peer_requests, 0u);
+  }
+
+  // Host a's storage flips a byte of every 4 KiB it reads: what it serves
+  // fails its checksum, and b reads the storage itself.
+  env_a_->SetReadFault([](const std::string& path, uint64_t, char* buf, size_t n) {
+    if (path.find("/segments/") == std::string::npos) return;
+    for (size_t i = 100; i < n; i += 4096) buf[i] ^= 0x20;
+  });
+  a_->DropCache();
+  b_->DropCache();
+  RestoreTree(b_.get(), root, files);
+  env_a_->SetReadFault(nullptr);
+  ASSERT_OK_AND_ASSIGN(EngineStats sb2, b_->GetStats());
+  if (a_serves) {
+    EXPECT_GE(sb2.peer_rejected, 1u);
+  } else {
+    EXPECT_EQ(sb2.peer_rejected, 0u);
+  }
+  EXPECT_EQ(sb2.checksum_errors, 0u);
+
+  // Host a gone: b reads on, from the storage.
+  EXPECT_OK(a_->Close());
+  a_.reset();
+  b_->DropCache();
+  RestoreTree(b_.get(), root, files);
 }
 
 // A seal of a tree another host made asks that host for all of it at once,

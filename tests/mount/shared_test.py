@@ -27,6 +27,14 @@ another machine's client would (run that class with --tcp, PostgreSQL on
     get no error and every host lists them all;
   - a second mount with a host name that is mounted is refused, naming the
     holder;
+  - peers: three hosts restore a sealed tree at once, each range read
+    from the storage by the host that serves its file and fetched by the
+    others from it; that host killed with -9 in the middle of the others'
+    next restore, which read on, every byte right;
+  - peers: every mount serves the others on an address of its own,
+    published while it is mounted and shown by `ckptfs stat`; a connection
+    that cannot prove the store's secret is refused and counted; peers=off
+    serves nothing, and an address not of this machine fails the mount;
   - PostgreSQL restarted under three mounts: every mount reads what all
     wrote before, and creates files after;
   - a host killed with SIGKILL mid-save: the others go on, every file it
@@ -45,6 +53,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -59,6 +68,16 @@ import netfs_bed  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 HOSTS = ("h1", "h2", "h3")
+
+
+def read_exactly(sock, n):
+    got = b""
+    while len(got) < n:
+        more = sock.recv(n - len(got))
+        if not more:
+            raise EOFError("the peer closed after %d of %d bytes" % (len(got), n))
+        got += more
+    return got
 
 
 def blob(seed, size):
@@ -652,6 +671,128 @@ class SharedStoreTest(unittest.TestCase):
         for m in self.mounts:
             m.mount()
         self.read_everywhere(files)
+
+    def test_each_host_serves_its_peers(self):
+        addresses = [m.stats().get("peer_address", "") for m in self.mounts]
+        self.assertEqual(len(set(addresses)), len(HOSTS), addresses)
+        for a in addresses:
+            host, _, port = a.rpartition(":")
+            self.assertTrue(host and int(port) > 0, addresses)
+
+        def published(m):
+            j = json.loads(subprocess.run([harness.ckptfs_bin(), "stat", "--json", m.mnt],
+                                          capture_output=True, text=True, check=True).stdout)
+            return {h["name"]: h["peer"] for h in j["hosts"] if h["mounted"]}
+        self.assertEqual(published(self.mounts[0]), dict(zip(HOSTS, addresses)))
+        text = subprocess.run([harness.ckptfs_bin(), "stat", self.mounts[1].mnt],
+                              capture_output=True, text=True, check=True).stdout
+        self.assertIn("on " + addresses[1] + ";", text)
+
+        # A stranger that cannot prove the store's secret gets nothing.
+        refused = self.mounts[0].stats()["engine"]["peer_refused"]
+        host, _, port = addresses[0].rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=10) as c:
+            hello = read_exactly(c, 8 + 4 + 32)
+            self.assertEqual(hello[:8], b"CKPTPEER")
+            c.sendall(os.urandom(64))  # a nonce and a made-up MAC
+            verdict = read_exactly(c, 4 + 32)
+            self.assertEqual(int.from_bytes(verdict[:4], "little"), errno.EACCES)
+            self.assertEqual(verdict[4:], bytes(32))
+            c.sendall(b"\x15\x00segments/00000001.seg" + bytes(12))
+            self.assertEqual(c.recv(1), b"")  # closed
+        self.assertEqual(self.mounts[0].stats()["engine"]["peer_refused"], refused + 1)
+        self.assertEqual(self.mounts[0].stats()["engine"]["peer_requests"], 0)
+
+        # A host gone takes its address with it.
+        self.mounts[2].unmount()
+        self.assertEqual(published(self.mounts[0]), dict(zip(HOSTS[:2], addresses[:2])))
+        # peers=off serves nothing; an address not of this machine fails.
+        off = harness.Mount(self.stores[HOSTS[2]], os.path.join(self.tmp, "mnt_off"),
+                            ["host=h3", "peers=off"])
+        off.mount()
+        try:
+            self.assertNotIn("peer_address", off.stats())
+            # Mounted, with no address: the one it had went at its unmount.
+            self.assertEqual(published(self.mounts[0]),
+                             dict(zip(HOSTS, addresses[:2] + [""])))
+        finally:
+            off.unmount()
+        bad = harness.Mount(self.stores[HOSTS[2]], os.path.join(self.tmp, "mnt_bad"),
+                            ["host=h3", "peers=192.0.2.1"])  # TEST-NET-1
+        with self.assertRaises(harness.HarnessError) as e:
+            bad.mount()
+        self.assertIn("peers", str(e.exception))
+        self.mounts[2].mount()
+        self.assertEqual(sorted(published(self.mounts[0])), list(HOSTS))
+
+    def test_hosts_restore_a_sealed_tree_from_one_another(self):
+        """Every host restores a sealed tree at once: each file of the
+        store is read from the storage by the host that serves it, and the
+        others fetch its ranges from that host. That host is killed with -9
+        in the middle of the next restore of the others, which read on
+        from the storage, every byte right."""
+        m1, m2, m3 = self.mounts
+        files = self.write_params(m1, "step_1", range(120))  # 4 MiB
+        os.setxattr(m1.path("step_1"), "user.ckptfs.seal", b"1")
+
+        def restore(mounts, after_some=None):
+            errors, some = [], threading.Event()
+
+            def run(m):
+                try:
+                    for k, (name, data) in enumerate(files.items()):
+                        self.assertEqual(lib.read_file(m.path(name)), data, name)
+                        if k == 10:
+                            some.set()
+                except Exception as e:  # noqa: BLE001
+                    errors.append("%s: %r" % (m.mnt, e))
+            threads = [threading.Thread(target=run, args=(m,)) for m in mounts]
+            for t in threads:
+                t.start()
+            if after_some:
+                some.wait(60)
+                after_some()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+
+        def engine(m):
+            return m.stats()["engine"]
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        before = [engine(m) for m in self.mounts]
+        restore(self.mounts)
+        after = [engine(m) for m in self.mounts]
+        delta = [{k: a[k] - b[k] for k in a if k.startswith("peer_")}
+                 for a, b in zip(after, before)]
+        read = sum(d["peer_read_bytes"] for d in delta)
+        self.assertGreater(read, 0, delta)
+        self.assertEqual(read, sum(d["peer_bytes_served"] for d in delta), delta)
+        self.assertEqual(sum(d["peer_failures"] + d["peer_rejected"] for d in delta), 0, delta)
+
+        # The host that served the most goes in the middle of the others'
+        # next restore, cold on each.
+        owner = max(range(3), key=lambda i: delta[i]["peer_bytes_served"])
+        others = [m for i, m in enumerate(self.mounts) if i != owner]
+        for m in others:
+            m.remount()
+        victim = self.mounts[owner]
+
+        def kill():
+            pid = victim.pid
+            os.kill(pid, signal.SIGKILL)
+            self.assertTrue(harness.wait_pid_gone(pid, 30), "daemon survived SIGKILL")
+        restore(others, after_some=kill)
+        victim.pid = None
+        self.assertTrue(harness.fuse_unmount(victim.mnt), "the dead mount would not go away")
+        # What they asked it for after it went, they read from the storage.
+        self.assertGreater(sum(engine(m)["peer_failures"] for m in others), 0)
+        for m in others:
+            self.assertEqual(engine(m)["peer_rejected"], 0)
+        # Its host mounts again and serves again.
+        victim.mount()
+        self.assertTrue(victim.stats().get("peer_address"))
+        self.read_files(victim, files)
 
     def test_host_name_taken(self):
         other = harness.Mount(self.store, os.path.join(self.tmp, "mnt_dup"), ["host=h2"])
