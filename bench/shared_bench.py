@@ -191,6 +191,8 @@ class Setup:
             opts = ["host=h%d" % (k + 1)] if self.meta else []
             if self.meta and k == 0:
                 opts.append("meta=" + self.meta)
+            if self.meta and self.args.peers_off:
+                opts.append("peers=off")
             m = harness.Mount(self.store(k), os.path.join(self.mnt_base, "mnt%d" % k), opts,
                               binary=self.args.ckptfs)
             m.mount()
@@ -396,6 +398,11 @@ def main():
     ap.add_argument("--json", metavar="PATH", help="also write the results there")
     ap.add_argument("--netfs", action="store_true",
                     help="on the network-filesystem bed (tests/mount/netfs_bed.py)")
+    ap.add_argument("--peers-off", action="store_true",
+                    help="shared-store mounts with peers=off: every host reads the storage")
+    ap.add_argument("--rate", type=float, metavar="MB/S",
+                    help="with --netfs: the bed's file server sends and receives at most this "
+                         "many MB/s (a file server under load)")
     a = ap.parse_args()
     a.rank_size *= MiB
     meta = os.environ.get("CKPTFS_TEST_PG")
@@ -407,7 +414,7 @@ def main():
     harness.require_fuse(root=True)
     a.bed = None
     if a.netfs:
-        a.bed = netfs_bed.Bed(harness.make_tmpdir("ckptfs-netfs-bench."))
+        a.bed = netfs_bed.Bed(harness.make_tmpdir("ckptfs-netfs-bench."), rate_mb_s=a.rate)
         for k in range(max([1] + [int(x) for x in a.mounts.split(",")])):
             a.bed.mount("h%d" % (k + 1))
     results = [Setup(a, "plain", 0).run(), Setup(a, "embedded", 1).run()]

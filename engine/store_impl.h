@@ -514,6 +514,7 @@ class StoreImpl final : public Store {
     bool pass_through = false;      // used whole once: not cached
     uint64_t max_tail = 0;          // the most read again to complete a cut record
     size_t served = 0;              // records decoded from it
+    bool sealed = false;            // a sealed file's: its tails through ReadIntact too
   };
   // Decodes (verifies, caches) the records of a backing read into `out`.
   Status DecodeBackingRead(ReadBuffer* rb, RecordMap* out);
@@ -652,6 +653,14 @@ class StoreImpl final : public Store {
   // read again with `storage` (and the peer told: PeerReads::Reject).
   Result<size_t> ReadRouted(const std::string& name, uint64_t offset, size_t len, char* dst,
                             std::string* from, const std::function<Result<size_t>()>& storage);
+  // Reads a range of the store's file `name` into `dst` with ReadRouted
+  // for a read of a sealed file (else with `storage`) and gives the count
+  // to `intact`, which checks the bytes (and may keep them); bytes from
+  // elsewhere that it refuses are read again with `storage` and given to
+  // it again. Its status.
+  Status ReadIntact(const std::string& name, uint64_t offset, size_t len, char* dst, bool sealed,
+                    const std::function<Result<size_t>()>& storage,
+                    const std::function<Status(size_t n)>& intact);
   // What the kind of store means (engine/store_mode.h): set by Init once the
   // index is chosen. Declared after host_, which a shared store's reads.
   std::unique_ptr<StoreMode> mode_ = StoreMode::Embedded();

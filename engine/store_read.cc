@@ -113,9 +113,10 @@ Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
     }
     if (all_cached) return Status::OK();
   }
-  if (br.length >= kSequentialReadBytes) {
+  if (br.length >= kSequentialReadBytes && (!sealed || peer_reads_ == nullptr)) {
     // A large read is most likely one of a sequential series: have the
-    // kernel fetch what follows while this one is served.
+    // kernel fetch what follows while this one is served. (Not where
+    // peers may serve it: the host that serves the file reads it.)
     segments_->Prefetch(br.segment_id, br.offset + br.length, kPrefetchBytes);
   }
   // A large request that uses each of its records whole is the kernel
@@ -144,23 +145,32 @@ Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
     counters_.backing_read_bytes += n;
     return n;
   };
+  rb.sealed = sealed;
+  return ReadIntact(format::SegmentFileName(br.segment_id), br.offset, br.length,
+                    rb.bytes.get(), sealed, from_storage, [&](size_t n) {
+                      rb.n = n;
+                      rb.served = 0;
+                      return DecodeBackingRead(&rb, out);
+                    });
+}
+
+Status StoreImpl::ReadIntact(const std::string& name, uint64_t offset, size_t len, char* dst,
+                             bool sealed, const std::function<Result<size_t>()>& storage,
+                             const std::function<Status(size_t n)>& intact) {
   if (!sealed || peer_reads_ == nullptr) {
-    CKPTFS_ASSIGN_OR_RETURN(rb.n, from_storage());
-    return DecodeBackingRead(&rb, out);
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n, storage());
+    return intact(n);
   }
-  std::string peer;
-  CKPTFS_ASSIGN_OR_RETURN(rb.n, ReadRouted(format::SegmentFileName(br.segment_id), br.offset,
-                                           br.length, rb.bytes.get(), &peer, from_storage));
-  Status s = DecodeBackingRead(&rb, out);
-  if (s.ok() || peer.empty()) return s;
+  std::string from;
+  CKPTFS_ASSIGN_OR_RETURN(const size_t got, ReadRouted(name, offset, len, dst, &from, storage));
+  Status s = intact(got);
+  if (s.ok() || from.empty()) return s;
   // Never bytes from elsewhere that fail their checksum: the storage's
   // instead. A peer that sent as many bytes as the storage has was wrong;
   // one that sent fewer had an older view of the file.
-  const size_t got = rb.n;
-  CKPTFS_ASSIGN_OR_RETURN(rb.n, from_storage());
-  if (peer != kFromSelf) peer_reads_->Reject(peer, /*damaged=*/got >= rb.n);
-  rb.served = 0;
-  return DecodeBackingRead(&rb, out);
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, storage());
+  if (from != kFromSelf) peer_reads_->Reject(from, /*damaged=*/got >= n);
+  return intact(n);
 }
 
 Result<size_t> StoreImpl::ReadRouted(const std::string& name, uint64_t offset, size_t len,
@@ -265,16 +275,27 @@ RecordData StoreImpl::DecodeRecordAt(ReadBuffer* rb, uint64_t pos, Status* err, 
   }
   std::shared_ptr<char[]> rec(new char[whole]);
   std::memcpy(rec.get(), rb->bytes.get() + pos, n - pos);
-  Result<size_t> m =
-      segments_->ReadUpTo(br.segment_id, br.offset + n, missing, rec.get() + (n - pos));
-  if (!m.ok()) {
-    *err = m.status();
+  char* const tail = rec.get() + (n - pos);
+  RecordData d;
+  Status s = ReadIntact(
+      format::SegmentFileName(br.segment_id), br.offset + n, missing, tail, rb->sealed,
+      [&]() -> Result<size_t> {
+        CKPTFS_ASSIGN_OR_RETURN(const size_t m,
+                                segments_->ReadUpTo(br.segment_id, br.offset + n, missing, tail));
+        counters_.backing_reads++;
+        counters_.backing_read_bytes += m;
+        return m;
+      },
+      [&](size_t m) {
+        d = DecodeRecordIn(rb, rec, whole, (n - pos) + m, br.offset + pos, 0, err);
+        return d != nullptr ? Status::OK() : *err;
+      });
+  if (!s.ok()) {
+    *err = s;
     return nullptr;
   }
-  counters_.backing_reads++;
-  counters_.backing_read_bytes += *m;
   *next = pos + whole;
-  return DecodeRecordIn(rb, rec, whole, (n - pos) + *m, br.offset + pos, 0, err);
+  return d;
 }
 
 Result<size_t> StoreImpl::Read(Ino ino, uint64_t offset, size_t len, char* buf) {
@@ -460,25 +481,12 @@ Status StoreImpl::ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool 
     counters_.data_file_read_bytes += n;
     return n;
   };
-  size_t n;
-  std::string from;
-  if (peer_reads_ != nullptr && sealed_.Contains(ino)) {
-    CKPTFS_ASSIGN_OR_RETURN(n, ReadRouted(format::DataFileName(ino), v.record_offset,
-                                          v.stored_len, dst, &from, from_storage));
-  } else {
-    CKPTFS_ASSIGN_OR_RETURN(n, from_storage());
-  }
-  Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
-  if (!cs.ok() && !from.empty()) {
-    // Never bytes from elsewhere that fail their checksum: the storage's
-    // instead.
-    const size_t got = n;
-    CKPTFS_ASSIGN_OR_RETURN(n, from_storage());
-    if (from != kFromSelf) peer_reads_->Reject(from, /*damaged=*/got >= n);
-    cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
-  }
-  if (!cs.ok()) return cs.Annotate("inode " + std::to_string(ino));
-  return Status::OK();
+  return ReadIntact(format::DataFileName(ino), v.record_offset, v.stored_len, dst,
+                    peer_reads_ != nullptr && sealed_.Contains(ino), from_storage,
+                    [&](size_t n) {
+                      Status cs = format::CheckDataFileBlock(v, std::string_view(dst, n));
+                      return cs.ok() ? cs : cs.Annotate("inode " + std::to_string(ino));
+                    });
 }
 
 }  // namespace ckptfs::engine

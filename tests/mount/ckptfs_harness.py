@@ -539,15 +539,17 @@ class Session:
 
     # -- servers --
 
-    def start_server(self, name, cmd, log_path):
+    def start_server(self, name, cmd, log_path, netns=None):
         """Starts `cmd`, a server that stays in the foreground, in a session of
         its own with its output appended to `log_path`; recorded as `name`,
-        so that stop_server and cleanup (the guardian's too) end it."""
+        so that stop_server and cleanup (the guardian's too) end it, and
+        delete network namespace `netns` (made for it) after it."""
         with open(log_path, "a") as out:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     start_new_session=True)
         self._write_json(self._file("servers", name + ".json"),
-                         {"name": name, "pid": proc.pid, "pid_start": process_start(proc.pid)})
+                         {"name": name, "pid": proc.pid, "pid_start": process_start(proc.pid),
+                          "netns": netns})
         return proc
 
     def stop_server(self, name):
@@ -562,6 +564,8 @@ class Session:
         if not wait_pid_gone(rec["pid"], WATCHDOG_GRACE_S, rec["pid_start"]):
             _kill(rec["pid"], signal.SIGKILL, rec["pid_start"])
             wait_pid_gone(rec["pid"], WATCHDOG_GRACE_S, rec["pid_start"])
+        if rec.get("netns"):
+            subprocess.run(["ip", "netns", "del", rec["netns"]], capture_output=True)
         os.unlink(path)
 
     # -- the end --

@@ -10,6 +10,8 @@ one export of a network filesystem.
     bed.unmount("h1")
     bed.stop()                   # every client, then the sshd
 
+    bed = netfs_bed.Bed(tmp, rate_mb_s=50)  # the export served at 50 MB/s at most
+
 Each host's client is Debian's sshfs with its default options, as a user
 mounts it: one SFTP round trip per operation, and a cache of names and
 attributes of its own (20 s), so that one host does not see at once the
@@ -19,6 +21,12 @@ connection runs an sftp-server process of its own. Mounts and the sshd are
 the harness session's (ckptfs_harness.py): whatever way the test ends, they
 go. Needs root (the sshd), sshd, sshfs and ssh-keygen
 (scripts/install-deps.sh installs them).
+
+With a rate, the bed stands for a file server under load: the sshd runs in
+a network namespace of its own, reached over a veth pair whose two ends
+each send at most that many MB/s (a token bucket, tc's tbf), so that the
+bytes it serves all hosts together come at that rate. The namespace and
+the pair go with the bed (stop).
 """
 
 import os
@@ -54,7 +62,7 @@ def free_port():
 
 
 class Bed:
-    def __init__(self, tmp):
+    def __init__(self, tmp, rate_mb_s=None):
         why = unavailable()
         if why:
             raise harness.HarnessError(why)
@@ -65,8 +73,51 @@ class Bed:
         self.name = "sshd-%d" % self.port
         self.log = os.path.join(self.dir, "bed.log")
         self.hosts = {}  # host -> its mountpoint
-        self._keys()
-        self._start_sshd()
+        self.address = "127.0.0.1"
+        self.netns = None
+        self.rate_mb_s = rate_mb_s
+        if rate_mb_s:
+            self._limit(rate_mb_s)
+        try:
+            self._keys()
+            self._start_sshd()
+        except BaseException:
+            self._unlimit()
+            raise
+
+    def _limit(self, rate_mb_s):
+        """A namespace for the sshd, its veth pair, and their rate."""
+        net = 16 + self.port % 200  # 10.NET.X.1 here, .2 in the namespace
+        self.netns = "ckptfs-bed-%d" % self.port
+        here, there = "ckb%d" % self.port, "ckbn%d" % self.port
+        self.address = "10.%d.%d.2" % (net, self.port % 250)
+        ip = lambda *a: subprocess.run(["ip"] + list(a), check=True,  # noqa: E731
+                                       capture_output=True)
+        ip("netns", "add", self.netns)
+        try:
+            ip("link", "add", here, "type", "veth", "peer", "name", there)
+            ip("link", "set", there, "netns", self.netns)
+            ip("addr", "add", "10.%d.%d.1/30" % (net, self.port % 250), "dev", here)
+            ip("link", "set", here, "up")
+            ip("-n", self.netns, "addr", "add", self.address + "/30", "dev", there)
+            ip("-n", self.netns, "link", "set", there, "up")
+            ip("-n", self.netns, "link", "set", "lo", "up")
+            rate = "%dmbit" % (rate_mb_s * 8)
+            for ns, dev in ((None, here), (self.netns, there)):
+                subprocess.run(["tc"] + (["-n", ns] if ns else []) +
+                               ["qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                                "burst", "256kb", "latency", "200ms"],
+                               check=True, capture_output=True)
+        except subprocess.CalledProcessError as e:
+            self._unlimit()
+            raise harness.HarnessError("the bed's rate limit: %s: %s" % (
+                " ".join(e.cmd), e.stderr.decode(errors="replace").strip()))
+
+    def _unlimit(self):
+        if self.netns:
+            # The veth pair goes with its end in the namespace.
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+            self.netns = None
 
     def _keys(self):
         for key in ("host_key", "client_key"):
@@ -77,7 +128,7 @@ class Bed:
         config = os.path.join(self.dir, "sshd_config")
         with open(config, "w") as f:
             f.write("\n".join([
-                "ListenAddress 127.0.0.1",
+                "ListenAddress %s" % self.address,
                 "Port %d" % self.port,
                 "HostKey %s/host_key" % self.dir,
                 "AuthorizedKeysFile %s/authorized_keys" % self.dir,
@@ -97,17 +148,19 @@ class Bed:
     def _start_sshd(self):
         # The privilege-separation directory that the sshd service makes at boot.
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        proc = harness.session().start_server(self.name, [SSHD, "-D", "-e", "-f", self.config],
-                                              self.log)
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        proc = harness.session().start_server(
+            self.name, prefix + [SSHD, "-D", "-e", "-f", self.config], self.log,
+            netns=self.netns)
         self.sshd_pid = proc.pid
         deadline = time.monotonic() + START_S
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.address, self.port), timeout=1).close()
                 return
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    harness.session().stop_server(self.name)
+                    harness.session().stop_server(self.name)  # and its namespace
                     raise harness.HarnessError("the bed's sshd did not start; see " + self.log)
                 time.sleep(0.05)
 
@@ -116,7 +169,7 @@ class Bed:
         mountpoint (the export as that host sees it)."""
         mnt = os.path.join(self.dir, "host_" + host)
         os.makedirs(mnt, exist_ok=True)
-        cmd = ["sshfs", "-f", "root@127.0.0.1:" + self.export, mnt, "-o",
+        cmd = ["sshfs", "-f", "root@%s:%s" % (self.address, self.export), mnt, "-o",
                ",".join(["port=%d" % self.port,
                          "IdentityFile=%s/client_key" % self.dir,
                          "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null",
