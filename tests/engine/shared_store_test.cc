@@ -8,6 +8,7 @@
 // memory (mem://, meta/shared_kv.h), which the two Stores share.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -515,6 +516,37 @@ TEST_F(SharedStoreTest, HostsReadSealedFilesFromTheHostThatServesEach) {
   a_.reset();
   b_->DropCache();
   RestoreTree(b_.get(), root, files);
+}
+
+// Hosts that come and go while another restores a sealed tree move the
+// files they serve; the restore reads every byte right throughout.
+TEST_F(SharedStoreTest, HostsComingAndGoingDuringARestoreMoveNoWrongByte) {
+  Ino root = 0;
+  const std::map<std::string, std::string> files = WriteTree(a_.get(), "step", &root);
+  ASSERT_OK(a_->Seal(root).status());
+  std::atomic<bool> done{false};
+  std::thread restorer([&] {
+    for (int round = 0; !done || round < 3; ++round) {
+      b_->DropCache();
+      RestoreTree(b_.get(), root, files);
+    }
+  });
+  auto env_c = io::HostCacheEnv::Make();
+  for (int i = 0; i < 2; ++i) {
+    Result<std::unique_ptr<Store>> c = OpenHost("c", env_c);
+    ASSERT_OK(c.status());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // seen by b
+    c.value()->DropCache();
+    EXPECT_OK(c.value()->Close());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_OK(a_->Close());  // the writer, which may serve the tree
+  a_.reset();
+  done = true;
+  restorer.join();
+  ASSERT_OK_AND_ASSIGN(EngineStats sb, b_->GetStats());
+  EXPECT_EQ(sb.peer_rejected, 0u);
+  EXPECT_EQ(sb.checksum_errors, 0u);
 }
 
 // A seal of a tree another host made asks that host for all of it at once,
