@@ -518,6 +518,55 @@ TEST_F(SharedStoreTest, HostsReadSealedFilesFromTheHostThatServesEach) {
   RestoreTree(b_.get(), root, files);
 }
 
+// A sealed tree's large files: their data files' blocks come from the
+// host that serves each, checked; damaged ones are read from the storage.
+TEST_F(SharedStoreTest, HostsReadSealedDataFilesFromTheHostThatServesEach) {
+  ASSERT_OK(b_->Close());
+  ASSERT_OK(a_->Close());
+  ASSERT_OK_AND_ASSIGN(a_, OpenHost("a", env_a_, /*data_file_min=*/1u << 20));
+  ASSERT_OK_AND_ASSIGN(b_, OpenHost("b", env_b_, /*data_file_min=*/1u << 20));
+  ASSERT_OK_AND_ASSIGN(Attr dir, a_->Mkdir(kRootIno, "ranks", 0755, 0, 0));
+  std::map<std::string, std::string> files;
+  bool a_serves = false;
+  const std::vector<std::string> hosts = {"a", "b"};
+  for (int r = 0; r < 6; ++r) {
+    const std::string name = "rank" + std::to_string(r);
+    ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(dir.ino, name, S_IFREG | 0644, 0, 0, 0));
+    files[name] = PatternData(f.ino, 0, 3 << 20);
+    ASSERT_OK(WriteAll(a_.get(), f.ino, 0, files[name]));
+    a_serves |= peer::RendezvousOwner(hosts, format::DataFileName(f.ino)) == 0;
+  }
+  ASSERT_OK(a_->SyncAll());
+  ASSERT_OK(a_->Seal(dir.ino).status());
+  auto restore = [&] {
+    ASSERT_OK_AND_ASSIGN(Attr d, b_->Lookup(kRootIno, "ranks"));
+    for (const auto& [name, data] : files) {
+      ASSERT_OK_AND_ASSIGN(Attr f, b_->Lookup(d.ino, name));
+      EXPECT_TRUE(f.sealed);
+      ASSERT_OK(b_->OpenFile(f.ino));
+      ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(b_.get(), f.ino));
+      EXPECT_TRUE(got == data) << name;
+      ASSERT_OK(b_->Release(f.ino));
+    }
+  };
+  restore();
+  ASSERT_OK_AND_ASSIGN(EngineStats sb, b_->GetStats());
+  EXPECT_EQ(sb.peer_failures + sb.peer_rejected, 0u);
+  if (a_serves) EXPECT_GE(sb.peer_read_bytes, 1u << 20);
+
+  env_a_->SetReadFault([](const std::string& path, uint64_t, char* buf, size_t n) {
+    if (path.find("/data/") == std::string::npos) return;
+    for (size_t i = 100; i < n; i += 4096) buf[i] ^= 0x01;
+  });
+  a_->DropCache();
+  b_->DropCache();
+  restore();
+  env_a_->SetReadFault(nullptr);
+  ASSERT_OK_AND_ASSIGN(EngineStats sb2, b_->GetStats());
+  if (a_serves) EXPECT_GE(sb2.peer_rejected, 1u);
+  EXPECT_EQ(sb2.checksum_errors, 0u);
+}
+
 // Hosts that come and go while another restores a sealed tree move the
 // files they serve; the restore reads every byte right throughout.
 TEST_F(SharedStoreTest, HostsComingAndGoingDuringARestoreMoveNoWrongByte) {
