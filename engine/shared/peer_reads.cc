@@ -92,6 +92,7 @@ Result<size_t> PeerReads::Read(const std::string& address, const std::string& na
     Result<std::unique_ptr<peer::Client>> connected =
         peer::Client::Connect(peer::ClientOptions{address, secret_, timeout_ms_});
     if (!connected.ok()) {
+      failures_++;
       Shun(address);
       return connected.status().Annotate("peer " + address);
     }
@@ -99,6 +100,7 @@ Result<size_t> PeerReads::Read(const std::string& address, const std::string& na
   }
   Result<size_t> n = ReadFrom(c.get(), name, offset, len, dst);
   if (!n.ok()) {
+    failures_++;
     Shun(address);
     return n.status().Annotate("peer " + address + ", " + name);
   }
@@ -116,13 +118,10 @@ void PeerReads::Reject(const std::string& address, bool damaged) {
     return;
   }
   rejected_++;
-  MutexLock l(&mu_);
-  shunned_[address] = Clock::now() + std::chrono::milliseconds(kShunMs);
-  idle_.erase(address);
+  Shun(address);
 }
 
 void PeerReads::Shun(const std::string& address) {
-  failures_++;
   MutexLock l(&mu_);
   shunned_[address] = Clock::now() + std::chrono::milliseconds(kShunMs);
   idle_.erase(address);

@@ -78,6 +78,7 @@ class PeerReads {
   // Reads the mounted hosts and their addresses when the view is older
   // than kHostsMs (one caller at a time; the others use the old view).
   void RefreshIfDue() EXCLUDES(mu_);
+  // Leaves the peer alone for kShunMs and drops its idle connections.
   void Shun(const std::string& address) EXCLUDES(mu_);
   Result<size_t> ReadFrom(peer::Client* c, const std::string& name, uint64_t offset, size_t len,
                           char* dst);
