@@ -110,7 +110,7 @@ Result<Attr> StoreImpl::SetAttr(Ino ino, const SetAttrRequest& in) {
   // lowers the end must be durable before a write lands there, or a power
   // loss could bring back extents whose bytes that write replaced.
   const bool cuts_data_file = v.data_file_end < s->attr.data_file_end;
-  CKPTFS_RETURN_IF_ERROR(Commit(&b, /*sync=*/cuts_data_file));
+  CKPTFS_RETURN_IF_ERROR(CommitAttrs(s.get(), &b, /*sync=*/cuts_data_file));
   s->attr = v;
   if (cuts_data_file) {
     CKPTFS_RETURN_IF_ERROR(v.data_file_end == 0 ? data_files_->Remove(ino)
@@ -172,7 +172,7 @@ Status StoreImpl::Fallocate(Ino ino, int mode, uint64_t offset, uint64_t len) {
   if (st.ok()) {
     PutInode(&b, ino, v);
     EmitDeltas(deltas, &b);
-    st = Commit(&b);
+    st = CommitAttrs(s.get(), &b);
   }
   if (!st.ok()) {
     if (!punch) Unreserve(ino, blocks.start, blocks.end);  // nothing changed
@@ -202,9 +202,11 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   meta::Writes b;
   PutInode(&b, ino, v);
   // Volatile: with RocksDB a memtable insert without the log, no I/O under
-  // s->mu, flushed when the index closes. An inode batch changes no extent
-  // map.
-  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv(), &b, meta::Durability::kVolatile));
+  // s->mu, flushed when the index closes.
+  Status c = CommitAttrs(s.get(), &b, /*sync=*/false, meta::Durability::kVolatile);
+  // Sealed or removed by another host meanwhile: no access time to keep.
+  if (c.code() == EROFS || c.code() == ENOENT) return Status::OK();
+  CKPTFS_RETURN_IF_ERROR(c);
   s->attr = v;
   return Status::OK();
 }

@@ -452,9 +452,9 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
   return s;
 }
 
-Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch) {
+Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch, meta::Durability d) {
   in->writes().Append(*batch);
-  Status s = in->Commit(meta::Durability::kLogged);
+  Status s = in->Commit(d);
   if (s.ok()) {
     extent_maps_.Apply(*batch);
     return s;

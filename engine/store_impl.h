@@ -191,7 +191,19 @@ class StoreImpl final : public Store {
   // Commit for a change that read the index in `in` (a shared store's
   // namespace changes): the batch commits in `in`, or not at all (a
   // conflict).
-  Status CommitIn(meta::Txn* in, meta::Writes* batch);
+  Status CommitIn(meta::Txn* in, meta::Writes* batch,
+                  meta::Durability d = meta::Durability::kLogged);
+  // Commit for a batch that changes the attributes of `s` (a write, a
+  // setattr, an adoption, an access time) computed from s->attr, which
+  // may be newer than the batch. Where this mount owns the inode, or alone
+  // writes the store, a plain commit. Otherwise another host may change
+  // the inode at any moment (a seal takes a whole tree): the batch commits
+  // in a transaction that reads the inode again, so that a change of it
+  // committed meanwhile conflicts (and the read is made again), and an
+  // inode found sealed or removed is left as it is (EROFS, ENOENT; s->attr
+  // then holds what the index holds).
+  Status CommitAttrs(InodeState* s, meta::Writes* batch, bool sync = false,
+                     meta::Durability d = meta::Durability::kLogged) REQUIRES(s->mu);
   // Applies `batch` in a synced transaction of its own: for the
   // marks of an open and a clean close, which no record depends on.
   Status CommitSynced(meta::Writes* batch);

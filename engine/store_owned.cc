@@ -13,6 +13,25 @@ Status StoreImpl::MayChange(Ino ino) {
   return host_.ownership().MayChange(ino);
 }
 
+Status StoreImpl::CommitAttrs(InodeState* s, meta::Writes* batch, bool sync, meta::Durability d) {
+  if (!mode_->OthersWrite() || host_.ownership().Owns(s->ino)) {
+    if (d != meta::Durability::kVolatile) return Commit(batch, sync);
+    return meta::CommitWrites(kv(), batch, d);  // changes no extent map
+  }
+  const format::InodeValue base = s->attr;
+  const meta::RetryPolicy policy;
+  for (int attempt = 1;; ++attempt) {
+    if (attempt > 1) meta::Backoff(policy, attempt);
+    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin());
+    CKPTFS_RETURN_IF_ERROR(RefreshLocked(s, t.get()));
+    CKPTFS_RETURN_IF_ERROR(Unsealed(s->ino, s->attr, "change"));
+    s->attr = base;  // what the change was made from; the caller sets the new
+    Status c = CommitIn(t.get(), batch, d);
+    if (c.ok() && sync) c = MakeDurable();
+    if (!meta::IsConflict(c) || attempt >= policy.max_attempts) return c;
+  }
+}
+
 bool StoreImpl::OwnNew(meta::Writes* b, uint64_t ino, bool dir) {
   Ownership& own = host_.ownership();
   if (!own.started() || !own.Made(ino, dir)) return false;

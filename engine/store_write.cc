@@ -161,7 +161,7 @@ Result<size_t> StoreImpl::WriteLocked(InodeState* s, uint64_t offset, std::strin
   if (times == WriteTimes::kStamp) SetMtime(&v, Now());
   PutInode(&b, s->ino, v);
   EmitDeltas(deltas, &b);
-  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  CKPTFS_RETURN_IF_ERROR(CommitAttrs(s, &b));
   s->attr = v;
   s->first_write_syncs = first_write_syncs;
   counters_.writes++;
@@ -355,7 +355,14 @@ Status StoreImpl::AdoptLocked(InodeState* s) {
   // Before the commit: a sync, or a flush of the index's memtable, that
   // finds the commit syncs the data file first.
   if (!copy) CKPTFS_RETURN_IF_ERROR(data_files_->MarkWritten(ino));
-  CKPTFS_RETURN_IF_ERROR(Commit(&b));
+  if (Status c = CommitAttrs(s, &b); !c.ok()) {
+    // Sealed by another host since this mount last adopted: nothing to
+    // adopt when the seal holds the data file as it is (an adoption again
+    // of bytes not yet settled, or a close after the seal).
+    const int64_t sealed_ns = s->attr.mtime_sec * int64_t{1'000'000'000} + s->attr.mtime_nsec;
+    if (c.code() != EROFS || s->attr.size != look.size || sealed_ns != look.modified_ns) return c;
+    v = s->attr;
+  }
   s->attr = v;
   s->adopted_size = look.size;
   // Not settled: a write in the same timestamp step would leave size and

@@ -6,7 +6,9 @@
 // Beside PostgreSQL as pg.shared_store_test (scripts/with-postgres.sh
 // --meta sets CKPTFS_TEST_META); otherwise over an index in this process's
 // memory (mem://, meta/shared_kv.h), which the two Stores share.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -618,6 +620,65 @@ TEST_F(SharedStoreTest, ASealAsksTheOwnerOfTheTreeForAllOfIt) {
   RestoreTree(a_.get(), root, files);
   ASSERT_OK_AND_ASSIGN(EngineStats b2, b_->GetStats());
   EXPECT_EQ(b2.sealed_trees_held, 1u);
+}
+
+// What the kernel writes into a file's data file (passthrough).
+void WriteDirectly(const std::string& path, uint64_t offset, std::string_view data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offset)),
+            static_cast<ssize_t>(data.size()));
+  ::close(fd);
+}
+
+// A host that writes files of a tree straight into their data files (the
+// kernel's passthrough writes) may close them after another host sealed
+// the tree: the close leaves the seal as it is, whether the data file is
+// as the seal holds it (nothing to adopt) or was written on after the seal
+// (EROFS, those bytes are not the file's).
+TEST_F(SharedStoreTest, AHostClosingFilesOfATreeAnotherHostSealedLeavesTheSeal) {
+  ASSERT_OK(b_->Close());
+  ASSERT_OK(a_->Close());
+  // Over the local filesystem: the kernel's writes are its own.
+  ASSERT_OK_AND_ASSIGN(a_, OpenHost("a", io::Env::Posix(), /*data_file_min=*/1u << 20));
+  ASSERT_OK_AND_ASSIGN(b_, OpenHost("b", io::Env::Posix(), /*data_file_min=*/1u << 20));
+  ASSERT_OK_AND_ASSIGN(Attr step, a_->Mkdir(kRootIno, "step", S_IFDIR | 0755, 0, 0));
+  std::map<std::string, std::string> want;
+  std::map<std::string, Ino> inos;
+  std::map<std::string, std::string> paths;
+  for (const std::string name : {"kept", "written_on"}) {
+    ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(step.ino, name, S_IFREG | 0644, 0, 0));
+    ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, a_->BeginDirectWrite(f.ino));
+    ASSERT_TRUE(path.has_value()) << name;
+    want[name] = PatternData(static_cast<uint64_t>(f.ino), 0, (2u << 20) + 7);
+    ASSERT_NO_FATAL_FAILURE(WriteDirectly(*path, 0, want[name]));
+    ASSERT_OK(a_->AdoptDirectWrites(f.ino));  // a flush
+    ASSERT_OK(a_->Fsync(f.ino, true));
+    inos[name] = f.ino;
+    paths[name] = *path;
+  }
+  ASSERT_OK_AND_ASSIGN(uint64_t n, b_->Seal(step.ino));
+  EXPECT_EQ(n, 3u);
+  ASSERT_NO_FATAL_FAILURE(WriteDirectly(paths["written_on"], want["written_on"].size(), "after the seal"));
+  EXPECT_OK(a_->EndDirectWrite(inos["kept"]));
+  EXPECT_EQ(a_->EndDirectWrite(inos["written_on"]).code(), EROFS);
+  for (Store* h : {a_.get(), b_.get()}) {
+    for (const auto& [name, data] : want) {
+      h->Reread(inos[name]);
+      ASSERT_OK_AND_ASSIGN(Attr attr, h->GetAttr(inos[name]));
+      EXPECT_TRUE(attr.sealed) << name;
+      EXPECT_EQ(attr.size, data.size()) << name;
+      ASSERT_OK_AND_ASSIGN(std::string got, ReadAll(h, inos[name]));
+      EXPECT_TRUE(got == data) << name << ": " << got.size() << " bytes";
+    }
+  }
+  ASSERT_OK(b_->Close());
+  b_.reset();
+  ASSERT_OK(a_->Close());
+  a_.reset();
+  ASSERT_OK_AND_ASSIGN(FsckReport report, engine::Fsck(dir_.store(), FsckOptions()));
+  EXPECT_TRUE(report.clean());
+  for (const FsckFinding& f : report.findings) EXPECT_TRUE(f.informational) << f.kind << " " << f.path << ": " << f.detail;
 }
 
 // A removal inside a held tree stops its host reading the snapshot; the
