@@ -27,6 +27,8 @@ For 1, 2 and 4 mounts (--mounts) of a fresh shared store, each its own host:
             again cold. With several mounts, all of them then read all of
             step_1 at once, cold, each in a process of its own: the
             slowest one's files/s, and its ratio to the last mount alone.
+            The rank files are moved into step_1 before the seal and read
+            the same way after the tree (MB/s), alone and at once.
             The share of the machine's CPUs busy (/proc/stat) during the
             restore alone and during the one at once.
 The embedded store (one mount) and the plain directory (one writer) do the
@@ -145,6 +147,18 @@ def timed_read(root, dirs, size, start_at):
     t0 = time.monotonic()
     n, _ = read_dirs(root, dirs, size)
     return n / (time.monotonic() - t0)
+
+
+def read_ranks(root, ranks, size):
+    """Reads rank files 0..ranks-1 under `root`; returns their bytes."""
+    return sum(read_rank(os.path.join(root, "rank_%d.distcp" % k), k, size) for k in range(ranks))
+
+
+def timed_ranks(root, ranks, size, start_at):
+    """read_ranks from `start_at`; returns MB/s."""
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    t0 = time.monotonic()
+    return read_ranks(root, ranks, size) / MiB / (time.monotonic() - t0)
 
 
 def run_all(fns):
@@ -290,9 +304,14 @@ class Setup:
 
 
     def sealed_restore(self, out):
-        """Seals step_1 from mount 1 (not the plain directory), then, cold,
-        the last mount (another host, with several) reads all of it."""
+        """Moves the rank files into step_1 and seals it from mount 1 (not
+        the plain directory); then, cold, the last mount (another host, with
+        several) reads all of it."""
         a = self.args
+        writers = max(1, self.n)
+        for k in range(writers):
+            name = "rank_%d.distcp" % k
+            os.rename(os.path.join(self.roots()[0], name), os.path.join(self.roots()[0], "step_1", name))
         if self.n:
             t0 = time.monotonic()
             os.setxattr(os.path.join(self.roots()[0], "step_1"), "user.ckptfs.seal", b"1")
@@ -327,6 +346,13 @@ class Setup:
             asked = trips() - r0 - own
             out["sealed_round_trips_per_file"] = asked / n
             out["sealed_restore_round_trips_per_file"] = max(0.0, asked - idle * elapsed) / n
+        ranks = writers * a.rank_size
+        s0 = served() if served else None
+        t0 = time.monotonic()
+        read_ranks(root, writers, a.rank_size)
+        out["sealed_rank_mb_s"] = ranks / MiB / (time.monotonic() - t0)
+        if served:
+            out["sealed_rank_storage_copies"] = (served() - s0) / ranks
         if self.n > 1:
             # Every mount, cold again, reads all of step_1 at once, each in a
             # process of its own; the slowest against the last mount alone.
@@ -342,8 +368,18 @@ class Setup:
                 out["sealed_all_cpus_busy"] = busy_since(c0)
                 if served:
                     out["sealed_all_storage_copies"] = (served() - s0) / tree
+                # Then every rank file, all mounts at once again.
+                start_at = time.monotonic() + 1.0
+                futures = [ex.submit(timed_ranks, os.path.join(r, "step_1"), writers, a.rank_size,
+                                     start_at) for r in self.roots()]
+                s0 = served() if served else None
+                mb_s = [f.result() for f in futures]
+                if served:
+                    out["sealed_all_rank_storage_copies"] = (served() - s0) / ranks
             out["sealed_all_files_s"] = min(rates)
             out["sealed_all_x_alone"] = min(rates) / out["sealed_restore_files_s"]
+            out["sealed_all_rank_mb_s"] = min(mb_s)
+            out["sealed_all_rank_x_alone"] = min(mb_s) / out["sealed_rank_mb_s"]
 
 
 def fmt(v, digits=0):
@@ -360,13 +396,17 @@ def print_table(results):
           "| of them beyond its idle polls | its idle polls/s "
           "| sealed, every mount at once, the slowest's files/s | x the last mount alone "
           "| CPUs busy, alone / at once "
-          "| bytes the storage served, x the tree: alone / at once |")
-    print("| --- |" + " ---: |" * 22)
+          "| bytes the storage served, x the tree: alone / at once "
+          "| sealed rank files, last mount alone, MB/s | every mount at once, the slowest's MB/s "
+          "| x alone | bytes the storage served, x the rank files: alone / at once |")
+    print("| --- |" + " ---: |" * 26)
     for r in results:
         share = r.get("pg_wait_share")
         busy = [r.get(k) for k in ("sealed_restore_cpus_busy", "sealed_all_cpus_busy")]
         copies = [r.get(k) for k in ("sealed_storage_copies", "sealed_all_storage_copies")]
-        print("| %s |" % r["setup"] + " %s |" * 22 % (
+        rank_copies = [r.get(k) for k in ("sealed_rank_storage_copies",
+                                          "sealed_all_rank_storage_copies")]
+        print("| %s |" % r["setup"] + " %s |" * 26 % (
             fmt(r["create_files_s"]), fmt(r["create_files_s"] / plain["create_files_s"], 2),
             fmt(r["create_files_s"] / emb["create_files_s"], 2),
             fmt(r["ranks_mb_s"]), fmt(r["ranks_mb_s"] / plain["ranks_mb_s"], 2),
@@ -383,7 +423,10 @@ def print_table(results):
             fmt(r.get("idle_round_trips_s"), 1),
             fmt(r.get("sealed_all_files_s")), fmt(r.get("sealed_all_x_alone"), 2),
             " / ".join("-" if b is None else "%.0f%%" % (100 * b) for b in busy),
-            " / ".join(fmt(c, 2) for c in copies)))
+            " / ".join(fmt(c, 2) for c in copies),
+            fmt(r["sealed_rank_mb_s"]), fmt(r.get("sealed_all_rank_mb_s")),
+            fmt(r.get("sealed_all_rank_x_alone"), 2),
+            " / ".join(fmt(c, 2) for c in rank_copies)))
 
 
 def main():

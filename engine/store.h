@@ -154,6 +154,8 @@ struct EngineStats {
   // asked for and of those refused (a name it does not serve), bytes sent.
   uint64_t peer_connections = 0, peer_refused = 0, peer_requests = 0, peer_bad_requests = 0;
   uint64_t peer_bytes_served = 0;
+  // What the blocks it serves hold in peer_cache_dir's file now.
+  uint64_t peer_cache_file_bytes = 0;
   // Ranges of sealed files this mount read from peers and their bytes;
   // reads from peers that failed (refused, timed out, short) and ranges
   // that failed their checksum, both then read from the storage.

@@ -186,9 +186,16 @@ Status StoreImpl::StartPeers() {
   CKPTFS_ASSIGN_OR_RETURN(
       const std::string listen,
       PeerListenAddress(options_.peers, options_.peers.empty() ? kv()->LocalAddress() : ""));
-  served_ = std::make_unique<RangeCache>(
-      options_.peer_cache, [this](const std::string& name, uint64_t offset, size_t len,
-                                  char* dst) { return ReadStoreFile(name, offset, len, dst); });
+  RangeCache::Loader load = [this](const std::string& name, uint64_t offset, size_t len,
+                                   char* dst) { return ReadStoreFile(name, offset, len, dst); };
+  if (options_.peer_cache_dir.empty()) {
+    served_ = std::make_unique<RangeCache>(options_.peer_cache, std::move(load));
+  } else {
+    Result<std::unique_ptr<RangeCache>> cache =
+        RangeCache::InDirectory(options_.peer_cache, std::move(load), options_.peer_cache_dir);
+    if (!cache.ok()) return cache.status().Annotate("peer_cache_dir=" + options_.peer_cache_dir);
+    served_ = std::move(*cache);
+  }
   CKPTFS_ASSIGN_OR_RETURN(
       peers_, PeerService::Start(kv(), host_.name(), listen, dir_, env_,
                                  [this](const std::string& name, uint64_t offset, size_t len,

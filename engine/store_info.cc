@@ -101,6 +101,7 @@ Result<EngineStats> StoreImpl::GetStats() {
     s.peer_bad_requests = served.bad_requests;
     s.peer_bytes_served = served.bytes_served;
   }
+  if (served_ != nullptr) s.peer_cache_file_bytes = served_->stats().file_bytes;
   if (peer_reads_ != nullptr) {
     const PeerReads::Stats read = peer_reads_->stats();
     s.peer_reads = read.reads;
@@ -200,7 +201,13 @@ EngineMemory EngineMemoryBound(const StoreOptions& options) {
   m.verified_blocks = std::max<uint64_t>(VerifiedBlocks::kBytes, options.max_record_bytes);
   if (!options.meta.empty()) m.sealed_snapshots = HeldSnapshots::MaxMemory();
   if (!options.meta.empty() && !options.read_only && options.peers != "off") {
-    m.peer_ranges = options.peer_cache + uint64_t{kPeerConnections} * kPeerMaxRead;
+    // With peer_cache_dir the blocks are on its disk; memory holds their
+    // table (a few dozen bytes each, counted at 256) and a block being
+    // written there per reader.
+    const uint64_t blocks = options.peer_cache_dir.empty()
+                                ? options.peer_cache
+                                : (options.peer_cache / RangeCache::kBlockBytes + RangeCache::kSpareSlots) * 256;
+    m.peer_ranges = blocks + uint64_t{kPeerConnections} * kPeerMaxRead;
   }
   return m;
 }

@@ -61,6 +61,10 @@ struct StoreOptions {
   // its peers, kept until other blocks need the room (peers=off: none).
   // Default: 128 MiB. Fixed while open.
   uint64_t peer_cache = 128ull << 20;
+  // A shared store: a directory on a local disk where those blocks are kept
+  // instead of memory, `peer_cache` bytes of it, in a file that goes with
+  // the mount. Default: empty, in memory. Fixed while open.
+  std::string peer_cache_dir;
   // A shared store: seconds a peer may take to connect or to send what it
   // was asked for before this mount reads the storage itself. Default: 2.
   // Fixed while open.

@@ -117,6 +117,12 @@ constexpr OptionSpec kOptions[] = {
      .field = kStoreField<&StoreOptions::peer_cache>,
      .help = "a shared store: memory for the blocks of the files this mount serves the other "
              "hosts, so that the storage serves each once"},
+    {.name = "peer_cache_dir",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::peer_cache_dir>,
+     .help = "a shared store: a directory on a local disk that keeps those blocks instead of "
+             "memory (peer_cache bytes of it, in a file that goes with the mount)",
+     .placeholder = "DIR"},
     {.name = "peer_timeout",
      .type = OptionType::kSeconds,
      .field = kStoreField<&StoreOptions::peer_timeout>,

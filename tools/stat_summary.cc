@@ -165,6 +165,9 @@ void StoreRows(const Json& j, Rows* rows) {
     if (const uint64_t n = Count(j, "/engine/peer_refused")) {
       text += ", " + Plural(n, "connection refused", "connections refused");
     }
+    if (const uint64_t n = Count(j, "/engine/peer_cache_file_bytes")) {
+      text += "; " + HumanBytes(n) + " kept on disk";
+    }
     rows->emplace_back("peers", text);
   }
 }

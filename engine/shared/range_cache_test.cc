@@ -1,9 +1,14 @@
 // RangeCache over a loader that counts its reads: each block loaded once
 // however many readers want it, the bound kept, a file that grew read
-// again where it had ended.
+// again where it had ended; the same with the blocks kept in a file.
 #include "engine/shared/range_cache.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -139,6 +144,121 @@ TEST(RangeCacheTest, ManyReadersOfOneRangeLoadItOnce) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(files.loads_, 8);
+}
+
+// A directory of its own, removed with what is left in it.
+class Dir {
+ public:
+  Dir() {
+    char tmpl[] = "/tmp/ckptfs-range-cache-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~Dir() {
+    for (const std::string& n : Names()) ::unlink((path_ + "/" + n).c_str());
+    ::rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(path_.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+      }
+      ::closedir(d);
+    }
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(RangeCacheTest, BlocksInADirectoryAreKeptInAFileWithoutAName) {
+  Files files;
+  files.SetSize("segments/a", 6 * kBlock + 100);
+  Dir dir;
+  Result<std::unique_ptr<RangeCache>> made = RangeCache::InDirectory(4 * kBlock, files.loader(), dir.path());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  RangeCache& c = **made;
+  EXPECT_TRUE(Read(&c, "segments/a", kBlock - 10, 2 * kBlock) ==
+              Expected("segments/a", kBlock - 10, 2 * kBlock));
+  EXPECT_EQ(Read(&c, "segments/a", 6 * kBlock, 1000), Expected("segments/a", 6 * kBlock, 100));
+  EXPECT_EQ(files.loads_, 4);  // blocks 0-2 and 6
+  EXPECT_TRUE(Read(&c, "segments/a", 0, 3 * kBlock) == Expected("segments/a", 0, 3 * kBlock));
+  EXPECT_EQ(files.loads_, 4);  // from the file
+  RangeCache::Stats st = c.stats();
+  EXPECT_EQ(st.held_bytes, 0u);
+  EXPECT_EQ(st.file_bytes, 3 * kBlock + 100);
+  EXPECT_TRUE(dir.Names().empty());
+  // The bound: the least recently used go, their slots taken again.
+  for (uint64_t b = 0; b < 7; b++) {
+    const uint64_t at = b * kBlock + 5;
+    EXPECT_TRUE(Read(&c, "segments/a", at, 50) == Expected("segments/a", at, 50)) << b;
+  }
+  EXPECT_LE(c.stats().file_bytes, 4 * kBlock);
+  EXPECT_EQ(Read(&c, "segments/a", 6 * kBlock, 100), Expected("segments/a", 6 * kBlock, 100));
+  EXPECT_EQ(Read(&c, "segments/a", 0, 10), Expected("segments/a", 0, 10));
+  c.Clear();
+  EXPECT_EQ(c.stats().file_bytes, 0u);
+  EXPECT_EQ(Read(&c, "segments/a", 3 * kBlock, 10), Expected("segments/a", 3 * kBlock, 10));
+}
+
+TEST(RangeCacheTest, ADirectoryThatCannotHoldTheFileIsNamedInTheError) {
+  Files files;
+  Result<std::unique_ptr<RangeCache>> made =
+      RangeCache::InDirectory(kBlock, files.loader(), "/nonexistent/peer-cache");
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), ENOENT);
+  EXPECT_NE(made.status().message().find("/nonexistent/peer-cache"), std::string::npos)
+      << made.status().ToString();
+}
+
+TEST(RangeCacheTest, BlocksAFullDiskCannotTakeAreReadButNotKept) {
+  Files files;
+  files.SetSize("data/x", 8 * kBlock);
+  Dir dir;
+  Result<std::unique_ptr<RangeCache>> made = RangeCache::InDirectory(64 * kBlock, files.loader(), dir.path());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  // Files of this process end at 2 MiB: writes past it fail (EFBIG), as on
+  // a disk that is full.
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const sighandler_t was = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 2 * kBlock;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  for (uint64_t b = 0; b < 8; b++) {
+    EXPECT_EQ(Read(&**made, "data/x", b * kBlock, 100), Expected("data/x", b * kBlock, 100)) << b;
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  ::signal(SIGXFSZ, was);
+  EXPECT_EQ((*made)->stats().file_bytes, 2 * kBlock);
+  EXPECT_EQ(files.loads_, 8);
+  EXPECT_EQ(Read(&**made, "data/x", 7 * kBlock, 100), Expected("data/x", 7 * kBlock, 100));
+  EXPECT_EQ(files.loads_, 9);  // not kept: loaded again
+  EXPECT_EQ(Read(&**made, "data/x", 0, 100), Expected("data/x", 0, 100));
+  EXPECT_EQ(files.loads_, 9);  // kept
+}
+
+TEST(RangeCacheTest, ReadersOfAFileCacheSmallerThanWhatTheyReadGetTheRightBytes) {
+  Files files;
+  files.SetSize("segments/a", 16 * kBlock);
+  Dir dir;
+  Result<std::unique_ptr<RangeCache>> made = RangeCache::InDirectory(2 * kBlock, files.loader(), dir.path());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 6; t++) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 40; i++) {
+        const uint64_t at = ((i * 7 + static_cast<uint64_t>(t) * 3) % 16) * kBlock + 333;
+        if (Read(&**made, "segments/a", at, 70000) != Expected("segments/a", at, 70000)) wrong++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_LE((*made)->stats().file_bytes, 2 * kBlock);
 }
 
 }  // namespace

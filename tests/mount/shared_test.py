@@ -794,6 +794,45 @@ class SharedStoreTest(unittest.TestCase):
         self.assertTrue(victim.stats().get("peer_address"))
         self.read_files(victim, files)
 
+    def test_hosts_keep_what_they_serve_in_a_cache_directory(self):
+        """peer_cache_dir: the blocks a host serves are kept in an unnamed
+        file in that directory, not in memory; a directory that cannot
+        hold it fails the mount, naming the option."""
+        dirs = []
+        for k, m in enumerate(self.mounts):
+            d = os.path.join(self.tmp, "peer_cache_%d" % k)
+            os.mkdir(d)
+            dirs.append(d)
+            m.remount(m.options + ["peer_cache_dir=" + d])
+        m1 = self.mounts[0]
+        files = self.write_params(m1, "step_1", range(60))
+        os.setxattr(m1.path("step_1"), "user.ckptfs.seal", b"1")
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        for m in self.mounts[1:]:
+            self.read_files(m, files)
+        stats = [m.stats() for m in self.mounts]
+        kept = [s["engine"]["peer_cache_file_bytes"] for s in stats]
+        self.assertGreater(sum(kept), 0, kept)
+        self.assertEqual(sum(s["engine"]["peer_read_bytes"] for s in stats),
+                         sum(s["engine"]["peer_bytes_served"] for s in stats))
+        for s in stats:
+            self.assertEqual(s["memory"]["held"]["peer_ranges"], 0, s["memory"])
+        for d in dirs:
+            self.assertEqual(os.listdir(d), [])
+        text = subprocess.run([harness.ckptfs_bin(), "stat", self.mounts[kept.index(max(kept))].mnt],
+                              capture_output=True, text=True, check=True).stdout
+        self.assertIn("kept on disk", text)
+        m3 = self.mounts[2]
+        m3.unmount()
+        bad = harness.Mount(self.stores[HOSTS[2]], os.path.join(self.tmp, "mnt_bad"),
+                            ["host=h3", "peer_cache_dir=" + os.path.join(self.tmp, "missing")])
+        with self.assertRaises(harness.HarnessError) as e:
+            bad.mount()
+        self.assertIn("peer_cache_dir", str(e.exception))
+        m3.mount()
+        self.read_files(m3, files)
+
     def test_host_name_taken(self):
         other = harness.Mount(self.store, os.path.join(self.tmp, "mnt_dup"), ["host=h2"])
         with self.assertRaises(harness.HarnessError) as e:
