@@ -19,6 +19,9 @@ PACKAGES=(
   # The network-filesystem bed (tests/mount/netfs_bed.py): a private sshd
   # of the tests' own, one sshfs client per host.
   openssh-server openssh-client sshfs
+  # The object-storage bed (tests/mount/ceph_bed.py): a one-node Ceph
+  # cluster of the tests' own (a monitor, an OSD, radosgw).
+  ceph-mon ceph-osd radosgw ceph-common
 )
 
 missing=()

@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""The object-storage bed: a one-node Ceph cluster of the tests' own, under
+a temporary directory, on 127.0.0.1 and ports of its own, as a store whose
+data lives in RADOS or S3 would reach a real one.
+
+    import ceph_bed
+    bed = ceph_bed.Cluster(tmp)             # a monitor and one OSD: RADOS
+    bed = ceph_bed.Cluster(tmp, s3=True)    # and radosgw: S3 on bed.s3_endpoint
+    bed.rados("put", "name", path, pool=bed.pool)
+    bed.kill_osd(); bed.start_osd()         # the OSD killed with -9, started again
+    bed.stop()                              # radosgw, the OSD, the monitor
+
+The monitor (no manager: nothing here needs one) and the OSD (BlueStore on
+a sparse file beside its data directory) run as the harness session's
+servers (ckptfs_harness.py), so that they go whatever way the test ends.
+Authentication is off (`auth ... = none`): only this machine reaches the
+cluster, on 127.0.0.1. Clients find it through bed.conf (ceph.conf), as
+they find a real cluster through /etc/ceph; `pool` is a pool of size 1
+made for the tests. radosgw answers S3 with a user of the bed's
+(bed.access_key, bed.secret_key).
+
+Needs Ceph's packages (scripts/install-deps.sh installs ceph-mon, ceph-osd,
+radosgw and ceph-common). Starts in about 6-10 s.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import ckptfs_harness as harness
+
+START_S = 60
+TOOLS = ("ceph-mon", "ceph-osd", "monmaptool", "ceph", "rados")
+
+
+def unavailable(s3=False):
+    """Why the bed cannot run here, or None."""
+    for tool in TOOLS + (("radosgw", "radosgw-admin") if s3 else ()):
+        if shutil.which(tool) is None:
+            return "%s is missing (scripts/install-deps.sh installs Ceph's packages)" % tool
+    return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CONF = """[global]
+fsid = {fsid}
+mon host = v2:127.0.0.1:{mon_port}
+mon initial members = a
+public addr = 127.0.0.1
+auth cluster required = none
+auth service required = none
+auth client required = none
+# With authentication off, radosgw and radosgw-admin reach the monitor
+# only in these modes.
+ms mon client mode = crc secure
+run dir = {dir}/run
+admin socket = {dir}/run/$name.asok
+pid file = {dir}/run/$name.pid
+log file = {dir}/log/$name.log
+keyring = {dir}/keyring
+# One OSD: pools of one copy, placement over OSDs, not hosts.
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+# Starts in seconds, not tens of them.
+paxos propose interval = 0.05
+mon data avail warn = 1
+mon data avail crit = 0
+mon data = {dir}/$name
+osd data = {dir}/$name
+osd objectstore = bluestore
+# The block file outside the OSD's data directory, sparse.
+bluestore block path = {dir}/$name.block
+bluestore block create = true
+bluestore block size = {block_bytes}
+bluestore fsck on mkfs = false
+osd memory target = 1073741824
+
+[client.rgw.a]
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
+rgw data = {dir}/rgw
+rgw dns name = 127.0.0.1
+"""
+
+
+class Cluster:
+    def __init__(self, tmp, s3=False, block_gib=8):
+        why = unavailable(s3)
+        if why:
+            raise harness.HarnessError(why)
+        self.dir = os.path.join(tmp, "ceph")
+        for sub in ("run", "log", "mon.a", "osd.0", "rgw"):
+            os.makedirs(os.path.join(self.dir, sub))
+        self.mon_port = free_port()
+        self.rgw_port = free_port() if s3 else None
+        self.conf = os.path.join(self.dir, "ceph.conf")
+        self.log = os.path.join(self.dir, "bed.log")
+        self.fsid = str(uuid.uuid4())
+        with open(self.conf, "w") as f:
+            f.write(CONF.format(fsid=self.fsid, mon_port=self.mon_port, dir=self.dir,
+                                rgw_port=self.rgw_port or 0, block_bytes=block_gib << 30))
+        open(os.path.join(self.dir, "keyring"), "w").close()
+        self.pool = "ckptfs"
+        self.s3_endpoint = "http://127.0.0.1:%d" % self.rgw_port if s3 else None
+        self.access_key = "CKPTFSBEDACCESSKEY00"
+        self.secret_key = "ckptfs-bed-secret-key-0000000000000000000"
+        self.osd_uuid = str(uuid.uuid4())
+        self._names = []
+        self._procs = {}
+        try:
+            self._start_mon()
+            self._make_osd()
+            self.start_osd()
+            self.ceph("osd", "pool", "create", self.pool, "8")
+            self.ceph("osd", "pool", "application", "enable", self.pool, "rados")
+            if s3:
+                self._start_rgw()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- commands --
+
+    def run(self, *cmd, timeout=60, check=True):
+        r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise harness.HarnessError("ceph bed: %s: %s" % (" ".join(cmd), (r.stderr or r.stdout).strip()))
+        return r
+
+    def ceph(self, *args, timeout=60):
+        return self.run("ceph", "-c", self.conf, "--connect-timeout", "10", *args,
+                        timeout=timeout).stdout
+
+    def rados(self, *args, pool=None, timeout=60, check=True):
+        return self.run("rados", "-c", self.conf, *(["-p", pool] if pool else []), *args,
+                        timeout=timeout, check=check)
+
+    # -- the daemons --
+
+    def _server(self, name, cmd):
+        self._procs[name] = harness.session().start_server(name, cmd, self.log)
+        self._names.append(name)
+
+    def _start_mon(self):
+        monmap = os.path.join(self.dir, "monmap")
+        self.run("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
+                 "[v2:127.0.0.1:%d]" % self.mon_port, monmap)
+        self.run("ceph-mon", "-c", self.conf, "--mkfs", "-i", "a", "--monmap", monmap)
+        self._server("ceph-mon-%d" % self.mon_port, ["ceph-mon", "-f", "-c", self.conf, "-i", "a"])
+        self._wait("the monitor", lambda: self.run("ceph", "-c", self.conf, "--connect-timeout", "5",
+                                                    "mon", "stat", check=False).returncode == 0)
+
+    def _make_osd(self):
+        osd_id = self.ceph("osd", "new", self.osd_uuid).strip()
+        if osd_id != "0":
+            raise harness.HarnessError("ceph bed: the OSD got id %r" % osd_id)
+        self.run("ceph-osd", "-c", self.conf, "-i", "0", "--mkfs", "--osd-uuid", self.osd_uuid,
+                 timeout=120)
+
+    def osd_up(self):
+        r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "osd", "stat", "-f", "json",
+                     check=False)
+        if r.returncode != 0:
+            return False
+        return json.loads(r.stdout).get("num_up_osds", 0) == 1
+
+    def start_osd(self):
+        self._server("ceph-osd-%d" % self.mon_port, ["ceph-osd", "-f", "-c", self.conf, "-i", "0"])
+        self._wait("the OSD", self.osd_up)
+
+    def kill_osd(self):
+        """The OSD killed with -9 (it comes back with start_osd)."""
+        name = "ceph-osd-%d" % self.mon_port
+        proc = self._procs.pop(name)
+        proc.kill()
+        proc.wait()
+        harness.session().stop_server(name)  # forgets it
+        self._names.remove(name)
+
+    def _start_rgw(self):
+        self._server("radosgw-%d" % self.rgw_port,
+                     ["radosgw", "-f", "-c", self.conf, "-n", "client.rgw.a"])
+
+        def answers():
+            try:
+                urllib.request.urlopen(self.s3_endpoint, timeout=2).read()
+                return True
+            except urllib.error.HTTPError:
+                return True  # an S3 error: it answers
+            except OSError:
+                return False
+        self._wait("radosgw", answers)
+        self.run("radosgw-admin", "-c", self.conf, "-n", "client.rgw.a", "user", "create",
+                 "--uid", "ckptfs", "--display-name", "ckptfs", "--access-key", self.access_key,
+                 "--secret", self.secret_key, timeout=120)
+
+    def _wait(self, what, ready):
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(0.2)
+        tail = ""
+        try:
+            with open(self.log, errors="replace") as f:
+                tail = f.read()[-2000:]
+        except OSError:
+            pass
+        raise harness.HarnessError("ceph bed: %s did not come up in %d s; its log: %s"
+                                   % (what, START_S, tail))
+
+    def stop(self):
+        """radosgw, the OSD, the monitor: the reverse of their start."""
+        for name in reversed(self._names):
+            harness.session().stop_server(name)
+        self._names = []
