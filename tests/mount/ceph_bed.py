@@ -26,7 +26,6 @@ radosgw and ceph-common). Starts in about 6-10 s.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -45,12 +44,6 @@ def unavailable(s3=False):
         if shutil.which(tool) is None:
             return "%s is missing (scripts/install-deps.sh installs Ceph's packages)" % tool
     return None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 CONF = """[global]
@@ -108,8 +101,8 @@ class Cluster:
         self.dir = os.path.join(tmp, "ceph")
         for sub in ("run", "log", "mon.a", "osd.0", "rgw"):
             os.makedirs(os.path.join(self.dir, sub))
-        self.mon_port = free_port()
-        self.rgw_port = free_port() if s3 else None
+        self.mon_port = harness.free_port()
+        self.rgw_port = harness.free_port() if s3 else None
         self.conf = os.path.join(self.dir, "ceph.conf")
         self.log = os.path.join(self.dir, "bed.log")
         self.fsid = str(uuid.uuid4())

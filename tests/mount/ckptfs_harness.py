@@ -61,6 +61,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,14 @@ def process_gone(pid, start=None):
     fields = proc_stat(pid)
     return (fields is None or fields[0] == "Z" or
             (start is not None and int(fields[19]) != start))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server of
+    a test's own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_pid_gone(pid, timeout, start=None):

@@ -55,12 +55,6 @@ def unavailable():
     return None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Bed:
     def __init__(self, tmp, rate_mb_s=None):
         why = unavailable()
@@ -69,7 +63,7 @@ class Bed:
         self.dir = os.path.join(tmp, "netfs")
         self.export = os.path.join(self.dir, "export")
         os.makedirs(self.export)
-        self.port = free_port()
+        self.port = harness.free_port()
         self.name = "sshd-%d" % self.port
         self.log = os.path.join(self.dir, "bed.log")
         self.hosts = {}  # host -> its mountpoint
