@@ -212,18 +212,28 @@ Result<size_t> StoreImpl::ReadStoreFile(const std::string& name, uint64_t offset
   const std::string base = slash == std::string::npos ? "" : name.substr(slash + 1);
   uint64_t id = 0;
   if (dir == format::kSegmentsDirName && format::ParseSegmentFileName(base, &id)) {
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_->ReadUpTo(id, offset, len, dst));
-    counters_.backing_reads++;
-    counters_.backing_read_bytes += n;
-    return n;
+    return ReadSegmentBytes(id, offset, len, dst);
   }
   if (dir == format::kDataDirName && format::ParseDataFileName(base, &id)) {
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n, data_files_->ReadUpTo(id, offset, len, dst));
-    counters_.data_file_reads++;
-    counters_.data_file_read_bytes += n;
-    return n;
+    return ReadDataFileBytes(id, offset, len, dst, /*once=*/false);
   }
   return Status(EACCES, name + " is not a file this store serves");
+}
+
+Result<size_t> StoreImpl::ReadSegmentBytes(uint64_t id, uint64_t offset, size_t len, char* dst) {
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_->ReadUpTo(id, offset, len, dst));
+  counters_.backing_reads++;
+  counters_.backing_read_bytes += n;
+  return n;
+}
+
+Result<size_t> StoreImpl::ReadDataFileBytes(uint64_t ino, uint64_t offset, size_t len, char* dst,
+                                            bool once) {
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, once ? data_files_->ReadOnce(ino, offset, len, dst)
+                                               : data_files_->ReadUpTo(ino, offset, len, dst));
+  counters_.data_file_reads++;
+  counters_.data_file_read_bytes += n;
+  return n;
 }
 
 Status StoreImpl::ClaimHost() {

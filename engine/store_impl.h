@@ -657,6 +657,11 @@ class StoreImpl final : public Store {
   // Up to `len` bytes of the store's file `name` (segments/..., data/...)
   // at `offset`, from the storage: RangeCache's loader.
   Result<size_t> ReadStoreFile(const std::string& name, uint64_t offset, size_t len, char* dst);
+  // Up to `len` bytes of segment `id` or of inode `ino`'s data file (`once`:
+  // read past the page cache, DataFiles::ReadOnce) at `offset` from the
+  // storage, counted in the backing or data-file read counters.
+  Result<size_t> ReadSegmentBytes(uint64_t id, uint64_t offset, size_t len, char* dst);
+  Result<size_t> ReadDataFileBytes(uint64_t ino, uint64_t offset, size_t len, char* dst, bool once);
   // Up to `len` bytes at `offset` of the store's file `name` for a read of
   // a sealed file, from where PeerReads routes it: `*from` is the address
   // of the peer they came from, "self" for this host's RangeCache, empty

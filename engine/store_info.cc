@@ -201,13 +201,8 @@ EngineMemory EngineMemoryBound(const StoreOptions& options) {
   m.verified_blocks = std::max<uint64_t>(VerifiedBlocks::kBytes, options.max_record_bytes);
   if (!options.meta.empty()) m.sealed_snapshots = HeldSnapshots::MaxMemory();
   if (!options.meta.empty() && !options.read_only && options.peers != "off") {
-    // With peer_cache_dir the blocks are on its disk; memory holds their
-    // table (a few dozen bytes each, counted at 256) and a block being
-    // written there per reader.
-    const uint64_t blocks = options.peer_cache_dir.empty()
-                                ? options.peer_cache
-                                : (options.peer_cache / RangeCache::kBlockBytes + RangeCache::kSpareSlots) * 256;
-    m.peer_ranges = blocks + uint64_t{kPeerConnections} * kPeerMaxRead;
+    m.peer_ranges = RangeCache::MemoryBound(options.peer_cache, !options.peer_cache_dir.empty()) +
+                    uint64_t{kPeerConnections} * kPeerMaxRead;
   }
   return m;
 }

@@ -19,17 +19,14 @@ Status StoreImpl::CommitAttrs(InodeState* s, meta::Writes* batch, bool sync, met
     return meta::CommitWrites(kv(), batch, d);  // changes no extent map
   }
   const format::InodeValue base = s->attr;
-  const meta::RetryPolicy policy;
-  for (int attempt = 1;; ++attempt) {
-    if (attempt > 1) meta::Backoff(policy, attempt);
-    CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<meta::Txn> t, kv()->Begin());
-    CKPTFS_RETURN_IF_ERROR(RefreshLocked(s, t.get()));
+  return RunChange([&](Txn& t) NO_THREAD_SAFETY_ANALYSIS -> Status {  // s->mu is held
+    CKPTFS_RETURN_IF_ERROR(RefreshLocked(s, t.reader()));
     CKPTFS_RETURN_IF_ERROR(Unsealed(s->ino, s->attr, "change"));
     s->attr = base;  // what the change was made from; the caller sets the new
-    Status c = CommitIn(t.get(), batch, d);
+    Status c = CommitIn(t.index.get(), batch, d);
     if (c.ok() && sync) c = MakeDurable();
-    if (!meta::IsConflict(c) || attempt >= policy.max_attempts) return c;
-  }
+    return c;
+  });
 }
 
 bool StoreImpl::OwnNew(meta::Writes* b, uint64_t ino, bool dir) {

@@ -136,13 +136,11 @@ Status StoreImpl::ServeBackingRead(const BackingRead& br, RecordUse use,
     rb.bytes.reset(new char[br.length]);
   }
   auto from_storage = [&]() -> Result<size_t> {
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n, segments_->ReadUpTo(br.segment_id, br.offset,
-                                                                br.length, rb.bytes.get()));
+    CKPTFS_ASSIGN_OR_RETURN(const size_t n,
+                            ReadSegmentBytes(br.segment_id, br.offset, br.length, rb.bytes.get()));
     // The kernel caches what this read returns: the segment file's pages
     // of it need not stay cached too.
     if (rb.pass_through) segments_->Evict(br.segment_id, br.offset, n);
-    counters_.backing_reads++;
-    counters_.backing_read_bytes += n;
     return n;
   };
   rb.sealed = sealed;
@@ -279,13 +277,7 @@ RecordData StoreImpl::DecodeRecordAt(ReadBuffer* rb, uint64_t pos, Status* err, 
   RecordData d;
   Status s = ReadIntact(
       format::SegmentFileName(br.segment_id), br.offset + n, missing, tail, rb->sealed,
-      [&]() -> Result<size_t> {
-        CKPTFS_ASSIGN_OR_RETURN(const size_t m,
-                                segments_->ReadUpTo(br.segment_id, br.offset + n, missing, tail));
-        counters_.backing_reads++;
-        counters_.backing_read_bytes += m;
-        return m;
-      },
+      [&] { return ReadSegmentBytes(br.segment_id, br.offset + n, missing, tail); },
       [&](size_t m) {
         d = DecodeRecordIn(rb, rec, whole, (n - pos) + m, br.offset + pos, 0, err);
         return d != nullptr ? Status::OK() : *err;
@@ -473,14 +465,7 @@ Status StoreImpl::ReadExtentsOnce(Ino ino, const std::vector<Extent>& ex, uint64
 }
 
 Status StoreImpl::ReadDataFileBlock(Ino ino, const format::ExtentValue& v, bool once, char* dst) {
-  auto from_storage = [&]() -> Result<size_t> {
-    CKPTFS_ASSIGN_OR_RETURN(const size_t n,
-                            once ? data_files_->ReadOnce(ino, v.record_offset, v.stored_len, dst)
-                                 : data_files_->ReadUpTo(ino, v.record_offset, v.stored_len, dst));
-    counters_.data_file_reads++;
-    counters_.data_file_read_bytes += n;
-    return n;
-  };
+  auto from_storage = [&] { return ReadDataFileBytes(ino, v.record_offset, v.stored_len, dst, once); };
   return ReadIntact(format::DataFileName(ino), v.record_offset, v.stored_len, dst,
                     peer_reads_ != nullptr && sealed_.Contains(ino), from_storage,
                     [&](size_t n) {

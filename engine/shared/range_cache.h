@@ -63,6 +63,12 @@ class RangeCache {
   // Slots of the file beyond `capacity`: blocks dropped while a read still
   // copies out of them hold theirs until it is done.
   static constexpr uint64_t kSpareSlots = 64;
+  // The most memory a cache of `capacity` holds: its blocks, or with the
+  // blocks in a file (InDirectory) their table, a few dozen bytes a block
+  // counted at 256.
+  static uint64_t MemoryBound(uint64_t capacity, bool in_file) {
+    return in_file ? (capacity / kBlockBytes + kSpareSlots) * 256 : capacity;
+  }
 
  private:
   class SlotFile;
