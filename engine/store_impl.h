@@ -65,6 +65,7 @@
 #include "engine/sealed_inodes.h"
 #include "engine/shared/held_snapshots.h"
 #include "engine/shared/host_session.h"
+#include "engine/shared/lookup_hints.h"
 #include "engine/shared/peer_reads.h"
 #include "engine/shared/peer_service.h"
 #include "engine/shared/range_cache.h"
@@ -322,8 +323,11 @@ class StoreImpl final : public Store {
   // loaded or not: on a shared store another host may have changed them.
   // `read`: the value already read in `in` (nullopt: none), instead of a
   // read of its own.
-  Status RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read = nullptr)
-      REQUIRES(s->mu);
+  // `read_epoch`: with `read` and kLatest, the trust epoch taken before
+  // `read` was read under s->mu in a transaction of its own (HostSession::
+  // TrustEpoch), which it may be trusted in; nullopt: the epoch now.
+  Status RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read = nullptr,
+                       std::optional<uint64_t> read_epoch = std::nullopt) REQUIRES(s->mu);
   // Before a call that reports or changes attributes: LoadLocked, or on a
   // shared store (where another host may have changed them) RefreshLocked.
   Status FreshLocked(InodeState* s) REQUIRES(s->mu);
@@ -334,6 +338,14 @@ class StoreImpl final : public Store {
                    const meta::ScanFn& fn);
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name, meta::ReadTxn* in);
   Result<Attr> GetAttrOf(InodeState* s);
+  // The attributes of a fresh `s` (FreshLocked), as the kernel is told them.
+  Result<Attr> AttrLocked(InodeState* s) REQUIRES(s->mu);
+  // Lookup on an index whose reads are round trips (StoreMode::RemoteIndex)
+  // and that no held snapshot answers: the name, the parent's attributes
+  // where they are not loaded, and the inode that the name named at its
+  // last lookup (lookup_hints_) in one round trip; a second when it names
+  // another inode now.
+  Result<Attr> LookupRemote(Ino parent, std::string_view name);
   // The type and permission bits of `ino`, from its cached attributes when
   // it has them, also on a shared store (types never change; a removed
   // inode's entries and other keys are gone too); ENOENT when it is not
@@ -641,6 +653,9 @@ class StoreImpl final : public Store {
   // owns (engine/shared/host_session.h); claims nothing on an embedded
   // store or a read-only open. Declared after index_, which its watch reads.
   HostSession host_;
+  // The inode each name named at its last lookup on a shared store
+  // (LookupRemote).
+  LookupHints lookup_hints_;
   // A writable mount's server for the other hosts of a shared store
   // (engine/shared/peer_service.h); none with peers=off, on an embedded
   // store or a read-only open. Started by Init (StartPeers), stopped by

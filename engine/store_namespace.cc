@@ -52,10 +52,12 @@ Status StoreImpl::LoadLocked(InodeState* s) {
   return RefreshLocked(s, kLatest);
 }
 
-Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read) {
+Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValue* read,
+                                std::optional<uint64_t> read_epoch) {
   if (closed_) return Status(EIO, "store is closed");
   if (s->purged) return Status(ENOENT, "inode " + std::to_string(s->ino) + " was removed");
-  const uint64_t epoch = host_.TrustEpoch(s->ino);  // before the read
+  // Taken before the read.
+  const uint64_t epoch = read_epoch.has_value() ? *read_epoch : host_.TrustEpoch(s->ino);
   std::optional<HostSession::Made> m =
       mode_->OthersWrite() ? host_.TakeMade(s->ino) : std::nullopt;
   if (m.has_value() && in == nullptr && epoch != 0 && m->epoch == epoch) {
@@ -158,6 +160,10 @@ Result<format::DentryValue> StoreImpl::GetDentry(Ino parent, std::string_view na
 Result<Attr> StoreImpl::GetAttrOf(InodeState* s) {
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(FreshLocked(s));
+  return AttrLocked(s);
+}
+
+Result<Attr> StoreImpl::AttrLocked(InodeState* s) {
   Attr a = ToAttr(s->ino, s->attr);
   if (s->direct && !s->purged) {
     // The kernel writes the data file: its size and mtime are the file's.
@@ -300,10 +306,100 @@ Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
       return GetAttr(*known);
     }
   }
+  if (mode_->RemoteIndex() &&
+      HeldFor(Space::kDentries, format::DentryKey(parent, name), std::nullopt) == nullptr) {
+    return LookupRemote(parent, name);
+  }
   CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
   if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, kLatest));
   return GetAttr(d.ino);
+}
+
+namespace {
+
+// Of a lookup's values read in one snapshot (`name`: the name's; `parent`:
+// the parent's inode, null when not read): the name's entry, or why none.
+Result<format::DentryValue> EntryOf(Ino parent, std::string_view name,
+                                    const std::optional<std::string>& entry,
+                                    const std::optional<std::string>* parent_value) {
+  if (parent_value != nullptr) {
+    if (!parent_value->has_value()) {
+      return Status(ENOENT, "inode " + std::to_string(parent) + " does not exist");
+    }
+    format::InodeValue iv;
+    Status ds = format::DecodeInode(**parent_value, &iv);
+    if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(parent) + ": " + ds.message());
+    if (!S_ISDIR(iv.mode)) {
+      return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
+    }
+  }
+  if (!entry.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
+  format::DentryValue d;
+  CKPTFS_RETURN_IF_ERROR(format::DecodeDentry(*entry, &d));
+  return d;
+}
+
+}  // namespace
+
+Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name) {
+  if (closed_) return Status(EIO, "store is closed");
+  const std::string entry_key = format::DentryKey(parent, name);
+  const std::string parent_key = format::InodeKey(parent);
+  // Types never change: a loaded parent's is known.
+  bool parent_known = false;
+  {
+    InodeRef p(&inodes_, parent);
+    MutexLock l(&p->mu);
+    if (p->loaded && !p->purged) {
+      if (!S_ISDIR(p->attr.mode)) {
+        return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
+      }
+      parent_known = true;
+    }
+  }
+  // keys[0]: the name; keys[1]: the parent's inode unless known; last: the
+  // hinted inode where it is read.
+  std::vector<meta::KeyRef> keys{{Space::kDentries, entry_key}};
+  if (!parent_known) keys.push_back({Space::kInodes, parent_key});
+  auto read = [&]() -> Result<std::vector<ReadValue>> {
+    std::vector<ReadValue> values;
+    CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv(), [&](meta::ReadTxn* t) -> Status {
+      CKPTFS_ASSIGN_OR_RETURN(values, t->GetMany(keys));
+      return Status::OK();
+    }));
+    return values;
+  };
+  auto entry = [&](const std::vector<ReadValue>& v) {
+    const Result<format::DentryValue> d = EntryOf(parent, name, v[0], parent_known ? nullptr : &v[1]);
+    if (!d.ok() && d.status().code() == ENOENT) lookup_hints_.Set(entry_key, 0);
+    return d;
+  };
+  const uint64_t hint = lookup_hints_.Find(entry_key);
+  uint64_t ino = 0;
+  if (hint == 0) {
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<ReadValue> v, read());
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, entry(v));
+    ino = d.ino;
+  } else {
+    InodeRef c(&inodes_, hint);
+    MutexLock l(&c->mu);
+    // What FreshLocked would not read again.
+    const bool fresh = c->loaded && !c->purged &&
+                       ((c->attr.flags & format::kInodeSealed) != 0 || TrustedLocked(c.get()));
+    const std::string child_key = format::InodeKey(hint);
+    if (!fresh) keys.push_back({Space::kInodes, child_key});
+    const uint64_t epoch = host_.TrustEpoch(hint);  // before the read
+    CKPTFS_ASSIGN_OR_RETURN(std::vector<ReadValue> v, read());
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, entry(v));
+    if (d.ino == hint) {
+      if (!fresh) CKPTFS_RETURN_IF_ERROR(RefreshLocked(c.get(), kLatest, &v.back(), epoch));
+      return AttrLocked(c.get());
+    }
+    ino = d.ino;  // the name names another inode now
+  }
+  lookup_hints_.Set(entry_key, ino);
+  return GetAttr(ino);
 }
 
 Status StoreImpl::ReadDir(Ino ino, std::string_view after,

@@ -180,6 +180,16 @@ Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
   });
 }
 
+Result<std::vector<std::optional<std::string>>> ReadTxn::GetMany(const std::vector<KeyRef>& keys) {
+  std::vector<std::optional<std::string>> out;
+  out.reserve(keys.size());
+  for (const KeyRef& k : keys) {
+    CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, Get(k.space, k.key));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 Status RunReads(Kv* kv, const std::function<Status(ReadTxn*)>& body, const RetryPolicy& policy) {
   return Retry<ReadTxn>([kv] { return kv->BeginRead(); }, policy, body);
 }

@@ -99,6 +99,12 @@ class Writes {
   uint64_t bytes_ = 0;
 };
 
+// One key of ReadTxn::GetMany.
+struct KeyRef {
+  Space space;
+  std::string_view key;
+};
+
 // Called for each key of a Scan in order; false stops the scan.
 using ScanFn = std::function<bool(std::string_view key, std::string_view value)>;
 
@@ -144,6 +150,11 @@ class ReadTxn {
 
   // The value of `key`, merge operands applied; nullopt when there is none.
   virtual Result<std::optional<std::string>> Get(Space s, std::string_view key) = 0;
+  // The values of `keys` in their order, each as Get gives it, all from the
+  // transaction's snapshot. PostgreSQL sends them in one round trip (as
+  // JuiceFS's `gets`); the default reads them one by one.
+  virtual Result<std::vector<std::optional<std::string>>> GetMany(
+      const std::vector<KeyRef>& keys);
   // Calls `fn` for each key in [begin, end) in ascending order (end empty:
   // to the end of the space) until it returns false. The views are valid
   // during the call only.

@@ -397,6 +397,65 @@ TEST_P(KvTest, AReadOnlyTransactionReadsOneSnapshot) {
   EXPECT_EQ(Counter("n"), 6);
 }
 
+// GetMany reads keys of several spaces as Get does, in their order,
+// merges applied, from the transaction's snapshot; on PostgreSQL in one
+// round trip, whatever their number, and with the transaction's BEGIN when
+// they are its first reads.
+TEST_P(KvTest, GetManyReadsKeysOfSeveralSpacesInOneSnapshot) {
+  Write([&](Txn* t) {
+    t->Put(Space::kInodes, "i1", "one");
+    t->Put(Space::kDentries, "d1", "\0dentry\xff"s);
+    t->Merge(Space::kMeta, "n", CounterOperand(2));
+  });
+  Write([&](Txn* t) { t->Merge(Space::kMeta, "n", CounterOperand(3)); });
+  const std::vector<KeyRef> keys = {{Space::kDentries, "d1"},
+                                    {Space::kInodes, "missing"},
+                                    {Space::kMeta, "n"},
+                                    {Space::kInodes, "i1"},
+                                    {Space::kDentries, "i1"}};
+  auto r = BeginRead();
+  ASSERT_NE(r, nullptr);
+  const IndexWaits before = kv_->Waits();
+  Result<std::vector<std::optional<std::string>>> v = r->GetMany(keys);
+  const IndexWaits after = kv_->Waits();
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->size(), keys.size());
+  EXPECT_EQ((*v)[0], "\0dentry\xff"s);
+  EXPECT_EQ((*v)[1], std::nullopt);
+  ASSERT_TRUE((*v)[2].has_value());
+  EXPECT_EQ(format::GetLE64((*v)[2]->data()), 5u);
+  EXPECT_EQ((*v)[3], "one"s);
+  EXPECT_EQ((*v)[4], std::nullopt) << "a key of another space";
+  if (backend_->HasServer()) EXPECT_EQ(after.round_trips - before.round_trips, 1u);
+
+  // Commits after the first read are not seen.
+  Write([&](Txn* t) {
+    t->Put(Space::kInodes, "i1", "two");
+    t->Delete(Space::kDentries, "d1");
+    t->Put(Space::kInodes, "missing", "now");
+    t->Merge(Space::kMeta, "n", CounterOperand(10));
+  });
+  Result<std::vector<std::optional<std::string>>> again = r->GetMany(keys);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *v);
+  Result<std::vector<std::optional<std::string>>> none = r->GetMany({});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+  r.reset();
+
+  // A read-write transaction's GetMany, then a commit from what it read.
+  auto t = Begin();
+  ASSERT_NE(t, nullptr);
+  Result<std::vector<std::optional<std::string>>> w =
+      t->GetMany({{Space::kInodes, "i1"}, {Space::kDentries, "d1"}});
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ((*w)[0], "two"s);
+  EXPECT_EQ((*w)[1], std::nullopt);
+  t->Put(Space::kInodes, "i2", *(*w)[0]);
+  ASSERT_TRUE(t->Commit(Durability::kLogged).ok());
+  EXPECT_EQ(Get(Space::kInodes, "i2"), "two"s);
+}
+
 TEST_P(KvTest, ReadOnlyTransactionsNeverConflictWithWriters) {
   Write([&](Txn* t) { t->Put(Space::kMeta, "k", CounterOperand(0)); });
   for (int i = 1; i <= 3; ++i) {

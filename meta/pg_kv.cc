@@ -163,19 +163,28 @@ class PgReader : public Base {
   }
 
   Result<std::optional<std::string>> Get(Space s, std::string_view key) override {
-    const PgSpaceSql& q = sql(s);
     PgResult r;
-    CKPTFS_RETURN_IF_ERROR(Query(Stmt{q.get, {key}}, &r, std::string("get from ") + SpaceName(s)));
-    const int rows = PQntuples(r.get());
-    if (!q.merges) {
-      if (rows == 0) return std::optional<std::string>();
-      return std::optional<std::string>(std::string(Cell(r.get(), 0, 0)));
+    CKPTFS_RETURN_IF_ERROR(
+        Query(Stmt{sql(s).get, {key}}, &r, std::string("get from ") + SpaceName(s)));
+    return ValueOf(s, r);
+  }
+
+  // Every key's statement in one pipeline: one round trip.
+  Result<std::vector<std::optional<std::string>>> GetMany(
+      const std::vector<KeyRef>& keys) override {
+    if (keys.empty()) return std::vector<std::optional<std::string>>();
+    std::vector<Stmt> stmts;
+    stmts.reserve(keys.size());
+    for (const KeyRef& k : keys) stmts.push_back(Stmt{sql(k.space).get, {k.key}});
+    std::vector<PgResult> results;
+    CKPTFS_RETURN_IF_ERROR(QueryAll(std::move(stmts), &results, "get many"));
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<std::string> v, ValueOf(keys[i].space, results[i]));
+      out.push_back(std::move(v));
     }
-    Folder f(s);
-    for (int i = 0; i < rows; ++i) {
-      CKPTFS_RETURN_IF_ERROR(f.Add(CellInt64(r.get(), i, 0), Cell(r.get(), i, 1)));
-    }
-    return f.Take();
+    return out;
   }
 
   Status Scan(Space s, std::string_view begin, std::string_view end, const ScanFn& fn) override {
@@ -227,15 +236,38 @@ class PgReader : public Base {
 
   // Runs one read, beginning the transaction with it when it is the first.
   Status Query(const Stmt& stmt, PgResult* out, const std::string& what) {
-    if (ended_) return Status(EINVAL, "transaction already ended");
-    std::vector<Stmt> stmts;
-    if (!begun_) stmts.push_back(Stmt{begin_sql_, {}});
-    begun_ = true;
-    stmts.push_back(stmt);
     std::vector<PgResult> results;
-    CKPTFS_RETURN_IF_ERROR(Abandon(conn_->Run(stmts, &results, what)));
+    CKPTFS_RETURN_IF_ERROR(QueryAll({stmt}, &results, what));
     *out = std::move(results.back());
     return Status::OK();
+  }
+
+  // Runs reads in one round trip, beginning the transaction with them when
+  // they are the first; "*out" gets one result per statement of `stmts`.
+  Status QueryAll(std::vector<Stmt> stmts, std::vector<PgResult>* out, const std::string& what) {
+    if (ended_) return Status(EINVAL, "transaction already ended");
+    const bool begin = !begun_;
+    if (begin) stmts.insert(stmts.begin(), Stmt{begin_sql_, {}});
+    begun_ = true;
+    std::vector<PgResult> results;
+    CKPTFS_RETURN_IF_ERROR(Abandon(conn_->Run(stmts, &results, what)));
+    out->clear();
+    for (size_t i = begin ? 1 : 0; i < results.size(); ++i) out->push_back(std::move(results[i]));
+    return Status::OK();
+  }
+
+  // The value a get's result holds, merge operands applied.
+  Result<std::optional<std::string>> ValueOf(Space s, const PgResult& r) const {
+    const int rows = PQntuples(r.get());
+    if (!sql(s).merges) {
+      if (rows == 0) return std::optional<std::string>();
+      return std::optional<std::string>(std::string(Cell(r.get(), 0, 0)));
+    }
+    Folder f(s);
+    for (int i = 0; i < rows; ++i) {
+      CKPTFS_RETURN_IF_ERROR(f.Add(CellInt64(r.get(), i, 0), Cell(r.get(), i, 1)));
+    }
+    return f.Take();
   }
 
   // An error ends the transaction on the server: the one rollback.

@@ -171,6 +171,64 @@ TEST_F(SharedStoreTest, NamesAndConflictsAcrossHosts) {
 
 // Both hosts creating in one directory at once, two threads each: no error,
 // no inode number handed out twice, and each host lists every name.
+// A host looks up each name another host makes, changes, replaces and
+// removes as it is at that moment, whatever inode the name named at its
+// last lookup there. Looked up again unchanged, a name asks the index once:
+// on PostgreSQL one round trip for the name and its inode's attributes.
+TEST_F(SharedStoreTest, LookupsOfAnotherHostsNamesSeeEveryChange) {
+  ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "d", S_IFDIR | 0755, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr f, a_->Create(d.ino, "f", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 0, "12345"));
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->Lookup(d.ino, "f"));
+  EXPECT_EQ(seen.ino, f.ino);
+  EXPECT_EQ(seen.size, 5u);
+
+  ASSERT_OK(WriteAll(a_.get(), f.ino, 5, "678"));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(d.ino, "f"));
+  EXPECT_EQ(seen.ino, f.ino);
+  EXPECT_EQ(seen.size, 8u) << "attributes as the other host left them";
+
+  ASSERT_OK_AND_ASSIGN(Attr g, a_->Create(d.ino, "g", S_IFREG | 0600, 0, 0, 0));
+  ASSERT_OK(a_->Rename(d.ino, "g", d.ino, "f", RenameMode::kReplace));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(d.ino, "f"));
+  EXPECT_EQ(seen.ino, g.ino) << "the name names another inode now";
+  EXPECT_EQ(seen.mode & 0777, 0600u);
+  EXPECT_EQ(seen.size, 0u);
+  EXPECT_EQ(b_->Lookup(d.ino, "g").status().code(), ENOENT);
+
+  ASSERT_OK(a_->Unlink(d.ino, "f"));
+  EXPECT_EQ(b_->Lookup(d.ino, "f").status().code(), ENOENT);
+  ASSERT_OK_AND_ASSIGN(Attr h, a_->Mkdir(d.ino, "f", S_IFDIR | 0700, 0, 0));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(d.ino, "f"));
+  EXPECT_EQ(seen.ino, h.ino);
+  EXPECT_TRUE(S_ISDIR(seen.mode));
+  ASSERT_OK(a_->Rmdir(d.ino, "f"));
+  EXPECT_EQ(b_->Lookup(d.ino, "f").status().code(), ENOENT);
+
+  // A name in a file, and in a directory that is gone.
+  ASSERT_OK_AND_ASSIGN(Attr x, a_->Create(kRootIno, "x", S_IFREG | 0644, 0, 0, 0));
+  EXPECT_EQ(b_->Lookup(x.ino, "y").status().code(), ENOTDIR);
+  ASSERT_OK(a_->Rename(kRootIno, "d", kRootIno, "e", RenameMode::kNoReplace));
+  ASSERT_OK(a_->Rmdir(kRootIno, "e"));
+  EXPECT_EQ(b_->Lookup(d.ino, "f").status().code(), ENOENT);
+
+  // An unchanged name asks the index once a lookup.
+  ASSERT_OK_AND_ASSIGN(Attr k, a_->Mkdir(kRootIno, "k", S_IFDIR | 0755, 0, 0));
+  ASSERT_OK_AND_ASSIGN(Attr kf, a_->Create(k.ino, "kf", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK(b_->Lookup(k.ino, "kf").status());
+  ASSERT_OK_AND_ASSIGN(EngineStats before, b_->GetStats());
+  constexpr int kLookups = 100;
+  for (int i = 0; i < kLookups; ++i) {
+    ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(k.ino, "kf"));
+    ASSERT_EQ(seen.ino, kf.ino);
+  }
+  ASSERT_OK_AND_ASSIGN(EngineStats after, b_->GetStats());
+  if (before.index_round_trips != 0) {
+    // Beside them, the host's polls: a few a second.
+    EXPECT_LE(after.index_round_trips - before.index_round_trips, kLookups + 20u);
+  }
+}
+
 TEST_F(SharedStoreTest, CreatesInOneDirectoryFromTwoHostsAtOnce) {
   ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "hot", 0755, 0, 0));
   constexpr int kPerThread = 100;
