@@ -193,30 +193,52 @@ void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   });
 }
 
+// What MKNOD and CREATE make: a file (or a fifo, socket or device node)
+// named `name` in `parent`.
+Result<Attr> MakeFile(Request& r, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  if (int err = ControlConflict(parent, name, true)) return Status(err, "a control file's name");
+  uint32_t m = mode;
+  if ((m & S_IFMT) == 0) m |= S_IFREG;
+  CKPTFS_ASSIGN_OR_RETURN(Owner owner, OwnerFor(r, parent, &m));
+  CKPTFS_ASSIGN_OR_RETURN(Attr a, r.fs().store().Create(parent, name, m, owner.uid, owner.gid,
+                                                        static_cast<uint32_t>(rdev)));
+  CKPTFS_RETURN_IF_ERROR(r.fs().SyncChange(parent, /*directory_change=*/true));
+  if (S_ISREG(a.mode)) {
+    r.fs().op_stats().CountFileCreated();
+    r.fs().auto_seal().Made(parent, name, a.ino);
+  }
+  return a;
+}
+
 void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Serve(req, Op::kMknod, [&](Request& r) {
-    if (int err = ControlConflict(parent, name, true)) return r.Err(err);
-    uint32_t m = mode;
-    if ((m & S_IFMT) == 0) m |= S_IFREG;
-    Result<Owner> owner = OwnerFor(r, parent, &m);
-    if (!owner.ok()) return r.Fail(owner.status());
-    Result<Attr> a =
-        r.fs().store().Create(parent, name, m, owner->uid, owner->gid, static_cast<uint32_t>(rdev));
+    Result<Attr> a = MakeFile(r, parent, name, mode, rdev);
     if (!a.ok()) return r.Fail(a.status());
-    if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
-    if (S_ISREG(a->mode)) {
-      r.fs().op_stats().CountFileCreated();
-      r.fs().auto_seal().Made(parent, name, a->ino);
-    }
     r.fs().ReplyEntry(r, *a, parent);
   });
 }
 
-// Declined: the kernel then creates files with MKNOD and opens them without
-// a request (no_create, no_open), where a CREATE would hand out a handle that
-// costs a RELEASE at close.
-void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
-  Serve(req, Op::kCreate, [&](Request& r) { r.Err(ENOSYS); });
+// A shared store answers every OPEN (close-to-open): a CREATE makes and
+// opens a file in one request, as its OPEN would (fs/data.cc). Elsewhere
+// declined: the kernel then creates files with MKNOD and opens them without
+// a request (no_create, no_open), where a CREATE would hand out a handle
+// that costs a RELEASE at close; with passthrough an open picks a backing
+// file, which OPEN does.
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+            fuse_file_info* fi) {
+  Serve(req, Op::kCreate, [&](Request& r) {
+    Filesystem& fs = r.fs();
+    if (!fs.store().Shared() || fs.passthrough()) return r.Err(ENOSYS);
+    Result<Attr> a = MakeFile(r, parent, name, mode, 0);
+    if (!a.ok()) return r.Fail(a.status());
+    fi->fh = 0;
+    fi->keep_cache = 0;
+    fi->noflush = 1;
+    const fuse_entry_param e = fs.ToEntry(*a, parent);
+    if (Status st = fs.CountLookup(*a); !st.ok()) return r.Fail(st);
+    // Not taken (interrupted): no lookup and no handle were handed out.
+    if (!r.Create(e, fi)) fs.Forget(a->ino, 1);
+  });
 }
 
 // Only sent without default_permissions, which ckptfs always mounts with.

@@ -275,6 +275,43 @@ class SharedStoreTest(unittest.TestCase):
         self.assertFalse(os.path.exists(m2.path("own/d/new")))
         self.unmount_all_and_fsck()
 
+    def test_open_o_creat_makes_and_opens_a_file_in_one_request(self):
+        """On a shared mount, whose opens are all answered (close-to-open), an
+        open(O_CREAT) of a new file is one CREATE request, not a MKNOD and an
+        OPEN: the file has the mode asked less the umask, another host reads
+        its bytes once it is closed, O_EXCL of its name is EEXIST there, and
+        in a sealed tree it is EROFS on every host."""
+        m1, m2, _ = self.mounts
+        os.mkdir(m1.path("c"))
+        kinds = ("creates", "mknods", "opens")
+        first = m1.stats()["fs"]["ops"]
+        before = m1.stats()["fs"]["ops"]
+        own = {k: before.get(k, 0) - first.get(k, 0) for k in kinds}  # a read of the stats file
+        old = os.umask(0o027)
+        try:
+            for i in range(10):
+                fd = os.open(m1.path("c", "f%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+                try:
+                    os.write(fd, b"file %d" % i)
+                finally:
+                    os.close(fd)
+        finally:
+            os.umask(old)
+        after = m1.stats()["fs"]["ops"]
+        moved = {k: after.get(k, 0) - before.get(k, 0) - own[k] for k in kinds}
+        self.assertEqual(moved, {"creates": 10, "mknods": 0, "opens": 0})
+        for i in range(10):
+            self.assertEqual(lib.read_file(m2.path("c", "f%d" % i)), b"file %d" % i)
+            self.assertEqual(os.stat(m2.path("c", "f%d" % i)).st_mode & 0o777, 0o640)
+        with self.assertRaises(FileExistsError):
+            os.open(m2.path("c", "f0"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.setxattr(m1.path("c"), "user.ckptfs.seal", b"1")
+        for m in self.mounts:
+            with self.assertRaises(OSError) as cm:
+                os.open(m.path("c", "new"), os.O_CREAT | os.O_WRONLY, 0o644)
+            self.assertEqual(cm.exception.errno, errno.EROFS, m.mnt)
+        self.unmount_all_and_fsck()
+
     def test_a_tree_sealed_on_one_host_is_sealed_and_kept_on_every_host(self):
         m1, m2, m3 = self.mounts
         sealed = self.write_params(m2, "step_1", range(8))
