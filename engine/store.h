@@ -335,6 +335,9 @@ class Store {
   virtual Status Close() = 0;
 
   // ---- Namespace. Each mutation is one atomic index batch. ----
+  // Mkdir, Create and Symlink make an inode of `uid` and `gid`; in a
+  // set-group-ID directory it takes the directory's group instead, and a
+  // directory the set-group-ID bit too.
   virtual Result<Attr> Lookup(Ino parent, std::string_view name) = 0;
   virtual Result<Attr> GetAttr(Ino ino) = 0;
   virtual Result<Attr> SetAttr(Ino ino, const SetAttrRequest& req) = 0;

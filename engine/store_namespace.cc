@@ -465,6 +465,13 @@ Result<Attr> StoreImpl::MakeNode(Ino parent, std::string_view name, format::Inod
     CKPTFS_RETURN_IF_ERROR(CheckNameFree(&t, parent, name));
 
     format::InodeValue n = v;
+    // In a set-group-ID directory a new inode takes the directory's group,
+    // and a new directory the bit too (the kernel leaves this to the
+    // filesystem).
+    if (p.mode & S_ISGID) {
+      n.gid = p.gid;
+      if (S_ISDIR(n.mode)) n.mode |= S_ISGID;
+    }
     const Timespec now = Now();
     SetAllTimes(&n, now);
     n.generation = 1;

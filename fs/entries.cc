@@ -39,19 +39,12 @@ struct Owner {
   uint32_t gid = 0;
 };
 
-// New inodes belong to the caller, with the caller's umask applied to `*mode`.
-// In a set-group-ID directory they take its group, and new directories
-// inherit the bit (the kernel leaves this to the filesystem).
-Result<Owner> OwnerFor(Request& r, Ino parent, uint32_t* mode) {
+// New inodes belong to the caller, with the caller's umask applied to `*mode`
+// (in a set-group-ID directory the store gives them its group: Store::Mkdir).
+Owner OwnerFor(Request& r, uint32_t* mode) {
   const fuse_ctx& ctx = r.ctx();
   *mode &= ~static_cast<uint32_t>(ctx.umask);
-  Owner owner{static_cast<uint32_t>(ctx.uid), static_cast<uint32_t>(ctx.gid)};
-  CKPTFS_ASSIGN_OR_RETURN(Attr dir, r.fs().store().GetAttr(parent));
-  if (dir.mode & S_ISGID) {
-    owner.gid = dir.gid;
-    if (S_ISDIR(*mode)) *mode |= S_ISGID;
-  }
-  return owner;
+  return Owner{static_cast<uint32_t>(ctx.uid), static_cast<uint32_t>(ctx.gid)};
 }
 
 // The attributes of what "." (`dotdot` false) or ".." of `ino` names, for
@@ -184,9 +177,8 @@ void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Serve(req, Op::kMkdir, [&](Request& r) {
     if (int err = ControlConflict(parent, name, true)) return r.Err(err);
     uint32_t m = S_IFDIR | (mode & 07777);
-    Result<Owner> owner = OwnerFor(r, parent, &m);
-    if (!owner.ok()) return r.Fail(owner.status());
-    Result<Attr> a = r.fs().store().Mkdir(parent, name, m, owner->uid, owner->gid);
+    const Owner owner = OwnerFor(r, &m);
+    Result<Attr> a = r.fs().store().Mkdir(parent, name, m, owner.uid, owner.gid);
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     r.fs().ReplyEntry(r, *a, parent);
@@ -199,7 +191,7 @@ Result<Attr> MakeFile(Request& r, fuse_ino_t parent, const char* name, mode_t mo
   if (int err = ControlConflict(parent, name, true)) return Status(err, "a control file's name");
   uint32_t m = mode;
   if ((m & S_IFMT) == 0) m |= S_IFREG;
-  CKPTFS_ASSIGN_OR_RETURN(Owner owner, OwnerFor(r, parent, &m));
+  const Owner owner = OwnerFor(r, &m);
   CKPTFS_ASSIGN_OR_RETURN(Attr a, r.fs().store().Create(parent, name, m, owner.uid, owner.gid,
                                                         static_cast<uint32_t>(rdev)));
   CKPTFS_RETURN_IF_ERROR(r.fs().SyncChange(parent, /*directory_change=*/true));
@@ -250,9 +242,8 @@ void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* 
   Serve(req, Op::kSymlink, [&](Request& r) {
     if (int err = ControlConflict(parent, name, true)) return r.Err(err);
     uint32_t m = S_IFLNK | 0777;
-    Result<Owner> owner = OwnerFor(r, parent, &m);
-    if (!owner.ok()) return r.Fail(owner.status());
-    Result<Attr> a = r.fs().store().Symlink(parent, name, target, owner->uid, owner->gid);
+    const Owner owner = OwnerFor(r, &m);
+    Result<Attr> a = r.fs().store().Symlink(parent, name, target, owner.uid, owner.gid);
     if (!a.ok()) return r.Fail(a.status());
     if (Status st = r.fs().SyncChange(parent, /*directory_change=*/true); !st.ok()) return r.Fail(st);
     r.fs().ReplyEntry(r, *a, parent);

@@ -121,6 +121,28 @@ TEST_F(NamespaceTest, MkdirCreateLookupGetAttr) {
   EXPECT_EQ(sub[0].type, static_cast<uint32_t>(S_IFREG));
 }
 
+// What is made in a set-group-ID directory takes the directory's group,
+// in the commit that makes it; a directory takes the bit too, a file not.
+TEST_F(NamespaceTest, ASetGroupIdDirectoryGivesItsGroup) {
+  ASSERT_OK_AND_ASSIGN(Attr d, s()->Mkdir(kRootIno, "sg", S_ISGID | 0775, 1000, 4242));
+  EXPECT_EQ(d.mode & 07777, static_cast<uint32_t>(S_ISGID | 0775));
+  ASSERT_OK_AND_ASSIGN(Attr f, s()->Create(d.ino, "file", S_IFREG | 0644, 1002, 1003));
+  EXPECT_EQ(f.gid, 4242u);
+  EXPECT_EQ(f.uid, 1002u);
+  EXPECT_EQ(f.mode & 07777, 0644u);
+  ASSERT_OK_AND_ASSIGN(Attr sub, s()->Mkdir(d.ino, "sub", 0755, 1002, 1003));
+  EXPECT_EQ(sub.gid, 4242u);
+  EXPECT_EQ(sub.mode & 07777, static_cast<uint32_t>(S_ISGID | 0755));
+  ASSERT_OK_AND_ASSIGN(Attr l, s()->Symlink(d.ino, "link", "file", 1002, 1003));
+  EXPECT_EQ(l.gid, 4242u);
+  ASSERT_OK_AND_ASSIGN(Attr deeper, s()->Create(sub.ino, "deeper", S_IFREG | 0600, 7, 8));
+  EXPECT_EQ(deeper.gid, 4242u);
+  ASSERT_OK_AND_ASSIGN(Attr plain, s()->Create(kRootIno, "plain", S_IFREG | 0600, 7, 8));
+  EXPECT_EQ(plain.gid, 8u);
+  ASSERT_OK_AND_ASSIGN(Attr again, s()->GetAttr(deeper.ino));
+  EXPECT_EQ(again.gid, 4242u);
+}
+
 TEST_F(NamespaceTest, SpecialFiles) {
   ASSERT_OK_AND_ASSIGN(Attr fifo, s()->Create(kRootIno, "fifo", S_IFIFO | 0600, 0, 0));
   EXPECT_TRUE(S_ISFIFO(fifo.mode));

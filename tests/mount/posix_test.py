@@ -344,6 +344,20 @@ def chmod_chown_utime(r):
     os.chmod(r.p("suid"), 0o6755)
     r.call("chown setuid file", os.chown, r.p("suid"), 1000, 1000)
     r.stat("setuid bits after chown", r.p("suid"))
+    # A set-group-ID directory gives what is made in it its group, and a
+    # directory made in it the bit too.
+    sg = r.p("sgid")
+    os.mkdir(sg)
+    os.chown(sg, -1, 4242)
+    os.chmod(sg, 0o2775)
+    write_all(os.path.join(sg, "file"), b"x")
+    os.mkdir(os.path.join(sg, "sub"), 0o755)
+    os.symlink("file", os.path.join(sg, "link"))
+    r.stat("file in a set-group-ID directory", os.path.join(sg, "file"))
+    r.stat("directory in a set-group-ID directory", os.path.join(sg, "sub"))
+    r.stat("symlink in a set-group-ID directory", os.path.join(sg, "link"), follow=False)
+    write_all(os.path.join(sg, "sub", "deeper"), b"y")
+    r.stat("file in an inherited set-group-ID directory", os.path.join(sg, "sub", "deeper"))
     r.call("chmod missing", os.chmod, r.p("missing"), 0o644)
     r.call("chown missing", os.chown, r.p("missing"), 1, 1)
 
