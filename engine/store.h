@@ -335,12 +335,12 @@ class Store {
   virtual Status Close() = 0;
 
   // ---- Namespace. Each mutation is one atomic index batch. ----
-  // Mkdir, Create and Symlink make an inode of `uid` and `gid`; in a
-  // set-group-ID directory it takes the directory's group instead, and a
-  // directory the set-group-ID bit too.
   virtual Result<Attr> Lookup(Ino parent, std::string_view name) = 0;
   virtual Result<Attr> GetAttr(Ino ino) = 0;
   virtual Result<Attr> SetAttr(Ino ino, const SetAttrRequest& req) = 0;
+  // Mkdir, Create and Symlink make an inode of `uid` and `gid`; in a
+  // set-group-ID directory it takes the directory's group instead, and a
+  // directory the set-group-ID bit too.
   virtual Result<Attr> Mkdir(Ino parent, std::string_view name, uint32_t mode, uint32_t uid,
                              uint32_t gid) = 0;
   // Creates a regular file (or a fifo, socket or device node per `mode`).

@@ -344,8 +344,8 @@ class StoreImpl final : public Store {
   // and that no held snapshot answers: the name, the parent's attributes
   // where they are not loaded, and the inode that the name named at its
   // last lookup (lookup_hints_) in one round trip; a second when it names
-  // another inode now.
-  Result<Attr> LookupRemote(Ino parent, std::string_view name);
+  // another inode now. `entry_key`: the name's key (format::DentryKey).
+  Result<Attr> LookupRemote(Ino parent, std::string_view name, const std::string& entry_key);
   // The type and permission bits of `ino`, from its cached attributes when
   // it has them, also on a shared store (types never change; a removed
   // inode's entries and other keys are gone too); ENOENT when it is not

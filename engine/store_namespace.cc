@@ -24,6 +24,10 @@ Status ValidateName(std::string_view name) {
 
 uint8_t TypeOf(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
 
+Status NotADirectory(uint64_t ino) {
+  return Status(ENOTDIR, "inode " + std::to_string(ino) + " is not a directory");
+}
+
 }  // namespace
 
 Attr ToAttr(uint64_t ino, const format::InodeValue& v) {
@@ -306,12 +310,14 @@ Result<Attr> StoreImpl::Lookup(Ino parent, std::string_view name) {
       return GetAttr(*known);
     }
   }
-  if (mode_->RemoteIndex() &&
-      HeldFor(Space::kDentries, format::DentryKey(parent, name), std::nullopt) == nullptr) {
-    return LookupRemote(parent, name);
+  if (mode_->RemoteIndex()) {
+    std::string entry_key = format::DentryKey(parent, name);
+    if (HeldFor(Space::kDentries, entry_key, std::nullopt) == nullptr) {
+      return LookupRemote(parent, name, entry_key);
+    }
   }
   CKPTFS_ASSIGN_OR_RETURN(const uint32_t mode, CachedMode(parent));
-  if (!S_ISDIR(mode)) return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
+  if (!S_ISDIR(mode)) return NotADirectory(parent);
   CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, kLatest));
   return GetAttr(d.ino);
 }
@@ -330,9 +336,7 @@ Result<format::DentryValue> EntryOf(Ino parent, std::string_view name,
     format::InodeValue iv;
     Status ds = format::DecodeInode(**parent_value, &iv);
     if (!ds.ok()) return Status(ds.code(), "inode " + std::to_string(parent) + ": " + ds.message());
-    if (!S_ISDIR(iv.mode)) {
-      return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
-    }
+    if (!S_ISDIR(iv.mode)) return NotADirectory(parent);
   }
   if (!entry.has_value()) return Status(ENOENT, "no entry \"" + std::string(name) + "\"");
   format::DentryValue d;
@@ -342,9 +346,9 @@ Result<format::DentryValue> EntryOf(Ino parent, std::string_view name,
 
 }  // namespace
 
-Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name) {
+Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name,
+                                     const std::string& entry_key) {
   if (closed_) return Status(EIO, "store is closed");
-  const std::string entry_key = format::DentryKey(parent, name);
   const std::string parent_key = format::InodeKey(parent);
   // Types never change: a loaded parent's is known.
   bool parent_known = false;
@@ -352,9 +356,7 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name) {
     InodeRef p(&inodes_, parent);
     MutexLock l(&p->mu);
     if (p->loaded && !p->purged) {
-      if (!S_ISDIR(p->attr.mode)) {
-        return Status(ENOTDIR, "inode " + std::to_string(parent) + " is not a directory");
-      }
+      if (!S_ISDIR(p->attr.mode)) return NotADirectory(parent);
       parent_known = true;
     }
   }
@@ -405,7 +407,7 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name) {
 Status StoreImpl::ReadDir(Ino ino, std::string_view after,
                           const std::function<bool(const DirEntry&)>& fn) {
   CKPTFS_ASSIGN_OR_RETURN(Attr a, GetAttr(ino));
-  if (!S_ISDIR(a.mode)) return Status(ENOTDIR, "inode " + std::to_string(ino) + " is not a directory");
+  if (!S_ISDIR(a.mode)) return NotADirectory(ino);
   const size_t prefix = format::DentryPrefix(ino).size();
   std::string start = format::DentryKey(ino, after);
   // The entries after `after`: from the smallest key greater than it.

@@ -82,9 +82,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // the kernel drops its pages and the store what it remembers;
       // a sealed file's stay.
       if (!sealed) fs.store().Reread(ino);
-      fi->fh = 0;
-      fi->keep_cache = sealed ? 1 : 0;
-      fi->noflush = 1;
+      Filesystem::OpenShared(fi, sealed);
       r.Open(fi);
       return;
     }

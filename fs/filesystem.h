@@ -74,6 +74,14 @@ class Filesystem final : public MountReport {
   double EntryTimeout(engine::Ino parent, engine::Ino ino) const;
   double NegativeTimeout() const;
   fuse_entry_param ToEntry(const engine::Attr& a, engine::Ino parent) const;
+  // The open file a shared store hands out at OPEN and CREATE
+  // (close-to-open, fs/data.cc): no handle, no FLUSH, and the kernel's
+  // pages kept only for a sealed file.
+  static void OpenShared(fuse_file_info* fi, bool sealed) {
+    fi->fh = 0;
+    fi->keep_cache = sealed ? 1 : 0;
+    fi->noflush = 1;
+  }
 
   // Answers a request that hands `a`, named in `parent` (0: "." or ".."),
   // to the kernel (lookup, mkdir, ...): counts the lookup (pinning the
