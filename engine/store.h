@@ -133,6 +133,10 @@ struct EngineStats {
   // an owner that was gone or did not answer; reads of the requests for
   // its inodes that a notification began.
   uint64_t owned_given_up = 0, owned_asked = 0, owned_taken_over = 0, owned_requests_heard = 0;
+  // On a shared store ("Read grants"): directories this mount was given a
+  // read grant of, gave up to another host that changed them, and asked
+  // other hosts to give up.
+  uint64_t read_grants = 0, read_grants_given_up = 0, read_grants_asked = 0;
   uint64_t segments = 0;
   uint64_t live_bytes = 0, dead_bytes = 0;  // logical bytes, over all segments
   uint64_t data_file_writes = 0, data_file_write_bytes = 0;  // writes into data files

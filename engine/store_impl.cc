@@ -248,8 +248,8 @@ Status StoreImpl::ClaimHost() {
   }
   format::OwnerValue me{host_.id(), static_cast<uint32_t>(::getpid()), meta::MachineName()};
   host_.ownership().Start(kv(), std::move(me),
-                          [this](uint64_t ino, const std::vector<Ownership::Name>& names) {
-                            GiveUp(ino, names);
+                          [this](uint64_t ino, const std::vector<Ownership::Name>& names, bool owned) {
+                            GiveUp(ino, names, owned);
                           });
   return Status::OK();
 }
@@ -458,10 +458,29 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
   // A durable commit goes through FlushDurable, never a synced commit of
   // the index, which would also make other writers' batches durable before
   // their records.
-  Status s = meta::CommitWrites(kv(), batch, meta::Durability::kLogged);
+  const std::vector<meta::Writes::Range> readers = ReaderRanges(*batch);
+  Status s;
+  for (int attempt = 1;; ++attempt) {
+    if (readers.empty()) {
+      s = meta::CommitWrites(kv(), batch, meta::Durability::kLogged);
+      break;
+    }
+    s = meta::RunTxn(
+        kv(),
+        [&](meta::Txn* t) {
+          t->writes().Append(*batch);
+          for (const auto& r : readers) t->RequireEmpty(r.space, r.begin, r.end);
+          return Status::OK();
+        },
+        meta::Durability::kLogged);
+    if (!meta::IsRangeHeld(s) || attempt >= kUnreadAttempts) break;
+    s = host_.ownership().Unread(readers);
+    if (!s.ok()) break;
+  }
   if (s.ok()) {
     // The caller still holds the mutexes of the inodes the batch changes.
     extent_maps_.Apply(*batch);
+    if (!readers.empty()) host_.ownership().ReadsWritten(*batch);
     return sync ? MakeDurable() : Status::OK();
   }
   // The batch may or may not be in the index.
@@ -471,12 +490,21 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
 
 Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch, meta::Durability d) {
   in->writes().Append(*batch);
+  const std::vector<meta::Writes::Range> readers = ReaderRanges(*batch);
+  for (const auto& r : readers) in->RequireEmpty(r.space, r.begin, r.end);
   Status s = in->Commit(d);
   if (s.ok()) {
     extent_maps_.Apply(*batch);
+    if (!readers.empty()) host_.ownership().ReadsWritten(*batch);
     return s;
   }
   extent_maps_.ForgetTouched(*batch);
+  if (meta::IsRangeHeld(s)) {
+    // Other hosts read a directory it changes: once they gave it up, the
+    // change runs again (StoreImpl::RunChange).
+    CKPTFS_RETURN_IF_ERROR(host_.ownership().Unread(readers));
+    return meta::ConflictStatus("a directory it changes was read by another host");
+  }
   return s;
 }
 

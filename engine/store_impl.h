@@ -319,6 +319,10 @@ class StoreImpl final : public Store {
   static constexpr meta::ReadTxn* kLatest = nullptr;
   // Loads attributes from the index when needed.
   Status LoadLocked(InodeState* s) REQUIRES(s->mu);
+  // Directory `s`, just read, has stayed the same (Ownership::Quiet): asks
+  // for a read grant of it, and takes the attributes that request read
+  // when one is given.
+  void ReadUnderGrant(InodeState* s) REQUIRES(s->mu);
   // Reads the attributes from the index (in `in`, or kLatest) whether
   // loaded or not: on a shared store another host may have changed them.
   // `read`: the value already read in `in` (nullopt: none), instead of a
@@ -703,8 +707,16 @@ class StoreImpl final : public Store {
   // host asks for `ino` (Ownership::GiveUpFn), started by ClaimHost.
   Status MayChange(Ino ino);
   void NamesChanged(const meta::Writes& batch);
+  // The ranges of reader keys (Ownership::ReaderRanges) that `batch`
+  // requires empty: of the directories it changes that this mount does not
+  // own. None on an embedded store. Commit and CommitIn add them, and on a
+  // refusal have the readers give them up (Ownership::Unread); Commit then
+  // tries again, up to kUnreadAttempts times.
+  std::vector<meta::Writes::Range> ReaderRanges(const meta::Writes& batch) const;
+  static constexpr int kUnreadAttempts = 16;
   bool OwnNew(meta::Writes* b, uint64_t ino, bool dir);
-  void GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names) EXCLUDES(give_up_mu_);
+  void GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names, bool owned)
+      EXCLUDES(give_up_mu_);
   Mutex give_up_mu_;  // a leaf lock
   GiveUpHook give_up_hook_ GUARDED_BY(give_up_mu_);
   // Whether `s` was read or written in the trust epoch of it that runs

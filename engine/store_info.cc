@@ -93,6 +93,9 @@ Result<EngineStats> StoreImpl::GetStats() {
   s.owned_asked = host_.ownership().asked();
   s.owned_taken_over = host_.ownership().taken_over();
   s.owned_requests_heard = host_.ownership().heard();
+  s.read_grants = host_.ownership().read_grants();
+  s.read_grants_given_up = host_.ownership().reads_given_up();
+  s.read_grants_asked = host_.ownership().reads_asked();
   if (peers_ != nullptr) {
     const peer::ServerStats served = peers_->stats();
     s.peer_connections = served.connections;

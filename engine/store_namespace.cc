@@ -72,6 +72,18 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValu
     s->no_xattrs_epoch = epoch;
     return Status::OK();
   }
+  if (in == kLatest && read == nullptr && mode_->OthersWrite()) {
+    // A directory read under a grant: as the index holds it.
+    if (std::optional<Ownership::HeldRead> held = host_.ownership().ReadValue(s->ino)) {
+      format::InodeValue iv;
+      if (format::DecodeInode(held->value, &iv).ok()) {
+        s->attr = std::move(iv);
+        s->loaded = true;
+        s->trust_epoch = held->token;
+        return Status::OK();
+      }
+    }
+  }
   std::optional<std::string> v;
   if (read != nullptr) {
     v = *read;
@@ -93,7 +105,22 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValu
   // mount committed while it waited for s->mu: trusted only once read
   // under s->mu in a transaction of its own.
   s->trust_epoch = in == kLatest ? epoch : 0;
+  if (in == kLatest && S_ISDIR(s->attr.mode) && mode_->OthersWrite() &&
+      (s->attr.flags & format::kInodeSealed) == 0 &&
+      host_.ownership().Quiet(s->ino, s->attr.ctime_sec * 1'000'000'000 + s->attr.ctime_nsec)) {
+    ReadUnderGrant(s);
+  }
   return Status::OK();
+}
+
+void StoreImpl::ReadUnderGrant(InodeState* s) {
+  // What was read stands whatever the request for a grant finds.
+  Result<Ownership::ReadGrant> g = host_.ownership().AskRead(s->ino);
+  if (!g.ok() || g->token == 0 || !g->inode.has_value()) return;
+  format::InodeValue iv;
+  if (!format::DecodeInode(*g->inode, &iv).ok() || !S_ISDIR(iv.mode)) return;
+  s->attr = std::move(iv);
+  s->trust_epoch = g->token;
 }
 
 Status StoreImpl::FreshLocked(InodeState* s) {
@@ -350,6 +377,8 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name,
                                      const std::string& entry_key) {
   if (closed_) return Status(EIO, "store is closed");
   const std::string parent_key = format::InodeKey(parent);
+  // Before the reads: what they find of the name stays exact while it runs.
+  const uint64_t token = host_.ownership().ReadToken(parent);
   // Types never change: a loaded parent's is known.
   bool parent_known = false;
   {
@@ -375,6 +404,9 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name,
   auto entry = [&](const std::vector<ReadValue>& v) {
     const Result<format::DentryValue> d = EntryOf(parent, name, v[0], parent_known ? nullptr : &v[1]);
     if (!d.ok() && d.status().code() == ENOENT) lookup_hints_.Set(entry_key, 0);
+    if (d.ok() || d.status().code() == ENOENT) {
+      host_.ownership().ReadName(parent, token, name, d.ok() ? d->ino : 0);
+    }
     return d;
   };
   const uint64_t hint = lookup_hints_.Find(entry_key);

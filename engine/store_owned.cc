@@ -2,6 +2,9 @@
 // ownership.h, docs/SHARED.md "Owned inodes"): what StoreImpl asks of its
 // HostSession's Ownership before a change, when it makes an inode, and
 // when another host asks for one.
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <limits>
 
 #include "engine/store_impl.h"
@@ -36,10 +39,11 @@ bool StoreImpl::OwnNew(meta::Writes* b, uint64_t ino, bool dir) {
   return true;
 }
 
-void StoreImpl::GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names) {
-  {
+void StoreImpl::GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names, bool owned) {
+  if (owned) {
     // A change of the inode under way, which trusted what this mount knew
-    // of it, commits before another host may change it.
+    // of it, commits before another host may change it. (A change of a
+    // directory read under a grant reads it in its own transaction.)
     InodeRef s(&inodes_, ino);
     MutexLock l(&s->mu);
   }
@@ -51,6 +55,34 @@ void StoreImpl::GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names) 
 void StoreImpl::SetGiveUpHook(GiveUpHook hook) {
   MutexLock l(&give_up_mu_);
   give_up_hook_ = std::move(hook);
+}
+
+std::vector<meta::Writes::Range> StoreImpl::ReaderRanges(const meta::Writes& batch) const {
+  const Ownership& own = host_.ownership();
+  if (!mode_->OthersWrite() || !own.started()) return {};
+  // The directories it changes: those of the names, the extended
+  // attributes and the inodes it writes (a change of a directory's names
+  // writes its inode too: its times change).
+  std::vector<uint64_t> dirs;
+  for (const meta::Write& w : batch.list()) {
+    if (w.key.size() < 8) continue;
+    const uint64_t ino = format::GetBE64(w.key.data());
+    if (w.space == Space::kDentries || w.space == Space::kXattrs) {
+      dirs.push_back(ino);
+    } else if (w.space == Space::kInodes) {
+      format::InodeValue v;
+      if (w.kind == meta::Write::Kind::kDelete ||
+          (format::DecodeInode(w.value, &v).ok() && S_ISDIR(v.mode))) {
+        dirs.push_back(ino);
+      }
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  // No other host reads what this mount owns.
+  dirs.erase(std::remove_if(dirs.begin(), dirs.end(), [&](uint64_t d) { return own.Owns(d); }),
+             dirs.end());
+  return own.ReaderRanges(dirs);
 }
 
 void StoreImpl::NamesChanged(const meta::Writes& batch) {

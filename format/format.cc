@@ -33,6 +33,12 @@ uint64_t GetBE64(const char* p) {
   return v;
 }
 
+uint32_t GetBE32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
 namespace {
 template <typename T>
 void PutLE(std::string* dst, T v) {
@@ -236,6 +242,18 @@ std::string GiveUpPrefix(uint32_t host) {
 std::string GiveUpKey(uint32_t host, uint64_t ino) {
   std::string k = GiveUpPrefix(host);
   PutBE64(&k, ino);
+  return k;
+}
+
+std::string ReadersPrefix(uint64_t ino) {
+  std::string k(kMetaReaderPrefix);
+  PutBE64(&k, ino);
+  return k;
+}
+
+std::string ReaderKey(uint64_t ino, uint32_t host) {
+  std::string k = ReadersPrefix(ino);
+  PutBE32(&k, host);
   return k;
 }
 

@@ -19,6 +19,7 @@ namespace ckptfs::format {
 void PutBE32(std::string* dst, uint32_t v);
 void PutBE64(std::string* dst, uint64_t v);
 uint64_t GetBE64(const char* p);
+uint32_t GetBE32(const char* p);
 void PutLE16(std::string* dst, uint16_t v);
 void PutLE32(std::string* dst, uint32_t v);
 void PutLE64(std::string* dst, uint64_t v);
@@ -102,6 +103,12 @@ inline constexpr char kMetaGiveUpPrefix[] = "give_up/";
 std::string OwnerKey(uint64_t ino);
 std::string GiveUpKey(uint32_t host, uint64_t ino);
 std::string GiveUpPrefix(uint32_t host);
+// A host that reads directory `ino` under a read grant (docs/SHARED.md,
+// "Read grants"): "reader/" + BE64(ino) + BE32(host id); the value is an
+// owner value (EncodeOwner). ReadersPrefix(ino) begins the keys of `ino`.
+inline constexpr char kMetaReaderPrefix[] = "reader/";
+std::string ReaderKey(uint64_t ino, uint32_t host);
+std::string ReadersPrefix(uint64_t ino);
 // Sealed trees (docs/DESIGN.md, "Sealed trees"): one key per tree root,
 // written in the commit that seals the tree, deleted with the root.
 inline constexpr char kMetaSealPrefix[] = "seal/";

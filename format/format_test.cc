@@ -217,7 +217,7 @@ const std::set<std::string> kHexBlocks = {
     "inode-file-v2",  "inode-file-v3", "inode-file-v4", "extent-data-file",
     "dentry-key",     "dentry-value", "extent-key",   "extent-record",      "extent-window",
     "extent-inline",  "segment-key",  "segment-stat", "segment-stat-delta", "xattr-key",
-    "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",  "peer-key",
+    "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",  "peer-key", "reader-key",
     "owner-value",    "seal-key",     "seal-value",   "seal-value-v2"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file"};
@@ -410,7 +410,7 @@ TEST(Golden, ColumnFamiliesAndMetaKeys) {
   EXPECT_EQ(std::string(kMetaFormatVersion) + "\n" + kMetaNextIno + "\n" + kMetaInodeCount + "\n" +
                 kMetaCleanShutdown + "\n" + kMetaOrphanPrefix + "\n" + kMetaNextHostId + "\n" +
                 kMetaHostPrefix + "\n" + kMetaOwnerPrefix + "\n" + kMetaGiveUpPrefix + "\n" +
-                kMetaSealPrefix + "\n" + kMetaPeerSecret + "\n" + kMetaPeerPrefix,
+                kMetaReaderPrefix + "\n" + kMetaSealPrefix + "\n" + kMetaPeerSecret + "\n" + kMetaPeerPrefix,
             DocText("meta-keys"));
 }
 
@@ -423,6 +423,9 @@ TEST(Golden, OwnerKeysAndValue) {
   EXPECT_EQ(Hex(OwnerKey(2)), Hex(DocHex("owner-key")));
   EXPECT_EQ(Hex(GiveUpKey(3, 2)), Hex(DocHex("give-up-key")));
   EXPECT_EQ(GiveUpKey(3, 2).substr(0, GiveUpPrefix(3).size()), GiveUpPrefix(3));
+  EXPECT_EQ(Hex(ReaderKey(2, 3)), Hex(DocHex("reader-key")));
+  EXPECT_EQ(ReaderKey(2, 3).substr(0, ReadersPrefix(2).size()), ReadersPrefix(2));
+  EXPECT_LT(ReaderKey(2, 0xffffffff), ReadersPrefix(3));
   const OwnerValue v{3, 4242, "node07"};
   EXPECT_EQ(Hex(EncodeOwner(v)), Hex(DocHex("owner-value")));
   OwnerValue back;
@@ -658,6 +661,10 @@ TEST(Coding, ByteOrder) {
   PutBE64(&s, 0x0102030405060708ull);
   EXPECT_EQ(Hex(s), "01 02 03 04 05 06 07 08");
   EXPECT_EQ(GetBE64(s.data()), 0x0102030405060708ull);
+  s.clear();
+  PutBE32(&s, 0x0102f304u);
+  EXPECT_EQ(Hex(s), "01 02 f3 04");
+  EXPECT_EQ(GetBE32(s.data()), 0x0102f304u);
   s.clear();
   PutLE64(&s, 0x0102030405060708ull);
   EXPECT_EQ(Hex(s), "08 07 06 05 04 03 02 01");

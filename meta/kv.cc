@@ -90,8 +90,13 @@ void Writes::Notify(std::string_view channel) {
   }
 }
 
+void Writes::RequireEmpty(Space s, std::string_view begin, std::string_view end) {
+  empty_ranges_.push_back(Range{s, std::string(begin), std::string(end)});
+}
+
 void Writes::Append(const Writes& other) {
   list_.insert(list_.end(), other.list_.begin(), other.list_.end());
+  empty_ranges_.insert(empty_ranges_.end(), other.empty_ranges_.begin(), other.empty_ranges_.end());
   bytes_ += other.bytes_;
   for (const std::string& c : other.notifies_) Notify(c);
 }
@@ -99,6 +104,7 @@ void Writes::Append(const Writes& other) {
 void Writes::Clear() {
   list_.clear();
   notifies_.clear();
+  empty_ranges_.clear();
   bytes_ = 0;
 }
 
@@ -137,6 +143,12 @@ Status ConflictStatus(std::string message) {
 }
 
 bool IsConflict(const Status& s) { return s.payload<TxnConflict>() != nullptr; }
+
+Status RangeHeldStatus(std::string message) {
+  return Status(EBUSY, std::move(message)).WithPayload(RangeHeld{});
+}
+
+bool IsRangeHeld(const Status& s) { return s.payload<RangeHeld>() != nullptr; }
 
 void Backoff(const RetryPolicy& policy, int attempt) {
   const uint64_t cap = std::min<uint64_t>(

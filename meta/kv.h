@@ -78,10 +78,25 @@ class Writes {
   // writes commit; nothing when the commit fails. A channel is 1 to 32
   // bytes of lower-case letters, digits, '_' and '.'. Once per channel.
   void Notify(std::string_view channel);
+  // Commits only while no key of `s` in [begin, end) exists (end empty: to
+  // the end of the space), merge operands included: otherwise the commit
+  // applies nothing and fails with EBUSY (IsRangeHeld). A read of the
+  // range at the commit: PostgreSQL reads it in the transaction's snapshot,
+  // and a transaction that wrote into the range since and read a key this
+  // one writes conflicts with it (serializable); memory and RocksDB read
+  // the latest state.
+  void RequireEmpty(Space s, std::string_view begin, std::string_view end);
   // Appends `other`'s writes (and notifications) after these.
   void Append(const Writes& other);
   const std::vector<Write>& list() const { return list_; }
   const std::vector<std::string>& notifies() const { return notifies_; }
+  // A range that RequireEmpty named.
+  struct Range {
+    Space space;
+    std::string begin, end;
+  };
+  const std::vector<Range>& empty_ranges() const { return empty_ranges_; }
+  // No writes and no notifications (ranges alone commit nothing).
   bool empty() const { return list_.empty() && notifies_.empty(); }
   size_t size() const { return list_.size(); }
   // Bytes of keys and values held.
@@ -96,6 +111,7 @@ class Writes {
  private:
   std::vector<Write> list_;
   std::vector<std::string> notifies_;
+  std::vector<Range> empty_ranges_;
   uint64_t bytes_ = 0;
 };
 
@@ -119,6 +135,12 @@ struct KeyValue {
 struct TxnConflict {};
 Status ConflictStatus(std::string message);
 bool IsConflict(const Status& s);
+
+// A commit refused because a range it required empty holds a key
+// (Writes::RequireEmpty): EBUSY, nothing applied.
+struct RangeHeld {};
+Status RangeHeldStatus(std::string message);
+bool IsRangeHeld(const Status& s);
 
 // What a commit survives when it returns.
 enum class Durability : uint8_t {
@@ -187,6 +209,9 @@ class Txn : public ReadTxn {
     writes_.Merge(s, key, operand);
   }
   void Notify(std::string_view channel) { writes_.Notify(channel); }
+  void RequireEmpty(Space s, std::string_view begin, std::string_view end) {
+    writes_.RequireEmpty(s, begin, end);
+  }
   Writes& writes() { return writes_; }
 
   // Applies the writes atomically, as durable as `d` says. Call at most

@@ -456,6 +456,68 @@ TEST_P(KvTest, GetManyReadsKeysOfSeveralSpacesInOneSnapshot) {
   EXPECT_EQ(Get(Space::kInodes, "i2"), "two"s);
 }
 
+TEST_P(KvTest, RequireEmptyCommitsOnlyWhileTheRangeHoldsNoKey) {
+  auto commit = [&](const std::string& value) {
+    Writes w;
+    w.RequireEmpty(Space::kDentries, "r/2/", "r/20");
+    w.RequireEmpty(Space::kMeta, "c/", "c0");
+    w.Put(Space::kInodes, "x", value);
+    return CommitWrites(kv_, &w, Durability::kLogged);
+  };
+  // Keys beside the ranges, the end among them, do not hold them.
+  Write([&](Txn* t) {
+    t->Put(Space::kDentries, "r/1/9", "");
+    t->Put(Space::kDentries, "r/20", "");
+    t->Put(Space::kInodes, "r/2/1", "another space");
+  });
+  ASSERT_TRUE(commit("1").ok());
+  EXPECT_EQ(Get(Space::kInodes, "x"), "1"s);
+
+  Write([&](Txn* t) { t->Put(Space::kDentries, "r/2/7", ""); });
+  Status held = commit("2");
+  EXPECT_TRUE(IsRangeHeld(held)) << held.ToString();
+  EXPECT_EQ(held.code(), EBUSY);
+  EXPECT_EQ(Get(Space::kInodes, "x"), "1"s) << "nothing of a refused commit is applied";
+  Write([&](Txn* t) { t->Delete(Space::kDentries, "r/2/7"); });
+  ASSERT_TRUE(commit("3").ok());
+
+  // A counter that has only merge operands holds its range too.
+  Write([&](Txn* t) { t->Merge(Space::kMeta, "c/n", CounterOperand(1)); });
+  held = commit("4");
+  EXPECT_TRUE(IsRangeHeld(held)) << held.ToString();
+  EXPECT_EQ(Get(Space::kInodes, "x"), "3"s);
+  if (!backend_->DetectsConflicts()) return;
+
+  // Ordered with the transactions that write into the range and read what
+  // it writes: one that did so after this one's snapshot refuses it (or
+  // conflicts with it).
+  Write([&](Txn* t) { t->Delete(Space::kMeta, "c/n"); });
+  auto w = Begin();
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->Get(Space::kInodes, "x").ok());
+  Write([&](Txn* t) {
+    ASSERT_TRUE(t->Get(Space::kInodes, "x").ok());
+    t->Put(Space::kDentries, "r/2/8", "");
+  });
+  w->RequireEmpty(Space::kDentries, "r/2/", "r/20");
+  w->Put(Space::kInodes, "x", "5");
+  Status late = w->Commit(Durability::kLogged);
+  EXPECT_TRUE(IsRangeHeld(late) || IsConflict(late)) << late.ToString();
+  EXPECT_EQ(Get(Space::kInodes, "x"), "3"s);
+
+  // The other order: a writer of the range that read what a guarded
+  // commit changed meanwhile conflicts.
+  Write([&](Txn* t) { t->Delete(Space::kDentries, "r/2/8"); });
+  auto r = Begin();
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Get(Space::kInodes, "x").ok());
+  ASSERT_TRUE(commit("6").ok());
+  r->Put(Space::kDentries, "r/2/9", "");
+  Status after = r->Commit(Durability::kLogged);
+  EXPECT_TRUE(IsConflict(after)) << after.ToString();
+  EXPECT_EQ(Get(Space::kDentries, "r/2/9"), std::nullopt);
+}
+
 TEST_P(KvTest, ReadOnlyTransactionsNeverConflictWithWriters) {
   Write([&](Txn* t) { t->Put(Space::kMeta, "k", CounterOperand(0)); });
   for (int i = 1; i <= 3; ++i) {

@@ -81,6 +81,16 @@ class MemIndex {
   Status Commit(const Writes& writes, std::optional<uint64_t> snap, const MemReads& reads) {
     MutexLock l(&mu_);
     if (snap.has_value()) CKPTFS_RETURN_IF_ERROR(CheckUnchanged(writes, *snap, reads));
+    for (const Writes::Range& r : writes.empty_ranges()) {
+      const auto& m = space(r.space);
+      for (auto it = m.lower_bound(r.begin); it != m.end(); ++it) {
+        if (!r.end.empty() && it->first >= r.end) break;
+        if (it->second.back().value.has_value()) {
+          return RangeHeldStatus(std::string("commit: a key of the ") + SpaceName(r.space) +
+                                 " range it requires empty exists");
+        }
+      }
+    }
     std::map<std::pair<Space, std::string>, std::optional<std::string>> staged;
     for (const Write& w : writes.list()) {
       auto key = std::make_pair(w.space, w.key);

@@ -36,6 +36,8 @@ Status StatementError(PGconn* c, const PGresult* r, const std::string& what) {
   // unique_violation: only an Insert writes without ON CONFLICT.
   if (code == "23505") return Status(EEXIST, msg);
   if (code == "53100") return Status(ENOSPC, msg);
+  // division_by_zero: only Writes::RequireEmpty's statement divides.
+  if (code == "22012") return RangeHeldStatus(msg);
   return Status(EIO, msg);
 }
 

@@ -117,11 +117,16 @@ struct PgSpaceSql {
                   " ORDER BY 1, 2";
     last = "SELECT k, v FROM " + t + " WHERE" + range + " ORDER BY k DESC LIMIT 1";
     merged_keys = "SELECT DISTINCT k FROM " + m + " WHERE sp = " + sp + " ORDER BY k LIMIT ";
+    // Divides by zero (SQLSTATE 22012: RangeHeld) when the range holds a
+    // key or an operand, which ends the transaction.
+    std::string none = "NOT EXISTS (SELECT 1 FROM " + t + " WHERE" + range + ")";
+    if (merges) none += " AND NOT EXISTS (SELECT 1 FROM " + m + " WHERE sp = " + sp + " AND" + range + ")";
+    require_empty = "SELECT 1 / (" + none + ")::int";
   }
   bool merges;
   // scan_next and merged_keys end with "LIMIT ": the caller adds the number.
   std::string put, put_rows, insert, del, drop_merges, merge, get, scan_first, scan_next,
-      scan_merged, last, merged_keys;
+      scan_merged, last, merged_keys, require_empty;
 };
 
 namespace {
@@ -334,6 +339,9 @@ class PgTxn final : public PgReader<Txn> {
     stmts.push_back(Stmt{d == Durability::kSynced ? "SET LOCAL synchronous_commit TO on"
                                                   : "SET LOCAL synchronous_commit TO off",
                          {}});
+    for (const Writes::Range& r : writes_.empty_ranges()) {
+      stmts.push_back(Stmt{sql(r.space).require_empty, {r.begin, r.end}});
+    }
     std::deque<std::string> arrays;
     AppendWrites(&stmts, &arrays);
     // Delivered at the commit, and only if it commits (Writes::Check

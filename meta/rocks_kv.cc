@@ -108,6 +108,9 @@ class RocksTxn final : public RocksReader<Txn> {
   Status Commit(Durability d) override {
     if (writes_.empty()) return Status::OK();
     CKPTFS_RETURN_IF_ERROR(writes_.Check());
+    // The store's own locks order its commits: the latest state is the
+    // one this commit applies to.
+    for (const Writes::Range& r : writes_.empty_ranges()) CKPTFS_RETURN_IF_ERROR(CheckEmpty(r));
     rocksdb::WriteBatch batch;
     for (const Write& w : writes_.list()) {
       rocksdb::ColumnFamilyHandle* cf = kv_->family(w.space);
@@ -138,6 +141,18 @@ class RocksTxn final : public RocksReader<Txn> {
   }
 
  private:
+  // RangeHeld when a key of `r` exists now.
+  Status CheckEmpty(const Writes::Range& r) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        kv_->db()->NewIterator(rocksdb::ReadOptions(), kv_->family(r.space)));
+    it->Seek(ToSlice(r.begin));
+    if (it->Valid() && (r.end.empty() || it->key().compare(ToSlice(r.end)) < 0)) {
+      return RangeHeldStatus(std::string("commit: a key of the ") + SpaceName(r.space) +
+                             " range it requires empty exists");
+    }
+    return FromRocksStatus(it->status(), std::string("read index ") + SpaceName(r.space));
+  }
+
   // EEXIST when the key of Insert `w` exists now (not at the snapshot).
   Status CheckInsert(const Write& w) {
     std::string v;

@@ -96,15 +96,16 @@ uint64_t HostSession::TrustEpoch(uint64_t ino) const {
   if (ownership_.Owns(ino)) {
     if (const uint64_t epoch = ownership_.Epoch(); epoch != 0) return epoch;
   }
+  if (const uint64_t token = ownership_.ReadToken(ino); token != 0) return token;
   return SoloEpoch();
 }
 
 double HostSession::CacheSecondsOf(uint64_t ino) const {
-  return CacheSeconds(ownership_.Owns(ino));
+  return CacheSeconds(ownership_.Owns(ino) || ownership_.ReadToken(ino) != 0);
 }
 
 double HostSession::CacheSecondsOfName(uint64_t dir, uint64_t ino) const {
-  return CacheSeconds(ownership_.OwnsName(dir, ino));
+  return CacheSeconds(ownership_.OwnsName(dir, ino) || ownership_.ReadsName(dir, ino));
 }
 
 double HostSession::CacheSeconds(bool owned) const {

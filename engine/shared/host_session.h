@@ -99,14 +99,16 @@ class HostSession {
   // Seconds left of the solo grant: 0 when none runs.
   double SoloSecondsLeft() const;
   // The epoch in which what this mount knows of `ino` stays exact: the own
-  // epoch while it owns `ino`, else the solo epoch; 0 when neither runs.
+  // epoch while it owns `ino`, the token of its read grant while one runs
+  // (Ownership::ReadToken), else the solo epoch; 0 when none runs.
   uint64_t TrustEpoch(uint64_t ino) const;
   // How long the kernel may keep the attributes of `ino` (and, for a
-  // directory, its names): while the solo grant or, for an owned inode,
-  // the own grant runs.
+  // directory, its names): while the solo grant or, for an owned inode or
+  // one read under a grant, the own grant runs.
   double CacheSecondsOf(uint64_t ino) const;
   // How long the kernel may keep name `dir`/... naming `ino`: as above,
-  // with the own grant where this mount owns the name (Ownership::OwnsName).
+  // with the own grant where this mount owns the name (Ownership::OwnsName)
+  // or read it under a read grant of `dir` (Ownership::ReadsName).
   double CacheSecondsOfName(uint64_t dir, uint64_t ino) const;
 
   // The inodes this mount owns; started by Claim's caller.

@@ -48,6 +48,7 @@ Status Ownership::PollOnce() {
       owned_.clear();
       dirs_.clear();
       names_ = 0;
+      reads_.clear();
       epoch_ = kEpochBit | ((epoch_.load() & ~kEpochBit) + 1);
     }
   }
@@ -59,6 +60,7 @@ Status Ownership::PollOnce() {
   for (const auto& [key, ino] : requests) {
     GiveUp(ino);
     w.Delete(meta::Space::kMeta, format::OwnerKey(ino));
+    w.Delete(meta::Space::kMeta, format::ReaderKey(ino, me_.id));
     w.Delete(meta::Space::kMeta, key);
   }
   CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
@@ -71,20 +73,22 @@ void Ownership::End() { until_ns_ = 0; }
 
 Status Ownership::DropAll() {
   if (kv_ == nullptr) return Status::OK();
-  std::vector<uint64_t> inos;
+  std::vector<std::string> keys;
   {
     MutexLock l(&mu_);
-    inos.reserve(owned_.size());
-    for (const auto& [ino, o] : owned_) inos.push_back(ino);
+    keys.reserve(owned_.size() + reads_.size());
+    for (const auto& [ino, o] : owned_) keys.push_back(format::OwnerKey(ino));
+    for (const auto& [ino, r] : reads_) keys.push_back(format::ReaderKey(ino, me_.id));
     owned_.clear();
     dirs_.clear();
     names_ = 0;
+    reads_.clear();
   }
   constexpr size_t kPerCommit = 1000;
-  for (size_t i = 0; i < inos.size(); i += kPerCommit) {
+  for (size_t i = 0; i < keys.size(); i += kPerCommit) {
     meta::Writes w;
-    for (size_t j = i; j < std::min(inos.size(), i + kPerCommit); ++j) {
-      w.Delete(meta::Space::kMeta, format::OwnerKey(inos[j]));
+    for (size_t j = i; j < std::min(keys.size(), i + kPerCommit); ++j) {
+      w.Delete(meta::Space::kMeta, keys[j]);
     }
     CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
   }
@@ -133,10 +137,15 @@ void Ownership::Forget(uint64_t ino) {
 std::optional<uint64_t> Ownership::FindName(uint64_t dir, std::string_view name) const {
   if (Epoch() == 0) return std::nullopt;
   MutexLock l(&mu_);
-  auto it = dirs_.find(dir);
-  if (it == dirs_.end()) return std::nullopt;
-  auto n = it->second.names.find(std::string(name));
-  return n == it->second.names.end() ? 0 : n->second;
+  if (auto it = dirs_.find(dir); it != dirs_.end()) {
+    auto n = it->second.names.find(std::string(name));
+    return n == it->second.names.end() ? 0 : n->second;
+  }
+  auto r = reads_.find(dir);
+  if (r == reads_.end() || !r->second.granted) return std::nullopt;
+  auto n = r->second.names.find(std::string(name));
+  if (n == r->second.names.end()) return std::nullopt;
+  return n->second;
 }
 
 void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
@@ -146,6 +155,10 @@ void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
     if (std::find(known.begin(), known.end(), Name(dir, name)) == known.end()) {
       known.emplace_back(dir, name);
     }
+  }
+  if (auto r = reads_.find(dir); r != reads_.end() && r->second.granted) {
+    // A change of a directory read under a grant, by this mount.
+    SetReadName(&r->second, name, ino);
   }
   auto it = dirs_.find(dir);
   if (it == dirs_.end()) return;
@@ -159,9 +172,11 @@ void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
 
 void Ownership::GiveUp(uint64_t ino) {
   std::vector<Name> names;
+  bool owned = false;
   {
     MutexLock l(&mu_);
     if (auto o = owned_.find(ino); o != owned_.end()) {
+      owned = true;
       names = std::move(o->second.names);
       owned_.erase(o);
     }
@@ -170,8 +185,16 @@ void Ownership::GiveUp(uint64_t ino) {
       names_ -= it->second.names.size();
       dirs_.erase(it);
     }
+    if (auto r = reads_.find(ino); r != reads_.end()) {
+      for (const auto& [name, child] : r->second.names) names.emplace_back(ino, name);
+      reads_.erase(r);
+      reads_given_up_++;
+      Quietness& q = quiet_[ino];
+      q.since_ns = 0;
+      q.not_before_ns = NowNs() + kQuietAfterGiveUpMs * kMsNs;
+    }
   }
-  if (give_up_) give_up_(ino, names);
+  if (give_up_) give_up_(ino, names, owned);
 }
 
 bool Ownership::IsFree(uint64_t ino) const {
@@ -348,6 +371,227 @@ Status Ownership::MayChange(uint64_t ino) {
   }
   SetFree(ino);
   return Status::OK();
+}
+
+// ---- Read grants ----
+
+void Ownership::SetReadName(Read* r, std::string_view name, uint64_t ino) {
+  auto [it, added] = r->names.try_emplace(std::string(name), ino);
+  if (!added) {
+    if (it->second == ino) return;
+    if (auto n = r->named.find(it->second); n != r->named.end() && --n->second == 0) {
+      r->named.erase(n);
+    }
+    it->second = ino;
+  }
+  if (ino != 0) r->named[ino]++;
+}
+
+bool Ownership::Quiet(uint64_t ino, int64_t ctime_ns) {
+  if (kv_ == nullptr || Epoch() == 0) return false;
+  const int64_t now = NowNs();
+  MutexLock l(&mu_);
+  if (reads_.count(ino) != 0 || owned_.count(ino) != 0 || reads_.size() >= kMaxReads) return false;
+  if (quiet_.size() >= kMaxQuiet && quiet_.count(ino) == 0) quiet_.clear();
+  Quietness& q = quiet_[ino];
+  if (q.since_ns == 0 || q.ctime_ns != ctime_ns) {
+    q.ctime_ns = ctime_ns;
+    q.since_ns = now;
+    return false;
+  }
+  return now - q.since_ns >= kQuietMs * kMsNs && now >= q.not_before_ns;
+}
+
+Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
+  ReadGrant g;
+  if (kv_ == nullptr) return g;
+  const uint64_t epoch = Epoch();
+  if (epoch == 0) return g;
+  uint64_t token = 0;
+  {
+    // Entered before the commit: a request that finds the key drops it.
+    MutexLock l(&mu_);
+    if (reads_.count(ino) != 0) return g;
+    token = kEpochBit | kReadBit | ++next_token_;
+    reads_[ino].token = token;
+  }
+  // The inode and its owner key read, and the reader key written, in one
+  // transaction; none is committed when another host owns it.
+  bool wrote = false;
+  Status st;
+  const meta::RetryPolicy policy;
+  for (int attempt = 1;; ++attempt) {
+    if (attempt > 1) meta::Backoff(policy, attempt);
+    wrote = false;
+    Result<std::unique_ptr<meta::Txn>> t = kv_->Begin();
+    if (!t.ok()) {
+      st = t.status();
+      break;
+    }
+    Result<std::vector<std::optional<std::string>>> v = (*t)->GetMany(
+        {{meta::Space::kInodes, format::InodeKey(ino)}, {meta::Space::kMeta, format::OwnerKey(ino)}});
+    st = v.status();
+    if (st.ok()) {
+      g.inode = std::move((*v)[0]);
+      wrote = g.inode.has_value() && !(*v)[1].has_value();
+      if (!wrote) break;
+      (*t)->Put(meta::Space::kMeta, format::ReaderKey(ino, me_.id), owner_value_);
+      st = (*t)->Commit(meta::Durability::kLogged);
+    }
+    if (!meta::IsConflict(st) || attempt >= policy.max_attempts) break;
+  }
+  MutexLock l(&mu_);
+  auto r = reads_.find(ino);
+  const bool mine = r != reads_.end() && r->second.token == token;
+  if (!st.ok() || !wrote || Epoch() != epoch || !mine) {
+    if (mine) reads_.erase(r);
+    if (st.ok() && !wrote) {
+      // Owned by another host: not asked again for a while.
+      Quietness& q = quiet_[ino];
+      q.since_ns = 0;
+      q.not_before_ns = NowNs() + kQuietAfterGiveUpMs * kMsNs;
+    }
+    if (!st.ok()) return st;
+    return g;
+  }
+  r->second.granted = true;
+  r->second.value = *g.inode;
+  read_grants_++;
+  g.token = token;
+  return g;
+}
+
+uint64_t Ownership::ReadToken(uint64_t ino) const {
+  if (Epoch() == 0) return 0;
+  MutexLock l(&mu_);
+  auto r = reads_.find(ino);
+  return r != reads_.end() && r->second.granted ? r->second.token : 0;
+}
+
+std::optional<Ownership::HeldRead> Ownership::ReadValue(uint64_t ino) const {
+  if (Epoch() == 0) return std::nullopt;
+  MutexLock l(&mu_);
+  auto r = reads_.find(ino);
+  if (r == reads_.end() || !r->second.granted) return std::nullopt;
+  return HeldRead{r->second.token, r->second.value};
+}
+
+void Ownership::ReadsWritten(const meta::Writes& batch) {
+  MutexLock l(&mu_);
+  if (reads_.empty()) return;
+  for (const meta::Write& w : batch.list()) {
+    if (w.space != meta::Space::kInodes || w.key.size() != 8) continue;
+    auto r = reads_.find(format::GetBE64(w.key.data()));
+    if (r == reads_.end()) continue;
+    if (w.kind == meta::Write::Kind::kPut) {
+      r->second.value = w.value;
+    } else {
+      reads_.erase(r);
+    }
+  }
+}
+
+void Ownership::ReadName(uint64_t dir, uint64_t token, std::string_view name, uint64_t ino) {
+  if (token == 0) return;
+  MutexLock l(&mu_);
+  auto r = reads_.find(dir);
+  if (r == reads_.end() || r->second.token != token || !r->second.granted) return;
+  if (r->second.names.size() >= kMaxNames && r->second.names.count(std::string(name)) == 0) return;
+  SetReadName(&r->second, name, ino);
+}
+
+bool Ownership::ReadsName(uint64_t dir, uint64_t ino) const {
+  if (Epoch() == 0) return false;
+  MutexLock l(&mu_);
+  auto r = reads_.find(dir);
+  return r != reads_.end() && r->second.granted && r->second.named.count(ino) != 0;
+}
+
+std::vector<meta::Writes::Range> Ownership::ReaderRanges(const std::vector<uint64_t>& dirs) const {
+  std::vector<meta::Writes::Range> ranges;
+  if (dirs.empty()) return ranges;
+  if (dirs.size() > kOneByOne) {
+    ranges.push_back({meta::Space::kMeta, format::ReadersPrefix(dirs.front()),
+                      format::ReadersPrefix(dirs.back() + 1)});
+    return ranges;
+  }
+  for (uint64_t dir : dirs) {
+    ranges.push_back({meta::Space::kMeta, format::ReadersPrefix(dir), format::ReaderKey(dir, me_.id)});
+    ranges.push_back({meta::Space::kMeta, format::ReaderKey(dir, me_.id + 1),
+                      format::ReadersPrefix(dir + 1)});
+  }
+  return ranges;
+}
+
+Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges) {
+  if (kv_ == nullptr) return Status::OK();
+  struct Reader {
+    uint64_t dir;
+    uint32_t host;
+    std::string value;
+  };
+  const size_t key_size = format::ReaderKey(0, 0).size();
+  const size_t prefix = std::string_view(format::kMetaReaderPrefix).size();
+  int64_t asked_ns = 0;
+  std::set<std::pair<uint32_t, uint64_t>> asked;  // (host, dir)
+  std::map<std::string, bool> gone;               // owner value -> whether its host is gone
+  for (int64_t wait_ms = 2;; wait_ms = std::min<int64_t>(wait_ms * 2, 20)) {
+    std::vector<Reader> readers;
+    CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_, [&](meta::ReadTxn* t) -> Status {
+      readers.clear();
+      for (const meta::Writes::Range& r : ranges) {
+        CKPTFS_RETURN_IF_ERROR(t->Scan(r.space, r.begin, r.end, [&](std::string_view k, std::string_view v) {
+          if (k.size() == key_size) {
+            readers.push_back({format::GetBE64(k.data() + prefix),
+                               format::GetBE32(k.data() + prefix + 8), std::string(v)});
+          }
+          return true;
+        }));
+      }
+      return Status::OK();
+    }));
+    if (readers.empty()) return Status::OK();
+    const bool waited_out = asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs;
+    meta::Writes asks, takes;
+    for (const Reader& r : readers) {
+      bool take = waited_out;
+      if (r.host == me_.id) {
+        // This mount's own, in a range over many directories: dropped.
+        MutexLock l(&mu_);
+        reads_.erase(r.dir);
+        take = true;
+      }
+      if (!take) {
+        auto g = gone.find(r.value);
+        if (g == gone.end()) {
+          format::OwnerValue owner;
+          bool is_gone = true;  // a value that does not decode holds nothing
+          if (format::DecodeOwner(r.value, &owner).ok() && owner.id == r.host) {
+            CKPTFS_ASSIGN_OR_RETURN(is_gone, OwnerGone(owner));
+          }
+          g = gone.emplace(r.value, is_gone).first;
+        }
+        take = g->second;
+      }
+      if (take) {
+        takes.Delete(meta::Space::kMeta, format::ReaderKey(r.dir, r.host));
+        if (r.host != me_.id) taken_over_++;
+      } else if (asked.emplace(r.host, r.dir).second) {
+        asks.Put(meta::Space::kMeta, format::GiveUpKey(r.host, r.dir), "");
+        asks.Notify(Channel(r.host));
+      }
+    }
+    if (takes.size() > 0) {
+      CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &takes, meta::Durability::kLogged));
+      continue;
+    }
+    if (asks.size() > 0) {
+      CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &asks, meta::Durability::kLogged));
+      if (asked_ns == 0) asked_ns = NowNs();
+      reads_asked_ += asks.size();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
 }
 
 }  // namespace ckptfs::engine

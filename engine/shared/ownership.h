@@ -26,6 +26,18 @@
 // each machine's monotonic clock running at about the same rate, never on
 // clocks agreeing.
 //
+// Read grants (docs/SHARED.md, "Read grants"), in the manner of CephFS's
+// shared capabilities: a directory that no host owns and that stays
+// unchanged (Quiet) is read under a grant, a reader key
+// (format::ReaderKey) written by a commit that reads its inode and finds no
+// owner key. While the own grant runs, the reader trusts the directory's
+// attributes and the names it read in it, and the kernel keeps them. Any
+// other host's commit that changes the directory requires that no other
+// reader key of it exists (RequireUnread); when one does, that host asks
+// the reader (the same give-up key and channel as for an owned inode),
+// waits for it to drop its key (Unread), or takes it past kTakeOverMs,
+// and commits again.
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -81,9 +93,10 @@ class Ownership {
   using Name = std::pair<uint64_t, std::string>;
   // What the store does with an inode this mount gives up, before the index
   // hears of it: forget what it knows of it beyond the index (waiting for a
-  // change of it under way), and have the kernel drop what it keeps:
-  // `names`, the names of the inode and, for a directory, those in it.
-  using GiveUpFn = std::function<void(uint64_t ino, const std::vector<Name>& names)>;
+  // change of it under way where it was `owned`, not read under a read
+  // grant), and have the kernel drop what it keeps: `names`, the names of
+  // the inode and, for a directory, those in it.
+  using GiveUpFn = std::function<void(uint64_t ino, const std::vector<Name>& names, bool owned)>;
 
   Ownership() = default;
   Ownership(const Ownership&) = delete;
@@ -145,6 +158,65 @@ class Ownership {
   // the first time for an inode this mount does not own.
   Result<bool> OwnedElsewhere(uint64_t ino) EXCLUDES(mu_);
 
+  // ---- Read grants ----
+  // How long a directory's change time stays the same between two reads of
+  // it before Quiet says to ask for a grant; and how long after one was
+  // given up to another host.
+  static constexpr int64_t kQuietMs = 100;
+  static constexpr int64_t kQuietAfterGiveUpMs = 1000;
+  // The most directories read under grants (past it none is asked for),
+  // and the most watched for quiet.
+  static constexpr size_t kMaxReads = size_t{1} << 16;
+  static constexpr size_t kMaxQuiet = size_t{1} << 16;
+  // Tokens of read grants (TrustEpoch) are told apart from own epochs by
+  // this bit.
+  static constexpr uint64_t kReadBit = uint64_t{1} << 62;
+
+  // Whether to ask for a read grant of directory `ino`, whose inode a read
+  // of the index just found with change time `ctime_ns`: an earlier read
+  // found the same at least kQuietMs before, none runs for it, this mount
+  // does not own it, and none was given up in the last kQuietAfterGiveUpMs.
+  bool Quiet(uint64_t ino, int64_t ctime_ns) EXCLUDES(mu_);
+  // What AskRead found: the inode's value (nullopt: none) and the grant's
+  // token (0: none runs: another host owns it, or no own grant runs).
+  struct ReadGrant {
+    std::optional<std::string> inode;
+    uint64_t token = 0;
+  };
+  // Asks for a read grant of directory `ino`: one transaction reads its
+  // inode and owner key and, when no host owns it, writes this mount's
+  // reader key. The value read stays exact while the grant runs.
+  Result<ReadGrant> AskRead(uint64_t ino) EXCLUDES(mu_);
+  // The token of the read grant of `ino` while it runs; 0 otherwise.
+  uint64_t ReadToken(uint64_t ino) const EXCLUDES(mu_);
+  // While a read grant of `ino` runs: its token and the inode's value, as
+  // AskRead read it or this mount's commits wrote it since (ReadsWritten).
+  struct HeldRead {
+    uint64_t token = 0;
+    std::string value;
+  };
+  std::optional<HeldRead> ReadValue(uint64_t ino) const EXCLUDES(mu_);
+  // After a commit of this mount's: the values of the inodes it wrote that
+  // are read under grants (a removed one's grant ends).
+  void ReadsWritten(const meta::Writes& batch) EXCLUDES(mu_);
+  // Name `name` of `dir` named `ino` (0: none) in a snapshot taken while
+  // read grant `token` of `dir` ran: kept while it runs (FindName).
+  void ReadName(uint64_t dir, uint64_t token, std::string_view name, uint64_t ino) EXCLUDES(mu_);
+  // Whether the kernel may keep a name of `dir` naming `ino` under a read
+  // grant of `dir`: a name of it read under the grant names `ino`.
+  bool ReadsName(uint64_t dir, uint64_t ino) const EXCLUDES(mu_);
+  // The ranges of reader keys that a commit changing directories `dirs`
+  // (ascending, no repeats) requires empty: every reader key of each but
+  // this mount's own, or beyond kOneByOne directories one range over all
+  // their numbers, this mount's keys in it included (Unread drops them).
+  std::vector<meta::Writes::Range> ReaderRanges(const std::vector<uint64_t>& dirs) const;
+  // After a commit that required `ranges` empty was refused
+  // (meta::IsRangeHeld): returns once they hold no reader key, having
+  // asked each other reader to give its directory up and waited for that,
+  // or taken it from a reader that is gone or did not answer in
+  // kTakeOverMs; this mount's own keys in them it drops.
+  Status Unread(const std::vector<meta::Writes::Range>& ranges) EXCLUDES(mu_);
+
   // Counters for the mount's stats.
   uint64_t given_up() const { return given_up_.load(std::memory_order_relaxed); }
   uint64_t asked() const { return asked_.load(std::memory_order_relaxed); }
@@ -152,6 +224,11 @@ class Ownership {
   // Polls that a notification on Channel began (HostSession counts them).
   void CountHeard() { heard_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t heard() const { return heard_.load(std::memory_order_relaxed); }
+  // Read grants given to this mount, and those it gave up at a request;
+  // those this mount asked other hosts to give up.
+  uint64_t read_grants() const { return read_grants_.load(std::memory_order_relaxed); }
+  uint64_t reads_given_up() const { return reads_given_up_.load(std::memory_order_relaxed); }
+  uint64_t reads_asked() const { return reads_asked_.load(std::memory_order_relaxed); }
 
  private:
   struct Dir {
@@ -161,6 +238,24 @@ class Ownership {
   struct Owned {
     std::vector<Name> names;
   };
+  // A directory read under a grant: its token, whether the commit of its
+  // reader key returned (before, a request finds it and drops it), and
+  // the names read in it with the inodes they name (0: none).
+  struct Read {
+    uint64_t token = 0;
+    bool granted = false;
+    std::string value;  // the inode's
+    std::unordered_map<std::string, uint64_t> names;
+    std::unordered_map<uint64_t, uint32_t> named;  // ino -> names of it
+  };
+  // A directory watched for quiet.
+  struct Quietness {
+    int64_t ctime_ns = 0;
+    int64_t since_ns = 0;  // 0: not read yet
+    int64_t not_before_ns = 0;
+  };
+  // Sets name `name` of `r` to `ino` (0: none).
+  static void SetReadName(Read* r, std::string_view name, uint64_t ino);
   // Whether `v` is an owner that no longer holds its host.
   Result<bool> OwnerGone(const format::OwnerValue& v);
   // Gives up `ino` at another host's request: drops it and tells the
@@ -185,12 +280,16 @@ class Ownership {
   std::atomic<int64_t> until_ns_{0};
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> given_up_{0}, asked_{0}, taken_over_{0}, heard_{0};
+  std::atomic<uint64_t> read_grants_{0}, reads_given_up_{0}, reads_asked_{0};
 
   mutable Mutex mu_;  // a leaf lock
   std::unordered_map<uint64_t, Owned> owned_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Dir> dirs_ GUARDED_BY(mu_);
   size_t names_ GUARDED_BY(mu_) = 0;
   std::unordered_set<uint64_t> free_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Read> reads_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Quietness> quiet_ GUARDED_BY(mu_);
+  uint64_t next_token_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs::engine

@@ -25,7 +25,7 @@ class OwnershipTest : public ::testing::Test {
     Result<uint32_t> id = meta::ClaimHost(&kv_, name, "test", 30'000);
     ASSERT_TRUE(id.ok()) << id.status().ToString();
     own->Start(&kv_, format::OwnerValue{*id, static_cast<uint32_t>(::getpid()), meta::MachineName()},
-               [given](uint64_t ino, const std::vector<Ownership::Name>&) {
+               [given](uint64_t ino, const std::vector<Ownership::Name>&, bool) {
                  if (given != nullptr) given->push_back(ino);
                });
     ASSERT_TRUE(own->PollOnce().ok());

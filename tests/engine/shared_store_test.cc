@@ -229,6 +229,84 @@ TEST_F(SharedStoreTest, LookupsOfAnotherHostsNamesSeeEveryChange) {
   }
 }
 
+// A directory that no host owns and that stays unchanged is read under a
+// read grant (docs/SHARED.md, "Read grants"): its attributes and the names
+// read in it, found or not, cost no round trip while it runs. A change by
+// another host has the reader give it up first, so the next call there
+// sees the change; a change by the reader itself keeps it.
+TEST_F(SharedStoreTest, AQuietDirectoryIsReadUnderAGrantUntilAnotherHostChangesIt) {
+  ASSERT_OK_AND_ASSIGN(Attr q, a_->Mkdir(kRootIno, "q", S_IFDIR | 0755, 0, 0));
+  ASSERT_OK(b_->Create(q.ino, "bf", S_IFREG | 0644, 0, 0, 0).status());  // a owns q no more
+  ASSERT_OK_AND_ASSIGN(Attr af, a_->Create(q.ino, "af", S_IFREG | 0644, 0, 0, 0));
+  auto settle = [&]() {
+    // Two reads of the unchanged directory, Quiet's time apart.
+    ASSERT_OK(b_->GetAttr(q.ino).status());
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    ASSERT_OK(b_->GetAttr(q.ino).status());
+  };
+  settle();
+  ASSERT_OK_AND_ASSIGN(EngineStats b0, b_->GetStats());
+  EXPECT_EQ(b0.read_grants, 1u);
+  ASSERT_OK_AND_ASSIGN(Attr seen, b_->Lookup(q.ino, "af"));
+  EXPECT_EQ(seen.ino, af.ino);
+  EXPECT_EQ(b_->Lookup(q.ino, "none").status().code(), ENOENT);
+
+  ASSERT_OK_AND_ASSIGN(EngineStats before, b_->GetStats());
+  constexpr int kReads = 50;
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_OK_AND_ASSIGN(seen, b_->GetAttr(q.ino));
+    ASSERT_EQ(seen.nlink, 2u);
+    ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(q.ino, "af"));
+    ASSERT_EQ(seen.ino, af.ino);
+    ASSERT_EQ(b_->Lookup(q.ino, "none").status().code(), ENOENT);
+  }
+  ASSERT_OK_AND_ASSIGN(EngineStats after, b_->GetStats());
+  if (before.index_round_trips != 0) {
+    // The file's attributes (the lookup's reply) and the host's polls;
+    // 150 without the grant.
+    EXPECT_LE(after.index_round_trips - before.index_round_trips, kReads + 15u);
+  }
+
+  // Another host's changes, each seen by the next call.
+  ASSERT_OK_AND_ASSIGN(Attr none, a_->Create(q.ino, "none", S_IFREG | 0600, 0, 0, 0));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(q.ino, "none"));
+  EXPECT_EQ(seen.ino, none.ino) << "a name that was missing";
+  ASSERT_OK_AND_ASSIGN(Attr qa, a_->GetAttr(q.ino));
+  ASSERT_OK_AND_ASSIGN(seen, b_->GetAttr(q.ino));
+  EXPECT_EQ(seen.ctime.sec, qa.ctime.sec);
+  EXPECT_EQ(seen.ctime.nsec, qa.ctime.nsec);
+  ASSERT_OK_AND_ASSIGN(EngineStats a1, a_->GetStats());
+  ASSERT_OK_AND_ASSIGN(EngineStats b1, b_->GetStats());
+  EXPECT_EQ(b1.read_grants_given_up, 1u);
+  EXPECT_GE(a1.read_grants_asked, 1u);
+  ASSERT_OK(a_->Unlink(q.ino, "af"));
+  EXPECT_EQ(b_->Lookup(q.ino, "af").status().code(), ENOENT);
+  SetAttrRequest chmod;
+  chmod.mode = 0700;
+  ASSERT_OK(a_->SetAttr(q.ino, chmod).status());
+  ASSERT_OK_AND_ASSIGN(seen, b_->GetAttr(q.ino));
+  EXPECT_EQ(seen.mode & 07777, 0700u);
+
+  // Quiet again, past the wait after a give-up: a change by the reader
+  // itself asks no one and keeps its grant.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  settle();
+  ASSERT_OK_AND_ASSIGN(EngineStats b2, b_->GetStats());
+  EXPECT_EQ(b2.read_grants, 2u);
+  ASSERT_OK_AND_ASSIGN(Attr bg, b_->Create(q.ino, "bg", S_IFREG | 0644, 0, 0, 0));
+  ASSERT_OK_AND_ASSIGN(seen, b_->Lookup(q.ino, "bg"));
+  EXPECT_EQ(seen.ino, bg.ino);
+  ASSERT_OK_AND_ASSIGN(seen, a_->Lookup(q.ino, "bg"));
+  EXPECT_EQ(seen.ino, bg.ino);
+  ASSERT_OK_AND_ASSIGN(EngineStats b3, b_->GetStats());
+  EXPECT_EQ(b3.read_grants_asked, 0u);
+  EXPECT_EQ(b3.read_grants_given_up, 1u);
+  ASSERT_OK(a_->Unlink(q.ino, "bg"));
+  EXPECT_EQ(b_->Lookup(q.ino, "bg").status().code(), ENOENT);
+  ASSERT_OK_AND_ASSIGN(EngineStats b4, b_->GetStats());
+  EXPECT_EQ(b4.read_grants_given_up, 2u);
+}
+
 TEST_F(SharedStoreTest, CreatesInOneDirectoryFromTwoHostsAtOnce) {
   ASSERT_OK_AND_ASSIGN(Attr d, a_->Mkdir(kRootIno, "hot", 0755, 0, 0));
   constexpr int kPerThread = 100;
