@@ -48,7 +48,7 @@ Status Ownership::PollOnce() {
       owned_.clear();
       dirs_.clear();
       names_ = 0;
-      reads_.clear();
+      ClearReads();
       epoch_ = kEpochBit | ((epoch_.load() & ~kEpochBit) + 1);
     }
   }
@@ -82,7 +82,7 @@ Status Ownership::DropAll() {
     owned_.clear();
     dirs_.clear();
     names_ = 0;
-    reads_.clear();
+    ClearReads();
   }
   constexpr size_t kPerCommit = 1000;
   for (size_t i = 0; i < keys.size(); i += kPerCommit) {
@@ -187,7 +187,7 @@ void Ownership::GiveUp(uint64_t ino) {
     }
     if (auto r = reads_.find(ino); r != reads_.end()) {
       for (const auto& [name, child] : r->second.names) names.emplace_back(ino, name);
-      reads_.erase(r);
+      EraseRead(r);
       reads_given_up_++;
       Quietness& q = quiet_[ino];
       q.since_ns = 0;
@@ -375,15 +375,29 @@ Status Ownership::MayChange(uint64_t ino) {
 
 // ---- Read grants ----
 
+void Ownership::ClearReads() {
+  reads_.clear();
+  read_names_ = 0;
+}
+
+void Ownership::EraseRead(std::unordered_map<uint64_t, Read>::iterator r) {
+  read_names_ -= r->second.names.size();
+  reads_.erase(r);
+}
+
 void Ownership::SetReadName(Read* r, std::string_view name, uint64_t ino) {
-  auto [it, added] = r->names.try_emplace(std::string(name), ino);
-  if (!added) {
-    if (it->second == ino) return;
-    if (auto n = r->named.find(it->second); n != r->named.end() && --n->second == 0) {
-      r->named.erase(n);
-    }
-    it->second = ino;
+  auto it = r->names.find(std::string(name));
+  if (it == r->names.end()) {
+    // Past the bound a name is left to the index.
+    if (read_names_ >= kMaxNames) return;
+    it = r->names.emplace(std::string(name), 0).first;
+    read_names_++;
   }
+  if (it->second == ino) return;
+  if (auto n = r->named.find(it->second); n != r->named.end() && --n->second == 0) {
+    r->named.erase(n);
+  }
+  it->second = ino;
   if (ino != 0) r->named[ino]++;
 }
 
@@ -444,7 +458,7 @@ Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
   auto r = reads_.find(ino);
   const bool mine = r != reads_.end() && r->second.token == token;
   if (!st.ok() || !wrote || Epoch() != epoch || !mine) {
-    if (mine) reads_.erase(r);
+    if (mine) EraseRead(r);
     if (st.ok() && !wrote) {
       // Owned by another host: not asked again for a while.
       Quietness& q = quiet_[ino];
@@ -478,15 +492,21 @@ std::optional<Ownership::HeldRead> Ownership::ReadValue(uint64_t ino) const {
 
 void Ownership::ReadsWritten(const meta::Writes& batch) {
   MutexLock l(&mu_);
-  if (reads_.empty()) return;
   for (const meta::Write& w : batch.list()) {
     if (w.space != meta::Space::kInodes || w.key.size() != 8) continue;
-    auto r = reads_.find(format::GetBE64(w.key.data()));
+    const uint64_t ino = format::GetBE64(w.key.data());
+    if (auto q = quiet_.find(ino); q != quiet_.end() && w.kind == meta::Write::Kind::kPut) {
+      format::InodeValue v;
+      if (format::DecodeInode(w.value, &v).ok()) {
+        q->second.ctime_ns = v.ctime_sec * 1'000'000'000 + v.ctime_nsec;
+      }
+    }
+    auto r = reads_.find(ino);
     if (r == reads_.end()) continue;
     if (w.kind == meta::Write::Kind::kPut) {
       r->second.value = w.value;
     } else {
-      reads_.erase(r);
+      EraseRead(r);
     }
   }
 }
@@ -496,7 +516,6 @@ void Ownership::ReadName(uint64_t dir, uint64_t token, std::string_view name, ui
   MutexLock l(&mu_);
   auto r = reads_.find(dir);
   if (r == reads_.end() || r->second.token != token || !r->second.granted) return;
-  if (r->second.names.size() >= kMaxNames && r->second.names.count(std::string(name)) == 0) return;
   SetReadName(&r->second, name, ino);
 }
 
@@ -558,7 +577,7 @@ Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges) {
       if (r.host == me_.id) {
         // This mount's own, in a range over many directories: dropped.
         MutexLock l(&mu_);
-        reads_.erase(r.dir);
+        if (auto it = reads_.find(r.dir); it != reads_.end()) EraseRead(it);
         take = true;
       }
       if (!take) {

@@ -165,7 +165,8 @@ class Ownership {
   static constexpr int64_t kQuietMs = 100;
   static constexpr int64_t kQuietAfterGiveUpMs = 1000;
   // The most directories read under grants (past it none is asked for),
-  // and the most watched for quiet.
+  // and the most watched for quiet (the names kept in them are bounded by
+  // kMaxNames).
   static constexpr size_t kMaxReads = size_t{1} << 16;
   static constexpr size_t kMaxQuiet = size_t{1} << 16;
   // Tokens of read grants (TrustEpoch) are told apart from own epochs by
@@ -197,7 +198,9 @@ class Ownership {
   };
   std::optional<HeldRead> ReadValue(uint64_t ino) const EXCLUDES(mu_);
   // After a commit of this mount's: the values of the inodes it wrote that
-  // are read under grants (a removed one's grant ends).
+  // are read under grants (a removed one's grant ends), and the change
+  // times Quiet compares with (a change of this mount's own breaks no
+  // quiet).
   void ReadsWritten(const meta::Writes& batch) EXCLUDES(mu_);
   // Name `name` of `dir` named `ino` (0: none) in a snapshot taken while
   // read grant `token` of `dir` ran: kept while it runs (FindName).
@@ -254,8 +257,11 @@ class Ownership {
     int64_t since_ns = 0;  // 0: not read yet
     int64_t not_before_ns = 0;
   };
-  // Sets name `name` of `r` to `ino` (0: none).
-  static void SetReadName(Read* r, std::string_view name, uint64_t ino);
+  // Sets name `name` of `r` to `ino` (0: none); a new one only while
+  // fewer than kMaxNames are kept over all reads.
+  void SetReadName(Read* r, std::string_view name, uint64_t ino) REQUIRES(mu_);
+  void EraseRead(std::unordered_map<uint64_t, Read>::iterator r) REQUIRES(mu_);
+  void ClearReads() REQUIRES(mu_);
   // Whether `v` is an owner that no longer holds its host.
   Result<bool> OwnerGone(const format::OwnerValue& v);
   // Gives up `ino` at another host's request: drops it and tells the
@@ -288,6 +294,7 @@ class Ownership {
   size_t names_ GUARDED_BY(mu_) = 0;
   std::unordered_set<uint64_t> free_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Read> reads_ GUARDED_BY(mu_);
+  size_t read_names_ GUARDED_BY(mu_) = 0;  // names over all of reads_
   std::unordered_map<uint64_t, Quietness> quiet_ GUARDED_BY(mu_);
   uint64_t next_token_ GUARDED_BY(mu_) = 0;
 };

@@ -275,6 +275,53 @@ class SharedStoreTest(unittest.TestCase):
         self.assertFalse(os.path.exists(m2.path("own/d/new")))
         self.unmount_all_and_fsck()
 
+    def test_a_host_reads_a_quiet_directory_under_a_grant_until_another_changes_it(self):
+        m1, m2, m3 = self.mounts
+        os.mkdir(m1.path("q"))
+        lib.write_file(m2.path("q/f"), b"f")  # m1 owns q no more
+        lib.write_file(m1.path("q/g"), b"g")
+
+        def daemon_calls(n):
+            """Requests and index round trips of m3's n stats of q/g and of
+            q, and n misses in q, each a walk from the mount's root."""
+            before = m3.stats()
+            for _ in range(n):
+                os.stat(m3.path("q/g"))
+                os.stat(m3.path("q"))
+                self.assertFalse(os.path.exists(m3.path("q/none")))
+            after = m3.stats()
+            return (sum(after["fs"]["ops"].values()) - sum(before["fs"]["ops"].values()),
+                    after["engine"]["index_round_trips"] - before["engine"]["index_round_trips"])
+
+        # Nobody changes the root and q: m3 reads them under read grants,
+        # its kernel keeps their attributes and the names it looked up, and
+        # a miss there costs no round trip. What is left: g's attributes.
+        for _ in range(3):
+            daemon_calls(1)
+            time.sleep(0.15)
+        requests, trips = daemon_calls(100)
+        self.assertLess(requests, 260)
+        self.assertLess(trips, 160)  # the stats' own, and the watch's polls
+        self.assertGreaterEqual(m3.stats()["engine"]["read_grants"], 2)
+        # Another host's changes are seen by m3's next call.
+        lib.write_file(m1.path("q/none"), b"new")
+        self.assertEqual(lib.read_file(m3.path("q/none")), b"new")
+        os.rename(m2.path("q/g"), m2.path("q/g2"))
+        self.assertFalse(os.path.exists(m3.path("q/g")))
+        self.assertEqual(lib.read_file(m3.path("q/g2")), b"g")
+        os.chmod(m1.path("q"), 0o700)
+        self.assertEqual(os.stat(m3.path("q")).st_mode & 0o777, 0o700)
+        os.mkdir(m2.path("q/sub"))
+        self.assertEqual(os.stat(m3.path("q")).st_nlink, 3)
+        self.assertEqual(sorted(os.listdir(m3.path("q"))), ["f", "g2", "none", "sub"])
+        lib.write_file(m1.path("r"), b"r")  # in the root
+        self.assertEqual(lib.read_file(m3.path("r")), b"r")
+        s3 = m3.stats()["engine"]
+        self.assertGreaterEqual(s3["read_grants_given_up"], 2, s3)  # q and the root
+        self.assertGreaterEqual(m1.stats()["engine"]["read_grants_asked"] +
+                                m2.stats()["engine"]["read_grants_asked"], 2)
+        self.unmount_all_and_fsck()
+
     def test_open_o_creat_makes_and_opens_a_file_in_one_request(self):
         """On a shared mount, whose opens are all answered (close-to-open), an
         open(O_CREAT) of a new file is one CREATE request, not a MKNOD and an
