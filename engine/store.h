@@ -540,13 +540,17 @@ class Store {
   // store also while this mount owns the one or the other; without bound
   // when `dir` is known sealed.
   virtual double CacheSecondsOfName(Ino dir, Ino ino) const = 0;
-  // What to call when this mount gives up an inode it owned to another
-  // host: the kernel must drop the attributes it keeps of `ino` and the
-  // names `names` (a directory and a name in it): those of `ino` and, for
-  // a directory, those in it. Called from a thread of the store's
-  // own, never while a request of the kernel's waits for it. Set before
-  // the mount serves; an empty function calls nothing.
-  using GiveUpHook = std::function<void(Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names)>;
+  // What to call when this mount gives up an inode it owned, or a
+  // directory it read under a read grant, to another host: the kernel must
+  // drop the attributes it keeps of `ino` and the names `names` (a
+  // directory and a name in it): those of `ino` and, for a directory,
+  // those in it. With `wait`, before it returns: called from a thread of
+  // the store's own, never while a request of the kernel's waits for it;
+  // without, soon after (called from a request's thread: the kernel may
+  // hold those directories for it). Set before the mount serves; an empty
+  // function calls nothing.
+  using GiveUpHook = std::function<void(
+      Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names, bool wait)>;
   virtual void SetGiveUpHook(GiveUpHook hook) = 0;
   // Forgets what the store remembers of `ino` beyond the index (its
   // attributes, extents and verified blocks), so that the next call reads

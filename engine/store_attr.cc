@@ -193,6 +193,9 @@ Status StoreImpl::Accessed(Ino ino, AtimeRule rule) {
   const Timespec now = Now();
   if (!AtimeNeedsUpdate(s->attr, now, rule)) return Status::OK();
   if (mode_->OthersWrite()) {
+    // A directory nobody owns keeps its access time: a listing would
+    // otherwise take every other host's read grant of it.
+    if (S_ISDIR(s->attr.mode) && !host_.ownership().Owns(ino)) return Status::OK();
     // The owner keeps the access times of what it owns.
     CKPTFS_ASSIGN_OR_RETURN(const bool elsewhere, host_.ownership().OwnedElsewhere(ino));
     if (elsewhere) return Status::OK();

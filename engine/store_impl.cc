@@ -458,7 +458,8 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
   // A durable commit goes through FlushDurable, never a synced commit of
   // the index, which would also make other writers' batches durable before
   // their records.
-  const std::vector<meta::Writes::Range> readers = ReaderRanges(*batch);
+  const ReaderGuard guard = GuardOf(*batch);
+  const std::vector<meta::Writes::Range>& readers = guard.ranges;
   Status s;
   for (int attempt = 1;; ++attempt) {
     if (readers.empty()) {
@@ -474,7 +475,7 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
         },
         meta::Durability::kLogged);
     if (!meta::IsRangeHeld(s) || attempt >= kUnreadAttempts) break;
-    s = host_.ownership().Unread(readers);
+    s = Unguard(guard);
     if (!s.ok()) break;
   }
   if (s.ok()) {
@@ -490,7 +491,8 @@ Status StoreImpl::Commit(meta::Writes* batch, bool sync) {
 
 Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch, meta::Durability d) {
   in->writes().Append(*batch);
-  const std::vector<meta::Writes::Range> readers = ReaderRanges(*batch);
+  const ReaderGuard guard = GuardOf(*batch);
+  const std::vector<meta::Writes::Range>& readers = guard.ranges;
   for (const auto& r : readers) in->RequireEmpty(r.space, r.begin, r.end);
   Status s = in->Commit(d);
   if (s.ok()) {
@@ -502,7 +504,7 @@ Status StoreImpl::CommitIn(meta::Txn* in, meta::Writes* batch, meta::Durability 
   if (meta::IsRangeHeld(s)) {
     // Other hosts read a directory it changes: once they gave it up, the
     // change runs again (StoreImpl::RunChange).
-    CKPTFS_RETURN_IF_ERROR(host_.ownership().Unread(readers));
+    CKPTFS_RETURN_IF_ERROR(Unguard(guard));
     return meta::ConflictStatus("a directory it changes was read by another host");
   }
   return s;

@@ -707,18 +707,27 @@ class StoreImpl final : public Store {
   // host asks for `ino` (Ownership::GiveUpFn), started by ClaimHost.
   Status MayChange(Ino ino);
   void NamesChanged(const meta::Writes& batch);
-  // The ranges of reader keys (Ownership::ReaderRanges) that `batch`
-  // requires empty: of the directories it changes that this mount does not
-  // own. None on an embedded store. Commit and CommitIn add them, and on a
-  // refusal have the readers give them up (Ownership::Unread); Commit then
-  // tries again, up to kUnreadAttempts times.
-  std::vector<meta::Writes::Range> ReaderRanges(const meta::Writes& batch) const;
+  // The directories `batch` changes and the ranges of reader keys
+  // (Ownership::ReaderRanges) it requires empty; none on an embedded
+  // store. Commit and CommitIn add them, and on a refusal Unguard has the
+  // readers give them up; Commit then tries again, up to kUnreadAttempts
+  // times, and CommitIn reports a conflict, which runs the change again.
+  struct ReaderGuard {
+    std::vector<uint64_t> dirs;
+    std::vector<meta::Writes::Range> ranges;
+  };
+  ReaderGuard GuardOf(const meta::Writes& batch) const;
+  Status Unguard(const ReaderGuard& g) EXCLUDES(give_up_mu_);
   static constexpr int kUnreadAttempts = 16;
   bool OwnNew(meta::Writes* b, uint64_t ino, bool dir);
   void GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names, bool owned)
       EXCLUDES(give_up_mu_);
   Mutex give_up_mu_;  // a leaf lock
+  CondVar give_up_cv_;  // give_up_calls_ reached 0
   GiveUpHook give_up_hook_ GUARDED_BY(give_up_mu_);
+  int give_up_calls_ GUARDED_BY(give_up_mu_) = 0;  // hooks under way
+  void CallGiveUpHook(Ino ino, const std::vector<Ownership::Name>& names, bool wait)
+      EXCLUDES(give_up_mu_);
   // Whether `s` was read or written in the trust epoch of it that runs
   // (HostSession::TrustEpoch): what the index holds.
   bool TrustedLocked(const InodeState* s) const REQUIRES(s->mu);

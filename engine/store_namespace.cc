@@ -222,6 +222,7 @@ Status StoreImpl::PurgeLocked(InodeState* s, meta::Writes* b, StatDeltas* deltas
   if (s->attr.flags & format::kInodeSealed) b->Delete(Space::kMeta, format::SealKey(ino));
   if (mode_->OthersWrite()) {
     b->Delete(Space::kMeta, format::OwnerKey(ino));
+    if (host_.id() != 0) b->Delete(Space::kMeta, format::ReaderKey(ino, host_.id()));
     host_.ownership().Forget(ino);
   }
   b->Merge(Space::kMeta, format::kMetaInodeCount, meta::CounterOperand(-1));
@@ -377,8 +378,9 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name,
                                      const std::string& entry_key) {
   if (closed_) return Status(EIO, "store is closed");
   const std::string parent_key = format::InodeKey(parent);
-  // Before the reads: what they find of the name stays exact while it runs.
-  const uint64_t token = host_.ownership().ReadToken(parent);
+  // Before the reads: what they find of the name stays exact while the
+  // parent's read grant runs.
+  const Ownership::ReadStamp stamp = host_.ownership().StampOf(parent);
   // Types never change: a loaded parent's is known.
   bool parent_known = false;
   {
@@ -405,7 +407,7 @@ Result<Attr> StoreImpl::LookupRemote(Ino parent, std::string_view name,
     const Result<format::DentryValue> d = EntryOf(parent, name, v[0], parent_known ? nullptr : &v[1]);
     if (!d.ok() && d.status().code() == ENOENT) lookup_hints_.Set(entry_key, 0);
     if (d.ok() || d.status().code() == ENOENT) {
-      host_.ownership().ReadName(parent, token, name, d.ok() ? d->ino : 0);
+      host_.ownership().ReadName(parent, stamp, name, d.ok() ? d->ino : 0);
     }
     return d;
   };

@@ -48,26 +48,43 @@ void StoreImpl::GiveUp(uint64_t ino, const std::vector<Ownership::Name>& names, 
     MutexLock l(&s->mu);
   }
   extent_maps_.Forget(ino);
+  CallGiveUpHook(ino, names, /*wait=*/true);
+}
+
+void StoreImpl::CallGiveUpHook(Ino ino, const std::vector<Ownership::Name>& names, bool wait) {
   MutexLock l(&give_up_mu_);
-  if (give_up_hook_) give_up_hook_(ino, names);
+  if (!give_up_hook_) return;
+  GiveUpHook hook = give_up_hook_;
+  give_up_calls_++;
+  // Not under give_up_mu_: the kernel may make the call wait for a
+  // request that is itself on its way to Unguard.
+  l.Unlock();
+  hook(ino, names, wait);
+  l.Lock();
+  if (--give_up_calls_ == 0) give_up_cv_.SignalAll();
 }
 
 void StoreImpl::SetGiveUpHook(GiveUpHook hook) {
   MutexLock l(&give_up_mu_);
+  // The old one is not called any more once this returns.
+  while (give_up_calls_ > 0) give_up_cv_.Wait(&give_up_mu_);
   give_up_hook_ = std::move(hook);
 }
 
-std::vector<meta::Writes::Range> StoreImpl::ReaderRanges(const meta::Writes& batch) const {
+StoreImpl::ReaderGuard StoreImpl::GuardOf(const meta::Writes& batch) const {
+  ReaderGuard g;
   const Ownership& own = host_.ownership();
-  if (!mode_->OthersWrite() || !own.started()) return {};
-  // The directories it changes: those of the names, the extended
-  // attributes and the inodes it writes (a change of a directory's names
-  // writes its inode too: its times change).
-  std::vector<uint64_t> dirs;
+  if (!mode_->OthersWrite() || !own.started()) return g;
+  // The directories it changes: those of the names and the inodes it
+  // writes. Every change of a directory writes its inode (its times
+  // change), which a read grant's transaction read: PostgreSQL orders the
+  // two by that key. Owned ones too: no reader key can exist for them,
+  // unless the owner's grant ran out under a change.
+  std::vector<uint64_t>& dirs = g.dirs;
   for (const meta::Write& w : batch.list()) {
     if (w.key.size() < 8) continue;
     const uint64_t ino = format::GetBE64(w.key.data());
-    if (w.space == Space::kDentries || w.space == Space::kXattrs) {
+    if (w.space == Space::kDentries) {
       dirs.push_back(ino);
     } else if (w.space == Space::kInodes) {
       format::InodeValue v;
@@ -79,10 +96,21 @@ std::vector<meta::Writes::Range> StoreImpl::ReaderRanges(const meta::Writes& bat
   }
   std::sort(dirs.begin(), dirs.end());
   dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
-  // No other host reads what this mount owns.
-  dirs.erase(std::remove_if(dirs.begin(), dirs.end(), [&](uint64_t d) { return own.Owns(d); }),
-             dirs.end());
-  return own.ReaderRanges(dirs);
+  g.ranges = own.ReaderRanges(dirs);
+  return g;
+}
+
+Status StoreImpl::Unguard(const ReaderGuard& g) {
+  Ownership& own = host_.ownership();
+  // Its own grants first: another host that waits for this one to give
+  // them up would wait while this one waits for it.
+  Ownership::Dropped dropped;
+  Status s = own.DropReads(g.dirs, &dropped);
+  if (s.ok()) s = own.Unread(g.ranges, &dropped);
+  // The kernel drops them later: a request of its own on those
+  // directories (this one's) may hold them now.
+  for (const auto& [dir, names] : dropped) CallGiveUpHook(dir, names, /*wait=*/false);
+  return s;
 }
 
 void StoreImpl::NamesChanged(const meta::Writes& batch) {

@@ -65,17 +65,32 @@ void AttrInvalidator::GaveUp(engine::Ino ino, const std::vector<std::pair<uint64
   fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
 }
 
+void AttrInvalidator::GaveUpSoon(engine::Ino ino,
+                                 const std::vector<std::pair<uint64_t, std::string>>& names) {
+  MutexLock lock(&mu_);
+  if (se_ == nullptr || stopping_) return;
+  names_.insert(names_.end(), names.begin(), names.end());
+  queued_.emplace(ino, false);
+  cv_.Signal();
+}
+
 void AttrInvalidator::Run() {
   std::vector<std::pair<engine::Ino, bool>> batch;
+  std::vector<std::pair<uint64_t, std::string>> names;
   fuse_session* se;
   for (;;) {
     {
       MutexLock lock(&mu_);
-      while (queued_.empty() && !stopping_) cv_.Wait(&mu_);
-      if (queued_.empty()) return;  // stopping, and everything sent
+      while (queued_.empty() && names_.empty() && !stopping_) cv_.Wait(&mu_);
+      if (queued_.empty() && names_.empty()) return;  // stopping, and everything sent
       batch.assign(queued_.begin(), queued_.end());
       queued_.clear();
+      names.swap(names_);
+      names_.clear();
       se = se_;
+    }
+    for (const auto& [dir, name] : names) {
+      fuse_lowlevel_notify_inval_entry(se, dir, name.data(), name.size());
     }
     // Offset 0 and length 0: every page, and the attributes; -1: only those.
     for (const auto& [ino, pages] : batch) fuse_lowlevel_notify_inval_inode(se, ino, pages ? 0 : -1, 0);

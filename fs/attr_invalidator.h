@@ -69,6 +69,10 @@ class AttrInvalidator {
   // of `ino` before returning: the store gave `ino` up to another host
   // (Store::SetGiveUpHook), from a thread that no request waits for.
   void GaveUp(engine::Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names) EXCLUDES(mu_);
+  // The same soon, from the notifying thread: from a request's thread,
+  // whose directory the kernel may hold until the request is answered.
+  void GaveUpSoon(engine::Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names)
+      EXCLUDES(mu_);
 
  private:
   void Run() EXCLUDES(mu_);
@@ -80,6 +84,8 @@ class AttrInvalidator {
   bool stopping_ GUARDED_BY(mu_) = false;
   // Queued inodes, each with whether its pages go too.
   std::unordered_map<engine::Ino, bool> queued_ GUARDED_BY(mu_);
+  // Queued names (GaveUpSoon).
+  std::vector<std::pair<uint64_t, std::string>> names_ GUARDED_BY(mu_);
   std::thread thread_;  // started and joined by Start and Stop only
 };
 

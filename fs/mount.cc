@@ -197,8 +197,14 @@ int RunSession(Filesystem& fs, const MountOptions& o, const ReadyCallback& on_re
         fuse_loop_cfg_set_clone_fd(config, 0);
         fs.attr_invalidator().Start(se);
         // Inodes given up to another host leave the kernel's caches.
-        fs.store().SetGiveUpHook([&fs](engine::Ino ino, const std::vector<std::pair<uint64_t, std::string>>& names) {
-          fs.attr_invalidator().GaveUp(ino, names);
+        fs.store().SetGiveUpHook([&fs](engine::Ino ino,
+                                       const std::vector<std::pair<uint64_t, std::string>>& names,
+                                       bool wait) {
+          if (wait) {
+            fs.attr_invalidator().GaveUp(ino, names);
+          } else {
+            fs.attr_invalidator().GaveUpSoon(ino, names);
+          }
         });
         fs.idle_release().Start();
         const int loop = fuse_session_loop_mt(se, config);

@@ -156,9 +156,10 @@ void Ownership::SetName(uint64_t dir, std::string_view name, uint64_t ino) {
       known.emplace_back(dir, name);
     }
   }
-  if (auto r = reads_.find(dir); r != reads_.end() && r->second.granted) {
+  if (auto r = reads_.find(dir); r != reads_.end()) {
     // A change of a directory read under a grant, by this mount.
-    SetReadName(&r->second, name, ino);
+    r->second.changes++;
+    if (r->second.granted) SetReadName(&r->second, name, ino);
   }
   auto it = dirs_.find(dir);
   if (it == dirs_.end()) return;
@@ -454,24 +455,34 @@ Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
     }
     if (!meta::IsConflict(st) || attempt >= policy.max_attempts) break;
   }
-  MutexLock l(&mu_);
-  auto r = reads_.find(ino);
-  const bool mine = r != reads_.end() && r->second.token == token;
-  if (!st.ok() || !wrote || Epoch() != epoch || !mine) {
-    if (mine) EraseRead(r);
-    if (st.ok() && !wrote) {
-      // Owned by another host: not asked again for a while.
-      Quietness& q = quiet_[ino];
-      q.since_ns = 0;
-      q.not_before_ns = NowNs() + kQuietAfterGiveUpMs * kMsNs;
+  bool kept = false;
+  {
+    MutexLock l(&mu_);
+    auto r = reads_.find(ino);
+    const bool mine = r != reads_.end() && r->second.token == token;
+    kept = st.ok() && wrote && Epoch() == epoch && mine;
+    if (kept) {
+      r->second.granted = true;
+      r->second.value = *g.inode;
+      read_grants_++;
+      g.token = token;
+    } else {
+      if (mine) EraseRead(r);
+      if (st.ok() && !wrote) {
+        // Owned by another host: not asked again for a while.
+        Quietness& q = quiet_[ino];
+        q.since_ns = 0;
+        q.not_before_ns = NowNs() + kQuietAfterGiveUpMs * kMsNs;
+      }
     }
-    if (!st.ok()) return st;
-    return g;
   }
-  r->second.granted = true;
-  r->second.value = *g.inode;
-  read_grants_++;
-  g.token = token;
+  CKPTFS_RETURN_IF_ERROR(st);
+  if (wrote && !kept) {
+    // Committed, but given up meanwhile or past the grant: not kept.
+    meta::Writes w;
+    w.Delete(meta::Space::kMeta, format::ReaderKey(ino, me_.id));
+    (void)meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
+  }
   return g;
 }
 
@@ -511,11 +522,23 @@ void Ownership::ReadsWritten(const meta::Writes& batch) {
   }
 }
 
-void Ownership::ReadName(uint64_t dir, uint64_t token, std::string_view name, uint64_t ino) {
-  if (token == 0) return;
+Ownership::ReadStamp Ownership::StampOf(uint64_t dir) const {
+  if (Epoch() == 0) return {};
   MutexLock l(&mu_);
   auto r = reads_.find(dir);
-  if (r == reads_.end() || r->second.token != token || !r->second.granted) return;
+  if (r == reads_.end() || !r->second.granted) return {};
+  return ReadStamp{r->second.token, r->second.changes};
+}
+
+void Ownership::ReadName(uint64_t dir, const ReadStamp& stamp, std::string_view name,
+                         uint64_t ino) {
+  if (stamp.token == 0) return;
+  MutexLock l(&mu_);
+  auto r = reads_.find(dir);
+  if (r == reads_.end() || r->second.token != stamp.token || !r->second.granted ||
+      r->second.changes != stamp.changes) {
+    return;
+  }
   SetReadName(&r->second, name, ino);
 }
 
@@ -542,45 +565,87 @@ std::vector<meta::Writes::Range> Ownership::ReaderRanges(const std::vector<uint6
   return ranges;
 }
 
-Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges) {
+void Ownership::EndRead(uint64_t dir, Dropped* dropped) {
+  auto r = reads_.find(dir);
+  if (r == reads_.end()) return;
+  std::vector<Name> names;
+  for (const auto& [name, child] : r->second.names) names.emplace_back(dir, name);
+  dropped->emplace_back(dir, std::move(names));
+  EraseRead(r);
+}
+
+Status Ownership::DropReads(const std::vector<uint64_t>& dirs, Dropped* dropped) {
+  if (kv_ == nullptr) return Status::OK();
+  meta::Writes w;
+  {
+    MutexLock l(&mu_);
+    for (uint64_t dir : dirs) {
+      if (reads_.count(dir) == 0) continue;
+      EndRead(dir, dropped);
+      w.Delete(meta::Space::kMeta, format::ReaderKey(dir, me_.id));
+    }
+  }
+  if (w.empty()) return Status::OK();
+  return meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
+}
+
+Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges, Dropped* dropped) {
   if (kv_ == nullptr) return Status::OK();
   struct Reader {
-    uint64_t dir;
-    uint32_t host;
+    std::string key;
+    uint64_t dir = 0;
+    uint32_t host = 0;
     std::string value;
+    bool asked = false;  // the request this mount made is still there
   };
   const size_t key_size = format::ReaderKey(0, 0).size();
   const size_t prefix = std::string_view(format::kMetaReaderPrefix).size();
-  int64_t asked_ns = 0;
-  std::set<std::pair<uint32_t, uint64_t>> asked;  // (host, dir)
-  std::map<std::string, bool> gone;               // owner value -> whether its host is gone
+  // (host, dir) -> when this mount's request to give it up was committed.
+  std::map<std::pair<uint32_t, uint64_t>, int64_t> asked_at;
+  std::map<std::string, bool> gone;  // owner value -> whether its host is gone
   for (int64_t wait_ms = 2;; wait_ms = std::min<int64_t>(wait_ms * 2, 20)) {
     std::vector<Reader> readers;
     CKPTFS_RETURN_IF_ERROR(meta::RunReads(kv_, [&](meta::ReadTxn* t) -> Status {
       readers.clear();
       for (const meta::Writes::Range& r : ranges) {
         CKPTFS_RETURN_IF_ERROR(t->Scan(r.space, r.begin, r.end, [&](std::string_view k, std::string_view v) {
+          Reader x{std::string(k), 0, 0, std::string(v)};
           if (k.size() == key_size) {
-            readers.push_back({format::GetBE64(k.data() + prefix),
-                               format::GetBE32(k.data() + prefix + 8), std::string(v)});
+            x.dir = format::GetBE64(k.data() + prefix);
+            x.host = format::GetBE32(k.data() + prefix + 8);
           }
+          readers.push_back(std::move(x));
           return true;
         }));
       }
+      // Whether the requests made are still unread, in the same snapshot.
+      std::vector<std::string> requests;
+      std::vector<meta::KeyRef> keys;
+      std::vector<Reader*> of;
+      for (Reader& x : readers) {
+        if (asked_at.count({x.host, x.dir}) == 0) continue;
+        requests.push_back(format::GiveUpKey(x.host, x.dir));
+        of.push_back(&x);
+      }
+      for (const std::string& k : requests) keys.push_back({meta::Space::kMeta, k});
+      CKPTFS_ASSIGN_OR_RETURN(auto found, t->GetMany(keys));
+      for (size_t i = 0; i < of.size(); ++i) of[i]->asked = found[i].has_value();
       return Status::OK();
     }));
     if (readers.empty()) return Status::OK();
-    const bool waited_out = asked_ns != 0 && NowNs() - asked_ns > kTakeOverMs * kMsNs;
+    const int64_t now = NowNs();
     meta::Writes asks, takes;
+    uint64_t taken = 0;
     for (const Reader& r : readers) {
-      bool take = waited_out;
-      if (r.host == me_.id) {
-        // This mount's own, in a range over many directories: dropped.
-        MutexLock l(&mu_);
-        if (auto it = reads_.find(r.dir); it != reads_.end()) EraseRead(it);
+      bool take = false;
+      if (r.key.size() != key_size || r.host == me_.id) {
+        // Not a reader key of another host's: nothing to ask.
+        if (r.host == me_.id) {
+          MutexLock l(&mu_);
+          EndRead(r.dir, dropped);
+        }
         take = true;
-      }
-      if (!take) {
+      } else {
         auto g = gone.find(r.value);
         if (g == gone.end()) {
           format::OwnerValue owner;
@@ -591,24 +656,37 @@ Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges) {
           g = gone.emplace(r.value, is_gone).first;
         }
         take = g->second;
+        auto a = asked_at.find({r.host, r.dir});
+        if (!take && a != asked_at.end() && !r.asked) {
+          // It read the request, gave the grant up and holds a new one.
+          asked_at.erase(a);
+          a = asked_at.end();
+        }
+        if (!take && a != asked_at.end() && now - a->second > kTakeOverMs * kMsNs) {
+          take = true;  // the request unread all that time: its grant ran out
+          taken++;
+        }
+        if (!take && a == asked_at.end()) {
+          asks.Put(meta::Space::kMeta, format::GiveUpKey(r.host, r.dir), "");
+          asks.Notify(Channel(r.host));
+        }
       }
-      if (take) {
-        takes.Delete(meta::Space::kMeta, format::ReaderKey(r.dir, r.host));
-        if (r.host != me_.id) taken_over_++;
-      } else if (asked.emplace(r.host, r.dir).second) {
-        asks.Put(meta::Space::kMeta, format::GiveUpKey(r.host, r.dir), "");
-        asks.Notify(Channel(r.host));
-      }
+      if (take) takes.Delete(meta::Space::kMeta, r.key);
     }
     if (takes.size() > 0) {
       CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &takes, meta::Durability::kLogged));
-      continue;
+      taken_over_ += taken;
     }
     if (asks.size() > 0) {
       CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &asks, meta::Durability::kLogged));
-      if (asked_ns == 0) asked_ns = NowNs();
+      const int64_t at = NowNs();
+      for (const meta::Write& w : asks.list()) {
+        const size_t p = std::string_view(format::kMetaGiveUpPrefix).size();
+        asked_at[{format::GetBE32(w.key.data() + p), format::GetBE64(w.key.data() + p + 4)}] = at;
+      }
       reads_asked_ += asks.size();
     }
+    if (takes.size() > 0 && asks.size() == 0) continue;
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
 }

@@ -202,9 +202,19 @@ class Ownership {
   // times Quiet compares with (a change of this mount's own breaks no
   // quiet).
   void ReadsWritten(const meta::Writes& batch) EXCLUDES(mu_);
-  // Name `name` of `dir` named `ino` (0: none) in a snapshot taken while
-  // read grant `token` of `dir` ran: kept while it runs (FindName).
-  void ReadName(uint64_t dir, uint64_t token, std::string_view name, uint64_t ino) EXCLUDES(mu_);
+  // Where a read of a name of `dir` begins (before it reads the index):
+  // the grant that runs, and how many changes of its names this mount
+  // made in it so far.
+  struct ReadStamp {
+    uint64_t token = 0;
+    uint64_t changes = 0;
+  };
+  ReadStamp StampOf(uint64_t dir) const EXCLUDES(mu_);
+  // Name `name` of `dir` named `ino` (0: none) in a snapshot taken after
+  // `stamp`: kept while that grant runs (FindName), unless this mount
+  // changed a name of `dir` since (the read may predate that change).
+  void ReadName(uint64_t dir, const ReadStamp& stamp, std::string_view name, uint64_t ino)
+      EXCLUDES(mu_);
   // Whether the kernel may keep a name of `dir` naming `ino` under a read
   // grant of `dir`: a name of it read under the grant names `ino`.
   bool ReadsName(uint64_t dir, uint64_t ino) const EXCLUDES(mu_);
@@ -213,12 +223,22 @@ class Ownership {
   // this mount's own, or beyond kOneByOne directories one range over all
   // their numbers, this mount's keys in it included (Unread drops them).
   std::vector<meta::Writes::Range> ReaderRanges(const std::vector<uint64_t>& dirs) const;
+  // A directory whose read grant this mount ended itself, and the names
+  // the kernel must drop (DropReads, Unread).
+  using Dropped = std::vector<std::pair<uint64_t, std::vector<Name>>>;
+  // Ends this mount's own read grants of `dirs` and deletes its reader
+  // keys of them: before it waits for the other readers of a directory it
+  // changes, one of which may wait for this mount in turn. Adds to
+  // `*dropped` what the kernel must drop.
+  Status DropReads(const std::vector<uint64_t>& dirs, Dropped* dropped) EXCLUDES(mu_);
   // After a commit that required `ranges` empty was refused
-  // (meta::IsRangeHeld): returns once they hold no reader key, having
-  // asked each other reader to give its directory up and waited for that,
-  // or taken it from a reader that is gone or did not answer in
-  // kTakeOverMs; this mount's own keys in them it drops.
-  Status Unread(const std::vector<meta::Writes::Range>& ranges) EXCLUDES(mu_);
+  // (meta::IsRangeHeld): returns once they hold no other host's reader
+  // key, having asked each reader to give its directory up and waited for
+  // that. A reader that has not read the request kTakeOverMs after it was
+  // made (so its grant has run out), or whose host is gone, loses the key;
+  // one that answered and has a grant again is asked again. This mount's
+  // own keys there it deletes, its grants ended (added to `*dropped`).
+  Status Unread(const std::vector<meta::Writes::Range>& ranges, Dropped* dropped) EXCLUDES(mu_);
 
   // Counters for the mount's stats.
   uint64_t given_up() const { return given_up_.load(std::memory_order_relaxed); }
@@ -250,6 +270,7 @@ class Ownership {
     std::string value;  // the inode's
     std::unordered_map<std::string, uint64_t> names;
     std::unordered_map<uint64_t, uint32_t> named;  // ino -> names of it
+    uint64_t changes = 0;  // of the names, by this mount's commits
   };
   // A directory watched for quiet.
   struct Quietness {
@@ -261,6 +282,8 @@ class Ownership {
   // fewer than kMaxNames are kept over all reads.
   void SetReadName(Read* r, std::string_view name, uint64_t ino) REQUIRES(mu_);
   void EraseRead(std::unordered_map<uint64_t, Read>::iterator r) REQUIRES(mu_);
+  // Ends the read grant of `dir`, if any, adding it to `*dropped`.
+  void EndRead(uint64_t dir, Dropped* dropped) REQUIRES(mu_);
   void ClearReads() REQUIRES(mu_);
   // Whether `v` is an owner that no longer holds its host.
   Result<bool> OwnerGone(const format::OwnerValue& v);

@@ -322,6 +322,44 @@ class SharedStoreTest(unittest.TestCase):
                                 m2.stats()["engine"]["read_grants_asked"], 2)
         self.unmount_all_and_fsck()
 
+    def test_hosts_that_read_a_directory_change_it_at_once(self):
+        m1, m2, _ = self.mounts
+        os.mkdir(m1.path("q"))
+        lib.write_file(m2.path("q/f"), b"f")  # m1 owns q no more
+        # Both read q under read grants.
+        for _ in range(3):
+            for m in (m1, m2):
+                os.stat(m.path("q"))
+                self.assertFalse(os.path.exists(m.path("q/none")))
+            time.sleep(0.15)
+        for m in (m1, m2):
+            self.assertGreaterEqual(m.stats()["engine"]["read_grants"], 1, m.mnt)
+        taken = [m.stats()["engine"]["owned_taken_over"] for m in (m1, m2)]
+        # Then both make names in it at once, each kernel holding q for its
+        # create while it waits for the other to give q up: each gives its
+        # own grant up first, so neither waits for the other to time out.
+        errors = []
+
+        def create(m, tag):
+            try:
+                for i in range(20):
+                    lib.write_file(m.path("q/%s%d" % (tag, i)), tag.encode())
+            except OSError as e:
+                errors.append(e)
+        threads = [threading.Thread(target=create, args=(m, tag)) for m, tag in ((m1, "a"), (m2, "b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        want = sorted(["f"] + ["a%d" % i for i in range(20)] + ["b%d" % i for i in range(20)])
+        for m in (m1, m2):
+            self.assertEqual(sorted(os.listdir(m.path("q"))), want, m.mnt)
+            self.assertEqual(lib.read_file(m.path("q/a7")), b"a")
+            self.assertEqual(lib.read_file(m.path("q/b7")), b"b")
+        self.assertEqual([m.stats()["engine"]["owned_taken_over"] for m in (m1, m2)], taken)
+        self.unmount_all_and_fsck()
+
     def test_open_o_creat_makes_and_opens_a_file_in_one_request(self):
         """On a shared mount, whose opens are all answered (close-to-open), an
         open(O_CREAT) of a new file is one CREATE request, not a MKNOD and an
