@@ -57,13 +57,18 @@ Status Ownership::PollOnce() {
   // Each inode asked for is dropped here first; then one commit deletes
   // their owner keys (as DeleteOwner) and the requests.
   meta::Writes w;
+  std::vector<uint64_t> inos;
+  for (const auto& [key, ino] : requests) inos.push_back(ino);
+  Deleting(inos, +1);  // no grant of them is asked for until the commit
   for (const auto& [key, ino] : requests) {
     GiveUp(ino);
     w.Delete(meta::Space::kMeta, format::OwnerKey(ino));
     w.Delete(meta::Space::kMeta, format::ReaderKey(ino, me_.id));
     w.Delete(meta::Space::kMeta, key);
   }
-  CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &w, meta::Durability::kLogged));
+  const Status committed = meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
+  Deleting(inos, -1);
+  CKPTFS_RETURN_IF_ERROR(committed);
   for (const auto& [key, ino] : requests) SetFree(ino);
   given_up_ += requests.size();
   return Status::OK();
@@ -426,7 +431,9 @@ Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
   {
     // Entered before the commit: a request that finds the key drops it.
     MutexLock l(&mu_);
-    if (reads_.count(ino) != 0) return g;
+    // One of its reader keys being deleted (a give-up under way) could
+    // delete the new one.
+    if (reads_.count(ino) != 0 || deleting_.count(ino) != 0) return g;
     token = kEpochBit | kReadBit | ++next_token_;
     reads_[ino].token = token;
   }
@@ -565,6 +572,13 @@ std::vector<meta::Writes::Range> Ownership::ReaderRanges(const std::vector<uint6
   return ranges;
 }
 
+void Ownership::Deleting(const std::vector<uint64_t>& inos, int delta) {
+  MutexLock l(&mu_);
+  for (uint64_t ino : inos) {
+    if ((deleting_[ino] += delta) <= 0) deleting_.erase(ino);
+  }
+}
+
 void Ownership::EndRead(uint64_t dir, Dropped* dropped) {
   auto r = reads_.find(dir);
   if (r == reads_.end()) return;
@@ -577,16 +591,21 @@ void Ownership::EndRead(uint64_t dir, Dropped* dropped) {
 Status Ownership::DropReads(const std::vector<uint64_t>& dirs, Dropped* dropped) {
   if (kv_ == nullptr) return Status::OK();
   meta::Writes w;
+  std::vector<uint64_t> ended;
   {
     MutexLock l(&mu_);
     for (uint64_t dir : dirs) {
       if (reads_.count(dir) == 0) continue;
       EndRead(dir, dropped);
+      ended.push_back(dir);
+      deleting_[dir]++;
       w.Delete(meta::Space::kMeta, format::ReaderKey(dir, me_.id));
     }
   }
   if (w.empty()) return Status::OK();
-  return meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
+  const Status s = meta::CommitWrites(kv_, &w, meta::Durability::kLogged);
+  Deleting(ended, -1);
+  return s;
 }
 
 Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges, Dropped* dropped) {
@@ -636,6 +655,7 @@ Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges, Dropped
     const int64_t now = NowNs();
     meta::Writes asks, takes;
     uint64_t taken = 0;
+    std::vector<uint64_t> own;
     for (const Reader& r : readers) {
       bool take = false;
       if (r.key.size() != key_size || r.host == me_.id) {
@@ -643,6 +663,8 @@ Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges, Dropped
         if (r.host == me_.id) {
           MutexLock l(&mu_);
           EndRead(r.dir, dropped);
+          deleting_[r.dir]++;
+          own.push_back(r.dir);
         }
         take = true;
       } else {
@@ -674,7 +696,9 @@ Status Ownership::Unread(const std::vector<meta::Writes::Range>& ranges, Dropped
       if (take) takes.Delete(meta::Space::kMeta, r.key);
     }
     if (takes.size() > 0) {
-      CKPTFS_RETURN_IF_ERROR(meta::CommitWrites(kv_, &takes, meta::Durability::kLogged));
+      const Status s = meta::CommitWrites(kv_, &takes, meta::Durability::kLogged);
+      Deleting(own, -1);
+      CKPTFS_RETURN_IF_ERROR(s);
       taken_over_ += taken;
     }
     if (asks.size() > 0) {

@@ -282,6 +282,9 @@ class Ownership {
   // fewer than kMaxNames are kept over all reads.
   void SetReadName(Read* r, std::string_view name, uint64_t ino) REQUIRES(mu_);
   void EraseRead(std::unordered_map<uint64_t, Read>::iterator r) REQUIRES(mu_);
+  // Counts (`delta` +1, -1) the deletes of this mount's reader keys of
+  // `inos` under way: AskRead asks for none of them meanwhile.
+  void Deleting(const std::vector<uint64_t>& inos, int delta) EXCLUDES(mu_);
   // Ends the read grant of `dir`, if any, adding it to `*dropped`.
   void EndRead(uint64_t dir, Dropped* dropped) REQUIRES(mu_);
   void ClearReads() REQUIRES(mu_);
@@ -318,6 +321,7 @@ class Ownership {
   std::unordered_set<uint64_t> free_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Read> reads_ GUARDED_BY(mu_);
   size_t read_names_ GUARDED_BY(mu_) = 0;  // names over all of reads_
+  std::unordered_map<uint64_t, int> deleting_ GUARDED_BY(mu_);  // Deleting
   std::unordered_map<uint64_t, Quietness> quiet_ GUARDED_BY(mu_);
   uint64_t next_token_ GUARDED_BY(mu_) = 0;
 };

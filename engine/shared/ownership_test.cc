@@ -3,8 +3,10 @@
 #include "engine/shared/ownership.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -186,6 +188,118 @@ TEST_F(OwnershipTest, ManyInodesAreAskedForAtOnce) {
   // All free now: no question asked again.
   ASSERT_TRUE(b.MayChangeAll(tree).ok());
   EXPECT_EQ(b.asked(), 20u);
+}
+
+// A read grant ends at another host's request: a reader that answers
+// gives it up (and may ask again, then is asked again); one that does not
+// read the request loses its key only past kTakeOverMs. A host's own key
+// is never in the ranges it waits on.
+TEST_F(OwnershipTest, AReadGrantIsAskedForAndTakenOnlyFromAReaderThatDoesNotAnswer) {
+  Ownership a, b;
+  std::vector<uint64_t> given;
+  Start(&a, "a");
+  Start(&b, "b", &given);
+  format::InodeValue dir;
+  dir.mode = S_IFDIR | 0755;
+  dir.nlink = 2;
+  meta::Writes w;
+  w.Put(meta::Space::kInodes, format::InodeKey(7), format::EncodeInode(dir));
+  w.Put(meta::Space::kMeta, format::OwnerKey(8), a.owner_value());  // 8 is a's
+  w.Put(meta::Space::kInodes, format::InodeKey(8), format::EncodeInode(dir));
+  ASSERT_TRUE(meta::CommitWrites(&kv_, &w, meta::Durability::kLogged).ok());
+  auto has_key = [&](uint64_t ino) {
+    format::OwnerValue v;
+    EXPECT_TRUE(format::DecodeOwner(b.owner_value(), &v).ok());
+    std::optional<std::string> got;
+    EXPECT_TRUE(meta::RunReads(&kv_, [&](meta::ReadTxn* t) -> Status {
+                  CKPTFS_ASSIGN_OR_RETURN(got, t->Get(meta::Space::kMeta, format::ReaderKey(ino, v.id)));
+                  return Status::OK();
+                }).ok());
+    return got.has_value();
+  };
+  Result<Ownership::ReadGrant> owned = b.AskRead(8);
+  ASSERT_TRUE(owned.ok());
+  EXPECT_EQ(owned->token, 0u) << "another host owns it";
+  EXPECT_FALSE(has_key(8));
+
+  Result<Ownership::ReadGrant> g = b.AskRead(7);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_NE(g->token, 0u);
+  EXPECT_EQ(b.ReadToken(7), g->token);
+  EXPECT_TRUE(has_key(7));
+  b.ReadName(7, b.StampOf(7), "x", 9);
+  EXPECT_EQ(b.FindName(7, "x"), std::optional<uint64_t>(9));
+  EXPECT_TRUE(b.ReadsName(7, 9));
+  // A name read before a change of this host's own is not kept.
+  const Ownership::ReadStamp before = b.StampOf(7);
+  b.SetName(7, "y", 10);
+  b.ReadName(7, before, "y", 0);
+  EXPECT_EQ(b.FindName(7, "y"), std::optional<uint64_t>(10));
+  // b's own ranges leave its key out.
+  Ownership::Dropped dropped;
+  ASSERT_TRUE(b.Unread(b.ReaderRanges({7}), &dropped).ok());
+  EXPECT_TRUE(has_key(7));
+
+  // A reader that answered (its request gone) and holds a grant again (its
+  // key back) is asked again, never taken from; then it gives it up.
+  format::OwnerValue bv;
+  ASSERT_TRUE(format::DecodeOwner(b.owner_value(), &bv).ok());
+  auto has = [&](const std::string& key) {
+    std::optional<std::string> v;
+    EXPECT_TRUE(meta::RunReads(&kv_, [&](meta::ReadTxn* t) -> Status {
+                  CKPTFS_ASSIGN_OR_RETURN(v, t->Get(meta::Space::kMeta, key));
+                  return Status::OK();
+                }).ok());
+    return v.has_value();
+  };
+  auto wait_for = [&](const std::string& key) {
+    for (int i = 0; i < 200 && !has(key); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return has(key);
+  };
+  const std::string request = format::GiveUpKey(bv.id, 7);
+  Status unread;
+  std::thread asker([&] { unread = a.Unread(a.ReaderRanges({7}), &dropped); });
+  ASSERT_TRUE(wait_for(request));
+  {
+    meta::Writes answered;
+    answered.Delete(meta::Space::kMeta, request);
+    answered.Put(meta::Space::kMeta, format::ReaderKey(7, bv.id), b.owner_value());
+    ASSERT_TRUE(meta::CommitWrites(&kv_, &answered, meta::Durability::kLogged).ok());
+  }
+  EXPECT_TRUE(wait_for(request)) << "asked again";
+  ASSERT_TRUE(b.PollOnce().ok());
+  asker.join();
+  ASSERT_TRUE(unread.ok()) << unread.ToString();
+  EXPECT_EQ(a.reads_asked(), 2u);
+  EXPECT_EQ(a.taken_over(), 0u);
+  EXPECT_EQ(b.reads_given_up(), 1u);
+  EXPECT_EQ(b.ReadToken(7), 0u);
+  EXPECT_EQ(b.FindName(7, "x"), std::nullopt);
+  EXPECT_FALSE(has_key(7));
+  EXPECT_FALSE(has(request));
+  EXPECT_EQ(given, (std::vector<uint64_t>{7}));
+  EXPECT_TRUE(dropped.empty());
+
+  // One that does not read the request loses its key.
+  ASSERT_NE(b.AskRead(7)->token, 0u);
+  ASSERT_TRUE(a.Unread(a.ReaderRanges({7}), &dropped).ok());
+  EXPECT_EQ(a.taken_over(), 1u);
+  EXPECT_EQ(a.reads_asked(), 3u);
+  EXPECT_FALSE(has_key(7));
+
+  // Beyond kOneByOne directories one range over all: a's own key there is
+  // deleted and its grant ends, b's is asked for.
+  ASSERT_TRUE(b.PollOnce().ok());  // reads a's request, left from above
+  ASSERT_TRUE(a.PollOnce().ok());
+  ASSERT_NE(a.AskRead(7)->token, 0u);
+  std::vector<uint64_t> many;
+  for (uint64_t d = 1; d <= Ownership::kOneByOne + 1; ++d) many.push_back(d);
+  ASSERT_TRUE(a.Unread(a.ReaderRanges(many), &dropped).ok());
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].first, 7u);
+  EXPECT_EQ(a.ReadToken(7), 0u);
 }
 
 }  // namespace
