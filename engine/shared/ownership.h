@@ -33,9 +33,10 @@
 // owner key. While the own grant runs, the reader trusts the directory's
 // attributes and the names it read in it, and the kernel keeps them. Any
 // other host's commit that changes the directory requires that no other
-// reader key of it exists (RequireUnread); when one does, that host asks
-// the reader (the same give-up key and channel as for an owned inode),
-// waits for it to drop its key (Unread), or takes it past kTakeOverMs,
+// reader key of it exists (ReaderRanges); when one does, that host gives
+// its own grant of it up (DropReads), asks the readers (the same give-up
+// key and channel as for an owned inode), waits for them to drop their
+// keys or takes one whose request stays unread past kTakeOverMs (Unread),
 // and commits again.
 //
 // Thread safety: every method may be called from any thread.
