@@ -107,7 +107,7 @@ Status StoreImpl::RefreshLocked(InodeState* s, meta::ReadTxn* in, const ReadValu
   s->trust_epoch = in == kLatest ? epoch : 0;
   if (in == kLatest && S_ISDIR(s->attr.mode) && mode_->OthersWrite() &&
       (s->attr.flags & format::kInodeSealed) == 0 &&
-      host_.ownership().Quiet(s->ino, s->attr.ctime_sec * 1'000'000'000 + s->attr.ctime_nsec)) {
+      host_.ownership().Quiet(s->ino, s->attr)) {
     ReadUnderGrant(s);
   }
   return Status::OK();

@@ -407,7 +407,8 @@ void Ownership::SetReadName(Read* r, std::string_view name, uint64_t ino) {
   if (ino != 0) r->named[ino]++;
 }
 
-bool Ownership::Quiet(uint64_t ino, int64_t ctime_ns) {
+bool Ownership::Quiet(uint64_t ino, const format::InodeValue& v) {
+  const int64_t ctime_ns = ChangeNs(v);
   if (kv_ == nullptr || Epoch() == 0) return false;
   const int64_t now = NowNs();
   MutexLock l(&mu_);
@@ -516,7 +517,7 @@ void Ownership::ReadsWritten(const meta::Writes& batch) {
     if (auto q = quiet_.find(ino); q != quiet_.end() && w.kind == meta::Write::Kind::kPut) {
       format::InodeValue v;
       if (format::DecodeInode(w.value, &v).ok()) {
-        q->second.ctime_ns = v.ctime_sec * 1'000'000'000 + v.ctime_nsec;
+        q->second.ctime_ns = ChangeNs(v);
       }
     }
     auto r = reads_.find(ino);

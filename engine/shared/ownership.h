@@ -175,10 +175,10 @@ class Ownership {
   static constexpr uint64_t kReadBit = uint64_t{1} << 62;
 
   // Whether to ask for a read grant of directory `ino`, whose inode a read
-  // of the index just found with change time `ctime_ns`: an earlier read
+  // of the index just found as `v`: an earlier read
   // found the same at least kQuietMs before, none runs for it, this mount
   // does not own it, and none was given up in the last kQuietAfterGiveUpMs.
-  bool Quiet(uint64_t ino, int64_t ctime_ns) EXCLUDES(mu_);
+  bool Quiet(uint64_t ino, const format::InodeValue& v) EXCLUDES(mu_);
   // What AskRead found: the inode's value (nullopt: none) and the grant's
   // token (0: none runs: another host owns it, or no own grant runs).
   struct ReadGrant {
@@ -279,6 +279,10 @@ class Ownership {
     int64_t since_ns = 0;  // 0: not read yet
     int64_t not_before_ns = 0;
   };
+  // The change time Quiet compares, in nanoseconds.
+  static int64_t ChangeNs(const format::InodeValue& v) {
+    return v.ctime_sec * 1'000'000'000 + v.ctime_nsec;
+  }
   // Sets name `name` of `r` to `ino` (0: none); a new one only while
   // fewer than kMaxNames are kept over all reads.
   void SetReadName(Read* r, std::string_view name, uint64_t ino) REQUIRES(mu_);
