@@ -78,7 +78,7 @@ StoreOptions PowerLossOptions(std::shared_ptr<io::Env> env) {
 // not have reached the index (a commit whose outcome is unknown), so the
 // model then allows both.
 void RunWriter(Store* store, const io::FaultInjectionEnv* env, Writer* w, uint64_t seed,
-               const std::atomic<bool>* stop) {
+               const std::atomic<bool>* stop, std::atomic<uint64_t>* fsyncs) {
   std::mt19937_64 rng(seed);
   auto pick = [&]() -> FileModel* {
     if (w->files.empty()) return nullptr;
@@ -127,6 +127,7 @@ void RunWriter(Store* store, const io::FaultInjectionEnv* env, Writer* w, uint64
       f->versions.erase(f->versions.begin(), f->versions.end() - 1);
       f->durable = true;
       f->how += " F" + std::to_string(f->versions.back().size());
+      fsyncs->fetch_add(1, std::memory_order_relaxed);
     } else if (op < 88) {
       FileModel* f = pick();
       if (f == nullptr) continue;
@@ -329,11 +330,20 @@ void PowerLossTest::Run(io::FaultInjectionEnv::IndexTail tail, int rounds) {
   uint64_t dropped_total = 0;
   for (round_ = 0; round_ < kRounds; ++round_) {
     std::atomic<bool> stop{false};
+    std::atomic<uint64_t> fsyncs{0};
     std::vector<std::thread> threads;
     for (int i = 0; i < kWriters; ++i) {
-      threads.emplace_back(RunWriter, store_.get(), env_.get(), &writers[i], rng(), &stop);
+      threads.emplace_back(RunWriter, store_.get(), env_.get(), &writers[i], rng(), &stop,
+                           &fsyncs);
     }
     threads.emplace_back(RunCompactor, store_.get(), &stop);
+    // The cut comes a random moment after the round's first fsync, so that
+    // every round has fsynced files to check however slow the build runs.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (fsyncs.load(std::memory_order_relaxed) == 0 &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 40000));
     // The server goes first: the process goes on after the cut (its syncs
     // report success and do nothing), and its commits must not reach a
