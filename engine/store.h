@@ -444,8 +444,9 @@ class Store {
   // not yet adopted are lost in a crash, as unflushed bytes of any file.
   //
   // Begins when `ino` is an empty regular file without set-ID bits (the
-  // kernel's writes to a data file would not clear them) and data files are
-  // on (data_file_min > 0): creates its data file and returns its path.
+  // kernel's writes to a data file would not clear them), data files are
+  // on (data_file_min > 0) and local (not in an object store): creates its
+  // data file and returns its path.
   // nullopt, and nothing changes, otherwise.
   virtual Result<std::optional<std::string>> BeginDirectWrite(Ino ino) = 0;
   // Adopts what the data file holds now; nothing to do when it has not
@@ -497,8 +498,9 @@ class Store {
   // with extents that cover [0, size) without a gap, each at its own offset
   // (no overwrite in segments, no punched range). Reading the data file then
   // reads the file; the kernel may serve reads from it directly (FUSE
-  // passthrough). nullopt otherwise. A snapshot: a later write, truncation
-  // or punch of the file changes the answer.
+  // passthrough). nullopt otherwise, and always for a store whose data is
+  // in an object store. A snapshot: a later write, truncation or punch of
+  // the file changes the answer.
   virtual Result<std::optional<WholeDataFile>> WholeDataFileOf(Ino ino) = 0;
   // Every segment file with its accounting, in id order. A segment the index
   // has no accounting for yet (no batch that counts it has committed) holds

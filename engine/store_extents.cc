@@ -212,7 +212,9 @@ Result<std::optional<WholeDataFile>> StoreImpl::WholeDataFileOf(Ino ino) {
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   const uint64_t size = s->attr.size;
-  if (!S_ISREG(s->attr.mode) || size == 0 || s->attr.data_file_end != size) return std::optional<WholeDataFile>();
+  if (data_remote_ || !S_ISREG(s->attr.mode) || size == 0 || s->attr.data_file_end != size) {
+    return std::optional<WholeDataFile>();
+  }
   std::vector<Extent> ex;
   CKPTFS_RETURN_IF_ERROR(CollectExtentsLocked(s.get(), 0, size, &ex));
   uint64_t next = 0;

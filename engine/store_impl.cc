@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/data/data_storage.h"
 #include "meta/hosts.h"
 
 namespace ckptfs::engine {
@@ -123,6 +124,10 @@ Status StoreImpl::Init() {
                               format::kFormatFileName + " file");
   }
   CKPTFS_ASSIGN_OR_RETURN(shared_, ChooseIndex(dir_, creating, options_.meta));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage,
+                          ChooseDataStorage(dir_, creating, options_.data));
+  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_));
+  data_remote_ = storage.has_value();
   mode_ = shared_.has_value() ? StoreMode::Shared(&host_) : StoreMode::Embedded();
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).

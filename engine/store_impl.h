@@ -642,6 +642,9 @@ class StoreImpl final : public Store {
   std::unique_ptr<StoreLock> lock_;
   // The segments' Env (options_.env or io::Env::Posix()).
   std::shared_ptr<io::Env> env_;
+  // The segments, data files and snapshots are in an object store (the
+  // STORE/STORAGE file): no path of theirs opens with open(2).
+  bool data_remote_ = false;
   // The data files of large files; declared before index_ so that it
   // outlives the index, whose before-flush hook syncs it.
   std::unique_ptr<DataFiles> data_files_;

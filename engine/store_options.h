@@ -47,6 +47,14 @@ struct StoreOptions {
   // the server waits for it (a restart, a failover), trying again, before
   // it fails with EIO. Default: 60 s. Fixed while open.
   double meta_timeout = 60;
+  // Where the segments, data files and snapshots of a store that this open
+  // creates live: empty, the store's directory; "rados://POOL[/NAMESPACE]",
+  // objects of that RADOS pool (docs/FORMAT.md, STORAGE), which the store
+  // then remembers in STORE/STORAGE. Opening an existing store with it set
+  // to another place is EINVAL. Ceph's configuration (monitors, keyring)
+  // comes from where Ceph's tools find it: CEPH_CONF, /etc/ceph/ceph.conf.
+  // Default: empty. Fixed while open.
+  std::string data;
   // A shared store: the name of the host this mount writes as (docs/SHARED.md,
   // "Hosts and their files"). One mount at a time holds a host; each has its
   // own segments. Default: empty, the machine's name. Fixed while open.

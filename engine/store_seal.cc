@@ -249,14 +249,7 @@ Result<std::set<uint64_t>> StoreImpl::SnapshotSegments() {
 }
 
 Result<std::unique_ptr<meta::SnapshotFile>> StoreImpl::ReadSnapshot(const std::string& name) {
-  const std::string path = SnapshotPath(name);
-  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env_->Open(path, io::OpenMode::kRead));
-  CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, f->Size());
-  std::string bytes(size, '\0');
-  CKPTFS_ASSIGN_OR_RETURN(const size_t n, f->ReadAt(0, size, bytes.data()));
-  if (n != size) return Status(EIO, "read snapshot " + path + ": " + std::to_string(n) + " of " +
-                                        std::to_string(size) + " bytes");
-  return meta::SnapshotFile::FromBytes(path, std::move(bytes));
+  return ReadSnapshotFile(env_.get(), SnapshotPath(name));
 }
 
 std::string StoreImpl::SnapshotPath(std::string_view name) const {

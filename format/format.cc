@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <vector>
 
 namespace ckptfs::format {
 
@@ -89,13 +91,13 @@ std::string FormatFileContents() {
   return std::string(kFormatMagicLine) + std::to_string(kFormatVersion) + "\n";
 }
 
-std::string SharedFileContents(const SharedIndex& v) {
-  return "meta=" + v.meta + "\nschema=" + v.schema + "\n";
-}
+namespace {
 
-Status ParseSharedFile(std::string_view contents, SharedIndex* v) {
-  SharedIndex out;
-  bool has_meta = false, has_schema = false;
+// Parses `contents`, lines of "KEY=VALUE", into the values of `keys` (each
+// once, none empty). `file` names the file in errors.
+Status ParseKeyLines(std::string_view contents, std::string_view file,
+                     std::initializer_list<std::pair<std::string_view, std::string*>> keys) {
+  std::vector<bool> seen(keys.size(), false);
   while (!contents.empty()) {
     const size_t nl = contents.find('\n');
     std::string_view line = contents.substr(0, nl);
@@ -104,20 +106,50 @@ Status ParseSharedFile(std::string_view contents, SharedIndex* v) {
     const size_t eq = line.find('=');
     const std::string_view key = line.substr(0, eq);
     const std::string_view value = eq == std::string_view::npos ? "" : line.substr(eq + 1);
-    if (key == "meta" && !value.empty()) {
-      out.meta = std::string(value);
-      has_meta = true;
-    } else if (key == "schema" && !value.empty()) {
-      out.schema = std::string(value);
-      has_schema = true;
-    } else {
-      return Status::Corruption("SHARED file: bad line \"" + std::string(line) + "\"");
+    size_t i = 0;
+    for (const auto& [name, out] : keys) {
+      if (key == name && !value.empty() && !seen[i]) {
+        *out = std::string(value);
+        seen[i] = true;
+        break;
+      }
+      ++i;
+    }
+    if (i == keys.size()) {
+      return Status::Corruption(std::string(file) + " file: bad line \"" + std::string(line) + "\"");
     }
   }
-  if (!has_meta || !has_schema) {
-    return Status::Corruption(std::string("SHARED file: no ") + (has_meta ? "schema" : "meta") +
-                              " line");
+  size_t i = 0;
+  for (const auto& [name, out] : keys) {
+    if (!seen[i++]) {
+      return Status::Corruption(std::string(file) + " file: no " + std::string(name) + " line");
+    }
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string SharedFileContents(const SharedIndex& v) {
+  return "meta=" + v.meta + "\nschema=" + v.schema + "\n";
+}
+
+Status ParseSharedFile(std::string_view contents, SharedIndex* v) {
+  SharedIndex out;
+  CKPTFS_RETURN_IF_ERROR(
+      ParseKeyLines(contents, kSharedFileName, {{"meta", &out.meta}, {"schema", &out.schema}}));
+  *v = std::move(out);
+  return Status::OK();
+}
+
+std::string StorageFileContents(const DataStorage& v) {
+  return "data=" + v.data + "\nprefix=" + v.prefix + "\n";
+}
+
+Status ParseStorageFile(std::string_view contents, DataStorage* v) {
+  DataStorage out;
+  CKPTFS_RETURN_IF_ERROR(
+      ParseKeyLines(contents, kStorageFileName, {{"data", &out.data}, {"prefix", &out.prefix}}));
   *v = std::move(out);
   return Status::OK();
 }

@@ -48,6 +48,18 @@ struct SharedIndex {
 std::string SharedFileContents(const SharedIndex& v);
 // Corruption when a line is missing, empty or unknown.
 Status ParseSharedFile(std::string_view contents, SharedIndex* v);
+// Present in a store whose segments, data files and snapshots are objects
+// of an object store (docs/FORMAT.md, STORAGE).
+inline constexpr char kStorageFileName[] = "STORAGE";
+// Where a store's data is: the STORAGE file's two lines.
+struct DataStorage {
+  std::string data;    // "rados://POOL[/NAMESPACE]"
+  std::string prefix;  // before the name of each of the store's objects
+  bool operator==(const DataStorage&) const = default;
+};
+std::string StorageFileContents(const DataStorage& v);
+// Corruption when a line is missing, empty or unknown.
+Status ParseStorageFile(std::string_view contents, DataStorage* v);
 // Content of the FORMAT file.
 std::string FormatFileContents();
 // Checks the FORMAT file's content: magic line and a supported version.

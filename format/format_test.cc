@@ -220,7 +220,8 @@ const std::set<std::string> kHexBlocks = {
     "segment-header", "record",       "host-value",   "owner-key",          "give-up-key",  "peer-key", "reader-key",
     "owner-value",    "seal-key",     "seal-value",   "seal-value-v2"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
-                                           "column-families", "meta-keys", "shared-file"};
+                                           "column-families", "meta-keys", "shared-file",
+                                           "storage-file"};
 
 // Asserts that `st` is a corruption whose message contains `what`.
 void ExpectCorruption(const Status& st, std::string_view what) {
@@ -395,6 +396,24 @@ TEST(SharedFile, RejectsMissingAndUnknownLines) {
   ExpectCorruption(ParseSharedFile("schema=s\n", &v), "no meta");
   ExpectCorruption(ParseSharedFile("meta=host=/x\nschema=\n", &v), "bad line");
   ExpectCorruption(ParseSharedFile("meta=host=/x\nschema=s\npassword=p\n", &v), "bad line");
+}
+
+TEST(Golden, StorageFile) {
+  const DataStorage v{"rados://checkpoints/team-a", "ckptfs_8d41c0e2a7b95f36/"};
+  EXPECT_EQ(StorageFileContents(v), DocText("storage-file") + "\n");
+  DataStorage back;
+  ASSERT_TRUE(ParseStorageFile(DocText("storage-file"), &back).ok());
+  EXPECT_EQ(back, v);
+}
+
+TEST(StorageFile, RejectsMissingRepeatedAndUnknownLines) {
+  DataStorage v;
+  ExpectCorruption(ParseStorageFile("data=rados://p\n", &v), "no prefix");
+  ExpectCorruption(ParseStorageFile("prefix=x/\n", &v), "no data");
+  ExpectCorruption(ParseStorageFile("data=rados://p\nprefix=\n", &v), "bad line");
+  ExpectCorruption(ParseStorageFile("data=rados://p\ndata=rados://q\nprefix=x/\n", &v),
+                   "bad line");
+  ExpectCorruption(ParseStorageFile("data=rados://p\nprefix=x/\nkey=k\n", &v), "bad line");
 }
 
 TEST(Golden, SegmentFileNames) {

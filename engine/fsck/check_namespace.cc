@@ -475,7 +475,7 @@ Status Checker::CheckSnapshots() {
     named.insert(record->snapshot);
     const std::string path = dir_ + "/" + format::kSnapshotsDirName + "/" + record->snapshot;
     std::string why;
-    Result<std::unique_ptr<meta::SnapshotFile>> snap = meta::SnapshotFile::Open(path);
+    Result<std::unique_ptr<meta::SnapshotFile>> snap = ReadSnapshotFile(env_.get(), path);
     if (!snap.ok()) {
       why = snap.status().message();
     } else {

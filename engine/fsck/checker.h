@@ -331,7 +331,7 @@ class Checker {
 
   const std::string dir_;
   const FsckOptions opt_;
-  const std::shared_ptr<io::Env> env_;
+  std::shared_ptr<io::Env> env_;  // set for good by Open()
   std::unique_ptr<StoreLock> lock_;
   std::string rebuild_because_;
   bool index_replaced_ = false;  // rebuilt, restored or made anew by this run

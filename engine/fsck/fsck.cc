@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/data/data_storage.h"
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
 #include "meta/hosts.h"
@@ -103,6 +104,8 @@ Status Checker::Open() {
   CKPTFS_ASSIGN_OR_RETURN(
       lock_, StoreLock::Acquire(dir_, "ckptfs fsck (pid " + std::to_string(::getpid()) + ")"));
   CKPTFS_RETURN_IF_ERROR(CheckFormatFile(dir_));
+  CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage, ReadStorageFile(dir_));
+  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::SharedIndex> shared, ReadSharedFile(dir_));
   if (shared.has_value()) return OpenShared(*shared);
   return OpenEmbedded();

@@ -60,6 +60,19 @@ Result<std::unique_ptr<meta::Kv>> OpenSharedIndex(const format::SharedIndex& whe
 
 }  // namespace
 
+Result<std::unique_ptr<meta::SnapshotFile>> ReadSnapshotFile(io::Env* env,
+                                                             const std::string& path) {
+  CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<io::File> f, env->Open(path, io::OpenMode::kRead));
+  CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, f->Size());
+  std::string bytes(size, '\0');
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, f->ReadAt(0, size, bytes.data()));
+  if (n != size) {
+    return Status(EIO, "read snapshot " + path + ": " + std::to_string(n) + " of " +
+                           std::to_string(size) + " bytes");
+  }
+  return meta::SnapshotFile::FromBytes(path, std::move(bytes));
+}
+
 Status CheckFormatFile(const std::string& dir) {
   const std::optional<std::string> text = ReadSmallFile(dir + "/" + format::kFormatFileName);
   return format::ParseFormatFile(text.value_or("")).Annotate(dir);

@@ -19,6 +19,7 @@
 #include "format/format.h"
 #include "io/env.h"
 #include "meta/kv.h"
+#include "meta/snapshot_file.h"
 
 namespace ckptfs::engine {
 
@@ -69,6 +70,11 @@ struct IndexOpenOptions {
   // a failover) before an operation fails with EIO. Default: 60.
   double meta_timeout = 60;
 };
+
+// The snapshot file at `path` (a sealed tree's index entries), read whole
+// through `env`, where the store's data is.
+Result<std::unique_ptr<meta::SnapshotFile>> ReadSnapshotFile(io::Env* env,
+                                                             const std::string& path);
 
 class StoreIndex {
  public:

@@ -210,14 +210,22 @@ inline StoreOptions SmallOptions() {
 // The options of a test store. With CKPTFS_TEST_META set (a libpq URI: the
 // pg.* runs of the engine's suites, tests/CMakeLists.txt; or mem://NAME:
 // the mem.* runs), the stores the tests create keep their index in
-// PostgreSQL, or in this process's memory.
+// PostgreSQL, or in this process's memory. With CKPTFS_TEST_DATA set
+// (rados://POOL/NAMESPACE: the ceph.* runs beside tests/mount/ceph_bed.py),
+// they keep their data there.
 inline StoreOptions TestOptions() {
   StoreOptions o;
   o.min_free = 0;
   o.holder = "ckptfs engine test";
   if (const char* meta = std::getenv("CKPTFS_TEST_META")) o.meta = meta;
+  if (const char* data = std::getenv("CKPTFS_TEST_DATA")) o.data = data;
   return o;
 }
+
+// Whether the test stores keep their data in an object store (the ceph.*
+// runs): a test that reads or damages segment files by their path has
+// nothing there to look at.
+inline bool DataInObjectStore() { return std::getenv("CKPTFS_TEST_DATA") != nullptr; }
 
 // `n`, the count of files a test makes to reach a size, where each create is
 // cheap: an embedded index in an optimized build. A fifth of it (at least

@@ -7,6 +7,7 @@ data lives in RADOS or S3 would reach a real one.
     bed = ceph_bed.Cluster(tmp)             # a monitor and one OSD: RADOS
     bed = ceph_bed.Cluster(tmp, s3=True)    # and radosgw: S3 on bed.s3_endpoint
     bed.rados("put", "name", path, pool=bed.pool)
+    ceph_bed.py [--data] COMMAND [ARG...]  # COMMAND beside a cluster (main, below)
     bed.kill_osd(); bed.start_osd()         # the OSD killed with -9, started again
     bed.stop()                              # radosgw, the OSD, the monitor
 
@@ -27,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -224,3 +226,33 @@ class Cluster:
         for name in reversed(self._names):
             harness.session().stop_server(name)
         self._names = []
+
+
+def main(argv):
+    """ceph_bed.py [--data] COMMAND [ARG...]: runs COMMAND beside a cluster
+    of its own, with CEPH_CONF naming it (Ceph's clients find it as they
+    find a real one) and CKPTFS_TEST_RADOS_POOL its pool; with --data also
+    CKPTFS_TEST_DATA=rados://POOL/NAMESPACE (a namespace of its own), which
+    makes the engine's tests keep their stores' data there. Exits with the
+    command's status; a cluster that does not start is a failure."""
+    data = argv[:1] == ["--data"]
+    if data:
+        argv = argv[1:]
+    if not argv:
+        print("usage: ceph_bed.py [--data] COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    tmp = harness.make_tmpdir("ckptfs-ceph.")
+    t0 = time.monotonic()
+    bed = Cluster(tmp)
+    try:
+        harness.log("ceph bed: a monitor and an OSD up in %.1f s" % (time.monotonic() - t0))
+        env = dict(os.environ, CEPH_CONF=bed.conf, CKPTFS_TEST_RADOS_POOL=bed.pool)
+        if data:
+            env["CKPTFS_TEST_DATA"] = "rados://%s/tests" % bed.pool
+        return subprocess.run(argv, env=env).returncode
+    finally:
+        bed.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

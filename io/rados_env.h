@@ -1,0 +1,96 @@
+// An Env that keeps a store's data files in RADOS (Ceph's object store),
+// through librados: the files under chosen subdirectories of the store's
+// directory (segments/, data/, snapshots/) are objects of one pool, every
+// other path goes to a local Env.
+//
+// Layout (docs/FORMAT.md, STORAGE): file ROOT/D/NAME is the object
+// PREFIX + "D/NAME" of the pool and namespace, holding bytes [0, S) of the
+// file, where S is the stripe size (kRadosStripeBytes; RADOS limits the
+// size of one object, 128 MiB by default). Bytes [k*S, (k+1)*S) are in
+// the object of the same name with "@k" after it. A file of more than one
+// object has xattr kRadosObjectsXattr on its first object: the count of
+// objects, in decimal. Its size is (count-1)*S plus the size of the last
+// object; a missing object or a short one before the last reads as zeros.
+//
+// Each read is one RADOS read per object it touches. Writes gather in a
+// buffer of each open file and go out as one RADOS write operation per
+// object (several extents in one operation, applied in order), in the
+// background once write_buffer bytes are waiting, and at Sync(), at a
+// read of bytes still waiting, at Truncate() and at close. A RADOS write is
+// durable once acknowledged, so Sync() is that flush. Creates are atomic:
+// an exclusive create of the first object with its contents in one
+// operation (a larger file's other objects are written before it).
+//
+// Credentials and monitors come from Ceph's usual places: the
+// configuration file (RadosOptions::conf, else CEPH_CONF, else
+// /etc/ceph/ceph.conf and Ceph's other defaults), its keyring, and
+// CEPH_ARGS. Thread safety: as every Env.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "io/env.h"
+
+namespace ckptfs::io {
+
+inline constexpr uint64_t kRadosStripeBytes = 64ull << 20;
+inline constexpr char kRadosObjectsXattr[] = "ckptfs.objects";
+
+// Where in RADOS: "rados://POOL" or "rados://POOL/NAMESPACE".
+struct RadosLocation {
+  std::string pool;
+  std::string ns;
+};
+Result<RadosLocation> ParseRadosUrl(std::string_view url);
+
+struct RadosOptions {
+  RadosLocation where;
+  // The local directory whose subdirectories `dirs` live in RADOS.
+  std::string root;
+  std::vector<std::string> dirs;
+  // Before every object's name: tells stores that share a pool apart.
+  std::string prefix;
+  // Every other path.
+  std::shared_ptr<Env> local;
+  // Ceph's configuration file; "" for Ceph's own search.
+  std::string conf;
+  // How long an operation waits for the cluster (an OSD down, a monitor
+  // unreachable) before it fails with EIO. Default: 30 s.
+  double op_timeout_s = 30;
+  // A file's writes waiting before they go out in the background.
+  // Default: 8 MiB.
+  size_t write_buffer = 8u << 20;
+  // Background writes of one file in flight at once. Default: 4.
+  int writes_in_flight = 4;
+  // Bytes of a file in each of its objects (S above). A store's files
+  // are always read with the stripe they were written with.
+  // Default: kRadosStripeBytes.
+  uint64_t stripe_bytes = kRadosStripeBytes;
+};
+
+// Requests sent to the cluster so far, by kind.
+struct RadosCounters {
+  uint64_t reads = 0;
+  uint64_t writes = 0;
+  uint64_t other = 0;  // stats, creates, removes, truncates, listings
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
+
+class RadosEnv : public Env {
+ public:
+  // Connects to the cluster and opens the pool: ENOENT names a missing
+  // pool, EIO a cluster that did not answer within op_timeout_s.
+  static Result<std::shared_ptr<RadosEnv>> Connect(const RadosOptions& options);
+
+  virtual RadosCounters counters() const = 0;
+  // The object that holds the first bytes of `path`; "" for a local path.
+  virtual std::string ObjectOf(const std::string& path) const = 0;
+};
+
+}  // namespace ckptfs::io
