@@ -164,6 +164,11 @@ struct EngineStats {
   // reads from peers that failed (refused, timed out, short) and ranges
   // that failed their checksum, both then read from the storage.
   uint64_t peer_reads = 0, peer_read_bytes = 0, peer_failures = 0, peer_rejected = 0;
+  // A store whose data is in an object store (docs/OBJECT_STORAGE.md): the
+  // requests sent to it by kind (other: stats, creates, removes, truncates,
+  // listings) and their bytes (0 for a store whose data is local).
+  uint64_t object_reads = 0, object_writes = 0, object_other = 0;
+  uint64_t object_read_bytes = 0, object_write_bytes = 0;
 };
 
 // Where one piece of a file's data lies: the index's extent value and the
@@ -522,6 +527,10 @@ class Store {
   // Whether the store is shared (its index in PostgreSQL; docs/SHARED.md):
   // other hosts may change it at any time.
   virtual bool Shared() const = 0;
+  // Where the segments, data files and snapshots are: "" for the store's
+  // own directory, else the object store's URL (`rados://POOL/NS`) that
+  // STORE/STORAGE names (docs/OBJECT_STORAGE.md).
+  virtual std::string DataStorage() const { return ""; }
   // A shared store's hosts, by name; none for an embedded store.
   virtual Result<std::vector<HostInfo>> Hosts() = 0;
   // The address this mount serves the other hosts of a shared store on

@@ -71,6 +71,9 @@ Status ValidateStoreOptions(const StoreOptions& o) {
   if (!(o.meta_timeout >= 0 && o.meta_timeout < 1e9)) {
     return Status(EINVAL, "meta_timeout must be a number of seconds, 0 or more");
   }
+  if (!(o.data_timeout >= 1 && o.data_timeout <= 86400)) {
+    return Status(EINVAL, "data_timeout must be a number of seconds, 1 to 86400");
+  }
   return Status::OK();
 }
 
@@ -126,14 +129,23 @@ Status StoreImpl::Init() {
   CKPTFS_ASSIGN_OR_RETURN(shared_, ChooseIndex(dir_, creating, options_.meta));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage,
                           ChooseDataStorage(dir_, creating, options_.data));
-  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_));
-  data_remote_ = storage.has_value();
   mode_ = shared_.has_value() ? StoreMode::Shared(&host_) : StoreMode::Embedded();
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).
   if (!mode_->MountsHoldHosts()) {
     CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
   }
+  // Data in an object store: the one writer of an embedded store (its
+  // lock held) keeps staging logs, and first sends on what a killed one
+  // left. Mounts of a shared store, and read-only opens, keep none.
+  const std::string staging = !mode_->MountsHoldHosts() && !options_.read_only
+                                  ? dir_ + "/" + format::kStagingDirName
+                                  : "";
+  CKPTFS_ASSIGN_OR_RETURN(env_,
+                          OpenDataEnv(dir_, storage, env_, options_.data_timeout, staging));
+  data_remote_ = storage.has_value();
+  if (storage.has_value()) data_storage_ = storage->data;
+  rados_ = std::dynamic_pointer_cast<io::RadosEnv>(env_);
   if (!creating && !options_.read_only && !mode_->MountsHoldHosts()) {
     // A crash while the store was being created leaves FORMAT without an
     // index and without segments: finish creating it.

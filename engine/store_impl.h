@@ -68,6 +68,7 @@
 #include "engine/shared/lookup_hints.h"
 #include "engine/shared/peer_reads.h"
 #include "engine/shared/peer_service.h"
+#include "io/rados_env.h"
 #include "engine/shared/range_cache.h"
 #include "engine/store_clock.h"
 #include "engine/store.h"
@@ -144,6 +145,7 @@ class StoreImpl final : public Store {
   Result<NamespaceCounts> CountNamespace() override;
   StoreOptions GetOptions() override;
   bool Shared() const override { return shared_.has_value(); }
+  std::string DataStorage() const override { return data_storage_; }
   Result<std::vector<HostInfo>> Hosts() override;
   std::string PeerAddress() const override { return peers_ ? peers_->address() : ""; }
   double CacheSeconds() const override;
@@ -645,6 +647,10 @@ class StoreImpl final : public Store {
   // The segments, data files and snapshots are in an object store (the
   // STORE/STORAGE file): no path of theirs opens with open(2).
   bool data_remote_ = false;
+  // Its URL when they are (Store::DataStorage).
+  std::string data_storage_;
+  // env_ when it is RADOS's (for its request counters); else null.
+  std::shared_ptr<io::RadosEnv> rados_;
   // The data files of large files; declared before index_ so that it
   // outlives the index, whose before-flush hook syncs it.
   std::unique_ptr<DataFiles> data_files_;

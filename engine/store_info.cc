@@ -112,6 +112,14 @@ Result<EngineStats> StoreImpl::GetStats() {
     s.peer_failures = read.failures;
     s.peer_rejected = read.rejected;
   }
+  if (rados_ != nullptr) {
+    const io::RadosCounters objects = rados_->counters();
+    s.object_reads = objects.reads;
+    s.object_writes = objects.writes;
+    s.object_other = objects.other;
+    s.object_read_bytes = objects.bytes_read;
+    s.object_write_bytes = objects.bytes_written;
+  }
   const meta::IndexWaits waits = kv()->Waits();
   s.index_round_trips = waits.round_trips;
   s.index_wait_ns = waits.wait_ns;

@@ -55,6 +55,10 @@ struct StoreOptions {
   // comes from where Ceph's tools find it: CEPH_CONF, /etc/ceph/ceph.conf.
   // Default: empty. Fixed while open.
   std::string data;
+  // A store whose data is in an object store: how long a request that the
+  // cluster does not answer (an OSD down, a monitor unreachable) waits
+  // before the call fails with EIO. Default: 30 s. Fixed while open.
+  double data_timeout = 30;
   // A shared store: the name of the host this mount writes as (docs/SHARED.md,
   // "Hosts and their files"). One mount at a time holds a host; each has its
   // own segments. Default: empty, the machine's name. Fixed while open.

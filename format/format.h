@@ -51,6 +51,10 @@ Status ParseSharedFile(std::string_view contents, SharedIndex* v);
 // Present in a store whose segments, data files and snapshots are objects
 // of an object store (docs/FORMAT.md, STORAGE).
 inline constexpr char kStorageFileName[] = "STORAGE";
+// A store whose data is in an object store: the local directory of the
+// logs of writes the object store has not acknowledged yet (io/rados_env.h,
+// Staging); "staging.HOST" for each host of a shared store.
+inline constexpr char kStagingDirName[] = "staging";
 // Where a store's data is: the STORAGE file's two lines.
 struct DataStorage {
   std::string data;    // "rados://POOL[/NAMESPACE]"

@@ -1,18 +1,30 @@
 // RadosEnv: a store's data files as RADOS objects (io/rados_env.h).
 #include "io/rados_env.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <rados/librados.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <span>
 #include <string>
 
 #include "base/mutex.h"
 
 namespace ckptfs::io {
 namespace {
+
+// Every write (removes too): on a full pool or cluster it fails with
+// EDQUOT or ENOSPC at once instead of waiting for room, and a remove, which
+// makes room, goes ahead.
+constexpr int kWriteFlags = LIBRADOS_OPERATION_FULL_TRY;
 
 // A RADOS return code as a Status: ENOSPC for a full pool or cluster, EIO
 // for one that did not answer in time.
@@ -23,6 +35,114 @@ Status FromRados(int rc, const std::string& what) {
   }
   if (err == ETIMEDOUT) return Status(EIO, what + ": RADOS did not answer in time");
   return Status::IOError(err, what);
+}
+
+void PutLe(char* at, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) at[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t GetLe(const char* at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(at[i])) << (8 * i);
+  return v;
+}
+
+// A staged record's header for `len` bytes at `offset` whose data are
+// `pieces` (rados_env.h).
+void StagedHeader(uint64_t offset, std::span<const std::string_view> pieces, size_t len,
+                  char out[kRadosStagedHeaderBytes]) {
+  PutLe(out, offset, 8);
+  PutLe(out + 8, len, 4);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, out, 12);
+  for (std::string_view p : pieces) XXH3_64bits_update(st, p.data(), p.size());
+  PutLe(out + 12, XXH3_64bits_digest(st), 8);
+  XXH3_freeState(st);
+}
+
+// The staging log of one open file (rados_env.h, Staging). Not
+// thread-safe: its file's mutex guards it.
+class StagingLog {
+ public:
+  explicit StagingLog(std::string path) : path_(std::move(path)) {}
+  ~StagingLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  StagingLog(const StagingLog&) = delete;
+  StagingLog& operator=(const StagingLog&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t bytes() const { return end_; }
+
+  Status Append(uint64_t offset, std::span<const std::string_view> pieces) {
+    size_t len = 0;
+    for (std::string_view p : pieces) len += p.size();
+    if (len == 0) return Status::OK();
+    if (fd_ < 0) {
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd_ < 0) return Status::IOError(errno, "create staging log " + path_);
+      end_ = 0;
+    }
+    char header[kRadosStagedHeaderBytes];
+    StagedHeader(offset, pieces, len, header);
+    std::vector<iovec> iov;
+    iov.push_back({header, sizeof(header)});
+    for (std::string_view p : pieces) {
+      if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
+    }
+    size_t want = sizeof(header) + len;
+    uint64_t at = end_;
+    size_t first = 0;
+    while (want > 0) {
+      const ssize_t n = ::pwritev(fd_, iov.data() + first, static_cast<int>(iov.size() - first),
+                                  static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = n < 0 ? errno : EIO;
+        (void)::ftruncate(fd_, static_cast<off_t>(end_));
+        return Status::IOError(e, "append to staging log " + path_);
+      }
+      at += static_cast<uint64_t>(n);
+      want -= static_cast<size_t>(n);
+      for (size_t left = static_cast<size_t>(n); left > 0 && first < iov.size();) {
+        if (left >= iov[first].iov_len) {
+          left -= iov[first].iov_len;
+          ++first;
+        } else {
+          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+          iov[first].iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+    end_ = at;
+    return Status::OK();
+  }
+
+  // The cluster has every write: the log starts again empty.
+  void Clear() {
+    if (fd_ < 0 || end_ == 0) return;
+    if (::ftruncate(fd_, 0) == 0) end_ = 0;
+  }
+
+  // The file is closed with nothing left to send.
+  void Remove() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(path_.c_str());
+  }
+
+ private:
+  const std::string path_;
+  int fd_ = -1;
+  uint64_t end_ = 0;
+};
+
+std::string StagingName(const std::string& oid) {
+  std::string name = oid;
+  std::replace(name.begin(), name.end(), '/', '#');
+  return name;
 }
 
 // The connection and the pool, shared by the Env and its open files.
@@ -38,6 +158,21 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   rados_ioctx_t io() const { return io_; }
+
+  // A failed request's Status. One that timed out may have been waiting
+  // on an OSD at an address it no longer has (killed and started again):
+  // the next request first fetches the cluster's latest map.
+  Status Error(int rc, const std::string& what) {
+    if (rc == -ETIMEDOUT) stale_map_.store(true, std::memory_order_relaxed);
+    return FromRados(rc, what);
+  }
+  // Before each request: the latest map, after a request timed out.
+  void Ready() {
+    if (stale_map_.load(std::memory_order_relaxed) &&
+        rados_wait_for_latest_osdmap(cluster_) == 0) {
+      stale_map_.store(false, std::memory_order_relaxed);
+    }
+  }
   // Bytes of a file in each of its objects.
   uint64_t stripe() const { return stripe_; }
 
@@ -50,9 +185,10 @@ class Pool {
   // missing object.
   Result<size_t> Read(const std::string& oid, uint64_t off, size_t len, char* buf) {
     reads_.fetch_add(1, std::memory_order_relaxed);
+    Ready();
     const int rc = rados_read(io_, oid.c_str(), buf, len, off);
     if (rc == -ENOENT) return size_t{0};
-    if (rc < 0) return FromRados(rc, "read " + oid);
+    if (rc < 0) return Error(rc, "read " + oid);
     bytes_read_.fetch_add(static_cast<uint64_t>(rc), std::memory_order_relaxed);
     return static_cast<size_t>(rc);
   }
@@ -66,6 +202,7 @@ class Pool {
   };
   Result<Head> Stat(const std::string& oid) {
     other_.fetch_add(1, std::memory_order_relaxed);
+    Ready();
     Head h;
     rados_read_op_t op = rados_create_read_op();
     int stat_rc = 0, xattrs_rc = 0;
@@ -93,7 +230,7 @@ class Pool {
     }
     if (it != nullptr) rados_getxattrs_end(it);
     if (rc == -ENOENT) return Status(ENOENT, oid + ": no such object");
-    if (rc < 0) return FromRados(rc, "stat " + oid);
+    if (rc < 0) return Error(rc, "stat " + oid);
     CKPTFS_RETURN_IF_ERROR(bad);
     return h;
   }
@@ -110,9 +247,10 @@ class Pool {
   // Runs `op` on `oid` and releases it.
   Status Operate(rados_write_op_t op, const std::string& oid, const std::string& what) {
     other_.fetch_add(1, std::memory_order_relaxed);
-    const int rc = rados_write_op_operate(op, io_, oid.c_str(), nullptr, 0);
+    Ready();
+    const int rc = rados_write_op_operate(op, io_, oid.c_str(), nullptr, kWriteFlags);
     rados_release_write_op(op);
-    if (rc < 0) return FromRados(rc, what + " " + oid);
+    if (rc < 0) return Error(rc, what + " " + oid);
     return Status::OK();
   }
 
@@ -125,16 +263,24 @@ class Pool {
 
   Status Remove(const std::string& oid) {
     other_.fetch_add(1, std::memory_order_relaxed);
-    const int rc = rados_remove(io_, oid.c_str());
-    if (rc < 0 && rc != -ENOENT) return FromRados(rc, "remove " + oid);
+    Ready();
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_remove(op);
+    const int rc = rados_write_op_operate(op, io_, oid.c_str(), nullptr, kWriteFlags);
+    rados_release_write_op(op);
+    if (rc < 0 && rc != -ENOENT) return Error(rc, "remove " + oid);
     return Status::OK();
   }
 
   void CountWrite(uint64_t bytes) {
     writes_.fetch_add(1, std::memory_order_relaxed);
     bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+    Ready();
   }
-  void CountOther() { other_.fetch_add(1, std::memory_order_relaxed); }
+  void CountOther() {
+    other_.fetch_add(1, std::memory_order_relaxed);
+    Ready();
+  }
 
   RadosCounters counters() const {
     RadosCounters c;
@@ -151,6 +297,7 @@ class Pool {
   const rados_ioctx_t io_;
   const uint64_t stripe_;
   std::atomic<uint64_t> reads_{0}, writes_{0}, other_{0}, bytes_read_{0}, bytes_written_{0};
+  std::atomic<bool> stale_map_{false};
 };
 
 // One write operation on the way to one object: its bytes stay alive
@@ -166,8 +313,9 @@ struct InFlight {
 // flush turns them into one write operation per object.
 class RadosFile final : public File {
  public:
+  // `staging`: the file's staging log ("" for none).
   RadosFile(std::shared_ptr<Pool> pool, std::string path, std::string oid, bool writable,
-            uint64_t size, uint64_t objects, const RadosOptions& o)
+            uint64_t size, uint64_t objects, const RadosOptions& o, const std::string& staging)
       : File(std::move(path)),
         pool_(std::move(pool)),
         oid_(std::move(oid)),
@@ -177,12 +325,15 @@ class RadosFile final : public File {
         S(pool_->stripe()),
         size_(size),
         objects_(objects),
-        recorded_objects_(objects) {}
+        recorded_objects_(objects) {
+    if (writable && !staging.empty()) stage_ = std::make_unique<StagingLog>(staging);
+  }
 
   ~RadosFile() override {
     if (!writable_) return;
     MutexLock l(&mu_);
-    (void)DrainLocked();
+    // A file whose writes failed keeps its log, for the next Connect().
+    if (DrainLocked().ok() && stage_ != nullptr) stage_->Remove();
   }
 
   Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const override {
@@ -216,6 +367,7 @@ class RadosFile final : public File {
     if (!writable_) return Status(EBADF, path() + ": not open for writing");
     MutexLock l(&mu_);
     CKPTFS_RETURN_IF_ERROR(error_);
+    if (stage_ != nullptr) CKPTFS_RETURN_IF_ERROR(stage_->Append(offset, pieces));
     uint64_t at = offset;
     for (std::string_view p : pieces) {
       if (p.empty()) continue;
@@ -228,6 +380,7 @@ class RadosFile final : public File {
       at += p.size();
     }
     size_ = std::max(size_, at);
+    if (stage_ != nullptr && stage_->bytes() >= kRadosStagingLimit) return DrainLocked();
     if (pending_bytes_ >= buffer_limit_) return SendLocked();
     return Status::OK();
   }
@@ -332,6 +485,7 @@ class RadosFile final : public File {
     }
     pending_.clear();
     pending_bytes_ = 0;
+    sending_ = true;  // `ops` hold writes that are neither pending nor in flight
     for (InFlight& f : ops) {
       while (static_cast<int>(in_flight_.size()) >= max_in_flight_) WaitOldestLocked();
       uint64_t bytes = 0;
@@ -339,17 +493,18 @@ class RadosFile final : public File {
       pool_->CountWrite(bytes);
       rados_aio_create_completion2(nullptr, nullptr, &f.done);
       const int rc = rados_aio_write_op_operate(f.op, pool_->io(), f.done, f.oid.c_str(),
-                                                nullptr, 0);
+                                                nullptr, kWriteFlags);
       if (rc < 0) {
         rados_aio_release(f.done);
         rados_release_write_op(f.op);
         f.op = nullptr;
-        if (error_.ok()) error_ = FromRados(rc, "write " + f.oid);
+        if (error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
         continue;
       }
       in_flight_.push_back(std::move(f));
       f.op = nullptr;
     }
+    sending_ = false;
     for (InFlight& f : ops) {
       if (f.op != nullptr) rados_release_write_op(f.op);
     }
@@ -363,7 +518,16 @@ class RadosFile final : public File {
     const int rc = rados_aio_get_return_value(f.done);
     rados_aio_release(f.done);
     rados_release_write_op(f.op);
-    if (rc < 0 && error_.ok()) error_ = FromRados(rc, "write " + f.oid);
+    if (rc < 0 && error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
+    ClearStagedLocked();
+  }
+
+  // Empties the staging log once the cluster has every write.
+  void ClearStagedLocked() const REQUIRES(mu_) {
+    if (stage_ != nullptr && error_.ok() && !sending_ && pending_.empty() && in_flight_.empty() &&
+        objects_ == recorded_objects_) {
+      stage_->Clear();
+    }
   }
 
   // Sends what waits, waits for every write in flight, then records a grown
@@ -382,6 +546,7 @@ class RadosFile final : public File {
       }
       recorded_objects_ = objects_;
     }
+    ClearStagedLocked();
     return Status::OK();
   }
 
@@ -401,6 +566,8 @@ class RadosFile final : public File {
   // records.
   mutable uint64_t objects_ GUARDED_BY(mu_);
   mutable uint64_t recorded_objects_ GUARDED_BY(mu_);
+  mutable std::unique_ptr<StagingLog> stage_ GUARDED_BY(mu_);
+  mutable bool sending_ GUARDED_BY(mu_) = false;
 };
 
 class RadosEnvImpl final : public RadosEnv {
@@ -436,7 +603,7 @@ class RadosEnvImpl final : public RadosEnv {
     }
     CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, pool_->FileSize(oid, h->objects, h->size));
     return std::unique_ptr<File>(new RadosFile(pool_, path, oid, mode == OpenMode::kReadWrite,
-                                               size, h->objects, o_));
+                                               size, h->objects, o_, StagingOf(oid)));
   }
 
   Result<std::unique_ptr<File>> Create(const std::string& path,
@@ -462,7 +629,7 @@ class RadosEnvImpl final : public RadosEnv {
     if (s.code() == EEXIST) return Status(EEXIST, "create " + path + ": exists");
     CKPTFS_RETURN_IF_ERROR(s);
     return std::unique_ptr<File>(
-        new RadosFile(pool_, path, oid, true, contents.size(), objects, o_));
+        new RadosFile(pool_, path, oid, true, contents.size(), objects, o_, StagingOf(oid)));
   }
 
   Result<std::unique_ptr<File>> CreateUnsynced(const std::string& path) override {
@@ -473,7 +640,7 @@ class RadosEnvImpl final : public RadosEnv {
     Status s = pool_->Operate(op, oid, "create");
     if (s.code() == EEXIST) return Status(EEXIST, "create " + path + ": exists");
     CKPTFS_RETURN_IF_ERROR(s);
-    return std::unique_ptr<File>(new RadosFile(pool_, path, oid, true, 0, 1, o_));
+    return std::unique_ptr<File>(new RadosFile(pool_, path, oid, true, 0, 1, o_, StagingOf(oid)));
   }
 
   Status SyncDir(const std::string& dir) override {
@@ -485,6 +652,7 @@ class RadosEnvImpl final : public RadosEnv {
   Status Remove(const std::string& path) override {
     const std::string oid = ObjectOf(path);
     if (oid.empty()) return o_.local->Remove(path);
+    if (!o_.staging.empty()) ::unlink(StagingOf(oid).c_str());
     Result<Pool::Head> h = pool_->Stat(oid);
     if (!h.ok()) return h.status().code() == ENOENT ? Status::OK() : h.status();
     // The first object last: until then the file is whole or its count
@@ -502,7 +670,7 @@ class RadosEnvImpl final : public RadosEnv {
     pool_->CountOther();
     rados_list_ctx_t ctx = nullptr;
     int rc = rados_nobjects_list_open(pool_->io(), &ctx);
-    if (rc < 0) return FromRados(rc, "list " + dir);
+    if (rc < 0) return pool_->Error(rc, "list " + dir);
     std::vector<std::string> names;
     for (;;) {
       const char* entry = nullptr;
@@ -517,19 +685,95 @@ class RadosEnvImpl final : public RadosEnv {
       names.emplace_back(name);
     }
     rados_nobjects_list_close(ctx);
-    if (rc != -ENOENT) return FromRados(rc, "list " + dir);
+    if (rc != -ENOENT) return pool_->Error(rc, "list " + dir);
     std::sort(names.begin(), names.end());
     return names;
   }
 
   RadosCounters counters() const override { return pool_->counters(); }
 
+  // Sends on the writes that the staging logs of earlier processes hold
+  // (rados_env.h, Staging), then removes the logs. A log of a file that
+  // is gone is dropped; a record that fails its checksum ends its log (a
+  // write cut short by the end of its process).
+  Status SendStaged() {
+    if (o_.staging.empty()) return Status::OK();
+    if (::mkdir(o_.staging.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Status::IOError(errno, "make staging directory " + o_.staging);
+    }
+    std::vector<std::string> names;
+    DIR* d = ::opendir(o_.staging.c_str());
+    if (d == nullptr) return Status::IOError(errno, "open staging directory " + o_.staging);
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      const std::string log = o_.staging + "/" + name;
+      std::string oid = name;
+      std::replace(oid.begin(), oid.end(), '#', '/');
+      CKPTFS_RETURN_IF_ERROR(SendStagedLog(log, oid).Annotate("send the writes staged in " + log));
+      if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
+        return Status::IOError(errno, "remove staging log " + log);
+      }
+    }
+    return Status::OK();
+  }
+
  private:
+  std::string StagingOf(const std::string& oid) const {
+    return o_.staging.empty() ? "" : o_.staging + "/" + StagingName(oid);
+  }
+
+  Status SendStagedLog(const std::string& log, const std::string& oid) {
+    Result<Pool::Head> h = pool_->Stat(oid);
+    if (!h.ok() && h.status().code() == ENOENT) return Status::OK();  // removed since
+    if (!h.ok()) return h.status();
+    CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, pool_->FileSize(oid, h->objects, h->size));
+    const int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::IOError(errno, "open");
+    RadosFile file(pool_, oid, oid, true, size, h->objects, o_, "");
+    std::string buf;
+    uint64_t at = 0;
+    Status s;
+    for (;;) {
+      char header[kRadosStagedHeaderBytes];
+      if (::pread(fd, header, sizeof(header), static_cast<off_t>(at)) !=
+          static_cast<ssize_t>(sizeof(header))) {
+        break;
+      }
+      const uint64_t offset = GetLe(header, 8);
+      const size_t len = static_cast<size_t>(GetLe(header + 8, 4));
+      buf.resize(len);
+      if (::pread(fd, buf.data(), len, static_cast<off_t>(at + sizeof(header))) !=
+          static_cast<ssize_t>(len)) {
+        break;
+      }
+      const std::string_view piece(buf);
+      char want[kRadosStagedHeaderBytes];
+      StagedHeader(offset, std::span<const std::string_view>(&piece, 1), len, want);
+      if (std::memcmp(want, header, sizeof(header)) != 0) break;
+      s = file.WriteAt(offset, std::span<const std::string_view>(&piece, 1));
+      if (!s.ok()) break;
+      at += sizeof(header) + len;
+    }
+    ::close(fd);
+    CKPTFS_RETURN_IF_ERROR(s);
+    return file.Sync();
+  }
+
   const std::shared_ptr<Pool> pool_;
   RadosOptions o_;
 };
 
 }  // namespace
+
+std::string RadosStagedRecord(uint64_t offset, std::string_view data) {
+  char header[kRadosStagedHeaderBytes];
+  StagedHeader(offset, std::span<const std::string_view>(&data, 1), data.size(), header);
+  return std::string(header, sizeof(header)) + std::string(data);
+}
 
 Result<RadosLocation> ParseRadosUrl(std::string_view url) {
   constexpr std::string_view kScheme = "rados://";
@@ -583,7 +827,9 @@ Result<std::shared_ptr<RadosEnv>> RadosEnv::Connect(const RadosOptions& options)
   if (rc < 0) return fail(rc, "open RADOS pool " + options.where.pool);
   rados_ioctx_set_namespace(io, options.where.ns.c_str());
   auto pool = std::make_shared<Pool>(cluster, io, options.stripe_bytes);
-  return std::shared_ptr<RadosEnv>(std::make_shared<RadosEnvImpl>(std::move(pool), options));
+  auto env = std::make_shared<RadosEnvImpl>(std::move(pool), options);
+  CKPTFS_RETURN_IF_ERROR(env->SendStaged());
+  return std::shared_ptr<RadosEnv>(std::move(env));
 }
 
 }  // namespace ckptfs::io

@@ -21,6 +21,18 @@
 // an exclusive create of the first object with its contents in one
 // operation (a larger file's other objects are written before it).
 //
+// Staging (RadosOptions::staging): a write is acknowledged by the cluster
+// only once its flush completes, so a process killed before then would lose
+// bytes that a local disk's page cache keeps. Each open file's writes that
+// the cluster has not acknowledged are therefore also appended to a log of
+// its own in a local directory, STAGING/NAME (NAME: the first object's
+// name with '#' for '/'), which is emptied whenever the cluster has every
+// write of the file, and sent on by the next Connect() with the same
+// staging directory (docs/FORMAT.md, "Staging logs"). The log is never
+// synced: a power cut loses what it holds as it loses unsynced bytes of a
+// local disk. A log reaching kRadosStagingLimit makes its file wait for
+// the cluster.
+//
 // Credentials and monitors come from Ceph's usual places: the
 // configuration file (RadosOptions::conf, else CEPH_CONF, else
 // /etc/ceph/ceph.conf and Ceph's other defaults), its keyring, and
@@ -40,6 +52,13 @@ namespace ckptfs::io {
 
 inline constexpr uint64_t kRadosStripeBytes = 64ull << 20;
 inline constexpr char kRadosObjectsXattr[] = "ckptfs.objects";
+// A staging log's record: offset (u64), length (u32), checksum (u64,
+// XXH3-64 of the first 12 bytes and the data), little-endian; the data.
+inline constexpr size_t kRadosStagedHeaderBytes = 20;
+inline constexpr uint64_t kRadosStagingLimit = 64ull << 20;
+
+// The record of `data` written at `offset` in a staging log.
+std::string RadosStagedRecord(uint64_t offset, std::string_view data);
 
 // Where in RADOS: "rados://POOL" or "rados://POOL/NAMESPACE".
 struct RadosLocation {
@@ -57,6 +76,11 @@ struct RadosOptions {
   std::string prefix;
   // Every other path.
   std::shared_ptr<Env> local;
+  // A local directory for the staging logs (made when missing); "" for
+  // none: a process killed loses the writes the cluster had not
+  // acknowledged. Connect() first sends on what earlier processes left
+  // there (one writer of a store's files at a time: the store's lock).
+  std::string staging;
   // Ceph's configuration file; "" for Ceph's own search.
   std::string conf;
   // How long an operation waits for the cluster (an OSD down, a monitor

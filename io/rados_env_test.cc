@@ -8,7 +8,9 @@
 #include <rados/librados.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -43,8 +45,10 @@ class RadosEnvTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
 
-  std::shared_ptr<RadosEnv> Connect(size_t write_buffer = 256 << 10) {
+  std::shared_ptr<RadosEnv> Connect(size_t write_buffer = 256 << 10,
+                                    const std::string& staging = "") {
     RadosOptions o;
+    o.staging = staging;
     o.where = RadosLocation{pool_, "env-test"};
     o.root = root_;
     o.dirs = {"segments"};
@@ -86,6 +90,83 @@ class RadosEnvTest : public ::testing::Test {
   std::string pool_, root_, prefix_;
   std::shared_ptr<RadosEnv> env_;
 };
+
+// The record of docs/FORMAT.md, "Staging logs", byte for byte.
+TEST(RadosStagedRecordTest, IsTheDocumentedBytes) {
+  const std::string r = RadosStagedRecord(0x0102030405060708ull, "abc");
+  ASSERT_EQ(r.size(), kRadosStagedHeaderBytes + 3);
+  EXPECT_EQ(r.substr(0, 12), std::string("\x08\x07\x06\x05\x04\x03\x02\x01\x03\0\0\0", 12));
+  EXPECT_EQ(r.substr(20), "abc");
+  // The checksum covers the offset and the length too.
+  EXPECT_NE(r.substr(12, 8), RadosStagedRecord(0x0102030405060709ull, "abc").substr(12, 8));
+  EXPECT_NE(r.substr(12, 8), RadosStagedRecord(0x0102030405060708ull, "abd").substr(12, 8));
+}
+
+// Writes the cluster has not acknowledged are in the file's staging log
+// while it is open, and gone from it once synced; the file closed, the log
+// goes too.
+TEST_F(RadosEnvTest, UnsentWritesAreStagedUntilTheClusterHasThem) {
+  const std::string staging = root_ + "/staging";
+  std::shared_ptr<RadosEnv> env = Connect(1 << 20, staging);
+  ASSERT_NE(env, nullptr);
+  ASSERT_TRUE(std::filesystem::is_directory(staging));
+  Result<std::unique_ptr<File>> f = env->Create(Seg("00000009.seg"), "head");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::string a = Pattern(1, 5000);
+  const std::string_view piece(a);
+  ASSERT_TRUE((*f)->WriteAt(4, std::span<const std::string_view>(&piece, 1)).ok());
+  std::string name = prefix_ + "segments/00000009.seg";
+  std::replace(name.begin(), name.end(), '/', '#');
+  const std::string fixed = staging + "/" + name;
+  ASSERT_TRUE(std::filesystem::exists(fixed)) << fixed;
+  EXPECT_EQ(std::filesystem::file_size(fixed), kRadosStagedHeaderBytes + a.size());
+  ASSERT_TRUE((*f)->Sync().ok());
+  EXPECT_EQ(std::filesystem::file_size(fixed), 0u);
+  f->reset();
+  EXPECT_FALSE(std::filesystem::exists(fixed));
+}
+
+// What a killed process left in its staging logs, Connect() sends on: the
+// records in order (a later one over an earlier one), up to a torn one;
+// the log of a file removed since is dropped.
+TEST_F(RadosEnvTest, ConnectSendsOnWhatAKilledProcessStaged) {
+  const std::string staging = root_ + "/staging";
+  std::filesystem::create_directories(staging);
+  ASSERT_TRUE(env_->Create(Seg("00000003.seg"), std::string(100, 'h')).ok());
+  const std::string b = Pattern(2, 3 * kStripe);  // past two object boundaries
+  std::string name = prefix_ + "segments/00000003.seg";
+  std::replace(name.begin(), name.end(), '/', '#');
+  {
+    std::string log = RadosStagedRecord(100, b) + RadosStagedRecord(50, "overwritten") +
+                      RadosStagedRecord(100 + b.size(), "tail");
+    // A torn record: its data cut short.
+    const std::string torn = RadosStagedRecord(0, std::string(64, 'x'));
+    log += torn.substr(0, torn.size() - 10);
+    std::FILE* out = std::fopen((staging + "/" + name).c_str(), "wb");
+    ASSERT_NE(out, nullptr);
+    ASSERT_EQ(std::fwrite(log.data(), 1, log.size(), out), log.size());
+    std::fclose(out);
+  }
+  std::string gone = prefix_ + "segments/00000004.seg";
+  std::replace(gone.begin(), gone.end(), '/', '#');
+  {
+    const std::string log = RadosStagedRecord(0, "never");
+    std::FILE* out = std::fopen((staging + "/" + gone).c_str(), "wb");
+    ASSERT_NE(out, nullptr);
+    ASSERT_EQ(std::fwrite(log.data(), 1, log.size(), out), log.size());
+    std::fclose(out);
+  }
+  std::shared_ptr<RadosEnv> env = Connect(256 << 10, staging);
+  ASSERT_NE(env, nullptr);
+  EXPECT_TRUE(std::filesystem::is_empty(staging));
+  std::string want = std::string(50, 'h') + "overwritten" + std::string(39, 'h') + b + "tail";
+  Result<std::unique_ptr<File>> f = env_->Open(Seg("00000003.seg"), OpenMode::kRead);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE((*f)->Size().ok());
+  EXPECT_EQ(*(*f)->Size(), want.size());
+  EXPECT_TRUE(ReadAll(**f, want.size()) == want);
+  EXPECT_FALSE(env_->Open(Seg("00000004.seg"), OpenMode::kRead).ok());
+}
 
 TEST_F(RadosEnvTest, WritesGatherAndReadBackAcrossObjects) {
   Result<std::unique_ptr<File>> f = env_->Create(Seg("00000001.seg"), "header");

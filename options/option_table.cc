@@ -99,6 +99,20 @@ constexpr OptionSpec kOptions[] = {
      .help = "a store whose index is in PostgreSQL: how long a call that cannot reach the "
              "server waits for it (a restart, a failover), trying again, before it fails "
              "with EIO"},
+    {.name = "data",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::data>,
+     .help = "a store created by this mount keeps its segments, data files and snapshots as "
+             "objects of this RADOS pool (`rados://POOL[/NAMESPACE]`; see "
+             "docs/OBJECT_STORAGE.md) instead of under STORE, and remembers it; Ceph's "
+             "configuration and keyring come from CEPH_CONF or /etc/ceph",
+     .placeholder = "URL"},
+    {.name = "data_timeout",
+     .type = OptionType::kSeconds,
+     .field = kStoreField<&StoreOptions::data_timeout>,
+     .help = "a store whose data is in an object store: how long a request the cluster does "
+             "not answer (an OSD down, a monitor unreachable) waits before the call fails "
+             "with EIO; it works again once the cluster is back"},
     {.name = "host",
      .type = OptionType::kText,
      .field = kStoreField<&StoreOptions::host>,

@@ -213,6 +213,18 @@ TEST(OptionTableTest, TheMetaUrlIsTextAndShownWithoutItsPassword) {
   EXPECT_EQ(ParseMountOptions("meta", &o).code(), EINVAL);
 }
 
+TEST(OptionTableTest, TheDataUrlAndItsTimeoutReachTheStore) {
+  MountOptions o;
+  ASSERT_TRUE(ParseMountOptions("data=rados://checkpoints/team-a,data_timeout=5", &o).ok());
+  EXPECT_EQ(o.store.data, "rados://checkpoints/team-a");
+  EXPECT_EQ(o.store.data_timeout, 5.0);
+  const std::string lines = OptionLines(o);
+  EXPECT_NE(lines.find("data=rados://checkpoints/team-a\n"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("data_timeout=5"), std::string::npos) << lines;
+  EXPECT_EQ(ParseMountOptions("data", &o).code(), EINVAL);
+  EXPECT_EQ(ParseMountOptions("data_timeout=soon", &o).code(), EINVAL);
+}
+
 TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   const MountOptions d;
   auto human = [&](std::string_view name) {

@@ -125,6 +125,14 @@ constexpr MetricSpec kMetrics[] = {
      "Blocks the daemon read from data files."},
     {"/engine/data_file_read_bytes", "data_file_read_bytes", true,
      "Bytes the daemon read from data files (whole blocks, to check their checksums)."},
+    {"/engine/object_reads", "object_reads", true,
+     "Reads sent to the object store that holds the store's data (docs/OBJECT_STORAGE.md)."},
+    {"/engine/object_writes", "object_writes", true, "Writes sent to the object store."},
+    {"/engine/object_other", "object_other_requests", true,
+     "Other requests sent to it: stats, creates, removes, truncates, listings."},
+    {"/engine/object_read_bytes", "object_read_bytes", true, "Bytes read from the object store."},
+    {"/engine/object_write_bytes", "object_write_bytes", true,
+     "Bytes written to the object store."},
     {"/fs/requests", "requests", true, "FUSE requests served, of every kind."},
     {"/fs/errors", "request_errors", true,
      "FUSE requests answered with an error other than ENOENT or ENODATA."},
@@ -226,6 +234,11 @@ nlohmann::ordered_json EngineStatsJson(const engine::EngineStats& s) {
       {"peer_read_bytes", s.peer_read_bytes},
       {"peer_failures", s.peer_failures},
       {"peer_rejected", s.peer_rejected},
+      {"object_reads", s.object_reads},
+      {"object_writes", s.object_writes},
+      {"object_other", s.object_other},
+      {"object_read_bytes", s.object_read_bytes},
+      {"object_write_bytes", s.object_write_bytes},
   };
 }
 
@@ -301,6 +314,7 @@ Result<nlohmann::ordered_json> StoreSummary(engine::Store& store) {
            {"data_file_bytes", n.data_file_bytes},
        }},
   };
+  if (const std::string data = store.DataStorage(); !data.empty()) j["storage"]["data"] = data;
   if (store.Shared()) {
     CKPTFS_ASSIGN_OR_RETURN(std::vector<engine::HostInfo> hosts, store.Hosts());
     nlohmann::ordered_json list = nlohmann::ordered_json::array();

@@ -146,6 +146,32 @@ void StoreRows(const Json& j, Rows* rows) {
                                          HumanBytes(Count(j, "/storage/data_file_bytes")));
   }
   rows->emplace_back("index", HumanBytes(Count(j, "/storage/index_bytes")));
+  // A store whose data is in an object store: "rados://ckpt/run7; 40
+  // requests: 12 reads, 20 writes, 8 other (0.02 a file created)".
+  if (const std::string data = Text(j, "/storage/data"); !data.empty()) {
+    std::string text = data;
+    if (At(j, "/engine/object_reads") != nullptr) {
+      const uint64_t reads = Count(j, "/engine/object_reads");
+      const uint64_t writes = Count(j, "/engine/object_writes");
+      const uint64_t other = Count(j, "/engine/object_other");
+      text += "; " + Plural(reads + writes + other, "request", "requests") +
+              Printf(": %" PRIu64 " reads, %" PRIu64 " writes, %" PRIu64 " other", reads, writes,
+                     other);
+      const uint64_t created = Count(j, "/fs/files_created");
+      const uint64_t read = Count(j, "/fs/files_read");
+      if (created > 0) {
+        text += Printf(" (%.2f writes a file created", static_cast<double>(writes) /
+                                                          static_cast<double>(created));
+        text += read > 0 ? Printf(", %.2f reads a file read)", static_cast<double>(reads) /
+                                                                   static_cast<double>(read))
+                         : ")";
+      } else if (read > 0) {
+        text += Printf(" (%.2f reads a file read)",
+                       static_cast<double>(reads) / static_cast<double>(read));
+      }
+    }
+    rows->emplace_back("data", text);
+  }
   // A shared store's hosts: "3 (mounted: a, b)".
   if (const Json* hosts = At(j, "/hosts"); hosts != nullptr && hosts->is_array()) {
     std::string mounted;

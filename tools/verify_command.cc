@@ -1,7 +1,8 @@
 // `ckptfs verify [--json] PATH...`: checks every checksum of the data of the
 // files under PATH (on a mount), reading the store's segment files and data
 // files directly (through io/, which asks a network filesystem's server for
-// each file's size at its open).
+// each file's size at its open), or, for a store whose data is in an object
+// store, its objects (syncing each file through the mount first).
 //
 // For each regular file it takes the extents from the mount's
 // "user.ckptfs.extents" attribute (gpu::FetchLayout), then reads each record
@@ -27,12 +28,15 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "engine/data/data_storage.h"
 #include "gpu/file_layout.h"
 #include "io/env.h"
 #include "tools/commands.h"
@@ -101,6 +105,16 @@ class Verifier {
       const int fd = ::open(files_[i].c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) return Fail("cannot open " + files_[i] + ": " + strerror(errno));
       engine::Result<gpu::FileLayout> l = gpu::FetchLayout(fd);
+      // A store whose data is in an object store shows another reader only
+      // what its mount has sent there: bytes written and not yet synced
+      // wait in the mount. Sync them first, as a reader of the file would
+      // see them.
+      if (l.ok() && DataIsRemote(std::filesystem::path(l->segments_dir).parent_path()) &&
+          ::fsync(fd) != 0) {
+        const int e = errno;
+        ::close(fd);
+        return Fail("cannot sync " + files_[i] + ": " + strerror(e));
+      }
       ::close(fd);
       if (!l.ok()) {
         return Fail(l.status().code() == ENOTSUP ? files_[i] + " is not on a ckptfs mount"
@@ -137,8 +151,7 @@ class Verifier {
     for (const auto& [key, uses] : records_) {
       const bool block = uses.front().value.in_data_file;
       if (file == nullptr || key.path != file->path()) {
-        engine::Result<std::unique_ptr<io::File>> opened =
-            io::Env::Posix()->Open(key.path, io::OpenMode::kRead);
+        engine::Result<std::unique_ptr<io::File>> opened = OpenStoreFile(key.path);
         if (!opened.ok()) {
           const int e = opened.status().code();
           return Fail(std::string("cannot read ") + (block ? "data file " : "segment file ") +
@@ -162,6 +175,33 @@ class Verifier {
     }
     progress.Finish();
     return true;
+  }
+
+  // Whether the store in `dir` keeps its data in an object store (its
+  // STORAGE file says so).
+  bool DataIsRemote(const std::string& dir) {
+    auto it = remote_.find(dir);
+    if (it == remote_.end()) {
+      engine::Result<std::optional<format::DataStorage>> where = engine::ReadStorageFile(dir);
+      it = remote_.emplace(dir, where.ok() && where->has_value()).first;
+    }
+    return it->second;
+  }
+
+  // Opens a segment or data file (STORE/segments/NAME, STORE/data/NAME)
+  // where its store keeps it: in its directory, or in the object store
+  // that STORE/STORAGE names.
+  engine::Result<std::unique_ptr<io::File>> OpenStoreFile(const std::string& path) {
+    const std::string dir = std::filesystem::path(path).parent_path().parent_path().string();
+    auto it = envs_.find(dir);
+    if (it == envs_.end()) {
+      CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> where,
+                              engine::ReadStorageFile(dir));
+      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::Env> env,
+                              engine::OpenDataEnv(dir, where, io::Env::Posix()));
+      it = envs_.emplace(dir, std::move(env)).first;
+    }
+    return it->second->Open(path, io::OpenMode::kRead);
   }
 
   int Report(bool json) const {
@@ -229,6 +269,8 @@ class Verifier {
 
   std::vector<std::string> files_;
   std::map<RecordKey, std::vector<Use>> records_;  // records and blocks
+  std::map<std::string, std::shared_ptr<io::Env>> envs_;  // by store directory
+  std::map<std::string, bool> remote_;  // DataIsRemote, by store directory
   size_t segment_records_ = 0, blocks_ = 0;
   uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::vector<std::string> damage_;

@@ -50,9 +50,12 @@ Result<std::optional<format::DataStorage>> ChooseDataStorage(const std::string& 
 
 Result<std::shared_ptr<io::Env>> OpenDataEnv(const std::string& dir,
                                              const std::optional<format::DataStorage>& where,
-                                             std::shared_ptr<io::Env> local) {
+                                             std::shared_ptr<io::Env> local,
+                                             double timeout_s, const std::string& staging) {
   if (!where.has_value()) return local;
   io::RadosOptions o;
+  o.op_timeout_s = timeout_s;
+  o.staging = staging;
   CKPTFS_ASSIGN_OR_RETURN(o.where, io::ParseRadosUrl(where->data));
   o.root = dir;
   o.dirs = {format::kSegmentsDirName, format::kDataDirName, format::kSnapshotsDirName};

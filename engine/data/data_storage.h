@@ -29,9 +29,15 @@ Result<std::optional<format::DataStorage>> ChooseDataStorage(const std::string& 
 // The Env through which the store in `dir` reads and writes its segments,
 // data files and snapshots: `local` when `where` is nullopt; else one that
 // keeps them in the object store and every other path in `local`. Ceph's
-// configuration comes from Ceph's own search (CEPH_CONF, /etc/ceph).
+// configuration comes from Ceph's own search (CEPH_CONF, /etc/ceph). A
+// request unanswered for `timeout_s` fails with EIO. `staging`: the
+// directory of the staging logs (io::RadosOptions::staging) for the one
+// process that writes the store's files ("" for a reader): what earlier
+// processes left there is sent on first.
 Result<std::shared_ptr<io::Env>> OpenDataEnv(const std::string& dir,
                                              const std::optional<format::DataStorage>& where,
-                                             std::shared_ptr<io::Env> local);
+                                             std::shared_ptr<io::Env> local,
+                                             double timeout_s = 30,
+                                             const std::string& staging = "");
 
 }  // namespace ckptfs::engine

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/engine/store_files.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -12,18 +13,6 @@ namespace {
 
 constexpr uint64_t kKiB = 1024;
 constexpr size_t kRecordHeaderBytes = 48;
-
-// Flips (inverts) the byte at `offset` of `path`.
-void FlipByte(const std::string& path, uint64_t offset) {
-  int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
-  char c;
-  ASSERT_EQ(::pread(fd, &c, 1, static_cast<off_t>(offset)), 1) << path << " @" << offset;
-  c = static_cast<char>(~c);
-  ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(offset)), 1);
-  ASSERT_EQ(::fsync(fd), 0);
-  ::close(fd);
-}
 
 class CorruptionTest : public ::testing::Test {
  protected:
@@ -95,7 +84,7 @@ TEST_F(CorruptionTest, FlippedPayloadByteFailsOnlyThatRecord) {
   const std::string seg = s()->SegmentPath(bad.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
 
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, bad.value.record_offset + kRecordHeaderBytes + 100));
+  ASSERT_NO_FATAL_FAILURE(StoreFiles(dir_.store()).FlipByte(seg, bad.value.record_offset + kRecordHeaderBytes + 100));
   ASSERT_NO_FATAL_FAILURE(Open());
   ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
 
@@ -143,7 +132,7 @@ TEST_F(CorruptionTest, FlippedHeaderByteFailsThatRecord) {
   const std::string seg = s()->SegmentPath(first.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
   // Byte 8 lies in the header's inode number.
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, first.value.record_offset + 8));
+  ASSERT_NO_FATAL_FAILURE(StoreFiles(dir_.store()).FlipByte(seg, first.value.record_offset + 8));
   ASSERT_NO_FATAL_FAILURE(Open());
   ASSERT_OK_AND_ASSIGN(const EngineStats stats0, s()->GetStats());
   EXPECT_ERRNO(EIO, ColdRead(fc, 0, 100));
@@ -165,7 +154,7 @@ TEST_F(CorruptionTest, FlippedByteInACompressedRecord) {
   const std::string seg = s()->SegmentPath(e.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
   ASSERT_NO_FATAL_FAILURE(
-      FlipByte(seg, e.value.record_offset + kRecordHeaderBytes + e.value.stored_len / 2));
+      StoreFiles(dir_.store()).FlipByte(seg, e.value.record_offset + kRecordHeaderBytes + e.value.stored_len / 2));
   ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_ERRNO(EIO, ColdRead(f, e.file_offset, 10));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(f, 0, text.substr(0, e.file_offset)));
@@ -181,7 +170,7 @@ TEST_F(CorruptionTest, InlineDataAndNamespaceSurviveSegmentDamage) {
   ExtentInfo e = ExtentAt(fbig, 0);
   const std::string seg = s()->SegmentPath(e.value.segment_id);
   ASSERT_NO_FATAL_FAILURE(Close());
-  ASSERT_NO_FATAL_FAILURE(FlipByte(seg, e.value.record_offset + kRecordHeaderBytes));
+  ASSERT_NO_FATAL_FAILURE(StoreFiles(dir_.store()).FlipByte(seg, e.value.record_offset + kRecordHeaderBytes));
   ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_ERRNO(EIO, ColdRead(fbig, 0, 1));
   ASSERT_NO_FATAL_FAILURE(ExpectReads(small, 0, "inline bytes"));

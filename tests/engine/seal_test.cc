@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "meta/snapshot_file.h"
+#include "tests/engine/store_files.h"
 #include "tests/engine/test_util.h"
 
 namespace ckptfs::engine::test {
@@ -96,8 +97,10 @@ TEST_F(SealTest, TheRecordNamesASnapshotOfTheTreesIndex) {
   ASSERT_EQ(trees.size(), 1u);
   const std::string& name = trees[0].seal.snapshot;
   ASSERT_FALSE(name.empty());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<meta::SnapshotFile> snap,
-                       meta::SnapshotFile::Open(dir_.store() + "/snapshots/" + name));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<meta::SnapshotFile> snap,
+      meta::SnapshotFile::FromBytes(
+          name, StoreFiles(dir_.store()).Contents(dir_.store() + "/snapshots/" + name)));
   for (Ino i : {dir, a, sub, b, link}) {
     ASSERT_OK_AND_ASSIGN(std::optional<std::string> v, snap->Get(meta::Space::kInodes, format::InodeKey(i)));
     ASSERT_TRUE(v.has_value()) << i;
@@ -147,8 +150,8 @@ TEST_F(SealTest, SealingAParentSealsWhatItsSealedChildLacks) {
   EXPECT_EQ(trees[0].ino, dir);
   EXPECT_EQ(trees[0].seal.inodes, 5u);
   // Its snapshot went with its record.
-  EXPECT_FALSE(std::filesystem::exists(dir_.store() + "/snapshots/" + inner)) << inner;
-  EXPECT_TRUE(std::filesystem::exists(dir_.store() + "/snapshots/" + trees[0].seal.snapshot));
+  EXPECT_FALSE(StoreFiles(dir_.store()).Exists(dir_.store() + "/snapshots/" + inner)) << inner;
+  EXPECT_TRUE(StoreFiles(dir_.store()).Exists(dir_.store() + "/snapshots/" + trees[0].seal.snapshot));
 }
 
 TEST_F(SealTest, ChangesFailWithErofsAndChangeNothing) {
@@ -244,9 +247,9 @@ TEST_F(SealTest, TheTreeCanBeRemovedAndItsRootMoved) {
   EXPECT_TRUE(trees.empty());  // the record went with the root
   // Its snapshot goes at the next open; on a shared store once it is ten
   // minutes old (another host may be sealing).
-  EXPECT_TRUE(std::filesystem::exists(dir_.store() + "/snapshots/" + snapshot));
+  EXPECT_TRUE(StoreFiles(dir_.store()).Exists(dir_.store() + "/snapshots/" + snapshot));
   ASSERT_NO_FATAL_FAILURE(Reopen());
-  EXPECT_EQ(std::filesystem::exists(dir_.store() + "/snapshots/" + snapshot), s()->Shared()) << snapshot;
+  EXPECT_EQ(StoreFiles(dir_.store()).Exists(dir_.store() + "/snapshots/" + snapshot), s()->Shared()) << snapshot;
   for (Ino i : {dir, a, sub, b, link}) {
     Status st = s()->GetAttr(i).status();
     EXPECT_TRUE(st.code() == ENOENT || st.code() == ESTALE) << i << ": " << st.ToString();

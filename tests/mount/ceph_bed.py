@@ -177,8 +177,18 @@ class Cluster:
         return json.loads(r.stdout).get("num_up_osds", 0) == 1
 
     def start_osd(self):
+        """Starts the OSD and waits until it serves the pool: up in the map,
+        its placement groups active (a write goes through)."""
         self._server("ceph-osd-%d" % self.mon_port, ["ceph-osd", "-f", "-c", self.conf, "-i", "0"])
         self._wait("the OSD", self.osd_up)
+        if self.pool in self.run("rados", "-c", self.conf, "lspools").stdout.split():
+            self._wait("the OSD's placement groups", self.serves)
+
+    def serves(self):
+        """Whether a write to the pool goes through within 2 s."""
+        r = self.run("rados", "-c", self.conf, "-p", self.pool, "--rados-osd-op-timeout", "2",
+                     "put", "ckptfs-bed-probe", "/dev/null", check=False, timeout=30)
+        return r.returncode == 0
 
     def kill_osd(self):
         """The OSD killed with -9 (it comes back with start_osd)."""

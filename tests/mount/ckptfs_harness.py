@@ -460,6 +460,11 @@ class Session:
         meta = os.environ.get("CKPTFS_TEST_META")
         if meta and not any(o.startswith("meta=") for o in options):
             options.append("meta=" + meta)
+        # CKPTFS_TEST_DATA (ceph_bed.py --data): new stores keep their data
+        # in that object store.
+        data = os.environ.get("CKPTFS_TEST_DATA")
+        if data and not any(o.startswith("data=") for o in options):
+            options.append("data=" + data)
         if options:
             cmd += ["-o", ",".join(options)]
         cmd += [store, mnt]
