@@ -71,6 +71,12 @@ Status ValidateStoreOptions(const StoreOptions& o) {
   if (!(o.meta_timeout >= 0 && o.meta_timeout < 1e9)) {
     return Status(EINVAL, "meta_timeout must be a number of seconds, 0 or more");
   }
+  if (!o.meta.empty() && !o.data.empty()) {
+    // Close-to-open between hosts needs each close to reach the object
+    // store; a store's data gathers in its mount until a sync.
+    return Status(EINVAL, "data= and meta= together: a shared store cannot keep its data in an "
+                          "object store");
+  }
   if (!(o.data_timeout >= 1 && o.data_timeout <= 86400)) {
     return Status(EINVAL, "data_timeout must be a number of seconds, 1 to 86400");
   }
@@ -135,9 +141,9 @@ Status StoreImpl::Init() {
   if (!mode_->MountsHoldHosts()) {
     CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
   }
-  // Data in an object store: the one writer of an embedded store (its
-  // lock held) keeps staging logs, and first sends on what a killed one
-  // left. Mounts of a shared store, and read-only opens, keep none.
+  // Data in an object store: the one writer of the store (its lock held)
+  // keeps staging logs, and first sends on what a killed one left.
+  // Read-only opens keep none.
   const std::string staging = !mode_->MountsHoldHosts() && !options_.read_only
                                   ? dir_ + "/" + format::kStagingDirName
                                   : "";

@@ -53,7 +53,7 @@ Status ParseSharedFile(std::string_view contents, SharedIndex* v);
 inline constexpr char kStorageFileName[] = "STORAGE";
 // A store whose data is in an object store: the local directory of the
 // logs of writes the object store has not acknowledged yet (io/rados_env.h,
-// Staging); "staging.HOST" for each host of a shared store.
+// Staging).
 inline constexpr char kStagingDirName[] = "staging";
 // Where a store's data is: the STORAGE file's two lines.
 struct DataStorage {

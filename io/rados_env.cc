@@ -652,7 +652,7 @@ class RadosEnvImpl final : public RadosEnv {
   Status Remove(const std::string& path) override {
     const std::string oid = ObjectOf(path);
     if (oid.empty()) return o_.local->Remove(path);
-    if (!o_.staging.empty()) ::unlink(StagingOf(oid).c_str());
+    if (const std::string log = StagingOf(oid); !log.empty()) ::unlink(log.c_str());
     Result<Pool::Head> h = pool_->Stat(oid);
     if (!h.ok()) return h.status().code() == ENOENT ? Status::OK() : h.status();
     // The first object last: until then the file is whole or its count
@@ -696,21 +696,21 @@ class RadosEnvImpl final : public RadosEnv {
   // (rados_env.h, Staging), then removes the logs. A log of a file that
   // is gone is dropped; a record that fails its checksum ends its log (a
   // write cut short by the end of its process).
-  Status SendStaged() {
-    if (o_.staging.empty()) return Status::OK();
-    if (::mkdir(o_.staging.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Status::IOError(errno, "make staging directory " + o_.staging);
+  Status SendStaged(const std::string& dir) override {
+    if (dir.empty()) return Status::OK();
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Status::IOError(errno, "make staging directory " + dir);
     }
     std::vector<std::string> names;
-    DIR* d = ::opendir(o_.staging.c_str());
-    if (d == nullptr) return Status::IOError(errno, "open staging directory " + o_.staging);
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return Status::IOError(errno, "open staging directory " + dir);
     while (dirent* e = ::readdir(d)) {
       if (e->d_name[0] != '.') names.emplace_back(e->d_name);
     }
     ::closedir(d);
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
-      const std::string log = o_.staging + "/" + name;
+      const std::string log = dir + "/" + name;
       std::string oid = name;
       std::replace(oid.begin(), oid.end(), '#', '/');
       CKPTFS_RETURN_IF_ERROR(SendStagedLog(log, oid).Annotate("send the writes staged in " + log));
@@ -721,9 +721,17 @@ class RadosEnvImpl final : public RadosEnv {
     return Status::OK();
   }
 
+  Status StartStaging(const std::string& dir) override {
+    CKPTFS_RETURN_IF_ERROR(SendStaged(dir));
+    MutexLock l(&staging_mu_);
+    staging_ = dir;
+    return Status::OK();
+  }
+
  private:
   std::string StagingOf(const std::string& oid) const {
-    return o_.staging.empty() ? "" : o_.staging + "/" + StagingName(oid);
+    MutexLock l(&staging_mu_);
+    return staging_.empty() ? "" : staging_ + "/" + StagingName(oid);
   }
 
   Status SendStagedLog(const std::string& log, const std::string& oid) {
@@ -765,6 +773,8 @@ class RadosEnvImpl final : public RadosEnv {
 
   const std::shared_ptr<Pool> pool_;
   RadosOptions o_;
+  mutable Mutex staging_mu_;
+  std::string staging_ GUARDED_BY(staging_mu_);
 };
 
 }  // namespace
@@ -828,7 +838,7 @@ Result<std::shared_ptr<RadosEnv>> RadosEnv::Connect(const RadosOptions& options)
   rados_ioctx_set_namespace(io, options.where.ns.c_str());
   auto pool = std::make_shared<Pool>(cluster, io, options.stripe_bytes);
   auto env = std::make_shared<RadosEnvImpl>(std::move(pool), options);
-  CKPTFS_RETURN_IF_ERROR(env->SendStaged());
+  CKPTFS_RETURN_IF_ERROR(env->StartStaging(options.staging));
   return std::shared_ptr<RadosEnv>(std::move(env));
 }
 

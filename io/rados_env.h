@@ -113,6 +113,13 @@ class RadosEnv : public Env {
   static Result<std::shared_ptr<RadosEnv>> Connect(const RadosOptions& options);
 
   virtual RadosCounters counters() const = 0;
+  // Sends on what the staging logs in `dir` hold, and removes them (a
+  // store's other writers' logs, all of them stopped).
+  virtual Status SendStaged(const std::string& dir) = 0;
+  // SendStaged(dir), then keeps this Env's staging logs there: for files
+  // opened for writing from then on. Call it before the first such open,
+  // as the one writer of what `dir` holds ("" for none).
+  virtual Status StartStaging(const std::string& dir) = 0;
   // The object that holds the first bytes of `path`; "" for a local path.
   virtual std::string ObjectOf(const std::string& path) const = 0;
 };

@@ -106,10 +106,11 @@ Status Checker::Open() {
   CKPTFS_RETURN_IF_ERROR(CheckFormatFile(dir_));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage, ReadStorageFile(dir_));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::SharedIndex> shared, ReadSharedFile(dir_));
-  // An embedded store's staging logs (data in an object store): what a
-  // killed writer left is part of the store (StoreImpl::Init).
-  const std::string staging = shared.has_value() ? "" : dir_ + "/" + format::kStagingDirName;
+  // The staging logs (data in an object store): what a killed writer left
+  // is part of the store (StoreImpl::Init).
+  const std::string staging = dir_ + "/" + format::kStagingDirName;
   CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_, 30, staging));
+
   if (shared.has_value()) return OpenShared(*shared);
   return OpenEmbedded();
 }
