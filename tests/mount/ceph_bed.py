@@ -48,6 +48,23 @@ def unavailable(s3=False):
     return None
 
 
+def start_for_test(tmp_prefix, s3=False):
+    """A cluster for a test class's setUpClass: where it cannot run here,
+    unittest.SkipTest saying why, and in CI (CI=true) a failure instead."""
+    import unittest
+    why = unavailable(s3)
+    if why:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("the object-storage bed cannot run in CI: " + why)
+        raise unittest.SkipTest(why)
+    tmp = harness.make_tmpdir(tmp_prefix)
+    t0 = time.monotonic()
+    bed = Cluster(tmp, s3=s3)
+    harness.log("ceph bed: a monitor, an OSD%s up in %.1f s"
+                % (" and radosgw" if s3 else "", time.monotonic() - t0))
+    return tmp, bed
+
+
 CONF = """[global]
 fsid = {fsid}
 mon host = v2:127.0.0.1:{mon_port}

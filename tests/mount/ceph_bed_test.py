@@ -11,7 +11,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,15 +28,7 @@ def blob(name, size):
 class CephBedTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        why = ceph_bed.unavailable(s3=True)
-        if why:
-            if os.environ.get("CI") == "true":
-                raise AssertionError("the object-storage bed cannot run in CI: " + why)
-            raise unittest.SkipTest(why)
-        cls.tmp = harness.make_tmpdir("ckptfs-ceph-bed.")
-        t0 = time.monotonic()
-        cls.bed = ceph_bed.Cluster(cls.tmp, s3=True)
-        harness.log("ceph bed: a monitor, an OSD and radosgw up in %.1f s" % (time.monotonic() - t0))
+        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-ceph-bed.", s3=True)
 
     @classmethod
     def tearDownClass(cls):

@@ -75,15 +75,7 @@ class ObjectStoreTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        why = ceph_bed.unavailable()
-        if why:
-            if os.environ.get("CI") == "true":
-                raise AssertionError("the object-storage bed cannot run in CI: " + why)
-            raise unittest.SkipTest(why)
-        cls.tmp = harness.make_tmpdir("ckptfs-objectstore.")
-        t0 = time.monotonic()
-        cls.bed = ceph_bed.Cluster(cls.tmp)
-        harness.log("ceph bed up in %.1f s" % (time.monotonic() - t0))
+        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-objectstore.")
         # The daemon and the tools find the cluster as they find a real one.
         os.environ["CEPH_CONF"] = cls.bed.conf
 
