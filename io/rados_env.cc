@@ -1,13 +1,7 @@
 // RadosEnv: a store's data files as RADOS objects (io/rados_env.h).
 #include "io/rados_env.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <rados/librados.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +11,8 @@
 #include <string>
 
 #include "base/mutex.h"
+#include "io/object_names.h"
+#include "io/staging_log.h"
 
 namespace ckptfs::io {
 namespace {
@@ -35,114 +31,6 @@ Status FromRados(int rc, const std::string& what) {
   }
   if (err == ETIMEDOUT) return Status(EIO, what + ": RADOS did not answer in time");
   return Status::IOError(err, what);
-}
-
-void PutLe(char* at, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) at[i] = static_cast<char>(v >> (8 * i));
-}
-uint64_t GetLe(const char* at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(at[i])) << (8 * i);
-  return v;
-}
-
-// A staged record's header for `len` bytes at `offset` whose data are
-// `pieces` (rados_env.h).
-void StagedHeader(uint64_t offset, std::span<const std::string_view> pieces, size_t len,
-                  char out[kRadosStagedHeaderBytes]) {
-  PutLe(out, offset, 8);
-  PutLe(out + 8, len, 4);
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  XXH3_64bits_update(st, out, 12);
-  for (std::string_view p : pieces) XXH3_64bits_update(st, p.data(), p.size());
-  PutLe(out + 12, XXH3_64bits_digest(st), 8);
-  XXH3_freeState(st);
-}
-
-// The staging log of one open file (rados_env.h, Staging). Not
-// thread-safe: its file's mutex guards it.
-class StagingLog {
- public:
-  explicit StagingLog(std::string path) : path_(std::move(path)) {}
-  ~StagingLog() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  StagingLog(const StagingLog&) = delete;
-  StagingLog& operator=(const StagingLog&) = delete;
-
-  const std::string& path() const { return path_; }
-  uint64_t bytes() const { return end_; }
-
-  Status Append(uint64_t offset, std::span<const std::string_view> pieces) {
-    size_t len = 0;
-    for (std::string_view p : pieces) len += p.size();
-    if (len == 0) return Status::OK();
-    if (fd_ < 0) {
-      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd_ < 0) return Status::IOError(errno, "create staging log " + path_);
-      end_ = 0;
-    }
-    char header[kRadosStagedHeaderBytes];
-    StagedHeader(offset, pieces, len, header);
-    std::vector<iovec> iov;
-    iov.push_back({header, sizeof(header)});
-    for (std::string_view p : pieces) {
-      if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
-    }
-    size_t want = sizeof(header) + len;
-    uint64_t at = end_;
-    size_t first = 0;
-    while (want > 0) {
-      const ssize_t n = ::pwritev(fd_, iov.data() + first, static_cast<int>(iov.size() - first),
-                                  static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = n < 0 ? errno : EIO;
-        (void)::ftruncate(fd_, static_cast<off_t>(end_));
-        return Status::IOError(e, "append to staging log " + path_);
-      }
-      at += static_cast<uint64_t>(n);
-      want -= static_cast<size_t>(n);
-      for (size_t left = static_cast<size_t>(n); left > 0 && first < iov.size();) {
-        if (left >= iov[first].iov_len) {
-          left -= iov[first].iov_len;
-          ++first;
-        } else {
-          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-          iov[first].iov_len -= left;
-          left = 0;
-        }
-      }
-    }
-    end_ = at;
-    return Status::OK();
-  }
-
-  // The cluster has every write: the log starts again empty.
-  void Clear() {
-    if (fd_ < 0 || end_ == 0) return;
-    if (::ftruncate(fd_, 0) == 0) end_ = 0;
-  }
-
-  // The file is closed with nothing left to send.
-  void Remove() {
-    if (fd_ < 0) return;
-    ::close(fd_);
-    fd_ = -1;
-    ::unlink(path_.c_str());
-  }
-
- private:
-  const std::string path_;
-  int fd_ = -1;
-  uint64_t end_ = 0;
-};
-
-std::string StagingName(const std::string& oid) {
-  std::string name = oid;
-  std::replace(name.begin(), name.end(), '/', '#');
-  return name;
 }
 
 // The connection and the pool, shared by the Env and its open files.
@@ -380,7 +268,7 @@ class RadosFile final : public File {
       at += p.size();
     }
     size_ = std::max(size_, at);
-    if (stage_ != nullptr && stage_->bytes() >= kRadosStagingLimit) return DrainLocked();
+    if (stage_ != nullptr && stage_->bytes() >= kStagingLimit) return DrainLocked();
     if (pending_bytes_ >= buffer_limit_) return SendLocked();
     return Status::OK();
   }
@@ -577,20 +465,8 @@ class RadosEnvImpl final : public RadosEnv {
   }
 
   std::string ObjectOf(const std::string& path) const override {
-    if (path.size() <= o_.root.size() + 1 || path.compare(0, o_.root.size(), o_.root) != 0 ||
-        path[o_.root.size()] != '/') {
-      return "";
-    }
-    const std::string rel = path.substr(o_.root.size() + 1);
-    const size_t slash = rel.find('/');
-    if (slash == std::string::npos || slash + 1 == rel.size()) return "";
-    if (std::find(o_.dirs.begin(), o_.dirs.end(), rel.substr(0, slash)) == o_.dirs.end()) {
-      return "";
-    }
-    if (rel.find('/', slash + 1) != std::string::npos || rel.find('@') != std::string::npos) {
-      return "";
-    }
-    return o_.prefix + rel;
+    const std::string rel = StoreObjectName(o_.root, o_.dirs, path);
+    return rel.empty() ? "" : o_.prefix + rel;
   }
 
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
@@ -652,7 +528,9 @@ class RadosEnvImpl final : public RadosEnv {
   Status Remove(const std::string& path) override {
     const std::string oid = ObjectOf(path);
     if (oid.empty()) return o_.local->Remove(path);
-    if (const std::string log = StagingOf(oid); !log.empty()) ::unlink(log.c_str());
+    if (const std::string log = StagingOf(oid); !log.empty()) {
+      CKPTFS_RETURN_IF_ERROR(Env::Posix()->Remove(log));
+    }
     Result<Pool::Head> h = pool_->Stat(oid);
     if (!h.ok()) return h.status().code() == ENOENT ? Status::OK() : h.status();
     // The first object last: until then the file is whole or its count
@@ -698,25 +576,12 @@ class RadosEnvImpl final : public RadosEnv {
   // write cut short by the end of its process).
   Status SendStaged(const std::string& dir) override {
     if (dir.empty()) return Status::OK();
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Status::IOError(errno, "make staging directory " + dir);
-    }
-    std::vector<std::string> names;
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) return Status::IOError(errno, "open staging directory " + dir);
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
-    }
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
+    CKPTFS_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListStagingLogs(dir));
     for (const std::string& name : names) {
       const std::string log = dir + "/" + name;
-      std::string oid = name;
-      std::replace(oid.begin(), oid.end(), '#', '/');
-      CKPTFS_RETURN_IF_ERROR(SendStagedLog(log, oid).Annotate("send the writes staged in " + log));
-      if (::unlink(log.c_str()) != 0 && errno != ENOENT) {
-        return Status::IOError(errno, "remove staging log " + log);
-      }
+      CKPTFS_RETURN_IF_ERROR(SendStagedLog(log, ObjectOfStagingName(name))
+                                 .Annotate("send the writes staged in " + log));
+      CKPTFS_RETURN_IF_ERROR(Env::Posix()->Remove(log));
     }
     return Status::OK();
   }
@@ -739,35 +604,10 @@ class RadosEnvImpl final : public RadosEnv {
     if (!h.ok() && h.status().code() == ENOENT) return Status::OK();  // removed since
     if (!h.ok()) return h.status();
     CKPTFS_ASSIGN_OR_RETURN(const uint64_t size, pool_->FileSize(oid, h->objects, h->size));
-    const int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError(errno, "open");
     RadosFile file(pool_, oid, oid, true, size, h->objects, o_, "");
-    std::string buf;
-    uint64_t at = 0;
-    Status s;
-    for (;;) {
-      char header[kRadosStagedHeaderBytes];
-      if (::pread(fd, header, sizeof(header), static_cast<off_t>(at)) !=
-          static_cast<ssize_t>(sizeof(header))) {
-        break;
-      }
-      const uint64_t offset = GetLe(header, 8);
-      const size_t len = static_cast<size_t>(GetLe(header + 8, 4));
-      buf.resize(len);
-      if (::pread(fd, buf.data(), len, static_cast<off_t>(at + sizeof(header))) !=
-          static_cast<ssize_t>(len)) {
-        break;
-      }
-      const std::string_view piece(buf);
-      char want[kRadosStagedHeaderBytes];
-      StagedHeader(offset, std::span<const std::string_view>(&piece, 1), len, want);
-      if (std::memcmp(want, header, sizeof(header)) != 0) break;
-      s = file.WriteAt(offset, std::span<const std::string_view>(&piece, 1));
-      if (!s.ok()) break;
-      at += sizeof(header) + len;
-    }
-    ::close(fd);
-    CKPTFS_RETURN_IF_ERROR(s);
+    CKPTFS_RETURN_IF_ERROR(ReplayStagingLog(log, [&](uint64_t offset, std::string_view data) {
+      return file.WriteAt(offset, std::span<const std::string_view>(&data, 1));
+    }));
     return file.Sync();
   }
 
@@ -778,12 +618,6 @@ class RadosEnvImpl final : public RadosEnv {
 };
 
 }  // namespace
-
-std::string RadosStagedRecord(uint64_t offset, std::string_view data) {
-  char header[kRadosStagedHeaderBytes];
-  StagedHeader(offset, std::span<const std::string_view>(&data, 1), data.size(), header);
-  return std::string(header, sizeof(header)) + std::string(data);
-}
 
 Result<RadosLocation> ParseRadosUrl(std::string_view url) {
   constexpr std::string_view kScheme = "rados://";

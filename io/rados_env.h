@@ -22,16 +22,11 @@
 // operation (a larger file's other objects are written before it).
 //
 // Staging (RadosOptions::staging): a write is acknowledged by the cluster
-// only once its flush completes, so a process killed before then would lose
-// bytes that a local disk's page cache keeps. Each open file's writes that
-// the cluster has not acknowledged are therefore also appended to a log of
-// its own in a local directory, STAGING/NAME (NAME: the first object's
-// name with '#' for '/'), which is emptied whenever the cluster has every
-// write of the file, and sent on by the next Connect() with the same
-// staging directory (docs/FORMAT.md, "Staging logs"). The log is never
-// synced: a power cut loses what it holds as it loses unsynced bytes of a
-// local disk. A log reaching kRadosStagingLimit makes its file wait for
-// the cluster.
+// only once its flush completes, so each open file's writes that the
+// cluster has not acknowledged are also appended to a staging log of its
+// own (io/staging_log.h; NAME: the first object's name), sent on by the
+// next Connect() with the same staging directory. A log reaching
+// kStagingLimit makes its file wait for the cluster.
 //
 // Credentials and monitors come from Ceph's usual places: the
 // configuration file (RadosOptions::conf, else CEPH_CONF, else
@@ -52,14 +47,6 @@ namespace ckptfs::io {
 
 inline constexpr uint64_t kRadosStripeBytes = 64ull << 20;
 inline constexpr char kRadosObjectsXattr[] = "ckptfs.objects";
-// A staging log's record: offset (u64), length (u32), checksum (u64,
-// XXH3-64 of the first 12 bytes and the data), little-endian; the data.
-inline constexpr size_t kRadosStagedHeaderBytes = 20;
-inline constexpr uint64_t kRadosStagingLimit = 64ull << 20;
-
-// The record of `data` written at `offset` in a staging log.
-std::string RadosStagedRecord(uint64_t offset, std::string_view data);
-
 // Where in RADOS: "rados://POOL" or "rados://POOL/NAMESPACE".
 struct RadosLocation {
   std::string pool;

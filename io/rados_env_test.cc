@@ -3,6 +3,7 @@
 // CKPTFS_TEST_RADOS_POOL. Without them every test fails: this suite is
 // only ever run beside the bed.
 #include "io/rados_env.h"
+#include "io/staging_log.h"
 
 #include <gtest/gtest.h>
 #include <rados/librados.h>
@@ -91,17 +92,6 @@ class RadosEnvTest : public ::testing::Test {
   std::shared_ptr<RadosEnv> env_;
 };
 
-// The record of docs/FORMAT.md, "Staging logs", byte for byte.
-TEST(RadosStagedRecordTest, IsTheDocumentedBytes) {
-  const std::string r = RadosStagedRecord(0x0102030405060708ull, "abc");
-  ASSERT_EQ(r.size(), kRadosStagedHeaderBytes + 3);
-  EXPECT_EQ(r.substr(0, 12), std::string("\x08\x07\x06\x05\x04\x03\x02\x01\x03\0\0\0", 12));
-  EXPECT_EQ(r.substr(20), "abc");
-  // The checksum covers the offset and the length too.
-  EXPECT_NE(r.substr(12, 8), RadosStagedRecord(0x0102030405060709ull, "abc").substr(12, 8));
-  EXPECT_NE(r.substr(12, 8), RadosStagedRecord(0x0102030405060708ull, "abd").substr(12, 8));
-}
-
 // Writes the cluster has not acknowledged are in the file's staging log
 // while it is open, and gone from it once synced; the file closed, the log
 // goes too.
@@ -119,7 +109,7 @@ TEST_F(RadosEnvTest, UnsentWritesAreStagedUntilTheClusterHasThem) {
   std::replace(name.begin(), name.end(), '/', '#');
   const std::string fixed = staging + "/" + name;
   ASSERT_TRUE(std::filesystem::exists(fixed)) << fixed;
-  EXPECT_EQ(std::filesystem::file_size(fixed), kRadosStagedHeaderBytes + a.size());
+  EXPECT_EQ(std::filesystem::file_size(fixed), kStagedHeaderBytes + a.size());
   ASSERT_TRUE((*f)->Sync().ok());
   EXPECT_EQ(std::filesystem::file_size(fixed), 0u);
   f->reset();
@@ -137,10 +127,10 @@ TEST_F(RadosEnvTest, ConnectSendsOnWhatAKilledProcessStaged) {
   std::string name = prefix_ + "segments/00000003.seg";
   std::replace(name.begin(), name.end(), '/', '#');
   {
-    std::string log = RadosStagedRecord(100, b) + RadosStagedRecord(50, "overwritten") +
-                      RadosStagedRecord(100 + b.size(), "tail");
+    std::string log = StagedRecord(100, b) + StagedRecord(50, "overwritten") +
+                      StagedRecord(100 + b.size(), "tail");
     // A torn record: its data cut short.
-    const std::string torn = RadosStagedRecord(0, std::string(64, 'x'));
+    const std::string torn = StagedRecord(0, std::string(64, 'x'));
     log += torn.substr(0, torn.size() - 10);
     std::FILE* out = std::fopen((staging + "/" + name).c_str(), "wb");
     ASSERT_NE(out, nullptr);
@@ -150,7 +140,7 @@ TEST_F(RadosEnvTest, ConnectSendsOnWhatAKilledProcessStaged) {
   std::string gone = prefix_ + "segments/00000004.seg";
   std::replace(gone.begin(), gone.end(), '/', '#');
   {
-    const std::string log = RadosStagedRecord(0, "never");
+    const std::string log = StagedRecord(0, "never");
     std::FILE* out = std::fopen((staging + "/" + gone).c_str(), "wb");
     ASSERT_NE(out, nullptr);
     ASSERT_EQ(std::fwrite(log.data(), 1, log.size(), out), log.size());

@@ -11,11 +11,11 @@ PACKAGES=(
   build-essential clang cmake ninja-build pkg-config git
   meson dpkg-dev debian-archive-keyring
   fuse3 librocksdb-dev libzstd-dev libxxhash-dev libpq-dev postgresql-15
-  libssl-dev librados-dev
+  libssl-dev librados-dev libcurl4-openssl-dev libexpat1-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
   python3-prometheus-client
-  rsync tar diffutils procps tmux
+  rsync tar diffutils procps tmux curl
   # The network-filesystem bed (tests/mount/netfs_bed.py): a private sshd
   # of the tests' own, one sshfs client per host.
   openssh-server openssh-client sshfs

@@ -216,7 +216,37 @@ class Cluster:
         harness.session().stop_server(name)  # forgets it
         self._names.remove(name)
 
-    def _start_rgw(self):
+    def s3_environ(self):
+        """The environment through which S3 clients find the gateway's
+        keys, as they find a real service's: AWS's usual variables."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_REGION": "us-east-1", "CKPTFS_TEST_S3_ENDPOINT": self.s3_endpoint}
+
+    def make_bucket(self, name):
+        """Creates bucket `name` through the gateway (curl, signed SigV4)."""
+        out = subprocess.run(
+            ["curl", "-sS", "-f", "-X", "PUT", "--aws-sigv4", "aws:amz:us-east-1:s3",
+             "--user", "%s:%s" % (self.access_key, self.secret_key),
+             "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+             "%s/%s" % (self.s3_endpoint, name)],
+            capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise harness.HarnessError("ceph bed: cannot create bucket %s: %s"
+                                       % (name, out.stderr.strip()))
+
+    def restart_rgw(self, down_s=0):
+        """radosgw stopped with SIGKILL and, `down_s` seconds later, started
+        again on the same port."""
+        name = "radosgw-%d" % self.rgw_port
+        proc = self._procs.pop(name)
+        proc.kill()
+        proc.wait()
+        harness.session().stop_server(name)  # forgets it
+        self._names.remove(name)
+        time.sleep(down_s)
+        self._start_rgw(make_user=False)
+
+    def _start_rgw(self, make_user=True):
         self._server("radosgw-%d" % self.rgw_port,
                      ["radosgw", "-f", "-c", self.conf, "-n", "client.rgw.a"])
 
@@ -229,6 +259,8 @@ class Cluster:
             except OSError:
                 return False
         self._wait("radosgw", answers)
+        if not make_user:
+            return
         self.run("radosgw-admin", "-c", self.conf, "-n", "client.rgw.a", "user", "create",
                  "--uid", "ckptfs", "--display-name", "ckptfs", "--access-key", self.access_key,
                  "--secret", self.secret_key, timeout=120)
@@ -256,26 +288,36 @@ class Cluster:
 
 
 def main(argv):
-    """ceph_bed.py [--data] COMMAND [ARG...]: runs COMMAND beside a cluster
-    of its own, with CEPH_CONF naming it (Ceph's clients find it as they
-    find a real one) and CKPTFS_TEST_RADOS_POOL its pool; with --data also
-    CKPTFS_TEST_DATA=rados://POOL/NAMESPACE (a namespace of its own), which
-    makes the engine's tests keep their stores' data there. Exits with the
+    """ceph_bed.py [--data | --s3 | --s3-data] COMMAND [ARG...]: runs COMMAND
+    beside a cluster of its own, with CEPH_CONF naming it (Ceph's clients
+    find it as they find a real one) and CKPTFS_TEST_RADOS_POOL its pool;
+    with --data also CKPTFS_TEST_DATA=rados://POOL/NAMESPACE (a namespace
+    of its own), which makes the engine's tests keep their stores' data
+    there. --s3 adds radosgw and a bucket (CKPTFS_TEST_S3_BUCKET), its
+    endpoint (CKPTFS_TEST_S3_ENDPOINT) and keys (AWS_ACCESS_KEY_ID, ...);
+    --s3-data that and CKPTFS_TEST_DATA=s3://BUCKET/tests. Exits with the
     command's status; a cluster that does not start is a failure."""
-    data = argv[:1] == ["--data"]
-    if data:
+    mode = argv[0] if argv[:1] and argv[0] in ("--data", "--s3", "--s3-data") else None
+    if mode:
         argv = argv[1:]
     if not argv:
-        print("usage: ceph_bed.py [--data] COMMAND [ARG...]", file=sys.stderr)
+        print("usage: ceph_bed.py [--data | --s3 | --s3-data] COMMAND [ARG...]", file=sys.stderr)
         return 2
+    s3 = mode in ("--s3", "--s3-data")
     tmp = harness.make_tmpdir("ckptfs-ceph.")
     t0 = time.monotonic()
-    bed = Cluster(tmp)
+    bed = Cluster(tmp, s3=s3)
     try:
-        harness.log("ceph bed: a monitor and an OSD up in %.1f s" % (time.monotonic() - t0))
         env = dict(os.environ, CEPH_CONF=bed.conf, CKPTFS_TEST_RADOS_POOL=bed.pool)
-        if data:
+        if mode == "--data":
             env["CKPTFS_TEST_DATA"] = "rados://%s/tests" % bed.pool
+        if s3:
+            bed.make_bucket("ckptfs-tests")
+            env.update(bed.s3_environ(), CKPTFS_TEST_S3_BUCKET="ckptfs-tests")
+        if mode == "--s3-data":
+            env["CKPTFS_TEST_DATA"] = "s3://ckptfs-tests/tests"
+        harness.log("ceph bed: a monitor, an OSD%s up in %.1f s"
+                    % (" and radosgw" if s3 else "", time.monotonic() - t0))
         return subprocess.run(argv, env=env).returncode
     finally:
         bed.stop()
