@@ -188,7 +188,6 @@ class SharedStoreTest(unittest.TestCase):
         lib.write_file(m1.path("d/x"), b"x")
         m2.unmount()
         m3.unmount()
-        time.sleep(2.0)  # m1's next read of the hosts (every second beside others) finds it alone
 
         def lookups(n):
             before = m1.stats()["fs"]["ops"]["lookups"]
@@ -196,9 +195,23 @@ class SharedStoreTest(unittest.TestCase):
                 os.stat(m1.path("d/x"))
                 self.assertFalse(os.path.exists(m1.path("d/new")))
             return m1.stats()["fs"]["ops"]["lookups"] - before
+
+        def alone_lookups():
+            """The lookups of 100 rounds once m1 found itself alone: its
+            next read of the hosts (every second beside others) finds no
+            other, and a loaded machine can delay a read past the grant
+            (which ends that solo period), so a few tries are allowed."""
+            time.sleep(2.0)
+            seen = []
+            for _ in range(5):
+                seen.append(lookups(100))
+                if seen[-1] < 20:
+                    break
+                time.sleep(1.0)
+            return seen
         # Alone, the kernel keeps names, attributes and misses: 200 stats of
         # three names reach the daemon a few times (each time they run out).
-        self.assertLess(lookups(100), 20)
+        self.assertLess(min(alone_lookups()), 20)
         for round_ in range(3):
             # The miss of d/new and the entry of d/x are in m1's kernel when
             # h2 mounts, renames d/x and creates d/new: m1 sees both at once.
@@ -212,8 +225,15 @@ class SharedStoreTest(unittest.TestCase):
             self.assertEqual(lib.read_file(m1.path("d/y")), b"x")
             os.unlink(m1.path("d/new"))
             os.rename(m1.path("d/y"), m1.path("d/x"))
-            # Beside another host nothing is kept.
-            self.assertGreaterEqual(lookups(20), 40)
+            # Beside another host nothing is kept, until m1 reads d under a
+            # grant (two reads of its attributes 100 ms apart find it quiet,
+            # which a slow machine can reach within these 20 rounds).
+            grants = m1.stats()["engine"]["read_grants"]
+            n = lookups(20)
+            if m1.stats()["engine"]["read_grants"] == grants:
+                self.assertGreaterEqual(n, 40, round_)
+            else:
+                self.assertGreaterEqual(n, 2, round_)
             m2.unmount()
             time.sleep(2.0)
         m2.mount()
