@@ -212,7 +212,7 @@ Result<std::optional<WholeDataFile>> StoreImpl::WholeDataFileOf(Ino ino) {
   MutexLock l(&s->mu);
   CKPTFS_RETURN_IF_ERROR(LoadLocked(s.get()));
   const uint64_t size = s->attr.size;
-  if (data_remote_ || !S_ISREG(s->attr.mode) || size == 0 || s->attr.data_file_end != size) {
+  if (objects_ != nullptr || !S_ISREG(s->attr.mode) || size == 0 || s->attr.data_file_end != size) {
     return std::optional<WholeDataFile>();
   }
   std::vector<Extent> ex;

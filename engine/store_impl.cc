@@ -134,7 +134,7 @@ Status StoreImpl::Init() {
   }
   CKPTFS_ASSIGN_OR_RETURN(shared_, ChooseIndex(dir_, creating, options_.meta));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage,
-                          ChooseDataStorage(dir_, creating, options_.data));
+                          ChooseDataStorage(dir_, creating, options_.data, options_.s3_endpoint));
   mode_ = shared_.has_value() ? StoreMode::Shared(&host_) : StoreMode::Embedded();
   // A shared store is used by many mounts at once: each holds a host
   // instead (ClaimHost, below).
@@ -149,9 +149,8 @@ Status StoreImpl::Init() {
                                   : "";
   CKPTFS_ASSIGN_OR_RETURN(env_,
                           OpenDataEnv(dir_, storage, env_, options_.data_timeout, staging));
-  data_remote_ = storage.has_value();
   if (storage.has_value()) data_storage_ = storage->data;
-  rados_ = std::dynamic_pointer_cast<io::RadosEnv>(env_);
+  objects_ = std::dynamic_pointer_cast<io::ObjectStoreEnv>(env_);
   if (!creating && !options_.read_only && !mode_->MountsHoldHosts()) {
     // A crash while the store was being created leaves FORMAT without an
     // index and without segments: finish creating it.

@@ -68,7 +68,7 @@
 #include "engine/shared/lookup_hints.h"
 #include "engine/shared/peer_reads.h"
 #include "engine/shared/peer_service.h"
-#include "io/rados_env.h"
+#include "io/object_store_env.h"
 #include "engine/shared/range_cache.h"
 #include "engine/store_clock.h"
 #include "engine/store.h"
@@ -644,13 +644,12 @@ class StoreImpl final : public Store {
   std::unique_ptr<StoreLock> lock_;
   // The segments' Env (options_.env or io::Env::Posix()).
   std::shared_ptr<io::Env> env_;
-  // The segments, data files and snapshots are in an object store (the
-  // STORE/STORAGE file): no path of theirs opens with open(2).
-  bool data_remote_ = false;
+  // env_ when the segments, data files and snapshots are in an object store
+  // (the STORE/STORAGE file; no path of theirs opens with open(2)); else
+  // null.
+  std::shared_ptr<io::ObjectStoreEnv> objects_;
   // Its URL when they are (Store::DataStorage).
   std::string data_storage_;
-  // env_ when it is RADOS's (for its request counters); else null.
-  std::shared_ptr<io::RadosEnv> rados_;
   // The data files of large files; declared before index_ so that it
   // outlives the index, whose before-flush hook syncs it.
   std::unique_ptr<DataFiles> data_files_;

@@ -112,8 +112,8 @@ Result<EngineStats> StoreImpl::GetStats() {
     s.peer_failures = read.failures;
     s.peer_rejected = read.rejected;
   }
-  if (rados_ != nullptr) {
-    const io::RadosCounters objects = rados_->counters();
+  if (objects_ != nullptr) {
+    const io::ObjectCounters objects = objects_->counters();
     s.object_reads = objects.reads;
     s.object_writes = objects.writes;
     s.object_other = objects.other;

@@ -49,15 +49,23 @@ struct StoreOptions {
   double meta_timeout = 60;
   // Where the segments, data files and snapshots of a store that this open
   // creates live: empty, the store's directory; "rados://POOL[/NAMESPACE]",
-  // objects of that RADOS pool (docs/FORMAT.md, STORAGE), which the store
+  // objects of that RADOS pool; "s3://BUCKET[/PREFIX]", parts in that S3
+  // bucket, with s3_endpoint (docs/FORMAT.md, STORAGE), which the store
   // then remembers in STORE/STORAGE. Opening an existing store with it set
   // to another place is EINVAL. Ceph's configuration (monitors, keyring)
-  // comes from where Ceph's tools find it: CEPH_CONF, /etc/ceph/ceph.conf.
-  // Default: empty. Fixed while open.
+  // comes from where Ceph's tools find it: CEPH_CONF, /etc/ceph/ceph.conf;
+  // S3's keys from AWS's usual places (AWS_ACCESS_KEY_ID and
+  // AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials). Default: empty. Fixed
+  // while open.
   std::string data;
+  // A store created with data=s3://...: the URL of the S3 service,
+  // "http[s]://HOST[:PORT]", which the store remembers with `data`.
+  // Default: empty. Fixed while open.
+  std::string s3_endpoint;
   // A store whose data is in an object store: how long a request that the
-  // cluster does not answer (an OSD down, a monitor unreachable) waits
-  // before the call fails with EIO. Default: 30 s. Fixed while open.
+  // cluster does not answer (an OSD down, a monitor or S3 service
+  // unreachable) waits before the call fails with EIO. Default: 30 s.
+  // Fixed while open.
   double data_timeout = 30;
   // A shared store: the name of the host this mount writes as (docs/SHARED.md,
   // "Hosts and their files"). One mount at a time holds a host; each has its

@@ -267,7 +267,7 @@ Result<std::optional<std::string>> StoreImpl::BeginDirectWrite(Ino ino) {
     if (st.ok()) st = Unsealed(ino, s->attr, "write");
     if (st.ok() && !s->direct && S_ISREG(s->attr.mode) && (s->attr.mode & (S_ISUID | S_ISGID)) == 0 &&
         s->attr.size == 0 && s->attr.data_file_end == 0 && options_.data_file_min != 0 &&
-        !data_remote_) {
+        objects_ == nullptr) {
       st = data_files_->Create(ino);
       began = st.ok();
       if (began) {

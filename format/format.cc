@@ -94,9 +94,11 @@ std::string FormatFileContents() {
 namespace {
 
 // Parses `contents`, lines of "KEY=VALUE", into the values of `keys` (each
-// once, none empty). `file` names the file in errors.
+// once, none empty; every one present but those named in `optional`).
+// `file` names the file in errors.
 Status ParseKeyLines(std::string_view contents, std::string_view file,
-                     std::initializer_list<std::pair<std::string_view, std::string*>> keys) {
+                     std::initializer_list<std::pair<std::string_view, std::string*>> keys,
+                     std::initializer_list<std::string_view> optional = {}) {
   std::vector<bool> seen(keys.size(), false);
   while (!contents.empty()) {
     const size_t nl = contents.find('\n');
@@ -121,7 +123,7 @@ Status ParseKeyLines(std::string_view contents, std::string_view file,
   }
   size_t i = 0;
   for (const auto& [name, out] : keys) {
-    if (!seen[i++]) {
+    if (!seen[i++] && std::find(optional.begin(), optional.end(), name) == optional.end()) {
       return Status::Corruption(std::string(file) + " file: no " + std::string(name) + " line");
     }
   }
@@ -143,13 +145,21 @@ Status ParseSharedFile(std::string_view contents, SharedIndex* v) {
 }
 
 std::string StorageFileContents(const DataStorage& v) {
-  return "data=" + v.data + "\nprefix=" + v.prefix + "\n";
+  return "data=" + v.data + "\nprefix=" + v.prefix + "\n" +
+         (v.endpoint.empty() ? "" : "endpoint=" + v.endpoint + "\n");
 }
 
 Status ParseStorageFile(std::string_view contents, DataStorage* v) {
   DataStorage out;
-  CKPTFS_RETURN_IF_ERROR(
-      ParseKeyLines(contents, kStorageFileName, {{"data", &out.data}, {"prefix", &out.prefix}}));
+  CKPTFS_RETURN_IF_ERROR(ParseKeyLines(
+      contents, kStorageFileName,
+      {{"data", &out.data}, {"prefix", &out.prefix}, {"endpoint", &out.endpoint}}, {"endpoint"}));
+  // An S3 bucket is reached through its endpoint; a RADOS pool has none.
+  if (out.data.starts_with("s3://") != !out.endpoint.empty()) {
+    return Status::Corruption(std::string(kStorageFileName) + " file: data=" + out.data +
+                              (out.endpoint.empty() ? " without an endpoint line"
+                                                    : " with an endpoint line"));
+  }
   *v = std::move(out);
   return Status::OK();
 }

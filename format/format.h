@@ -57,8 +57,9 @@ inline constexpr char kStorageFileName[] = "STORAGE";
 inline constexpr char kStagingDirName[] = "staging";
 // Where a store's data is: the STORAGE file's two lines.
 struct DataStorage {
-  std::string data;    // "rados://POOL[/NAMESPACE]"
-  std::string prefix;  // before the name of each of the store's objects
+  std::string data;      // "rados://POOL[/NAMESPACE]" or "s3://BUCKET[/PREFIX]"
+  std::string prefix;    // before the name of each of the store's objects
+  std::string endpoint;  // S3 only: "http[s]://HOST[:PORT]" of the service
   bool operator==(const DataStorage&) const = default;
 };
 std::string StorageFileContents(const DataStorage& v);

@@ -221,7 +221,7 @@ const std::set<std::string> kHexBlocks = {
     "owner-value",    "seal-key",     "seal-value",   "seal-value-v2"};
 const std::set<std::string> kTextBlocks = {"segment-file-names", "data-file-names",
                                            "column-families", "meta-keys", "shared-file",
-                                           "storage-file"};
+                                           "storage-file", "storage-file-s3"};
 
 // Asserts that `st` is a corruption whose message contains `what`.
 void ExpectCorruption(const Status& st, std::string_view what) {
@@ -404,6 +404,11 @@ TEST(Golden, StorageFile) {
   DataStorage back;
   ASSERT_TRUE(ParseStorageFile(DocText("storage-file"), &back).ok());
   EXPECT_EQ(back, v);
+  const DataStorage s3{"s3://checkpoints/team-a", "ckptfs_8d41c0e2a7b95f36/",
+                       "https://s3.eu-west-3.amazonaws.com"};
+  EXPECT_EQ(StorageFileContents(s3), DocText("storage-file-s3") + "\n");
+  ASSERT_TRUE(ParseStorageFile(DocText("storage-file-s3"), &back).ok());
+  EXPECT_EQ(back, s3);
 }
 
 TEST(StorageFile, RejectsMissingRepeatedAndUnknownLines) {
@@ -414,6 +419,9 @@ TEST(StorageFile, RejectsMissingRepeatedAndUnknownLines) {
   ExpectCorruption(ParseStorageFile("data=rados://p\ndata=rados://q\nprefix=x/\n", &v),
                    "bad line");
   ExpectCorruption(ParseStorageFile("data=rados://p\nprefix=x/\nkey=k\n", &v), "bad line");
+  ExpectCorruption(ParseStorageFile("data=s3://b\nprefix=x/\n", &v), "without an endpoint");
+  ExpectCorruption(ParseStorageFile("data=rados://p\nprefix=x/\nendpoint=http://h\n", &v),
+                   "with an endpoint");
 }
 
 TEST(Golden, SegmentFileNames) {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "base/mutex.h"
-#include "io/object_names.h"
+#include "io/object_store_env.h"
 #include "io/staging_log.h"
 
 namespace ckptfs::io {
@@ -170,8 +170,8 @@ class Pool {
     Ready();
   }
 
-  RadosCounters counters() const {
-    RadosCounters c;
+  ObjectCounters counters() const {
+    ObjectCounters c;
     c.reads = reads_.load(std::memory_order_relaxed);
     c.writes = writes_.load(std::memory_order_relaxed);
     c.other = other_.load(std::memory_order_relaxed);
@@ -568,7 +568,7 @@ class RadosEnvImpl final : public RadosEnv {
     return names;
   }
 
-  RadosCounters counters() const override { return pool_->counters(); }
+  ObjectCounters counters() const override { return pool_->counters(); }
 
   // Sends on the writes that the staging logs of earlier processes hold
   // (rados_env.h, Staging), then removes the logs. A log of a file that

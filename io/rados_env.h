@@ -42,6 +42,7 @@
 
 #include "base/status.h"
 #include "io/env.h"
+#include "io/object_store_env.h"
 
 namespace ckptfs::io {
 
@@ -84,29 +85,12 @@ struct RadosOptions {
   uint64_t stripe_bytes = kRadosStripeBytes;
 };
 
-// Requests sent to the cluster so far, by kind.
-struct RadosCounters {
-  uint64_t reads = 0;
-  uint64_t writes = 0;
-  uint64_t other = 0;  // stats, creates, removes, truncates, listings
-  uint64_t bytes_read = 0;
-  uint64_t bytes_written = 0;
-};
-
-class RadosEnv : public Env {
+class RadosEnv : public ObjectStoreEnv {
  public:
   // Connects to the cluster and opens the pool: ENOENT names a missing
   // pool, EIO a cluster that did not answer within op_timeout_s.
   static Result<std::shared_ptr<RadosEnv>> Connect(const RadosOptions& options);
 
-  virtual RadosCounters counters() const = 0;
-  // Sends on what the staging logs in `dir` hold, and removes them (a
-  // store's other writers' logs, all of them stopped).
-  virtual Status SendStaged(const std::string& dir) = 0;
-  // SendStaged(dir), then keeps this Env's staging logs there: for files
-  // opened for writing from then on. Call it before the first such open,
-  // as the one writer of what `dir` holds ("" for none).
-  virtual Status StartStaging(const std::string& dir) = 0;
   // The object that holds the first bytes of `path`; "" for a local path.
   virtual std::string ObjectOf(const std::string& path) const = 0;
 };

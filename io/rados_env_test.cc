@@ -164,7 +164,7 @@ TEST_F(RadosEnvTest, WritesGatherAndReadBackAcrossObjects) {
   // Appends of 1..8 KiB, past three stripes: the buffer sends them in
   // few operations, and a read of bytes still waiting sees them.
   std::string want = "header";
-  const RadosCounters before = env_->counters();
+  const ObjectCounters before = env_->counters();
   std::mt19937_64 rng(7);
   while (want.size() < 3 * kStripe + 5000) {
     const std::string piece = Pattern(rng(), 1024 + rng() % 7168);

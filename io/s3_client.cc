@@ -381,7 +381,7 @@ Status S3Client::Put(const std::string& key, std::span<const std::string_view> b
   req.body = body;
   uint64_t len = 0;
   for (std::string_view p : body) len += p.size();
-  puts_.fetch_add(1, std::memory_order_relaxed);
+  writes_.fetch_add(1, std::memory_order_relaxed);
   Response resp;
   CKPTFS_RETURN_IF_ERROR(Send(req, &resp));
   bytes_written_.fetch_add(len, std::memory_order_relaxed);
@@ -396,7 +396,7 @@ Result<size_t> S3Client::Get(const std::string& key, uint64_t offset, size_t len
                         std::to_string(offset + len - 1));
   req.into = buf;
   req.into_len = len;
-  gets_.fetch_add(1, std::memory_order_relaxed);
+  reads_.fetch_add(1, std::memory_order_relaxed);
   Response resp;
   Status s = Send(req, &resp);
   if (s.code() == ERANGE) return size_t{0};  // at or past the end
@@ -456,10 +456,10 @@ Status S3Client::HeadBucket() {
   return s;
 }
 
-S3Counters S3Client::counters() const {
-  S3Counters c;
-  c.gets = gets_.load(std::memory_order_relaxed);
-  c.puts = puts_.load(std::memory_order_relaxed);
+ObjectCounters S3Client::counters() const {
+  ObjectCounters c;
+  c.reads = reads_.load(std::memory_order_relaxed);
+  c.writes = writes_.load(std::memory_order_relaxed);
   c.other = other_.load(std::memory_order_relaxed);
   c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   c.bytes_written = bytes_written_.load(std::memory_order_relaxed);

@@ -24,6 +24,7 @@
 
 #include "base/mutex.h"
 #include "base/status.h"
+#include "io/object_store_env.h"
 
 namespace ckptfs::io {
 
@@ -61,15 +62,6 @@ struct S3Listing {
   std::vector<std::string> prefixes;  // with a delimiter: the common prefixes
 };
 
-// Requests sent so far, by kind.
-struct S3Counters {
-  uint64_t gets = 0;
-  uint64_t puts = 0;
-  uint64_t other = 0;  // lists, deletes, heads
-  uint64_t bytes_read = 0;
-  uint64_t bytes_written = 0;
-};
-
 class S3Client {
  public:
   // `endpoint`: "http://HOST:PORT" or "https://HOST[:PORT]".
@@ -92,7 +84,8 @@ class S3Client {
   // OK when the bucket exists and the keys may use it.
   Status HeadBucket();
 
-  S3Counters counters() const;
+  // Requests sent so far: GETs as reads, PUTs as writes.
+  ObjectCounters counters() const;
   const std::string& endpoint() const { return endpoint_; }
   const std::string& bucket() const { return bucket_; }
 
@@ -111,7 +104,7 @@ class S3Client {
   const double timeout_s_;
   Mutex mu_;
   std::vector<void*> idle_ GUARDED_BY(mu_);  // CURL easy handles, kept alive
-  std::atomic<uint64_t> gets_{0}, puts_{0}, other_{0}, bytes_read_{0}, bytes_written_{0};
+  std::atomic<uint64_t> reads_{0}, writes_{0}, other_{0}, bytes_read_{0}, bytes_written_{0};
 };
 
 }  // namespace ckptfs::io

@@ -12,7 +12,7 @@
 #include <span>
 
 #include "base/mutex.h"
-#include "io/object_names.h"
+#include "io/object_store_env.h"
 #include "io/staging_log.h"
 
 namespace ckptfs::io {
@@ -455,7 +455,7 @@ class S3EnvImpl final : public S3Env {
     return names;
   }
 
-  S3Counters counters() const override { return s3_->counters(); }
+  ObjectCounters counters() const override { return s3_->counters(); }
 
   Status SendStaged(const std::string& dir) override {
     if (dir.empty()) return Status::OK();

@@ -36,6 +36,7 @@
 
 #include "base/status.h"
 #include "io/env.h"
+#include "io/object_store_env.h"
 #include "io/s3_client.h"
 
 namespace ckptfs::io {
@@ -64,18 +65,13 @@ struct S3Options {
   int writes_in_flight = 4;
 };
 
-class S3Env : public Env {
+class S3Env : public ObjectStoreEnv {
  public:
   // Finds the keys and checks that the bucket answers: ENOENT names a
   // missing bucket, EACCES keys it refuses, EIO a service that did not
   // answer within op_timeout_s.
   static Result<std::shared_ptr<S3Env>> Connect(const S3Options& options);
 
-  virtual S3Counters counters() const = 0;
-  // As RadosEnv's: sends on what the staging logs in `dir` hold, removes
-  // them; StartStaging() then keeps this Env's logs there.
-  virtual Status SendStaged(const std::string& dir) = 0;
-  virtual Status StartStaging(const std::string& dir) = 0;
   // The key before the parts of `path` ("KEY", without the '/'); "" for a
   // local path.
   virtual std::string KeyOf(const std::string& path) const = 0;

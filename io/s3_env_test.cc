@@ -101,7 +101,7 @@ TEST_F(S3EnvTest, WritesGatherIntoPartsAndReadBack) {
   // Appends of 1..8 KiB past several parts: few PUTs, and a read of bytes
   // still waiting sees them.
   std::string want = "header";
-  const S3Counters before = env_->counters();
+  const ObjectCounters before = env_->counters();
   std::mt19937_64 rng(7);
   while (want.size() < 5 * kBuffer + 5000) {
     const std::string piece = Pattern(rng(), 1024 + rng() % 7168);
@@ -110,7 +110,7 @@ TEST_F(S3EnvTest, WritesGatherIntoPartsAndReadBack) {
     want += piece;
   }
   const uint64_t appends = want.size() / 4500;
-  EXPECT_LT(env_->counters().puts - before.puts, appends / 10);
+  EXPECT_LT(env_->counters().writes - before.writes, appends / 10);
   ASSERT_EQ(*(*f)->Size(), want.size());
   EXPECT_EQ(ReadAll(**f, want.size()), want);  // sends what waits first
   ASSERT_TRUE((*f)->Sync().ok());

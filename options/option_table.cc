@@ -103,16 +103,24 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kText,
      .field = kStoreField<&StoreOptions::data>,
      .help = "a store created by this mount keeps its segments, data files and snapshots as "
-             "objects of this RADOS pool (`rados://POOL[/NAMESPACE]`; see "
-             "docs/OBJECT_STORAGE.md) instead of under STORE, and remembers it; Ceph's "
-             "configuration and keyring come from CEPH_CONF or /etc/ceph",
+             "objects of this RADOS pool (`rados://POOL[/NAMESPACE]`) or S3 bucket "
+             "(`s3://BUCKET[/PREFIX]`, with s3_endpoint; see docs/OBJECT_STORAGE.md) "
+             "instead of under STORE, and remembers it; Ceph's configuration and keyring "
+             "come from CEPH_CONF or /etc/ceph, S3's keys from AWS_ACCESS_KEY_ID and "
+             "AWS_SECRET_ACCESS_KEY or ~/.aws/credentials",
+     .placeholder = "URL"},
+    {.name = "s3_endpoint",
+     .type = OptionType::kText,
+     .field = kStoreField<&StoreOptions::s3_endpoint>,
+     .help = "a store created with data=s3://BUCKET: the URL of the S3 service "
+             "(`http[s]://HOST[:PORT]`), which the store remembers",
      .placeholder = "URL"},
     {.name = "data_timeout",
      .type = OptionType::kSeconds,
      .field = kStoreField<&StoreOptions::data_timeout>,
      .help = "a store whose data is in an object store: how long a request the cluster does "
-             "not answer (an OSD down, a monitor unreachable) waits before the call fails "
-             "with EIO; it works again once the cluster is back"},
+             "not answer (an OSD down, a monitor or S3 service unreachable) waits before "
+             "the call fails with EIO; it works again once the cluster is back"},
     {.name = "host",
      .type = OptionType::kText,
      .field = kStoreField<&StoreOptions::host>,

@@ -177,31 +177,39 @@ class Verifier {
     return true;
   }
 
+  // What the STORAGE file of the store in `dir` says (read once): where
+  // its data is, and the Env to read it through, opened at the first file.
+  struct StoreData {
+    engine::Result<std::optional<format::DataStorage>> where;
+    std::shared_ptr<io::Env> env;
+  };
+  StoreData& StoreOf(const std::string& dir) {
+    auto it = stores_.find(dir);
+    if (it == stores_.end()) {
+      it = stores_.emplace(dir, StoreData{engine::ReadStorageFile(dir), nullptr}).first;
+    }
+    return it->second;
+  }
+
   // Whether the store in `dir` keeps its data in an object store (its
   // STORAGE file says so).
   bool DataIsRemote(const std::string& dir) {
-    auto it = remote_.find(dir);
-    if (it == remote_.end()) {
-      engine::Result<std::optional<format::DataStorage>> where = engine::ReadStorageFile(dir);
-      it = remote_.emplace(dir, where.ok() && where->has_value()).first;
-    }
-    return it->second;
+    const StoreData& store = StoreOf(dir);
+    return store.where.ok() && store.where->has_value();
   }
 
   // Opens a segment or data file (STORE/segments/NAME, STORE/data/NAME)
   // where its store keeps it: in its directory, or in the object store
   // that STORE/STORAGE names.
   engine::Result<std::unique_ptr<io::File>> OpenStoreFile(const std::string& path) {
-    const std::string dir = std::filesystem::path(path).parent_path().parent_path().string();
-    auto it = envs_.find(dir);
-    if (it == envs_.end()) {
-      CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> where,
-                              engine::ReadStorageFile(dir));
-      CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::Env> env,
-                              engine::OpenDataEnv(dir, where, io::Env::Posix()));
-      it = envs_.emplace(dir, std::move(env)).first;
+    StoreData& store =
+        StoreOf(std::filesystem::path(path).parent_path().parent_path().string());
+    if (store.env == nullptr) {
+      CKPTFS_RETURN_IF_ERROR(store.where.status());
+      const std::string dir = std::filesystem::path(path).parent_path().parent_path().string();
+      CKPTFS_ASSIGN_OR_RETURN(store.env, engine::OpenDataEnv(dir, *store.where, io::Env::Posix()));
     }
-    return it->second->Open(path, io::OpenMode::kRead);
+    return store.env->Open(path, io::OpenMode::kRead);
   }
 
   int Report(bool json) const {
@@ -269,8 +277,7 @@ class Verifier {
 
   std::vector<std::string> files_;
   std::map<RecordKey, std::vector<Use>> records_;  // records and blocks
-  std::map<std::string, std::shared_ptr<io::Env>> envs_;  // by store directory
-  std::map<std::string, bool> remote_;  // DataIsRemote, by store directory
+  std::map<std::string, StoreData> stores_;  // by store directory
   size_t segment_records_ = 0, blocks_ = 0;
   uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::vector<std::string> damage_;

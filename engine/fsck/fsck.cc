@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "engine/data/data_storage.h"
+#include "engine/store_options.h"
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
 #include "meta/hosts.h"
@@ -109,7 +110,7 @@ Status Checker::Open() {
   // The staging logs (data in an object store): what a killed writer left
   // is part of the store (StoreImpl::Init).
   const std::string staging = dir_ + "/" + format::kStagingDirName;
-  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_, 30, staging));
+  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_, StoreOptions().data_timeout, staging));
 
   if (shared.has_value()) return OpenShared(*shared);
   return OpenEmbedded();

@@ -211,14 +211,19 @@ inline StoreOptions SmallOptions() {
 // pg.* runs of the engine's suites, tests/CMakeLists.txt; or mem://NAME:
 // the mem.* runs), the stores the tests create keep their index in
 // PostgreSQL, or in this process's memory. With CKPTFS_TEST_DATA set
-// (rados://POOL/NAMESPACE: the ceph.* runs beside tests/mount/ceph_bed.py),
-// they keep their data there.
+// (rados://POOL/NAMESPACE or s3://BUCKET/PREFIX with CKPTFS_TEST_S3_ENDPOINT:
+// the ceph.* runs beside tests/mount/ceph_bed.py), they keep their data
+// there.
 inline StoreOptions TestOptions() {
   StoreOptions o;
   o.min_free = 0;
   o.holder = "ckptfs engine test";
   if (const char* meta = std::getenv("CKPTFS_TEST_META")) o.meta = meta;
-  if (const char* data = std::getenv("CKPTFS_TEST_DATA")) o.data = data;
+  if (const char* data = std::getenv("CKPTFS_TEST_DATA")) {
+    o.data = data;
+    const char* endpoint = std::getenv("CKPTFS_TEST_S3_ENDPOINT");
+    if (o.data.starts_with("s3://") && endpoint != nullptr) o.s3_endpoint = endpoint;
+  }
   return o;
 }
 

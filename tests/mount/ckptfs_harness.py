@@ -465,6 +465,9 @@ class Session:
         data = os.environ.get("CKPTFS_TEST_DATA")
         if data and not any(o.startswith("data=") for o in options):
             options.append("data=" + data)
+            endpoint = os.environ.get("CKPTFS_TEST_S3_ENDPOINT")
+            if data.startswith("s3://") and endpoint:
+                options.append("s3_endpoint=" + endpoint)
         if options:
             cmd += ["-o", ",".join(options)]
         cmd += [store, mnt]
