@@ -7,8 +7,9 @@ data lives in RADOS or S3 would reach a real one.
     bed = ceph_bed.Cluster(tmp)             # a monitor and one OSD: RADOS
     bed = ceph_bed.Cluster(tmp, s3=True)    # and radosgw: S3 on bed.s3_endpoint
     bed.rados("put", "name", path, pool=bed.pool)
-    ceph_bed.py [--data] COMMAND [ARG...]  # COMMAND beside a cluster (main, below)
+    ceph_bed.py [--data|--s3|--s3-data] COMMAND [ARG...]  # beside a cluster (main)
     bed.kill_osd(); bed.start_osd()         # the OSD killed with -9, started again
+    bed.kill_rgw(); bed.start_rgw()         # radosgw the same
     bed.stop()                              # radosgw, the OSD, the monitor
 
 The monitor (no manager: nothing here needs one) and the OSD (BlueStore on
@@ -234,16 +235,17 @@ class Cluster:
             raise harness.HarnessError("ceph bed: cannot create bucket %s: %s"
                                        % (name, out.stderr.strip()))
 
-    def restart_rgw(self, down_s=0):
-        """radosgw stopped with SIGKILL and, `down_s` seconds later, started
-        again on the same port."""
+    def kill_rgw(self):
+        """radosgw killed with -9 (it comes back with start_rgw)."""
         name = "radosgw-%d" % self.rgw_port
         proc = self._procs.pop(name)
         proc.kill()
         proc.wait()
         harness.session().stop_server(name)  # forgets it
         self._names.remove(name)
-        time.sleep(down_s)
+
+    def start_rgw(self):
+        """radosgw started again on its port; returns once it answers."""
         self._start_rgw(make_user=False)
 
     def _start_rgw(self, make_user=True):

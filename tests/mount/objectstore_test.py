@@ -12,7 +12,10 @@ one-node Ceph cluster of the test's own (ceph_bed.py):
   - the OSD killed with -9 under the mount: a read waits for it to come
     back and returns the right bytes; one that waits longer than
     data_timeout fails with EIO, and the same read works once it is back;
-    no fsynced byte is lost and fsck finds the store clean.
+    no fsynced byte is lost and fsck finds the store clean;
+  - radosgw killed with -9 under a mount of a store in an S3 bucket: a read
+    and an fsynced write wait for it to come back and are right; a read
+    past data_timeout fails with EIO and works once it is back; fsck clean.
 Where the cluster cannot start (Ceph's packages missing), the tests are
 skipped, saying why; in CI (CI=true) they fail instead. Needs CKPTFS_BIN.
 """
@@ -241,6 +244,109 @@ class ObjectStoreTest(unittest.TestCase):
         m.unmount()
         fsck = ckptfs("fsck", m.store, check=False)
         self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
+        m.mount(options=[])
+        for name, data in want.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, name)
+
+
+class S3ObjectStoreTest(unittest.TestCase):
+    """A store whose data is in a bucket of the bed's radosgw."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-objectstore-s3.", s3=True)
+        # The daemon and the tools find the keys as they find a real
+        # service's: AWS's usual variables.
+        saved = dict(os.environ)
+        cls.addClassCleanup(lambda: (os.environ.clear(), os.environ.update(saved)))
+        os.environ.update(cls.bed.s3_environ())
+        cls.bed.make_bucket("ckpt")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.bed.stop()
+
+    def test_radosgw_killed_under_the_mount(self):
+        store = os.path.join(self.tmp, "rgw", "store")
+        m = harness.Mount(store, os.path.join(self.tmp, "rgw", "mnt"),
+                          ["data=s3://ckpt/rgw", "s3_endpoint=" + self.bed.s3_endpoint])
+        m.mount()
+        self.addCleanup(lambda: m.unmount() if harness.is_mounted(m.mnt) else None)
+        want = {}
+        for i in range(20):
+            data = os.urandom(40000 + 5000 * i)
+            lib.write_file(m.path("f%02d" % i), data, fsync=True)
+            want["f%02d" % i] = data
+        big = os.urandom(6 << 20)
+        lib.write_file(m.path("big"), big, fsync=True)
+        want["big"] = big
+        # Nothing cached, and the later mounts need no option: every read
+        # below goes to the gateway.
+        m.unmount()
+        m.mount(options=[])
+
+        # Down for less than data_timeout (30 s): a read and an fsynced
+        # write wait for it and are right.
+        self.bed.kill_rgw()
+        result = {}
+        during = os.urandom(300000)
+
+        def read():
+            try:
+                result["data"] = lib.read_file(m.path("f03"))
+            except OSError as e:
+                result["read error"] = e
+
+        def write():
+            try:
+                lib.write_file(m.path("during"), during, fsync=True)
+            except OSError as e:
+                result["write error"] = e
+        threads = [threading.Thread(target=read), threading.Thread(target=write)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        self.bed.start_rgw()
+        for t in threads:
+            t.join(120)
+        self.assertNotIn("read error", result)
+        self.assertNotIn("write error", result)
+        self.assertEqual(result["data"], want["f03"])
+        want["during"] = during
+        harness.log("a read and a write while radosgw was down returned after %.1f s"
+                    % (time.monotonic() - t0))
+
+        # Down for longer than data_timeout: EIO after about data_timeout;
+        # the same read works once the gateway answers again.
+        m.unmount()
+        m.mount(options=["data_timeout=%d" % DATA_TIMEOUT_S])
+        self.bed.kill_rgw()
+        try:
+            t0 = time.monotonic()
+            with self.assertRaises(OSError) as e:
+                lib.read_file(m.path("f07"))
+            waited = time.monotonic() - t0
+        finally:
+            self.bed.start_rgw()
+        self.assertEqual(e.exception.errno, errno.EIO, e.exception)
+        self.assertGreaterEqual(waited, DATA_TIMEOUT_S * 0.5)
+        self.assertLess(waited, 60)
+        harness.log("a read during a long outage failed with EIO after %.1f s" % waited)
+        self.assertEqual(lib.read_file(m.path("f07")), want["f07"])
+        bad = [name for name, data in want.items() if lib.read_file(m.path(name)) != data]
+        self.assertEqual(bad, [])
+        lib.write_file(m.path("after"), b"z" * 90000, fsync=True)
+        want["after"] = b"z" * 90000
+        m.unmount()
+        fsck = ckptfs("fsck", m.store, check=False)
+        self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
+        with open(os.path.join(m.store, "STORAGE")) as f:
+            storage = f.read()
+        self.assertIn("data=s3://ckpt/rgw\n", storage)
+        self.assertIn("endpoint=%s\n" % self.bed.s3_endpoint, storage)
+        self.assertFalse(os.path.isdir(os.path.join(m.store, "segments"))
+                         and os.listdir(os.path.join(m.store, "segments")))
         m.mount(options=[])
         for name, data in want.items():
             self.assertEqual(lib.read_file(m.path(name)), data, name)
