@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "io/env.h"
 
@@ -28,12 +29,26 @@ class ObjectStoreEnv : public Env {
  public:
   virtual ObjectCounters counters() const = 0;
   // Sends on what the staging logs in `dir` hold, and removes them (a
-  // store's other writers' logs, all of them stopped).
-  virtual Status SendStaged(const std::string& dir) = 0;
+  // store's other writers' logs, all of them stopped). A log that cannot
+  // be sent stays for the next try; storage that is full says so, and
+  // what to do.
+  Status SendStaged(const std::string& dir);
   // SendStaged(dir), then keeps this Env's staging logs there: for files
   // opened for writing from then on. Call it before the first such open,
   // as the one writer of what `dir` holds ("" for none).
-  virtual Status StartStaging(const std::string& dir) = 0;
+  Status StartStaging(const std::string& dir);
+
+ protected:
+  // Sends the writes of staging log `log` to `object`'s file, up to a
+  // record that fails its checksum (a write cut short by the end of its
+  // process); a log of a file that is gone is dropped (OK).
+  virtual Status SendStagedLog(const std::string& log, const std::string& object) = 0;
+  // The staging log of `object`'s file; "" while staging is off.
+  std::string StagingOf(const std::string& object) const;
+
+ private:
+  mutable Mutex staging_mu_;
+  std::string staging_ GUARDED_BY(staging_mu_);
 };
 
 // "D/NAME" for path ROOT/D/NAME where D is one of `dirs` and NAME holds no

@@ -570,36 +570,8 @@ class RadosEnvImpl final : public RadosEnv {
 
   ObjectCounters counters() const override { return pool_->counters(); }
 
-  // Sends on the writes that the staging logs of earlier processes hold
-  // (rados_env.h, Staging), then removes the logs. A log of a file that
-  // is gone is dropped; a record that fails its checksum ends its log (a
-  // write cut short by the end of its process).
-  Status SendStaged(const std::string& dir) override {
-    if (dir.empty()) return Status::OK();
-    CKPTFS_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListStagingLogs(dir));
-    for (const std::string& name : names) {
-      const std::string log = dir + "/" + name;
-      CKPTFS_RETURN_IF_ERROR(SendStagedLog(log, ObjectOfStagingName(name))
-                                 .Annotate("send the writes staged in " + log));
-      CKPTFS_RETURN_IF_ERROR(Env::Posix()->Remove(log));
-    }
-    return Status::OK();
-  }
-
-  Status StartStaging(const std::string& dir) override {
-    CKPTFS_RETURN_IF_ERROR(SendStaged(dir));
-    MutexLock l(&staging_mu_);
-    staging_ = dir;
-    return Status::OK();
-  }
-
  private:
-  std::string StagingOf(const std::string& oid) const {
-    MutexLock l(&staging_mu_);
-    return staging_.empty() ? "" : staging_ + "/" + StagingName(oid);
-  }
-
-  Status SendStagedLog(const std::string& log, const std::string& oid) {
+  Status SendStagedLog(const std::string& log, const std::string& oid) override {
     Result<Pool::Head> h = pool_->Stat(oid);
     if (!h.ok() && h.status().code() == ENOENT) return Status::OK();  // removed since
     if (!h.ok()) return h.status();
@@ -613,8 +585,6 @@ class RadosEnvImpl final : public RadosEnv {
 
   const std::shared_ptr<Pool> pool_;
   RadosOptions o_;
-  mutable Mutex staging_mu_;
-  std::string staging_ GUARDED_BY(staging_mu_);
 };
 
 }  // namespace

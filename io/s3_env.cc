@@ -457,38 +457,13 @@ class S3EnvImpl final : public S3Env {
 
   ObjectCounters counters() const override { return s3_->counters(); }
 
-  Status SendStaged(const std::string& dir) override {
-    if (dir.empty()) return Status::OK();
-    CKPTFS_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListStagingLogs(dir));
-    for (const std::string& name : names) {
-      const std::string log = dir + "/" + name;
-      CKPTFS_RETURN_IF_ERROR(
-          SendStagedLog(log, ObjectOfStagingName(name)).Annotate("send the writes staged in " + log));
-      CKPTFS_RETURN_IF_ERROR(Env::Posix()->Remove(log));
-    }
-    return Status::OK();
-  }
-
-  Status StartStaging(const std::string& dir) override {
-    CKPTFS_RETURN_IF_ERROR(SendStaged(dir));
-    MutexLock l(&staging_mu_);
-    staging_ = dir;
-    return Status::OK();
-  }
-
  private:
   Result<std::vector<Part>> Parts(const std::string& key) const {
     CKPTFS_ASSIGN_OR_RETURN(const S3Listing listing, s3_->List(key + "/"));
     return S3File::PartsOf(key, listing);
   }
 
-  std::string StagingOf(const std::string& key) const {
-    MutexLock l(&staging_mu_);
-    return staging_.empty() ? "" : staging_ + "/" + StagingName(key);
-  }
-
-  // A log of a file that is gone is dropped.
-  Status SendStagedLog(const std::string& log, const std::string& key) {
+  Status SendStagedLog(const std::string& log, const std::string& key) override {
     CKPTFS_ASSIGN_OR_RETURN(const std::vector<Part> parts, Parts(key));
     if (parts.empty() || parts.front().seq != 1) return Status::OK();
     S3File file(s3_, key, key, true, parts, o_, "");
@@ -500,8 +475,6 @@ class S3EnvImpl final : public S3Env {
 
   const std::shared_ptr<S3Client> s3_;
   S3Options o_;
-  mutable Mutex staging_mu_;
-  std::string staging_ GUARDED_BY(staging_mu_);
 };
 
 }  // namespace

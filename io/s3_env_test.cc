@@ -55,9 +55,9 @@ class S3EnvTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
 
-  std::shared_ptr<S3Env> Connect(const std::string& staging = "") {
+  std::shared_ptr<S3Env> Connect(const std::string& staging = "", const std::string& bucket = "") {
     S3Options o;
-    o.where = S3Location{bucket_, "env-test/"};
+    o.where = S3Location{bucket.empty() ? bucket_ : bucket, "env-test/"};
     o.endpoint = endpoint_;
     o.staging = staging;
     o.root = root_;
@@ -265,6 +265,41 @@ TEST_F(S3EnvTest, StagedWritesOfAKilledProcessAreSentOn) {
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(*(*f)->Size(), want.size());
   EXPECT_TRUE(ReadAll(**f, want.size()) == want);
+}
+
+// A bucket at its quota (the bed's, 1 MiB): the sync that needed the part
+// fails with ENOSPC, naming a full bucket, and what was synced before stays
+// whole for every reader.
+TEST_F(S3EnvTest, AFullBucketIsEnospcAtTheSyncAndKeepsWhatWasSynced) {
+  const char* full = std::getenv("CKPTFS_TEST_S3_FULL_BUCKET");
+  ASSERT_TRUE(full != nullptr) << "run beside the bed: tests/mount/ceph_bed.py --s3 COMMAND";
+  std::shared_ptr<S3Env> env = Connect("", full);
+  ASSERT_NE(env, nullptr);
+  Result<std::unique_ptr<File>> f = env->Create(Seg("00000001.seg"), "");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::string kept = Pattern(11, 300 << 10);
+  ASSERT_TRUE(Write(**f, 0, kept).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  // Past the quota: the write or, at the latest, the sync fails.
+  const std::string more = Pattern(12, 2 << 20);
+  Status s = Write(**f, kept.size(), more);
+  if (s.ok()) s = (*f)->Sync();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), ENOSPC) << s.ToString();
+  EXPECT_NE(s.message().find("the bucket is full"), std::string::npos) << s.ToString();
+  EXPECT_FALSE((*f)->Sync().ok());  // the file stays failed
+  std::shared_ptr<S3Env> other = Connect("", full);
+  ASSERT_NE(other, nullptr);
+  Result<std::unique_ptr<File>> g = other->Open(Seg("00000001.seg"), OpenMode::kRead);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_GE(*(*g)->Size(), kept.size());
+  std::string head(kept.size(), '\0');
+  ASSERT_EQ(*(*g)->ReadAt(0, kept.size(), head.data()), kept.size());
+  EXPECT_TRUE(head == kept);
+  // Removing the file gives the bucket its room back.
+  f->reset();
+  g->reset();
+  ASSERT_TRUE(other->Remove(Seg("00000001.seg")).ok());
 }
 
 TEST_F(S3EnvTest, AMissingBucketAndWrongKeysAreNamed) {

@@ -218,8 +218,10 @@ Status SegmentSet::SyncDirty() {
       seg->dirty = true;
       MutexLock l(&mu_);
       if (sync_error_.ok()) {
-        sync_error_ = Status(EIO, s.ToString() + "; data written since the last sync may be lost "
-                                                 "(reopen the store)");
+        // Full storage stays ENOSPC (an object store tells it only here).
+        sync_error_ = Status(s.code() == ENOSPC ? ENOSPC : EIO,
+                             s.ToString() + "; data written since the last sync may be lost "
+                                            "(reopen the store)");
       }
       return sync_error_;
     }

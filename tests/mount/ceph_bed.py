@@ -223,8 +223,9 @@ class Cluster:
         return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_REGION": "us-east-1", "CKPTFS_TEST_S3_ENDPOINT": self.s3_endpoint}
 
-    def make_bucket(self, name):
-        """Creates bucket `name` through the gateway (curl, signed SigV4)."""
+    def make_bucket(self, name, quota_bytes=None):
+        """Creates bucket `name` through the gateway (curl, signed SigV4),
+        with a quota of `quota_bytes` if given (radosgw-admin)."""
         out = subprocess.run(
             ["curl", "-sS", "-f", "-X", "PUT", "--aws-sigv4", "aws:amz:us-east-1:s3",
              "--user", "%s:%s" % (self.access_key, self.secret_key),
@@ -234,6 +235,16 @@ class Cluster:
         if out.returncode != 0:
             raise harness.HarnessError("ceph bed: cannot create bucket %s: %s"
                                        % (name, out.stderr.strip()))
+        if quota_bytes is not None:
+            self.set_bucket_quota(name, quota_bytes)
+
+    def set_bucket_quota(self, name, quota_bytes):
+        """Bucket `name` holds at most `quota_bytes` (radosgw-admin)."""
+        admin = ["radosgw-admin", "-c", self.conf, "-n", "client.rgw.a"]
+        self.run(*admin, "quota", "set", "--quota-scope=bucket", "--bucket=" + name,
+                 "--max-size=%d" % quota_bytes, timeout=120)
+        self.run(*admin, "quota", "enable", "--quota-scope=bucket", "--bucket=" + name,
+                 timeout=120)
 
     def kill_rgw(self):
         """radosgw killed with -9 (it comes back with start_rgw)."""
@@ -289,6 +300,11 @@ class Cluster:
         self._names = []
 
 
+# The quota of the bucket that --s3 makes to fill (radosgw refuses a PUT
+# past it with QuotaExceeded).
+FULL_BUCKET_BYTES = 1 << 20
+
+
 def main(argv):
     """ceph_bed.py [--data | --s3 | --s3-data] COMMAND [ARG...]: runs COMMAND
     beside a cluster of its own, with CEPH_CONF naming it (Ceph's clients
@@ -297,7 +313,9 @@ def main(argv):
     of its own), which makes the engine's tests keep their stores' data
     there. --s3 adds radosgw and a bucket (CKPTFS_TEST_S3_BUCKET), its
     endpoint (CKPTFS_TEST_S3_ENDPOINT) and keys (AWS_ACCESS_KEY_ID, ...);
-    --s3-data that and CKPTFS_TEST_DATA=s3://BUCKET/tests. Exits with the
+    --s3 also a bucket of FULL_BUCKET_BYTES at most
+    (CKPTFS_TEST_S3_FULL_BUCKET); --s3-data the first bucket and
+    CKPTFS_TEST_DATA=s3://BUCKET/tests. Exits with the
     command's status; a cluster that does not start is a failure."""
     mode = argv[0] if argv[:1] and argv[0] in ("--data", "--s3", "--s3-data") else None
     if mode:
@@ -316,6 +334,9 @@ def main(argv):
         if s3:
             bed.make_bucket("ckptfs-tests")
             env.update(bed.s3_environ(), CKPTFS_TEST_S3_BUCKET="ckptfs-tests")
+        if mode == "--s3":
+            bed.make_bucket("ckptfs-tests-full", quota_bytes=FULL_BUCKET_BYTES)
+            env["CKPTFS_TEST_S3_FULL_BUCKET"] = "ckptfs-tests-full"
         if mode == "--s3-data":
             env["CKPTFS_TEST_DATA"] = "s3://ckptfs-tests/tests"
         harness.log("ceph bed: a monitor, an OSD%s up in %.1f s"

@@ -15,7 +15,11 @@ one-node Ceph cluster of the test's own (ceph_bed.py):
     no fsynced byte is lost and fsck finds the store clean;
   - radosgw killed with -9 under a mount of a store in an S3 bucket: a read
     and an fsynced write wait for it to come back and are right; a read
-    past data_timeout fails with EIO and works once it is back; fsck clean.
+    past data_timeout fails with EIO and works once it is back; fsck clean;
+  - a bucket at its quota: the fsync that needed room and every later write
+    fail with ENOSPC, the fsynced files read right; the next mount fails in
+    one line saying what waits and what to do, and once the bucket has
+    room it mounts with every fsynced file whole, fsck clean.
 Where the cluster cannot start (Ceph's packages missing), the tests are
 skipped, saying why; in CI (CI=true) they fail instead. Needs CKPTFS_BIN.
 """
@@ -350,6 +354,47 @@ class S3ObjectStoreTest(unittest.TestCase):
         m.mount(options=[])
         for name, data in want.items():
             self.assertEqual(lib.read_file(m.path(name)), data, name)
+
+    def test_a_full_bucket_is_enospc_and_loses_nothing(self):
+        self.bed.make_bucket("small", quota_bytes=4 << 20)
+        store = os.path.join(self.tmp, "full", "store")
+        m = harness.Mount(store, os.path.join(self.tmp, "full", "mnt"),
+                          ["data=s3://small/full", "s3_endpoint=" + self.bed.s3_endpoint])
+        m.mount()
+        self.addCleanup(lambda: m.unmount() if harness.is_mounted(m.mnt) else None)
+        want = {}
+        with self.assertRaises(OSError) as e:
+            for i in range(100):
+                data = os.urandom(200000)
+                lib.write_file(m.path("f%03d" % i), data, fsync=True)
+                want["f%03d" % i] = data
+        # The fsync that needed room says so; so does every later write.
+        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+        self.assertGreater(len(want), 5)
+        with self.assertRaises(OSError) as e:
+            lib.write_file(m.path("later"), b"y" * 100000, fsync=True)
+        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+        for name, data in want.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, name)
+        m.unmount()
+        # What waits for room keeps the store closed, saying what to do.
+        r = subprocess.run([harness.ckptfs_bin(), "mount", m.store, m.mnt],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("wait in", r.stderr)
+        self.assertIn("the bucket is full", r.stderr)
+        self.assertIn("give it room", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertFalse(harness.is_mounted(m.mnt))
+        # Given room, it opens with every fsynced file whole, and fsck is clean.
+        self.bed.set_bucket_quota("small", 64 << 20)
+        m.mount(options=[])
+        for name, data in want.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, name)
+        lib.write_file(m.path("after"), b"z" * 100000, fsync=True)
+        m.unmount()
+        fsck = ckptfs("fsck", m.store, check=False)
+        self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
 
 
 if __name__ == "__main__":
