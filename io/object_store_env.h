@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -49,6 +52,60 @@ class ObjectStoreEnv : public Env {
  private:
   mutable Mutex staging_mu_;
   std::string staging_ GUARDED_BY(staging_mu_);
+};
+
+// The writes of one open file that wait to be sent, in arrival order: a
+// write that continues the last one joins it, up to `max_run` bytes a run.
+// A batch that starts with a large write (an eighth of `batch` or more) is
+// given room for `batch` bytes at once, the most a file holds before it
+// sends, so that the appends after it fill it without moving it.
+class PendingWrites {
+ public:
+  struct Run {
+    uint64_t offset;
+    std::string bytes;
+  };
+
+  PendingWrites(size_t batch, size_t max_run) : batch_(batch), max_run_(max_run) {}
+
+  // Returns the offset past the last byte added.
+  uint64_t Add(uint64_t offset, std::span<const std::string_view> pieces) {
+    for (std::string_view p : pieces) {
+      if (p.empty()) continue;
+      if (!runs_.empty() && runs_.back().offset + runs_.back().bytes.size() == offset &&
+          runs_.back().bytes.size() < max_run_) {
+        runs_.back().bytes.append(p);
+      } else {
+        runs_.push_back(Run{offset, {}});
+        if (runs_.size() == 1 && p.size() >= batch_ / 8) {
+          runs_.back().bytes.reserve(std::max(p.size(), batch_));
+        }
+        runs_.back().bytes.append(p);
+      }
+      bytes_ += p.size();
+      offset += p.size();
+    }
+    return offset;
+  }
+  bool Overlaps(uint64_t offset, uint64_t len) const {
+    for (const Run& r : runs_) {
+      if (r.offset < offset + len && offset < r.offset + r.bytes.size()) return true;
+    }
+    return false;
+  }
+  // The runs, leaving none.
+  std::vector<Run> Take() {
+    bytes_ = 0;
+    return std::exchange(runs_, {});
+  }
+  bool empty() const { return runs_.empty(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const size_t batch_;
+  const size_t max_run_;
+  std::vector<Run> runs_;
+  size_t bytes_ = 0;
 };
 
 // "D/NAME" for path ROOT/D/NAME where D is one of `dirs` and NAME holds no

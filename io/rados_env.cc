@@ -211,6 +211,7 @@ class RadosFile final : public File {
         buffer_limit_(o.write_buffer),
         max_in_flight_(std::max(1, o.writes_in_flight)),
         S(pool_->stripe()),
+        pending_(buffer_limit_, SIZE_MAX),
         size_(size),
         objects_(objects),
         recorded_objects_(objects) {
@@ -256,20 +257,9 @@ class RadosFile final : public File {
     MutexLock l(&mu_);
     CKPTFS_RETURN_IF_ERROR(error_);
     if (stage_ != nullptr) CKPTFS_RETURN_IF_ERROR(stage_->Append(offset, pieces));
-    uint64_t at = offset;
-    for (std::string_view p : pieces) {
-      if (p.empty()) continue;
-      if (!pending_.empty() && pending_.back().offset + pending_.back().bytes.size() == at) {
-        pending_.back().bytes.append(p);
-      } else {
-        pending_.push_back(Extent{at, std::string(p)});
-      }
-      pending_bytes_ += p.size();
-      at += p.size();
-    }
-    size_ = std::max(size_, at);
+    size_ = std::max(size_, pending_.Add(offset, pieces));
     if (stage_ != nullptr && stage_->bytes() >= kStagingLimit) return DrainLocked();
-    if (pending_bytes_ >= buffer_limit_) return SendLocked();
+    if (pending_.bytes() >= buffer_limit_) return SendLocked();
     return Status::OK();
   }
 
@@ -326,17 +316,9 @@ class RadosFile final : public File {
   }
 
  private:
-  struct Extent {
-    uint64_t offset;
-    std::string bytes;
-  };
-
   bool PendingOverlapsLocked(uint64_t offset, size_t len) const REQUIRES(mu_) {
     if (!in_flight_.empty()) return true;  // its bytes may be the ones asked for
-    for (const Extent& e : pending_) {
-      if (e.offset < offset + len && offset < e.offset + e.bytes.size()) return true;
-    }
-    return false;
+    return pending_.Overlaps(offset, len);
   }
 
   // Turns the waiting writes into write operations, one per object, sent
@@ -357,7 +339,15 @@ class RadosFile final : public File {
       ops.back().op = rados_create_write_op();
       return ops.back();
     };
-    for (Extent& e : pending_) {
+    for (PendingWrites::Run& e : pending_.Take()) {
+      if (e.offset / S == (e.offset + e.bytes.size() - 1) / S) {  // in one object: moved
+        const uint64_t k = e.offset / S;
+        InFlight& f = op_of(k);
+        f.bytes.push_back(std::move(e.bytes));
+        rados_write_op_write(f.op, f.bytes.back().data(), f.bytes.back().size(), e.offset % S);
+        objects_ = std::max(objects_, k + 1);
+        continue;
+      }
       uint64_t at = e.offset;
       std::string_view rest = e.bytes;
       while (!rest.empty()) {
@@ -371,8 +361,6 @@ class RadosFile final : public File {
         rest.remove_prefix(n);
       }
     }
-    pending_.clear();
-    pending_bytes_ = 0;
     sending_ = true;  // `ops` hold writes that are neither pending nor in flight
     for (InFlight& f : ops) {
       while (static_cast<int>(in_flight_.size()) >= max_in_flight_) WaitOldestLocked();
@@ -445,8 +433,7 @@ class RadosFile final : public File {
   const int max_in_flight_;
   const uint64_t S;  // the stripe: bytes per object
   mutable Mutex mu_;
-  mutable std::vector<Extent> pending_ GUARDED_BY(mu_);
-  mutable size_t pending_bytes_ GUARDED_BY(mu_) = 0;
+  mutable PendingWrites pending_ GUARDED_BY(mu_);
   mutable std::deque<InFlight> in_flight_ GUARDED_BY(mu_);
   mutable Status error_ GUARDED_BY(mu_);
   uint64_t size_ GUARDED_BY(mu_);

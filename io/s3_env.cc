@@ -92,12 +92,6 @@ class ExtentMap {
   std::map<uint64_t, Piece> map_;
 };
 
-// A run of bytes written and not yet sent.
-struct Extent {
-  uint64_t offset;
-  std::string bytes;
-};
-
 // A PUT of one part on its way.
 struct Upload {
   uint64_t seq = 0;
@@ -118,7 +112,8 @@ class S3File final : public File {
         key_(std::move(key)),
         writable_(writable),
         buffer_limit_(std::max<size_t>(1, o.write_buffer)),
-        max_in_flight_(std::max(1, o.writes_in_flight)) {
+        max_in_flight_(std::max(1, o.writes_in_flight)),
+        pending_(buffer_limit_, buffer_limit_) {
     MutexLock l(&mu_);
     ApplyLocked(parts);
     if (writable && !staging.empty()) stage_ = std::make_unique<StagingLog>(staging);
@@ -179,21 +174,9 @@ class S3File final : public File {
     MutexLock l(&mu_);
     CKPTFS_RETURN_IF_ERROR(error_);
     if (stage_ != nullptr) CKPTFS_RETURN_IF_ERROR(stage_->Append(offset, pieces));
-    uint64_t at = offset;
-    for (std::string_view p : pieces) {
-      if (p.empty()) continue;
-      if (!pending_.empty() && pending_.back().offset + pending_.back().bytes.size() == at &&
-          pending_.back().bytes.size() < buffer_limit_) {
-        pending_.back().bytes.append(p);
-      } else {
-        pending_.push_back(Extent{at, std::string(p)});
-      }
-      pending_bytes_ += p.size();
-      at += p.size();
-    }
-    size_ = std::max(size_, at);
+    size_ = std::max(size_, pending_.Add(offset, pieces));
     if (stage_ != nullptr && stage_->bytes() >= kStagingLimit) return DrainLocked();
-    if (pending_bytes_ >= buffer_limit_) return SendLocked();
+    if (pending_.bytes() >= buffer_limit_) return SendLocked();
     return Status::OK();
   }
 
@@ -278,9 +261,7 @@ class S3File final : public File {
   }
 
   bool UnsentOverlapsLocked(uint64_t offset, size_t len) const REQUIRES(mu_) {
-    for (const Extent& e : pending_) {
-      if (e.offset < offset + len && offset < e.offset + e.bytes.size()) return true;
-    }
+    if (pending_.Overlaps(offset, len)) return true;
     for (const Upload& u : in_flight_) {
       if (u.offset < offset + len && offset < u.offset + u.len) return true;
     }
@@ -289,11 +270,9 @@ class S3File final : public File {
 
   // Starts a PUT of each run that waits, as a part of its own.
   Status SendLocked() const REQUIRES(mu_) {
-    std::vector<Extent> runs;
-    runs.swap(pending_);
-    pending_bytes_ = 0;
+    std::vector<PendingWrites::Run> runs = pending_.Take();
     sending_ = true;  // `runs` hold writes that are neither pending nor in flight
-    for (Extent& run : runs) {
+    for (PendingWrites::Run& run : runs) {
       while (static_cast<int>(in_flight_.size()) >= max_in_flight_) WaitOldestLocked();
       Upload u;
       u.seq = next_seq_++;
@@ -352,8 +331,7 @@ class S3File final : public File {
   mutable uint64_t size_ GUARDED_BY(mu_) = 0;
   mutable uint64_t next_seq_ GUARDED_BY(mu_) = 1;
   mutable int64_t modified_ns_ GUARDED_BY(mu_) = 0;
-  mutable std::vector<Extent> pending_ GUARDED_BY(mu_);
-  mutable size_t pending_bytes_ GUARDED_BY(mu_) = 0;
+  mutable PendingWrites pending_ GUARDED_BY(mu_);
   mutable std::deque<Upload> in_flight_ GUARDED_BY(mu_);
   mutable Status error_ GUARDED_BY(mu_);
   mutable std::unique_ptr<StagingLog> stage_ GUARDED_BY(mu_);

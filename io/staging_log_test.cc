@@ -1,5 +1,6 @@
 // The staging log's record (docs/FORMAT.md, "Staging logs") and its replay,
-// and the names of an S3 file's parts (docs/FORMAT.md, "STORAGE").
+// and the names of an S3 file's parts (docs/FORMAT.md, "STORAGE"); the writes an
+// object-store file gathers.
 #include "io/staging_log.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/object_store_env.h"
 #include "io/s3_client.h"
 #include "io/s3_env.h"
 
@@ -77,6 +79,36 @@ TEST(StagingLogTest, ReplaysInOrderUpToATornRecord) {
 
 // docs/FORMAT.md, "STORAGE": part 1 written at offset 0, part 0x2a cutting
 // to 0x1000.
+// Writes that continue the last one join it, up to the longest run; any
+// other starts a run of its own; Take() leaves none.
+TEST(PendingWritesTest, JoinsContinuingWritesUpToTheLongestRun) {
+  PendingWrites w(/*batch=*/64, /*max_run=*/10);
+  const std::string_view a[] = {"abcd", "", "ef"};
+  EXPECT_EQ(w.Add(100, a), 106u);
+  const std::string_view b[] = {"ghij"};
+  EXPECT_EQ(w.Add(106, b), 110u);  // joins: 10 bytes, the longest run
+  const std::string_view c[] = {"k"};
+  EXPECT_EQ(w.Add(110, c), 111u);  // past it: a run of its own
+  const std::string_view d[] = {"xy"};
+  EXPECT_EQ(w.Add(50, d), 52u);  // elsewhere: a run of its own
+  EXPECT_EQ(w.bytes(), 13u);
+  EXPECT_TRUE(w.Overlaps(51, 1));
+  EXPECT_TRUE(w.Overlaps(109, 5));
+  EXPECT_FALSE(w.Overlaps(52, 48));
+  EXPECT_FALSE(w.Overlaps(111, 100));
+  std::vector<PendingWrites::Run> runs = w.Take();
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].offset, 100u);
+  EXPECT_EQ(runs[0].bytes, "abcdefghij");
+  EXPECT_EQ(runs[1].offset, 110u);
+  EXPECT_EQ(runs[1].bytes, "k");
+  EXPECT_EQ(runs[2].offset, 50u);
+  EXPECT_EQ(runs[2].bytes, "xy");
+  EXPECT_TRUE(w.empty());
+  EXPECT_EQ(w.bytes(), 0u);
+  EXPECT_FALSE(w.Overlaps(0, 1000));
+}
+
 TEST(S3PartNameTest, IsTheDocumentedName) {
   EXPECT_EQ(S3PartName(1, 'd', 0), "0000000000000001d0000000000000000");
   EXPECT_EQ(S3PartName(0x2a, 't', 0x1000), "000000000000002at0000000000001000");
