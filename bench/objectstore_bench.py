@@ -100,8 +100,8 @@ def tree_paths(dirs):
             yield "params.layer_%05d/%s" % (i, name)
 
 
-def save_tree(root, dirs, data):
-    for i in range(dirs):
+def save_tree(root, a, data, block):
+    for i in range(a.dirs):
         d = os.path.join(root, "params.layer_%05d" % i)
         os.mkdir(d)
         for name in CHUNKS:
@@ -110,27 +110,38 @@ def save_tree(root, dirs, data):
     os.sync()
 
 
-def restore_tree(root, dirs, data):
-    for rel in tree_paths(dirs):
+def restore_tree(root, a, data, block):
+    for rel in tree_paths(a.dirs):
         with open(os.path.join(root, rel), "rb") as f:
             if f.read() != data:
                 raise RuntimeError("wrong bytes in " + rel)
 
 
-def save_ranks(root, ranks, mib, block):
-    for r in range(ranks):
+def save_ranks(root, a, data, block):
+    for r in range(a.ranks):
         with open(os.path.join(root, "rank_%02d.distcp" % r), "wb") as f:
-            for _ in range(mib):
+            for _ in range(a.rank_mib):
                 f.write(block)
             os.fsync(f.fileno())
 
 
-def restore_ranks(root, ranks, mib, block):
-    for r in range(ranks):
+def restore_ranks(root, a, data, block):
+    for r in range(a.ranks):
         with open(os.path.join(root, "rank_%02d.distcp" % r), "rb", buffering=0) as f:
-            for _ in range(mib):
+            for _ in range(a.rank_mib):
                 if f.read(BLOCK) != block:
                     raise RuntimeError("wrong bytes in rank %d" % r)
+
+
+# Each workload's save and restore (root, args, chunk bytes, 1 MiB block).
+WORKLOADS = {"tree": (save_tree, restore_tree), "ranks": (save_ranks, restore_ranks)}
+
+
+def timed(fn, *args):
+    """Seconds `fn(*args)` took."""
+    t0 = time.monotonic()
+    fn(*args)
+    return time.monotonic() - t0
 
 
 def object_requests(m):
@@ -149,24 +160,15 @@ def ckptfs_side(tmp, name, options, a, data, block):
             root = m.path(workload)
             os.mkdir(root)
             files = a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
+            save_fn, restore_fn = WORKLOADS[workload]
             _, w0 = object_requests(m)
-            t0 = time.monotonic()
-            if workload == "tree":
-                save_tree(root, a.dirs, data)
-            else:
-                save_ranks(root, a.ranks, a.rank_mib, block)
-            save = time.monotonic() - t0
+            save = timed(save_fn, root, a, data, block)
             _, w1 = object_requests(m)
             m.unmount()
             drop_caches()
             m.mount(options=[])
             r0, _ = object_requests(m)
-            t0 = time.monotonic()
-            if workload == "tree":
-                restore_tree(root, a.dirs, data)
-            else:
-                restore_ranks(root, a.ranks, a.rank_mib, block)
-            restore = time.monotonic() - t0
+            restore = timed(restore_fn, root, a, data, block)
             r1, _ = object_requests(m)
             row = {"workload": workload, "side": name, "files": files,
                    "save_s": round(save, 2), "restore_s": round(restore, 2),
@@ -186,35 +188,29 @@ def object_per_file_side(bed, a, data, block):
     bucket = "perfile"
     bed.make_bucket(bucket)
     s3 = S3(bed.s3_endpoint, bed.access_key, bed.secret_key)
-    out = []
-    files = a.dirs * len(CHUNKS)
-    t0 = time.monotonic()
-    for rel in tree_paths(a.dirs):
-        s3.request("PUT", "/%s/tree/%s" % (bucket, rel), data)
-    save = time.monotonic() - t0
-    t0 = time.monotonic()
-    for rel in tree_paths(a.dirs):
-        if s3.request("GET", "/%s/tree/%s" % (bucket, rel)) != data:
-            raise RuntimeError("wrong bytes in " + rel)
-    restore = time.monotonic() - t0
-    out.append({"workload": "tree", "side": "object per file (radosgw)", "files": files,
-                "save_s": round(save, 2), "restore_s": round(restore, 2),
-                "save_requests_per_file": 1.0, "restore_requests_per_file": 1.0})
     body = block * a.rank_mib
-    t0 = time.monotonic()
-    for r in range(a.ranks):
-        s3.request("PUT", "/%s/ranks/rank_%02d.distcp" % (bucket, r), body)
-    save = time.monotonic() - t0
-    t0 = time.monotonic()
-    for r in range(a.ranks):
-        if s3.request("GET", "/%s/ranks/rank_%02d.distcp" % (bucket, r)) != body:
-            raise RuntimeError("wrong bytes in rank %d" % r)
-    restore = time.monotonic() - t0
-    mb = a.ranks * a.rank_mib * BLOCK / 1e6
-    out.append({"workload": "ranks", "side": "object per file (radosgw)", "files": a.ranks,
-                "save_s": round(save, 2), "restore_s": round(restore, 2),
-                "save_mb_s": round(mb / save), "restore_mb_s": round(mb / restore),
-                "save_requests_per_file": 1.0, "restore_requests_per_file": 1.0})
+    files = {"tree": [("/%s/tree/%s" % (bucket, rel), data) for rel in tree_paths(a.dirs)],
+             "ranks": [("/%s/ranks/rank_%02d.distcp" % (bucket, r), body)
+                       for r in range(a.ranks)]}
+
+    def put(objects):
+        for key, want in objects:
+            s3.request("PUT", key, want)
+
+    def get(objects):
+        for key, want in objects:
+            if s3.request("GET", key) != want:
+                raise RuntimeError("wrong bytes in " + key)
+    out = []
+    for workload, objects in files.items():
+        save, restore = timed(put, objects), timed(get, objects)
+        row = {"workload": workload, "side": "object per file (radosgw)", "files": len(objects),
+               "save_s": round(save, 2), "restore_s": round(restore, 2),
+               "save_requests_per_file": 1.0, "restore_requests_per_file": 1.0}
+        if workload == "ranks":
+            mb = a.ranks * a.rank_mib * BLOCK / 1e6
+            row.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
+        out.append(row)
     return out
 
 

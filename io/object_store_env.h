@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +27,33 @@ struct ObjectCounters {
   uint64_t other = 0;   // stats, creates, removes, truncates, listings
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+};
+
+// What every object-store Env is opened with (RadosOptions, S3Options add
+// where the objects go).
+struct ObjectStoreOptions {
+  // The local directory whose subdirectories `dirs` live in the object store.
+  std::string root;
+  std::vector<std::string> dirs;
+  // Before every object's name (after the location's own prefix): tells
+  // stores that share a pool or bucket apart.
+  std::string prefix;
+  // Every other path.
+  std::shared_ptr<Env> local;
+  // A local directory for the staging logs (made when missing); "" for
+  // none: a process killed loses the writes the store had not
+  // acknowledged. Connect() first sends on what earlier processes left
+  // there (one writer of a store's files at a time: the store's lock).
+  std::string staging;
+  // How long an operation waits for the store (an OSD down, a monitor or
+  // a service unreachable, 5xx answers) before it fails with EIO.
+  // Default: 30 s.
+  double op_timeout_s = 30;
+  // A file's writes waiting before they go out in the background (in S3
+  // also the most bytes of one part). Default: 8 MiB.
+  size_t write_buffer = 8u << 20;
+  // Background writes of one file in flight at once. Default: 4.
+  int writes_in_flight = 4;
 };
 
 class ObjectStoreEnv : public Env {

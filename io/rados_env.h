@@ -55,30 +55,10 @@ struct RadosLocation {
 };
 Result<RadosLocation> ParseRadosUrl(std::string_view url);
 
-struct RadosOptions {
+struct RadosOptions : ObjectStoreOptions {
   RadosLocation where;
-  // The local directory whose subdirectories `dirs` live in RADOS.
-  std::string root;
-  std::vector<std::string> dirs;
-  // Before every object's name: tells stores that share a pool apart.
-  std::string prefix;
-  // Every other path.
-  std::shared_ptr<Env> local;
-  // A local directory for the staging logs (made when missing); "" for
-  // none: a process killed loses the writes the cluster had not
-  // acknowledged. Connect() first sends on what earlier processes left
-  // there (one writer of a store's files at a time: the store's lock).
-  std::string staging;
   // Ceph's configuration file; "" for Ceph's own search.
   std::string conf;
-  // How long an operation waits for the cluster (an OSD down, a monitor
-  // unreachable) before it fails with EIO. Default: 30 s.
-  double op_timeout_s = 30;
-  // A file's writes waiting before they go out in the background.
-  // Default: 8 MiB.
-  size_t write_buffer = 8u << 20;
-  // Background writes of one file in flight at once. Default: 4.
-  int writes_in_flight = 4;
   // Bytes of a file in each of its objects (S above). A store's files
   // are always read with the stripe they were written with.
   // Default: kRadosStripeBytes.

@@ -41,28 +41,10 @@
 
 namespace ckptfs::io {
 
-struct S3Options {
+struct S3Options : ObjectStoreOptions {
   S3Location where;
   // "http://HOST:PORT" or "https://HOST[:PORT]".
   std::string endpoint;
-  // The local directory whose subdirectories `dirs` live in the bucket.
-  std::string root;
-  std::vector<std::string> dirs;
-  // After where.prefix, before every key of the store: tells stores that
-  // share a bucket apart.
-  std::string prefix;
-  // Every other path.
-  std::shared_ptr<Env> local;
-  // The staging logs' directory (made when missing); "" for none.
-  std::string staging;
-  // How long a request is tried again (the service unreachable, 5xx)
-  // before it fails with EIO. Default: 30 s.
-  double op_timeout_s = 30;
-  // A file's writes waiting before they go out in the background, and the
-  // most bytes of one part. Default: 8 MiB.
-  size_t write_buffer = 8u << 20;
-  // Background PUTs of one file at once. Default: 4.
-  int writes_in_flight = 4;
 };
 
 class S3Env : public ObjectStoreEnv {

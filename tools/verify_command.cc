@@ -202,11 +202,10 @@ class Verifier {
   // where its store keeps it: in its directory, or in the object store
   // that STORE/STORAGE names.
   engine::Result<std::unique_ptr<io::File>> OpenStoreFile(const std::string& path) {
-    StoreData& store =
-        StoreOf(std::filesystem::path(path).parent_path().parent_path().string());
+    const std::string dir = std::filesystem::path(path).parent_path().parent_path().string();
+    StoreData& store = StoreOf(dir);
     if (store.env == nullptr) {
       CKPTFS_RETURN_IF_ERROR(store.where.status());
-      const std::string dir = std::filesystem::path(path).parent_path().parent_path().string();
       CKPTFS_ASSIGN_OR_RETURN(store.env, engine::OpenDataEnv(dir, *store.where, io::Env::Posix()));
     }
     return store.env->Open(path, io::OpenMode::kRead);

@@ -79,29 +79,25 @@ Result<std::shared_ptr<io::Env>> OpenDataEnv(const std::string& dir,
                                              std::shared_ptr<io::Env> local,
                                              double timeout_s, const std::string& staging) {
   if (!where.has_value()) return local;
-  const std::vector<std::string> dirs = {format::kSegmentsDirName, format::kDataDirName,
-                                         format::kSnapshotsDirName};
+  auto common = [&](io::ObjectStoreOptions& o) {
+    o.root = dir;
+    o.dirs = {format::kSegmentsDirName, format::kDataDirName, format::kSnapshotsDirName};
+    o.prefix = where->prefix;
+    o.local = std::move(local);
+    o.staging = staging;
+    o.op_timeout_s = timeout_s;
+  };
   if (where->data.starts_with("s3://")) {
     io::S3Options o;
     CKPTFS_ASSIGN_OR_RETURN(o.where, io::ParseS3Url(where->data));
     o.endpoint = where->endpoint;
-    o.op_timeout_s = timeout_s;
-    o.staging = staging;
-    o.root = dir;
-    o.dirs = dirs;
-    o.prefix = where->prefix;
-    o.local = std::move(local);
+    common(o);
     CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::S3Env> env, io::S3Env::Connect(o));
     return std::shared_ptr<io::Env>(std::move(env));
   }
   io::RadosOptions o;
-  o.op_timeout_s = timeout_s;
-  o.staging = staging;
   CKPTFS_ASSIGN_OR_RETURN(o.where, io::ParseRadosUrl(where->data));
-  o.root = dir;
-  o.dirs = dirs;
-  o.prefix = where->prefix;
-  o.local = std::move(local);
+  common(o);
   CKPTFS_ASSIGN_OR_RETURN(std::shared_ptr<io::RadosEnv> env, io::RadosEnv::Connect(o));
   return std::shared_ptr<io::Env>(std::move(env));
 }

@@ -110,7 +110,8 @@ Status Checker::Open() {
   // The staging logs (data in an object store): what a killed writer left
   // is part of the store (StoreImpl::Init).
   const std::string staging = dir_ + "/" + format::kStagingDirName;
-  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_, StoreOptions().data_timeout, staging));
+  CKPTFS_ASSIGN_OR_RETURN(env_,
+                          OpenDataEnv(dir_, storage, env_, StoreOptions().data_timeout, staging));
 
   if (shared.has_value()) return OpenShared(*shared);
   return OpenEmbedded();

@@ -77,6 +77,43 @@ def object_requests(m):
     return e["object_reads"], e["object_writes"] + e["object_other"]
 
 
+def write_files(m, count, base, step, big):
+    """`count` fsynced files f00.. of base + step * i random bytes and one
+    of `big`; remounted, so that nothing is cached. Returns name -> bytes."""
+    want = {}
+    for i in range(count):
+        want["f%02d" % i] = os.urandom(base + step * i)
+    want["big"] = os.urandom(big)
+    for name, data in want.items():
+        lib.write_file(m.path(name), data, fsync=True)
+    m.unmount()
+    m.mount(options=[])
+    return want
+
+
+def eio_past_data_timeout(test, m, name, want, stop, start):
+    """Remounts with data_timeout=DATA_TIMEOUT_S, stops the cluster's
+    server with `stop`: a read of `name` fails with EIO after about
+    data_timeout; once `start` has brought it back, the same read is
+    right. Returns the seconds the failed read took."""
+    m.unmount()
+    m.mount(options=["data_timeout=%d" % DATA_TIMEOUT_S])
+    stop()
+    try:
+        t0 = time.monotonic()
+        with test.assertRaises(OSError) as e:
+            lib.read_file(m.path(name))
+        waited = time.monotonic() - t0
+    finally:
+        start()
+    test.assertEqual(e.exception.errno, errno.EIO, e.exception)
+    test.assertGreaterEqual(waited, DATA_TIMEOUT_S * 0.5)
+    test.assertLess(waited, 60)
+    harness.log("a read during a long outage failed with EIO after %.1f s" % waited)
+    test.assertEqual(lib.read_file(m.path(name)), want[name])
+    return waited
+
+
 class ObjectStoreTest(unittest.TestCase):
     maxDiff = None
 
@@ -186,17 +223,8 @@ class ObjectStoreTest(unittest.TestCase):
 
     def test_an_osd_killed_under_the_mount(self):
         m = self.new_mount("osd")
-        want = {}
-        for i in range(30):
-            data = os.urandom(50000 + 3000 * i)
-            lib.write_file(m.path("f%02d" % i), data, fsync=True)
-            want["f%02d" % i] = data
-        big = os.urandom(12 << 20)
-        lib.write_file(m.path("big"), big, fsync=True)
-        want["big"] = big
         # Nothing cached: every read below goes to the cluster.
-        m.unmount()
-        m.mount(options=[])
+        want = write_files(m, 30, 50000, 3000, 12 << 20)
 
         # Down for less than data_timeout (30 s): the read waits and is right.
         self.bed.kill_osd()
@@ -220,21 +248,7 @@ class ObjectStoreTest(unittest.TestCase):
 
         # Down for longer than data_timeout: EIO after about data_timeout;
         # the same read works once the OSD is back.
-        m.unmount()
-        m.mount(options=["data_timeout=%d" % DATA_TIMEOUT_S])
-        self.bed.kill_osd()
-        try:
-            t0 = time.monotonic()
-            with self.assertRaises(OSError) as e:
-                lib.read_file(m.path("f07"))
-            waited = time.monotonic() - t0
-        finally:
-            self.bed.start_osd()
-        self.assertEqual(e.exception.errno, errno.EIO, e.exception)
-        self.assertGreaterEqual(waited, DATA_TIMEOUT_S * 0.5)
-        self.assertLess(waited, 60)
-        harness.log("a read during a long outage failed with EIO after %.1f s" % waited)
-        self.assertEqual(lib.read_file(m.path("f07")), want["f07"])
+        eio_past_data_timeout(self, m, "f07", want, self.bed.kill_osd, self.bed.start_osd)
         bad = []
         for name, data in want.items():
             try:
@@ -270,24 +284,20 @@ class S3ObjectStoreTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.bed.stop()
 
-    def test_radosgw_killed_under_the_mount(self):
-        store = os.path.join(self.tmp, "rgw", "store")
-        m = harness.Mount(store, os.path.join(self.tmp, "rgw", "mnt"),
-                          ["data=s3://ckpt/rgw", "s3_endpoint=" + self.bed.s3_endpoint])
+    def new_mount(self, name, bucket):
+        store = os.path.join(self.tmp, name, "store")
+        m = harness.Mount(store, os.path.join(self.tmp, name, "mnt"),
+                          ["data=s3://%s/%s" % (bucket, name),
+                           "s3_endpoint=" + self.bed.s3_endpoint])
         m.mount()
         self.addCleanup(lambda: m.unmount() if harness.is_mounted(m.mnt) else None)
-        want = {}
-        for i in range(20):
-            data = os.urandom(40000 + 5000 * i)
-            lib.write_file(m.path("f%02d" % i), data, fsync=True)
-            want["f%02d" % i] = data
-        big = os.urandom(6 << 20)
-        lib.write_file(m.path("big"), big, fsync=True)
-        want["big"] = big
+        return m
+
+    def test_radosgw_killed_under_the_mount(self):
+        m = self.new_mount("rgw", "ckpt")
         # Nothing cached, and the later mounts need no option: every read
         # below goes to the gateway.
-        m.unmount()
-        m.mount(options=[])
+        want = write_files(m, 20, 40000, 5000, 6 << 20)
 
         # Down for less than data_timeout (30 s): a read and an fsynced
         # write wait for it and are right.
@@ -323,21 +333,7 @@ class S3ObjectStoreTest(unittest.TestCase):
 
         # Down for longer than data_timeout: EIO after about data_timeout;
         # the same read works once the gateway answers again.
-        m.unmount()
-        m.mount(options=["data_timeout=%d" % DATA_TIMEOUT_S])
-        self.bed.kill_rgw()
-        try:
-            t0 = time.monotonic()
-            with self.assertRaises(OSError) as e:
-                lib.read_file(m.path("f07"))
-            waited = time.monotonic() - t0
-        finally:
-            self.bed.start_rgw()
-        self.assertEqual(e.exception.errno, errno.EIO, e.exception)
-        self.assertGreaterEqual(waited, DATA_TIMEOUT_S * 0.5)
-        self.assertLess(waited, 60)
-        harness.log("a read during a long outage failed with EIO after %.1f s" % waited)
-        self.assertEqual(lib.read_file(m.path("f07")), want["f07"])
+        eio_past_data_timeout(self, m, "f07", want, self.bed.kill_rgw, self.bed.start_rgw)
         bad = [name for name, data in want.items() if lib.read_file(m.path(name)) != data]
         self.assertEqual(bad, [])
         lib.write_file(m.path("after"), b"z" * 90000, fsync=True)
@@ -357,11 +353,7 @@ class S3ObjectStoreTest(unittest.TestCase):
 
     def test_a_full_bucket_is_enospc_and_loses_nothing(self):
         self.bed.make_bucket("small", quota_bytes=4 << 20)
-        store = os.path.join(self.tmp, "full", "store")
-        m = harness.Mount(store, os.path.join(self.tmp, "full", "mnt"),
-                          ["data=s3://small/full", "s3_endpoint=" + self.bed.s3_endpoint])
-        m.mount()
-        self.addCleanup(lambda: m.unmount() if harness.is_mounted(m.mnt) else None)
+        m = self.new_mount("full", "small")
         want = {}
         with self.assertRaises(OSError) as e:
             for i in range(100):
