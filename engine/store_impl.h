@@ -286,6 +286,8 @@ class StoreImpl final : public Store {
     std::unique_ptr<meta::Txn> index;
     // What every read of the change goes through: `index`, or kLatest.
     meta::ReadTxn* reader() const { return index.get(); }
+    // 1, and more when RunChange runs the change again after a conflict.
+    int attempt = 1;
   };
   // RunChange(body) under ns_mu_: exclusive on an embedded store, shared on
   // a shared one.
@@ -302,13 +304,14 @@ class StoreImpl final : public Store {
   // in a new one, when the index reports a conflict.
   template <typename Body>
   auto RunChange(Body body) -> decltype(body(std::declval<Txn&>())) {
-    const meta::RetryPolicy policy;
-    for (int attempt = 1;; ++attempt) {
-      if (attempt > 1) meta::Backoff(policy, attempt);
+    meta::Retrier retry;
+    for (;;) {
       Txn t(this);
+      t.attempt = retry.attempts();
       CKPTFS_RETURN_IF_ERROR(t.Begin());
       auto r = body(t);
-      if (!meta::IsConflict(StatusOf(r)) || attempt >= policy.max_attempts) return r;
+      if (!meta::IsConflict(StatusOf(r))) return r;
+      if (!retry.Again()) return StatusOf(r).Annotate(retry.GaveUp());
     }
   }
   static const Status& StatusOf(const Status& s) { return s; }
@@ -343,6 +346,13 @@ class StoreImpl final : public Store {
   Status IndexScan(meta::ReadTxn* in, Space s, std::string_view begin, std::string_view end,
                    const meta::ScanFn& fn);
   Result<format::DentryValue> GetDentry(Ino parent, std::string_view name, meta::ReadTxn* in);
+  // Entry `name` of `parent`, read in `t`, with `parent` and the entry's
+  // inode locked (Txn::Lock). When a shared store's change runs again after
+  // a conflict, the entry is looked up outside `t` first and read in `t`
+  // only once the locks are held: a transaction whose first read comes
+  // before a wait for the locks conflicts with every change committed
+  // during that wait, and so again on each retry while the inode is busy.
+  Result<format::DentryValue> LockEntry(Txn& t, Ino parent, std::string_view name);
   Result<Attr> GetAttrOf(InodeState* s);
   // The attributes of a fresh `s` (FreshLocked), as the kernel is told them.
   Result<Attr> AttrLocked(InodeState* s) REQUIRES(s->mu);

@@ -597,12 +597,26 @@ Result<Attr> StoreImpl::Link(Ino ino, Ino new_parent, std::string_view new_name)
   });
 }
 
+Result<format::DentryValue> StoreImpl::LockEntry(Txn& t, Ino parent, std::string_view name) {
+  if (t.attempt == 1 || t.reader() == kLatest) {
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
+    CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+    return d;
+  }
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue seen, GetDentry(parent, name, kLatest));
+  CKPTFS_RETURN_IF_ERROR(t.Lock({parent, seen.ino}));
+  CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
+  if (d.ino != seen.ino) {
+    return meta::ConflictStatus("\"" + std::string(name) + "\" changed while its inode was locked");
+  }
+  return d;
+}
+
 Status StoreImpl::Unlink(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
-    CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, LockEntry(t, parent, name));
     if (S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(EISDIR, "\"" + std::string(name) + "\" is a directory");
     }
@@ -618,8 +632,7 @@ Status StoreImpl::Rmdir(Ino parent, std::string_view name) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(ValidateName(name));
   return ChangeNamespace([&](Txn& t) -> Status {
-    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, GetDentry(parent, name, t.reader()));
-    CKPTFS_RETURN_IF_ERROR(t.Lock({parent, d.ino}));
+    CKPTFS_ASSIGN_OR_RETURN(format::DentryValue d, LockEntry(t, parent, name));
     if (!S_ISDIR(t.Edit(d.ino).mode)) {
       return Status(ENOTDIR, "\"" + std::string(name) + "\" is not a directory");
     }

@@ -150,32 +150,44 @@ Status RangeHeldStatus(std::string message) {
 
 bool IsRangeHeld(const Status& s) { return s.payload<RangeHeld>() != nullptr; }
 
-void Backoff(const RetryPolicy& policy, int attempt) {
+bool Retrier::Again() {
+  if (attempt_ >= policy_.max_attempts &&
+      std::chrono::steady_clock::now() - start_ >= policy_.patience) {
+    return false;
+  }
+  ++attempt_;
   const uint64_t cap = std::min<uint64_t>(
-      policy.backoff_max_us, static_cast<uint64_t>(policy.backoff_base_us)
-                                 << std::min(attempt - 2, 20));
-  if (cap == 0) return;
+      policy_.backoff_max_us, static_cast<uint64_t>(policy_.backoff_base_us)
+                                  << std::min(attempt_ - 2, 20));
+  if (cap == 0) return true;
   thread_local std::minstd_rand rng(std::random_device{}());
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % cap));
+  return true;
+}
+
+std::string Retrier::GaveUp() const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start_)
+                      .count();
+  return "gave up after " + std::to_string(attempt_) + " conflicts in " + std::to_string(ms) +
+         " ms";
 }
 
 namespace {
 
 // Runs `once` in a new transaction (`begin` makes it) until it reports no
-// conflict, waiting a little between tries, at most policy.max_attempts
-// times.
+// conflict or the policy gives up, waiting a little between tries.
 template <class T, class BeginFn>
 Status Retry(const BeginFn& begin, const RetryPolicy& policy,
              const std::function<Status(T*)>& once) {
-  Status last;
-  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
-    if (attempt > 1) Backoff(policy, attempt);
+  Retrier retry(policy);
+  for (;;) {
     Result<std::unique_ptr<T>> txn = begin();
     if (!txn.ok()) return txn.status();
-    last = once(txn->get());
-    if (!IsConflict(last)) return last;
+    Status st = once(txn->get());
+    if (!IsConflict(st)) return st;
+    if (!retry.Again()) return st.Annotate(retry.GaveUp());
   }
-  return last.Annotate("gave up after " + std::to_string(policy.max_attempts) + " conflicts");
 }
 
 Status RetryTxn(Kv* kv, const RetryPolicy& policy, const std::function<Status(Txn*)>& once) {

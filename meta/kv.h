@@ -16,6 +16,7 @@
 // writers with its own locks.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -283,19 +284,40 @@ class Kv {
 
 // How RunTxn runs a body again after a conflict.
 struct RetryPolicy {
+  // A transaction that conflicted runs again until it has run max_attempts
+  // times and `patience` has passed since its first run: under contention
+  // on one key a transaction may lose many times in a row.
   int max_attempts = 64;
-  // The wait before attempt n (n >= 2) is random in [0, min(max, base * 2^(n-2))).
+  std::chrono::milliseconds patience{30'000};
+  // The wait before attempt n (Retrier::Again).
   uint32_t backoff_base_us = 100;
   uint32_t backoff_max_us = 50'000;
 };
 
-// Waits before attempt `attempt` (2 or more) of a transaction that
-// conflicted: a random time in [0, min(max, base * 2^(attempt-2))).
-void Backoff(const RetryPolicy& policy, int attempt);
+// The attempts of one transaction under a RetryPolicy:
+//   Retrier retry(policy);
+//   do { st = Once(); } while (IsConflict(st) && retry.Again());
+class Retrier {
+ public:
+  explicit Retrier(const RetryPolicy& policy = {})
+      : policy_(policy), start_(std::chrono::steady_clock::now()) {}
+  // After a conflict: false when the policy gives up; else waits a random
+  // time in [0, min(max, base * 2^(n-2))) before attempt n and returns true.
+  bool Again();
+  int attempts() const { return attempt_; }
+  // "gave up after N conflicts in T ms", for the last conflict's message.
+  std::string GaveUp() const;
+
+ private:
+  const RetryPolicy policy_;
+  const std::chrono::steady_clock::time_point start_;
+  int attempt_ = 1;
+};
+
 // Runs `body` in a new transaction and commits what it wrote; when a read or
 // the commit reports a conflict, waits a little and runs it again in a fresh
-// transaction. The body's errors end it without a commit. After
-// `policy.max_attempts` conflicts, the last conflict (EAGAIN).
+// transaction. The body's errors end it without a commit. When the policy
+// gives up (Retrier), the last conflict (EAGAIN).
 Status RunTxn(Kv* kv, const std::function<Status(Txn*)>& body, Durability d,
               const RetryPolicy& policy = {});
 

@@ -756,6 +756,29 @@ TEST_P(KvTest, ACommitWakesTheListenersOfItsChannelsWhenItCommits) {
   EXPECT_FALSE(wait(b->get(), 200));
 }
 
+TEST(RetrierTest, GivesUpOnlyAfterItsAttemptsAndItsPatience) {
+  RetryPolicy p;
+  p.backoff_base_us = 0;  // no waits: the test times only the patience
+  p.max_attempts = 3;
+  p.patience = std::chrono::milliseconds(0);
+  Retrier few(p);
+  EXPECT_TRUE(few.Again());
+  EXPECT_TRUE(few.Again());
+  EXPECT_FALSE(few.Again());
+  EXPECT_EQ(few.attempts(), 3);
+  EXPECT_NE(few.GaveUp().find("gave up after 3 conflicts"), std::string::npos) << few.GaveUp();
+
+  // Past its attempts, it goes on until its patience has passed.
+  p.max_attempts = 1;
+  p.patience = std::chrono::milliseconds(50);
+  const auto start = std::chrono::steady_clock::now();
+  Retrier patient(p);
+  while (patient.Again()) {
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, p.patience);
+  EXPECT_GT(patient.attempts(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Impls, KvTest,
                          testing::Values(Impl::kRocksDb, Impl::kMemory, Impl::kPostgreSql),
                          [](const testing::TestParamInfo<Impl>& i) {

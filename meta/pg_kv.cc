@@ -651,18 +651,16 @@ Status PgKv::Maintain() {
 }
 
 Status PgKv::FoldMerges(size_t max_keys, size_t* folded) {
-  const RetryPolicy policy;
-  Status st;
-  for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
-    if (attempt > 1) Backoff(policy, attempt);
+  Retrier retry;
+  for (;;) {
     CKPTFS_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> c, pool_->Take());
     PgTxn t(pool_.get(), &sql_, std::move(c), &channels_);
     *folded = 0;
-    st = FoldIn(&t, max_keys, folded);
+    Status st = FoldIn(&t, max_keys, folded);
     if (st.ok()) st = t.Commit(Durability::kLogged);
     if (!IsConflict(st)) return st;
+    if (!retry.Again()) return st.Annotate(retry.GaveUp());
   }
-  return st;
 }
 
 Result<uint64_t> PgKv::QueryNumber(const std::string& sql, const std::string& what) {

@@ -442,9 +442,8 @@ Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
   // transaction; none is committed when another host owns it.
   bool wrote = false;
   Status st;
-  const meta::RetryPolicy policy;
-  for (int attempt = 1;; ++attempt) {
-    if (attempt > 1) meta::Backoff(policy, attempt);
+  meta::Retrier retry;
+  for (;;) {
     wrote = false;
     Result<std::unique_ptr<meta::Txn>> t = kv_->Begin();
     if (!t.ok()) {
@@ -461,7 +460,7 @@ Result<Ownership::ReadGrant> Ownership::AskRead(uint64_t ino) {
       (*t)->Put(meta::Space::kMeta, format::ReaderKey(ino, me_.id), owner_value_);
       st = (*t)->Commit(meta::Durability::kLogged);
     }
-    if (!meta::IsConflict(st) || attempt >= policy.max_attempts) break;
+    if (!meta::IsConflict(st) || !retry.Again()) break;
   }
   bool kept = false;
   {
