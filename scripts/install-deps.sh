@@ -20,8 +20,10 @@ PACKAGES=(
   # of the tests' own, one sshfs client per host.
   openssh-server openssh-client sshfs
   # The object-storage bed (tests/mount/ceph_bed.py): a one-node Ceph
-  # cluster of the tests' own (a monitor, an OSD, radosgw).
-  ceph-mon ceph-osd radosgw ceph-common
+  # cluster of the tests' own (a monitor, an OSD, radosgw; for CephFS, the
+  # plain directory the benchmark compares with, a manager, an MDS and
+  # ceph-fuse).
+  ceph-mon ceph-osd radosgw ceph-common ceph-mgr ceph-mds ceph-fuse
 )
 
 missing=()

@@ -6,15 +6,21 @@ data lives in RADOS or S3 would reach a real one.
     import ceph_bed
     bed = ceph_bed.Cluster(tmp)             # a monitor and one OSD: RADOS
     bed = ceph_bed.Cluster(tmp, s3=True)    # and radosgw: S3 on bed.s3_endpoint
+    bed = ceph_bed.Cluster(tmp, cephfs=True)  # and a manager, an MDS: CephFS
+    mnt = bed.mount_cephfs("a"); bed.unmount_cephfs(mnt)  # a ceph-fuse client
+    bed = ceph_bed.Cluster(tmp, mgr=True)   # a manager: pool usage, quotas
+    bed.make_pool("small", quota_bytes=4 << 20); bed.wait_pool_full("small")
     bed.rados("put", "name", path, pool=bed.pool)
     ceph_bed.py [--data|--s3|--s3-data] COMMAND [ARG...]  # beside a cluster (main)
     bed.kill_osd(); bed.start_osd()         # the OSD killed with -9, started again
     bed.kill_rgw(); bed.start_rgw()         # radosgw the same
-    bed.stop()                              # radosgw, the OSD, the monitor
+    bed.stop()                              # clients, daemons, the monitor
 
-The monitor (no manager: nothing here needs one) and the OSD (BlueStore on
-a sparse file beside its data directory) run as the harness session's
-servers (ckptfs_harness.py), so that they go whatever way the test ends.
+The monitor and the OSD (BlueStore on a sparse file beside its data
+directory), and where asked a manager (without one no pool's usage is
+known: quotas never fill and CephFS's statfs reports 0 bytes) and an MDS,
+run as the harness session's servers (ckptfs_harness.py), so that they go
+whatever way the test ends; ceph-fuse clients are the session's mounts.
 Authentication is off (`auth ... = none`): only this machine reaches the
 cluster, on 127.0.0.1. Clients find it through bed.conf (ceph.conf), as
 they find a real cluster through /etc/ceph; `pool` is a pool of size 1
@@ -22,7 +28,8 @@ made for the tests. radosgw answers S3 with a user of the bed's
 (bed.access_key, bed.secret_key).
 
 Needs Ceph's packages (scripts/install-deps.sh installs ceph-mon, ceph-osd,
-radosgw and ceph-common). Starts in about 6-10 s.
+radosgw, ceph-common, ceph-mgr, ceph-mds and ceph-fuse). Starts in about
+6-10 s, 12-15 s with CephFS.
 """
 
 import json
@@ -39,30 +46,34 @@ import ckptfs_harness as harness
 
 START_S = 60
 TOOLS = ("ceph-mon", "ceph-osd", "monmaptool", "ceph", "rados")
+S3_TOOLS = ("radosgw", "radosgw-admin")
+MGR_TOOLS = ("ceph-mgr",)
+CEPHFS_TOOLS = ("ceph-mgr", "ceph-mds", "ceph-fuse")
 
 
-def unavailable(s3=False):
+def unavailable(s3=False, cephfs=False, mgr=False):
     """Why the bed cannot run here, or None."""
-    for tool in TOOLS + (("radosgw", "radosgw-admin") if s3 else ()):
+    tools = (TOOLS + (S3_TOOLS if s3 else ()) + (MGR_TOOLS if mgr else ())
+             + (CEPHFS_TOOLS if cephfs else ()))
+    for tool in tools:
         if shutil.which(tool) is None:
             return "%s is missing (scripts/install-deps.sh installs Ceph's packages)" % tool
     return None
 
 
-def start_for_test(tmp_prefix, s3=False):
+def start_for_test(tmp_prefix, s3=False, cephfs=False, mgr=False):
     """A cluster for a test class's setUpClass: where it cannot run here,
     unittest.SkipTest saying why, and in CI (CI=true) a failure instead."""
     import unittest
-    why = unavailable(s3)
+    why = unavailable(s3, cephfs, mgr)
     if why:
         if os.environ.get("CI") == "true":
             raise AssertionError("the object-storage bed cannot run in CI: " + why)
         raise unittest.SkipTest(why)
     tmp = harness.make_tmpdir(tmp_prefix)
     t0 = time.monotonic()
-    bed = Cluster(tmp, s3=s3)
-    harness.log("ceph bed: a monitor, an OSD%s up in %.1f s"
-                % (" and radosgw" if s3 else "", time.monotonic() - t0))
+    bed = Cluster(tmp, s3=s3, cephfs=cephfs, mgr=mgr)
+    harness.log("ceph bed: %s up in %.1f s" % (bed.describe(), time.monotonic() - t0))
     return tmp, bed
 
 
@@ -110,16 +121,24 @@ osd memory target = 1073741824
 rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
 rgw data = {dir}/rgw
 rgw dns name = 127.0.0.1
+
+[mgr]
+mgr data = {dir}/$name
+
+[mds]
+mds data = {dir}/$name
 """
 
 
 class Cluster:
-    def __init__(self, tmp, s3=False, block_gib=8):
-        why = unavailable(s3)
+    def __init__(self, tmp, s3=False, cephfs=False, mgr=False, block_gib=8):
+        why = unavailable(s3, cephfs, mgr)
         if why:
             raise harness.HarnessError(why)
+        self.s3, self.cephfs = s3, cephfs
+        self.mgr = mgr or cephfs
         self.dir = os.path.join(tmp, "ceph")
-        for sub in ("run", "log", "mon.a", "osd.0", "rgw"):
+        for sub in ("run", "log", "mon.a", "osd.0", "rgw", "mgr.x", "mds.a"):
             os.makedirs(os.path.join(self.dir, sub))
         self.mon_port = harness.free_port()
         self.rgw_port = harness.free_port() if s3 else None
@@ -137,17 +156,32 @@ class Cluster:
         self.osd_uuid = str(uuid.uuid4())
         self._names = []
         self._procs = {}
+        self._cephfs_mounts = []
         try:
             self._start_mon()
             self._make_osd()
             self.start_osd()
-            self.ceph("osd", "pool", "create", self.pool, "8")
-            self.ceph("osd", "pool", "application", "enable", self.pool, "rados")
+            self.make_pool(self.pool)
+            if self.mgr:
+                self._start_mgr()
+            if cephfs:
+                self._start_cephfs()
             if s3:
                 self._start_rgw()
         except BaseException:
             self.stop()
             raise
+
+    def describe(self):
+        """What runs, in words."""
+        parts = ["a monitor", "an OSD"]
+        if self.mgr:
+            parts.append("a manager")
+        if self.cephfs:
+            parts.append("an MDS")
+        if self.s3:
+            parts.append("radosgw")
+        return ", ".join(parts[:-1]) + " and " + parts[-1]
 
     # -- commands --
 
@@ -186,6 +220,72 @@ class Cluster:
             raise harness.HarnessError("ceph bed: the OSD got id %r" % osd_id)
         self.run("ceph-osd", "-c", self.conf, "-i", "0", "--mkfs", "--osd-uuid", self.osd_uuid,
                  timeout=120)
+
+    def _start_mgr(self):
+        self._server("ceph-mgr-%d" % self.mon_port, ["ceph-mgr", "-f", "-c", self.conf, "-i", "x"])
+
+        def available():
+            r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "mgr", "stat",
+                         "-f", "json", check=False)
+            return r.returncode == 0 and json.loads(r.stdout).get("available", False)
+        self._wait("the manager", available)
+
+    def _start_cephfs(self):
+        self._server("ceph-mds-%d" % self.mon_port, ["ceph-mds", "-f", "-c", self.conf, "-i", "a"])
+        self.ceph("osd", "pool", "create", "cephfs_data", "8")
+        self.ceph("osd", "pool", "create", "cephfs_metadata", "8")
+        self.ceph("fs", "new", "cephfs", "cephfs_metadata", "cephfs_data")
+
+        def active():
+            r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "fs", "status",
+                         "cephfs", "-f", "json", check=False)
+            return r.returncode == 0 and any(
+                m.get("state") == "active" for m in json.loads(r.stdout).get("mdsmap", []))
+        self._wait("the MDS", active)
+
+    def mount_cephfs(self, name):
+        """Mounts CephFS with a ceph-fuse client of its own (its admin
+        socket, log and pid file named `name`), as one host mounts it;
+        returns the mountpoint."""
+        mnt = os.path.join(self.dir, "cephfs_" + name)
+        run = os.path.join(self.dir, "run", "fuse-" + name)
+        cmd = ["ceph-fuse", "-f", "-c", self.conf, "--admin-socket", run + ".asok",
+               "--log-file", os.path.join(self.dir, "log", "fuse-%s.log" % name),
+               "--pid-file", run + ".pid", mnt]
+        harness.session().mount_command(cmd, mnt, self.log, store=None)
+        self._cephfs_mounts.append(mnt)
+        return mnt
+
+    def unmount_cephfs(self, mnt):
+        """Unmounts a ceph-fuse client: its caches are gone."""
+        self._cephfs_mounts.remove(mnt)
+        harness.session().unmount(mnt)
+
+    def make_pool(self, name, quota_bytes=None):
+        """Creates pool `name` (one copy, 8 placement groups), holding at
+        most `quota_bytes` if given."""
+        self.ceph("osd", "pool", "create", name, "8")
+        self.ceph("osd", "pool", "application", "enable", name, "rados")
+        if quota_bytes is not None:
+            self.set_pool_quota(name, quota_bytes)
+
+    def set_pool_quota(self, name, quota_bytes):
+        """Pool `name` holds at most `quota_bytes` (0: no limit). The
+        monitor marks it full once the manager reports it past the quota:
+        seconds after the write that passed it."""
+        self.ceph("osd", "pool", "set-quota", name, "max_bytes", str(quota_bytes))
+
+    def pool_full(self, name):
+        """Whether pool `name` is marked full (its quota reached)."""
+        for p in json.loads(self.ceph("osd", "pool", "ls", "detail", "-f", "json")):
+            if p["pool_name"] == name:
+                return any(f.startswith("full") for f in p.get("flags_names", "").split(","))
+        raise harness.HarnessError("ceph bed: no pool %s" % name)
+
+    def wait_pool_full(self, name, full=True):
+        """Waits until pool `name` is marked full (or, full=False, no longer)."""
+        self._wait("pool %s %s" % (name, "full" if full else "with room"),
+                   lambda: self.pool_full(name) == full)
 
     def osd_up(self):
         r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "osd", "stat", "-f", "json",
@@ -294,7 +394,13 @@ class Cluster:
                                    % (what, START_S, tail))
 
     def stop(self):
-        """radosgw, the OSD, the monitor: the reverse of their start."""
+        """The ceph-fuse clients, then the daemons in the reverse of their
+        start (the file system failed first: an MDS stops at once then)."""
+        for mnt in list(self._cephfs_mounts):
+            self.unmount_cephfs(mnt)
+        if self.cephfs and self._names:
+            self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "fs", "fail", "cephfs",
+                     check=False, timeout=30)
         for name in reversed(self._names):
             harness.session().stop_server(name)
         self._names = []
@@ -339,8 +445,7 @@ def main(argv):
             env["CKPTFS_TEST_S3_FULL_BUCKET"] = "ckptfs-tests-full"
         if mode == "--s3-data":
             env["CKPTFS_TEST_DATA"] = "s3://ckptfs-tests/tests"
-        harness.log("ceph bed: a monitor, an OSD%s up in %.1f s"
-                    % (" and radosgw" if s3 else "", time.monotonic() - t0))
+        harness.log("ceph bed: %s up in %.1f s" % (bed.describe(), time.monotonic() - t0))
         return subprocess.run(argv, env=env).returncode
     finally:
         bed.stop()

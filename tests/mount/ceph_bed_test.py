@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The object-storage bed (ceph_bed.py) itself: a one-node Ceph cluster
-that the tests start and stop, serving RADOS and S3 (through radosgw)
-with every byte right, an OSD killed with -9 and started again under a
-client, and nothing of it left running afterwards.
+that the tests start and stop, serving RADOS, S3 (through radosgw) and
+CephFS (two ceph-fuse clients, as two hosts) with every byte right, a
+pool's quota that fills and is lifted, an OSD killed with -9 and started
+again under a client, and nothing of it left running or mounted
+afterwards.
 
 Where the cluster cannot start (Ceph's packages missing), the test is
 skipped, saying why; in CI (CI=true) it fails instead."""
@@ -28,7 +30,7 @@ def blob(name, size):
 class CephBedTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-ceph-bed.", s3=True)
+        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-ceph-bed.", s3=True, cephfs=True)
 
     @classmethod
     def tearDownClass(cls):
@@ -36,6 +38,7 @@ class CephBedTest(unittest.TestCase):
         cls.bed.stop()
         for pid in pids:
             assert harness.process_gone(pid), "a daemon of the bed is still running: %d" % pid
+        assert not harness.mounts_under(cls.bed.dir), harness.mounts_under(cls.bed.dir)
 
     def path(self, name):
         return os.path.join(self.tmp, name)
@@ -80,6 +83,43 @@ class CephBedTest(unittest.TestCase):
         with open(self.path("range"), "rb") as f:
             self.assertEqual(f.read(), data[MiB:MiB + 100])
         self.assertIn("part/0001", self.curl(url + "?list-type=2"))
+
+    def test_cephfs_through_two_clients(self):
+        a, b = self.bed.mount_cephfs("a"), self.bed.mount_cephfs("b")
+        data = blob("cephfs file", 5 * MiB + 17)
+        os.makedirs(os.path.join(a, "ckpt", "layer0"))
+        with open(os.path.join(a, "ckpt", "layer0", "0.0"), "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        # The other client (another host) sees the file whole.
+        with open(os.path.join(b, "ckpt", "layer0", "0.0"), "rb") as f:
+            self.assertEqual(f.read(), data)
+        self.assertEqual(os.listdir(os.path.join(b, "ckpt")), ["layer0"])
+        # With a manager, statfs reports the cluster's size.
+        self.assertGreater(os.statvfs(b).f_blocks, 0)
+        self.bed.unmount_cephfs(a)
+        self.bed.unmount_cephfs(b)
+        self.assertFalse(harness.is_mounted(a))
+        # Mounted again, the bytes come from the cluster.
+        c = self.bed.mount_cephfs("a")
+        with open(os.path.join(c, "ckpt", "layer0", "0.0"), "rb") as f:
+            self.assertEqual(f.read(), data)
+        self.bed.unmount_cephfs(c)
+
+    def test_a_pool_quota_fills_and_is_lifted(self):
+        self.bed.make_pool("quota", quota_bytes=MiB)
+        with open(self.path("q"), "wb") as f:
+            f.write(blob("quota", 3 * MiB))
+        self.assertFalse(self.bed.pool_full("quota"))
+        self.bed.rados("put", "over", self.path("q"), pool="quota")
+        self.bed.wait_pool_full("quota")
+        # A write that may not wait for room fails at once.
+        r = self.bed.rados("--rados-osd-op-timeout", "5", "put", "more", self.path("q"),
+                           pool="quota", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.bed.set_pool_quota("quota", 0)
+        self.bed.wait_pool_full("quota", full=False)
+        self.bed.rados("put", "more", self.path("q"), pool="quota")
 
     def test_an_osd_killed_and_started_again(self):
         data = blob("before the kill", MiB)

@@ -16,8 +16,8 @@ one-node Ceph cluster of the test's own (ceph_bed.py):
   - radosgw killed with -9 under a mount of a store in an S3 bucket: a read
     and an fsynced write wait for it to come back and are right; a read
     past data_timeout fails with EIO and works once it is back; fsck clean;
-  - a bucket at its quota: the fsync that needed room and every later write
-    fail with ENOSPC, the fsynced files read right; the next mount fails in
+  - a pool or a bucket at its quota: the fsync that needed room and every
+    later write fail with ENOSPC, the fsynced files read right; the next mount fails in
     one line saying what waits and what to do, and once the bucket has
     room it mounts with every fsynced file whole, fsck clean.
 Where the cluster cannot start (Ceph's packages missing), the tests are
@@ -119,7 +119,8 @@ class ObjectStoreTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-objectstore.")
+        # A manager: without one no pool's usage is known, and no quota fills.
+        cls.tmp, cls.bed = ceph_bed.start_for_test("ckptfs-objectstore.", mgr=True)
         # The daemon and the tools find the cluster as they find a real one.
         os.environ["CEPH_CONF"] = cls.bed.conf
 
@@ -127,10 +128,10 @@ class ObjectStoreTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.bed.stop()
 
-    def new_mount(self, name, options=()):
+    def new_mount(self, name, options=(), pool=None):
         store = os.path.join(self.tmp, name, "store")
         m = harness.Mount(store, os.path.join(self.tmp, name, "mnt"),
-                          ["data=rados://%s/%s" % (self.bed.pool, name), *options])
+                          ["data=rados://%s/%s" % (pool or self.bed.pool, name), *options])
         m.mount()
         self.addCleanup(lambda: m.unmount() if harness.is_mounted(m.mnt) else None)
         return m
@@ -265,6 +266,46 @@ class ObjectStoreTest(unittest.TestCase):
         m.mount(options=[])
         for name, data in want.items():
             self.assertEqual(lib.read_file(m.path(name)), data, name)
+
+    def test_a_full_pool_is_enospc_and_loses_nothing(self):
+        self.bed.make_pool("small", quota_bytes=4 << 20)
+        m = self.new_mount("full", pool="small")
+        # The pool is marked full seconds after a write passes its quota
+        # (the manager's report): the writes go on until then.
+        want = {}
+        with self.assertRaises(OSError) as e:
+            for i in range(3000):
+                data = os.urandom(200000)
+                lib.write_file(m.path("f%04d" % i), data, fsync=True)
+                want["f%04d" % i] = data
+        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+        self.assertTrue(self.bed.pool_full("small"))
+        self.assertGreater(len(want), 5)
+        with self.assertRaises(OSError) as e:
+            lib.write_file(m.path("later"), b"y" * 100000, fsync=True)
+        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+        for name, data in want.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, name)
+        m.unmount()
+        # What waits for room keeps the store closed, saying what to do.
+        r = subprocess.run([harness.ckptfs_bin(), "mount", m.store, m.mnt],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("wait in", r.stderr)
+        self.assertIn("the RADOS pool is full", r.stderr)
+        self.assertIn("give it room", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertFalse(harness.is_mounted(m.mnt))
+        # Given room, it opens with every fsynced file whole, and fsck is clean.
+        self.bed.set_pool_quota("small", 0)
+        self.bed.wait_pool_full("small", full=False)
+        m.mount(options=[])
+        for name, data in want.items():
+            self.assertEqual(lib.read_file(m.path(name)), data, name)
+        lib.write_file(m.path("after"), b"z" * 100000, fsync=True)
+        m.unmount()
+        fsck = ckptfs("fsck", m.store, check=False)
+        self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
 
 
 class S3ObjectStoreTest(unittest.TestCase):
