@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Checkpoints on object storage (docs/OBJECT_STORAGE.md), beside a one-node
 Ceph cluster of the benchmark's own (tests/mount/ceph_bed.py: a monitor, an
-OSD and radosgw on 127.0.0.1, under a temporary directory, stopped at exit).
+OSD, a manager, an MDS and radosgw on 127.0.0.1, under a temporary
+directory, stopped at exit).
 
 Two workloads, each saved and then restored cold (the mount remounted and
 the page cache dropped; the cluster's own caches stay as they are for
@@ -16,6 +17,8 @@ Sides:
   - ckptfs on S3: -o data=s3://BUCKET/PREFIX,s3_endpoint=URL (radosgw);
   - one object per file through the same radosgw, one request after the
     other on a kept connection (what an S3 FUSE filesystem or fsspec does);
+  - the plain directory on CephFS of the same cluster, through ceph-fuse
+    (restored cold: the client mounted again, the page cache dropped);
   - raw RADOS throughput (`rados bench`, 4 MiB objects, 16 in flight), for
     the rank files.
 Prints one JSON line per workload and side: seconds, files or MB/s, and
@@ -183,6 +186,31 @@ def ckptfs_side(tmp, name, options, a, data, block):
     return out
 
 
+def cephfs_side(bed, a, data, block):
+    """Both workloads as plain files on CephFS (ceph-fuse; bed.stop
+    unmounts it whatever happens)."""
+    out = []
+    mnt = bed.mount_cephfs("bench")
+    for workload in ("tree", "ranks"):
+        root = os.path.join(mnt, workload)
+        os.mkdir(root)
+        files = a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
+        save_fn, restore_fn = WORKLOADS[workload]
+        save = timed(save_fn, root, a, data, block)
+        bed.unmount_cephfs(mnt)
+        drop_caches()
+        mnt = bed.mount_cephfs("bench")
+        restore = timed(restore_fn, os.path.join(mnt, workload), a, data, block)
+        row = {"workload": workload, "side": "plain directory on CephFS (ceph-fuse)",
+               "files": files, "save_s": round(save, 2), "restore_s": round(restore, 2)}
+        if workload == "ranks":
+            mb = a.ranks * a.rank_mib * BLOCK / 1e6
+            row.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
+        out.append(row)
+    bed.unmount_cephfs(mnt)
+    return out
+
+
 def object_per_file_side(bed, a, data, block):
     """Each file an object of its own, PUT and GET one after the other."""
     bucket = "perfile"
@@ -241,11 +269,11 @@ def main():
     a = ap.parse_args()
     os.environ["CKPTFS_BIN"] = a.ckptfs
     harness.require_fuse(root=True)
-    why = ceph_bed.unavailable(True)
+    why = ceph_bed.unavailable(s3=True, cephfs=True)
     if why:
         raise SystemExit("objectstore_bench: " + why)
     tmp = harness.make_tmpdir("ckptfs-objectstore-bench.")  # removed at exit
-    bed = ceph_bed.Cluster(tmp, s3=True, block_gib=16 + (a.ranks * a.rank_mib >> 10) * 4)
+    bed = ceph_bed.Cluster(tmp, s3=True, cephfs=True, block_gib=16 + (a.ranks * a.rank_mib >> 10) * 4)
     try:
         os.environ["CEPH_CONF"] = bed.conf
         os.environ.update(bed.s3_environ())
@@ -259,6 +287,7 @@ def main():
                             ["data=s3://ckptfs/bench", "s3_endpoint=" + bed.s3_endpoint], a,
                             data, block)
         rows += object_per_file_side(bed, a, data, block)
+        rows += cephfs_side(bed, a, data, block)
         rows += rados_bench_side(bed, 5)
         for row in rows:
             print(json.dumps(row), flush=True)

@@ -114,6 +114,48 @@ def eio_past_data_timeout(test, m, name, want, stop, start):
     return waited
 
 
+def full_storage_is_enospc_and_loses_nothing(test, m, full, give_room, files, is_full=None):
+    """Writes fsynced files through `m` until storage is full (is_full(),
+    where given, says so then); then checks that every later write is ENOSPC, that the fsynced files read right, that
+    the next mount is refused in one line naming what waits and `full`, and
+    that once give_room() has run it mounts with every file whole, fsck clean."""
+    want = {}
+    with test.assertRaises(OSError) as e:
+        for i in range(files):
+            data = os.urandom(200000)
+            lib.write_file(m.path("f%04d" % i), data, fsync=True)
+            want["f%04d" % i] = data
+    # The fsync that needed room says so; so does every later write.
+    test.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+    if is_full:
+        test.assertTrue(is_full())
+    test.assertGreater(len(want), 5)
+    with test.assertRaises(OSError) as e:
+        lib.write_file(m.path("later"), b"y" * 100000, fsync=True)
+    test.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
+    for name, data in want.items():
+        test.assertEqual(lib.read_file(m.path(name)), data, name)
+    m.unmount()
+    # What waits for room keeps the store closed, saying what to do.
+    r = subprocess.run([harness.ckptfs_bin(), "mount", m.store, m.mnt],
+                       capture_output=True, text=True, timeout=120)
+    test.assertNotEqual(r.returncode, 0)
+    test.assertIn("wait in", r.stderr)
+    test.assertIn(full, r.stderr)
+    test.assertIn("give it room", r.stderr)
+    test.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+    test.assertFalse(harness.is_mounted(m.mnt))
+    # Given room, it opens with every fsynced file whole, and fsck is clean.
+    give_room()
+    m.mount(options=[])
+    for name, data in want.items():
+        test.assertEqual(lib.read_file(m.path(name)), data, name)
+    lib.write_file(m.path("after"), b"z" * 100000, fsync=True)
+    m.unmount()
+    fsck = ckptfs("fsck", m.store, check=False)
+    test.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
+
+
 class ObjectStoreTest(unittest.TestCase):
     maxDiff = None
 
@@ -270,42 +312,16 @@ class ObjectStoreTest(unittest.TestCase):
     def test_a_full_pool_is_enospc_and_loses_nothing(self):
         self.bed.make_pool("small", quota_bytes=4 << 20)
         m = self.new_mount("full", pool="small")
+
+        def give_room():
+            self.bed.set_pool_quota("small", 0)
+            self.bed.wait_pool_full("small", full=False)
+
         # The pool is marked full seconds after a write passes its quota
         # (the manager's report): the writes go on until then.
-        want = {}
-        with self.assertRaises(OSError) as e:
-            for i in range(3000):
-                data = os.urandom(200000)
-                lib.write_file(m.path("f%04d" % i), data, fsync=True)
-                want["f%04d" % i] = data
-        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
-        self.assertTrue(self.bed.pool_full("small"))
-        self.assertGreater(len(want), 5)
-        with self.assertRaises(OSError) as e:
-            lib.write_file(m.path("later"), b"y" * 100000, fsync=True)
-        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
-        for name, data in want.items():
-            self.assertEqual(lib.read_file(m.path(name)), data, name)
-        m.unmount()
-        # What waits for room keeps the store closed, saying what to do.
-        r = subprocess.run([harness.ckptfs_bin(), "mount", m.store, m.mnt],
-                           capture_output=True, text=True, timeout=120)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("wait in", r.stderr)
-        self.assertIn("the RADOS pool is full", r.stderr)
-        self.assertIn("give it room", r.stderr)
-        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-        self.assertFalse(harness.is_mounted(m.mnt))
-        # Given room, it opens with every fsynced file whole, and fsck is clean.
-        self.bed.set_pool_quota("small", 0)
-        self.bed.wait_pool_full("small", full=False)
-        m.mount(options=[])
-        for name, data in want.items():
-            self.assertEqual(lib.read_file(m.path(name)), data, name)
-        lib.write_file(m.path("after"), b"z" * 100000, fsync=True)
-        m.unmount()
-        fsck = ckptfs("fsck", m.store, check=False)
-        self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
+        full_storage_is_enospc_and_loses_nothing(self, m, "the RADOS pool is full", give_room,
+                                                 files=3000,
+                                                 is_full=lambda: self.bed.pool_full("small"))
 
 
 class S3ObjectStoreTest(unittest.TestCase):
@@ -395,40 +411,9 @@ class S3ObjectStoreTest(unittest.TestCase):
     def test_a_full_bucket_is_enospc_and_loses_nothing(self):
         self.bed.make_bucket("small", quota_bytes=4 << 20)
         m = self.new_mount("full", "small")
-        want = {}
-        with self.assertRaises(OSError) as e:
-            for i in range(100):
-                data = os.urandom(200000)
-                lib.write_file(m.path("f%03d" % i), data, fsync=True)
-                want["f%03d" % i] = data
-        # The fsync that needed room says so; so does every later write.
-        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
-        self.assertGreater(len(want), 5)
-        with self.assertRaises(OSError) as e:
-            lib.write_file(m.path("later"), b"y" * 100000, fsync=True)
-        self.assertEqual(e.exception.errno, errno.ENOSPC, e.exception)
-        for name, data in want.items():
-            self.assertEqual(lib.read_file(m.path(name)), data, name)
-        m.unmount()
-        # What waits for room keeps the store closed, saying what to do.
-        r = subprocess.run([harness.ckptfs_bin(), "mount", m.store, m.mnt],
-                           capture_output=True, text=True, timeout=120)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("wait in", r.stderr)
-        self.assertIn("the bucket is full", r.stderr)
-        self.assertIn("give it room", r.stderr)
-        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-        self.assertFalse(harness.is_mounted(m.mnt))
-        # Given room, it opens with every fsynced file whole, and fsck is clean.
-        self.bed.set_bucket_quota("small", 64 << 20)
-        m.mount(options=[])
-        for name, data in want.items():
-            self.assertEqual(lib.read_file(m.path(name)), data, name)
-        lib.write_file(m.path("after"), b"z" * 100000, fsync=True)
-        m.unmount()
-        fsck = ckptfs("fsck", m.store, check=False)
-        self.assertEqual(fsck.returncode, 0, fsck.stdout + fsck.stderr)
-
+        full_storage_is_enospc_and_loses_nothing(
+            self, m, "the bucket is full", lambda: self.bed.set_bucket_quota("small", 64 << 20),
+            files=100)
 
 if __name__ == "__main__":
     harness.require_fuse()
