@@ -147,6 +147,21 @@ def timed(fn, *args):
     return time.monotonic() - t0
 
 
+def workload_files(workload, a):
+    """How many files `workload` saves."""
+    return a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
+
+
+def row(workload, side, a, save, restore, **more):
+    """One workload's JSON row: seconds, and MB/s for the rank files."""
+    out = {"workload": workload, "side": side, "files": workload_files(workload, a),
+           "save_s": round(save, 2), "restore_s": round(restore, 2), **more}
+    if workload == "ranks":
+        mb = a.ranks * a.rank_mib * BLOCK / 1e6
+        out.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
+    return out
+
+
 def object_requests(m):
     e = m.stats()["engine"]
     return e["object_reads"], e["object_writes"] + e["object_other"]
@@ -162,7 +177,7 @@ def ckptfs_side(tmp, name, options, a, data, block):
         for workload in ("tree", "ranks"):
             root = m.path(workload)
             os.mkdir(root)
-            files = a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
+            files = workload_files(workload, a)
             save_fn, restore_fn = WORKLOADS[workload]
             _, w0 = object_requests(m)
             save = timed(save_fn, root, a, data, block)
@@ -173,14 +188,9 @@ def ckptfs_side(tmp, name, options, a, data, block):
             r0, _ = object_requests(m)
             restore = timed(restore_fn, root, a, data, block)
             r1, _ = object_requests(m)
-            row = {"workload": workload, "side": name, "files": files,
-                   "save_s": round(save, 2), "restore_s": round(restore, 2),
-                   "save_requests_per_file": round((w1 - w0) / files, 3),
-                   "restore_requests_per_file": round((r1 - r0) / files, 3)}
-            if workload == "ranks":
-                mb = a.ranks * a.rank_mib * BLOCK / 1e6
-                row.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
-            out.append(row)
+            out.append(row(workload, name, a, save, restore,
+                           save_requests_per_file=round((w1 - w0) / files, 3),
+                           restore_requests_per_file=round((r1 - r0) / files, 3)))
     finally:
         m.unmount()
     return out
@@ -194,19 +204,13 @@ def cephfs_side(bed, a, data, block):
     for workload in ("tree", "ranks"):
         root = os.path.join(mnt, workload)
         os.mkdir(root)
-        files = a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
         save_fn, restore_fn = WORKLOADS[workload]
         save = timed(save_fn, root, a, data, block)
         bed.unmount_cephfs(mnt)
         drop_caches()
         mnt = bed.mount_cephfs("bench")
         restore = timed(restore_fn, os.path.join(mnt, workload), a, data, block)
-        row = {"workload": workload, "side": "plain directory on CephFS (ceph-fuse)",
-               "files": files, "save_s": round(save, 2), "restore_s": round(restore, 2)}
-        if workload == "ranks":
-            mb = a.ranks * a.rank_mib * BLOCK / 1e6
-            row.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
-        out.append(row)
+        out.append(row(workload, "plain directory on CephFS (ceph-fuse)", a, save, restore))
     bed.unmount_cephfs(mnt)
     return out
 
@@ -232,13 +236,8 @@ def object_per_file_side(bed, a, data, block):
     out = []
     for workload, objects in files.items():
         save, restore = timed(put, objects), timed(get, objects)
-        row = {"workload": workload, "side": "object per file (radosgw)", "files": len(objects),
-               "save_s": round(save, 2), "restore_s": round(restore, 2),
-               "save_requests_per_file": 1.0, "restore_requests_per_file": 1.0}
-        if workload == "ranks":
-            mb = a.ranks * a.rank_mib * BLOCK / 1e6
-            row.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
-        out.append(row)
+        out.append(row(workload, "object per file (radosgw)", a, save, restore,
+                       save_requests_per_file=1.0, restore_requests_per_file=1.0))
     return out
 
 

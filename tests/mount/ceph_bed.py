@@ -195,6 +195,13 @@ class Cluster:
         return self.run("ceph", "-c", self.conf, "--connect-timeout", "10", *args,
                         timeout=timeout).stdout
 
+    def status(self, *args):
+        """`ceph ARGS -f json` parsed, or None when the cluster does not
+        answer it (yet)."""
+        r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", *args, "-f", "json",
+                     check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
     def rados(self, *args, pool=None, timeout=60, check=True):
         return self.run("rados", "-c", self.conf, *(["-p", pool] if pool else []), *args,
                         timeout=timeout, check=check)
@@ -224,11 +231,7 @@ class Cluster:
     def _start_mgr(self):
         self._server("ceph-mgr-%d" % self.mon_port, ["ceph-mgr", "-f", "-c", self.conf, "-i", "x"])
 
-        def available():
-            r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "mgr", "stat",
-                         "-f", "json", check=False)
-            return r.returncode == 0 and json.loads(r.stdout).get("available", False)
-        self._wait("the manager", available)
+        self._wait("the manager", lambda: (self.status("mgr", "stat") or {}).get("available"))
 
     def _start_cephfs(self):
         self._server("ceph-mds-%d" % self.mon_port, ["ceph-mds", "-f", "-c", self.conf, "-i", "a"])
@@ -237,10 +240,8 @@ class Cluster:
         self.ceph("fs", "new", "cephfs", "cephfs_metadata", "cephfs_data")
 
         def active():
-            r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "fs", "status",
-                         "cephfs", "-f", "json", check=False)
-            return r.returncode == 0 and any(
-                m.get("state") == "active" for m in json.loads(r.stdout).get("mdsmap", []))
+            mdsmap = (self.status("fs", "status", "cephfs") or {}).get("mdsmap", [])
+            return any(m.get("state") == "active" for m in mdsmap)
         self._wait("the MDS", active)
 
     def mount_cephfs(self, name):
@@ -288,11 +289,7 @@ class Cluster:
                    lambda: self.pool_full(name) == full)
 
     def osd_up(self):
-        r = self.run("ceph", "-c", self.conf, "--connect-timeout", "5", "osd", "stat", "-f", "json",
-                     check=False)
-        if r.returncode != 0:
-            return False
-        return json.loads(r.stdout).get("num_up_osds", 0) == 1
+        return (self.status("osd", "stat") or {}).get("num_up_osds", 0) == 1
 
     def start_osd(self):
         """Starts the OSD and waits until it serves the pool: up in the map,
