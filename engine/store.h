@@ -471,6 +471,16 @@ class Store {
   virtual Status Fsync(Ino ino, bool datasync) = 0;
   // Makes everything written so far durable.
   virtual Status SyncAll() = 0;
+  // Whether a close of a file written through this mount must send what
+  // the mount holds of it: a shared store whose data is in an object store
+  // gathers each host's writes until it sends them, and another host's
+  // open after the close reads them (close-to-open, docs/SHARED.md).
+  virtual bool SendsAtClose() const { return false; }
+  // A close of `ino`, opened for writing: where SendsAtClose(), sends the
+  // host's waiting writes (its segments' and data files') to the object
+  // store, as a sync does, concurrent closes sharing the requests (group
+  // commit). Else nothing.
+  virtual Status Closed(Ino /*ino*/) { return Status::OK(); }
 
   // ---- Sealed trees (docs/DESIGN.md, "Sealed trees"). ----
   // Seals the tree under `ino` (a directory and everything below it, or a

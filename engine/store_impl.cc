@@ -71,12 +71,6 @@ Status ValidateStoreOptions(const StoreOptions& o) {
   if (!(o.meta_timeout >= 0 && o.meta_timeout < 1e9)) {
     return Status(EINVAL, "meta_timeout must be a number of seconds, 0 or more");
   }
-  if (!o.meta.empty() && !o.data.empty()) {
-    // Close-to-open between hosts needs each close to reach the object
-    // store; a store's data gathers in its mount until a sync.
-    return Status(EINVAL, "data= and meta= together: a shared store cannot keep its data in an "
-                          "object store");
-  }
   if (!(o.data_timeout >= 1 && o.data_timeout <= 86400)) {
     return Status(EINVAL, "data_timeout must be a number of seconds, 1 to 86400");
   }
@@ -142,8 +136,9 @@ Status StoreImpl::Init() {
     CKPTFS_ASSIGN_OR_RETURN(lock_, StoreLock::Acquire(dir_, options_.holder));
   }
   // Data in an object store: the one writer of the store (its lock held)
-  // keeps staging logs, and first sends on what a killed one left.
-  // Read-only opens keep none.
+  // keeps staging logs, and first sends on what a killed one left; in a
+  // shared store each host does so in a directory of its own, once it
+  // holds its host (StartHostStaging). Read-only opens keep none.
   const std::string staging = !mode_->MountsHoldHosts() && !options_.read_only
                                   ? dir_ + "/" + format::kStagingDirName
                                   : "";
@@ -172,6 +167,7 @@ Status StoreImpl::Init() {
   OwnedSegmentIds owned;
   if (mode_->MountsHoldHosts() && !options_.read_only) {
     CKPTFS_RETURN_IF_ERROR(ClaimHost());
+    CKPTFS_RETURN_IF_ERROR(StartHostStaging());
     owned.first = (uint64_t{host_.id()} << format::kHostIdShift) + 1;
     owned.end = (uint64_t{host_.id()} + 1) << format::kHostIdShift;
   } else if (mode_->MountsHoldHosts()) {
@@ -274,6 +270,15 @@ Status StoreImpl::ClaimHost() {
                             GiveUp(ino, names, owned);
                           });
   return Status::OK();
+}
+
+Status StoreImpl::StartHostStaging() {
+  if (objects_ == nullptr) return Status::OK();
+  const std::string top = dir_ + "/" + format::kStagingDirName;
+  if (::mkdir(top.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::IOError(errno, "make staging directory " + top);
+  }
+  return objects_->StartStaging(dir_ + "/" + format::HostStagingDirName(host_.id()));
 }
 
 Result<std::vector<uint64_t>> StoreImpl::SealedSegments() {
@@ -661,6 +666,12 @@ Status StoreImpl::Fsync(Ino ino, bool datasync) {
   CKPTFS_RETURN_IF_ERROR(CheckWritable());
   CKPTFS_RETURN_IF_ERROR(Adopt(ino, /*sync=*/true));
   counters_.fsyncs++;
+  return syncer_->Sync();
+}
+
+Status StoreImpl::Closed(Ino) {
+  if (!SendsAtClose() || options_.read_only) return Status::OK();
+  CKPTFS_RETURN_IF_ERROR(CheckWritable());
   return syncer_->Sync();
 }
 

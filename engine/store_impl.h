@@ -145,6 +145,8 @@ class StoreImpl final : public Store {
   Result<NamespaceCounts> CountNamespace() override;
   StoreOptions GetOptions() override;
   bool Shared() const override { return shared_.has_value(); }
+  bool SendsAtClose() const override { return shared_.has_value() && objects_ != nullptr; }
+  Status Closed(Ino ino) override;
   std::string DataStorage() const override { return data_storage_; }
   Result<std::vector<HostInfo>> Hosts() override;
   std::string PeerAddress() const override { return peers_ ? peers_->address() : ""; }
@@ -173,6 +175,9 @@ class StoreImpl final : public Store {
   // Takes this mount's host of a shared store (HostSession::Claim), owning
   // what it makes from then on; EBUSY naming the holder, as when embedded.
   Status ClaimHost();
+  // A shared store whose data is in an object store: sends on what this
+  // host's killed mount left in its staging directory, and stages there.
+  Status StartHostStaging();
   // The ids of the segments the index says are sealed.
   Result<std::vector<uint64_t>> SealedSegments();
   Status CreateLayout();

@@ -55,6 +55,11 @@ inline constexpr char kStorageFileName[] = "STORAGE";
 // logs of writes the object store has not acknowledged yet (io/rados_env.h,
 // Staging).
 inline constexpr char kStagingDirName[] = "staging";
+// In a shared store, each host's staging logs are in a directory of its own
+// under kStagingDirName, named by the host's id in decimal.
+inline std::string HostStagingDirName(uint32_t host) {
+  return std::string(kStagingDirName) + "/" + std::to_string(host);
+}
 // Where a store's data is: the STORAGE file's two lines.
 struct DataStorage {
   std::string data;      // "rados://POOL[/NAMESPACE]" or "s3://BUCKET[/PREFIX]"

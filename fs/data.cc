@@ -82,7 +82,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // the kernel drops its pages and the store what it remembers;
       // a sealed file's stay.
       if (!sealed) fs.store().Reread(ino);
-      Filesystem::OpenShared(fi, sealed);
+      fs.OpenShared(fi, sealed);
       r.Open(fi);
       return;
     }
@@ -195,8 +195,15 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t 
 // Except with passthrough_writes: each close of a direct writer (the only
 // opens without FOPEN_NOFLUSH) adopts what the kernel wrote, so that a
 // closed file is in the store as with the daemon's writes.
+// A shared store whose data is in an object store asks for it at the close
+// of each open for writing (Filesystem::OpenShared), and sends what the
+// host's writes left waiting there.
 void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Serve(req, Op::kFlush, [&](Request& r) {
+    if (r.fs().store().SendsAtClose()) {
+      if (IsControl(ino)) return r.Ok();
+      return r.Fail(r.fs().store().Closed(ino));
+    }
     if (!r.fs().passthrough_writes()) return r.Err(ENOSYS);
     if (IsControl(ino) || fi == nullptr || fi->fh != OpenFiles::kDirectWrite) return r.Ok();
     r.Fail(r.fs().store().AdoptDirectWrites(ino));

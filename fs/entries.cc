@@ -223,7 +223,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     if (!fs.store().Shared() || fs.passthrough()) return r.Err(ENOSYS);
     Result<Attr> a = MakeFile(r, parent, name, mode, 0);
     if (!a.ok()) return r.Fail(a.status());
-    Filesystem::OpenShared(fi, /*sealed=*/false);
+    fs.OpenShared(fi, /*sealed=*/false);
     const fuse_entry_param e = fs.ToEntry(*a, parent);
     if (Status st = fs.CountLookup(*a); !st.ok()) return r.Fail(st);
     // Not taken (interrupted): no lookup and no handle were handed out.

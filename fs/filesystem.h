@@ -3,6 +3,7 @@
 // the parts below it: control files, open files, set-ID bits, counters.
 #pragma once
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <sys/stat.h>
 
@@ -75,12 +76,13 @@ class Filesystem final : public MountReport {
   double NegativeTimeout() const;
   fuse_entry_param ToEntry(const engine::Attr& a, engine::Ino parent) const;
   // The open file a shared store hands out at OPEN and CREATE
-  // (close-to-open, fs/data.cc): no handle, no FLUSH, and the kernel's
-  // pages kept only for a sealed file.
-  static void OpenShared(fuse_file_info* fi, bool sealed) {
+  // (close-to-open, fs/data.cc): no handle, and the kernel's pages kept
+  // only for a sealed file. FLUSH only from a close of an open for writing
+  // where the store sends its writes at close (Store::SendsAtClose).
+  void OpenShared(fuse_file_info* fi, bool sealed) {
     fi->fh = 0;
     fi->keep_cache = sealed ? 1 : 0;
-    fi->noflush = 1;
+    fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY || !store().SendsAtClose();
   }
 
   // Answers a request that hands `a`, named in `parent` (0: "." or ".."),

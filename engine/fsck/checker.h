@@ -166,6 +166,9 @@ class Checker {
   // restored as the options say), or PostgreSQL's (where STORE/SHARED says).
   Status OpenEmbedded();
   Status OpenShared(const format::SharedIndex& where);
+  // Sends on what each host's killed mount left in its staging directory
+  // (a shared store whose data is in an object store, no host mounted).
+  Status SendHostsStaged();
   // Opens STORE/index into index_ (StoreIndex::Open with these options).
   Status OpenRocks(bool create, bool read_only, bool strict_log = false);
   // With repair, when the index has no file left: a new, empty one (the

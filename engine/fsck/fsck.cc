@@ -18,6 +18,7 @@
 #include "engine/store_options.h"
 #include "engine/index/index_backup.h"
 #include "engine/index/index_db.h"
+#include "io/object_store_env.h"
 #include "meta/hosts.h"
 
 namespace ckptfs::engine {
@@ -108,13 +109,25 @@ Status Checker::Open() {
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::DataStorage> storage, ReadStorageFile(dir_));
   CKPTFS_ASSIGN_OR_RETURN(std::optional<format::SharedIndex> shared, ReadSharedFile(dir_));
   // The staging logs (data in an object store): what a killed writer left
-  // is part of the store (StoreImpl::Init).
+  // is part of the store (StoreImpl::Init); a shared store's hosts' logs
+  // are sent on once no host is mounted (OpenShared).
   const std::string staging = dir_ + "/" + format::kStagingDirName;
-  CKPTFS_ASSIGN_OR_RETURN(env_,
-                          OpenDataEnv(dir_, storage, env_, StoreOptions().data_timeout, staging));
+  CKPTFS_ASSIGN_OR_RETURN(env_, OpenDataEnv(dir_, storage, env_, StoreOptions().data_timeout,
+                                            shared.has_value() ? "" : staging));
 
   if (shared.has_value()) return OpenShared(*shared);
   return OpenEmbedded();
+}
+
+Status Checker::SendHostsStaged() {
+  auto objects = std::dynamic_pointer_cast<io::ObjectStoreEnv>(env_);
+  const std::string top = dir_ + "/" + format::kStagingDirName;
+  if (objects == nullptr || ::access(top.c_str(), F_OK) != 0) return Status::OK();
+  CKPTFS_ASSIGN_OR_RETURN(const std::vector<std::string> hosts, io::Env::Posix()->List(top));
+  for (const std::string& h : hosts) {
+    CKPTFS_RETURN_IF_ERROR(objects->SendStaged(top + "/" + h));
+  }
+  return Status::OK();
 }
 
 Status Checker::OpenShared(const format::SharedIndex& where) {
@@ -125,7 +138,8 @@ Status Checker::OpenShared(const format::SharedIndex& where) {
   CKPTFS_ASSIGN_OR_RETURN(index_, StoreIndex::Open(dir_, where, env_.get(), IndexOpenOptions()));
   // The whole store, every host's files, is checked only with no host
   // mounted: a mount's writes in flight would look like damage.
-  return meta::CheckNoLiveHost(kv()).Annotate(dir_);
+  CKPTFS_RETURN_IF_ERROR(meta::CheckNoLiveHost(kv()).Annotate(dir_));
+  return SendHostsStaged();
 }
 
 Status Checker::OpenRocks(bool create, bool read_only, bool strict_log) {

@@ -1235,22 +1235,6 @@ TEST(StoreOpenTest, ForeignDirectoryIsRejected) {
   EXPECT_TRUE(Store::IsStore(empty));
 }
 
-// A shared store cannot keep its data in an object store (close-to-open
-// between hosts): the combination is refused before anything is written.
-TEST(StoreOpenTest, DataInAnObjectStoreWithASharedIndexIsRefused) {
-  TempDir tmp;
-  StoreOptions o = TestOptions();
-  o.meta = "mem://refused";
-  o.data = "rados://pool/ns";
-  auto st = Store::Open(tmp.path() + "/store", o);
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.status().code(), EINVAL) << st.status().ToString();
-  EXPECT_NE(st.status().message().find("data= and meta= together"), std::string::npos)
-      << st.status().ToString();
-  EXPECT_FALSE(Store::IsStore(tmp.path() + "/store"));
-  EXPECT_EQ(CountFilesRecursively(tmp.path()), 0u);
-}
-
 // A store whose index is in PostgreSQL (the pg.namespace_test run): the
 // merge operands its creates and deletes add (the inode count) are folded
 // by the store's background thread, so that they do not pile up.
