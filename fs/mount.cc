@@ -245,6 +245,16 @@ MountOptions ForSharedStore(MountOptions o) {
   return o;
 }
 
+// What a mount of `store` serves with: `o`, shared stores' settings
+// (ForSharedStore), and the defaults the store chooses.
+MountOptions ForStore(const MountOptions& o, const engine::Store& store) {
+  MountOptions e = store.Shared() ? ForSharedStore(o) : o;
+  if (e.readahead == MountOptions::kReadaheadByStore) {
+    e.readahead = MountOptions::ReadaheadFor(!store.DataStorage().empty());
+  }
+  return e;
+}
+
 // How long a mount waits for a mount that was unmounted to close the store.
 constexpr auto kUnmountedHolderWait = std::chrono::seconds(30);
 
@@ -305,7 +315,7 @@ int ServeMount(const MountOptions& options, const ReadyCallback& on_ready) {
                                                       store.status().ToString()));
     return 1;
   }
-  const MountOptions effective = (*store)->Shared() ? ForSharedStore(options) : options;
+  const MountOptions effective = ForStore(options, **store);
   int rc = 1;
   bool reported = false;
   try {

@@ -123,8 +123,16 @@ struct MountOptions {
   // The kernel's readahead window for this mount ("readahead"), written to
   // /sys/class/bdi/<dev>/read_ahead_kb after mounting when permitted (root);
   // reads then arrive as requests of up to 1 MiB instead of 128 KiB. 0 keeps
-  // the kernel's default. Default: 1M.
-  uint64_t readahead = 1u << 20;
+  // the kernel's default. Default: kReadaheadByStore, which the mount turns
+  // into ReadaheadFor(the store) once the store is open.
+  static constexpr uint64_t kReadaheadByStore = UINT64_MAX;
+  uint64_t readahead = kReadaheadByStore;
+  // The default window: 1 MiB, or 16 MiB where the store's data is in an
+  // object store, where a read waits longer for its bytes and the kernel
+  // then asks for several of a large file's reads at once.
+  static uint64_t ReadaheadFor(bool data_in_object_store) {
+    return data_in_object_store ? uint64_t{16} << 20 : uint64_t{1} << 20;
+  }
   // libfuse request tracing on stderr (`ckptfs mount -d`). Default: off.
   bool debug = false;
 };

@@ -231,7 +231,8 @@ constexpr OptionSpec kOptions[] = {
      .type = OptionType::kSize,
      .field = kMountField<&MountOptions::readahead>,
      .help = "the kernel's read-ahead window for the mount (set through sysfs; root only); "
-             "0 = the kernel's default"},
+             "0 = the kernel's default",
+     .by_store = "1M (16M with data in an object store)"},
     {.name = "threads",
      .type = OptionType::kCount,
      .field = kMountField<&MountOptions::threads>,
@@ -556,7 +557,11 @@ std::string OptionValueHuman(const OptionSpec& spec, const OptionValue& value) {
   if (const std::string* t = std::get_if<std::string>(&value)) {
     return t->empty() ? "none" : WithoutPassword(*t);
   }
-  if (spec.type == OptionType::kSize) return HumanSize(std::get<uint64_t>(value));
+  if (spec.type == OptionType::kSize) {
+    const uint64_t v = std::get<uint64_t>(value);
+    if (v == UINT64_MAX && !spec.by_store.empty()) return std::string(spec.by_store);
+    return HumanSize(v);
+  }
   return OptionValueText(spec, value);
 }
 

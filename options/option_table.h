@@ -66,6 +66,9 @@ struct OptionSpec {
   std::string_view help;
   // The value's name in help ("host=NAME"); "" for the type's (Placeholder).
   std::string_view placeholder = {};
+  // kSize only: the default, for people, where the mount chooses it from
+  // the store (the field holds UINT64_MAX until then); "" for the field's.
+  std::string_view by_store = {};
 };
 
 // Every option, in the order people see them.

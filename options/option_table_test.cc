@@ -240,6 +240,9 @@ TEST(OptionTableTest, DefaultsAreTheMountsDefaults) {
   EXPECT_EQ(human("threads"), "16");
   EXPECT_EQ(human("attr_timeout"), "3600");
   EXPECT_EQ(human("negative_timeout"), "3600");
+  EXPECT_EQ(human("readahead"), "1M (16M with data in an object store)");
+  EXPECT_EQ(MountOptions::ReadaheadFor(false), 1u << 20);
+  EXPECT_EQ(MountOptions::ReadaheadFor(true), 16u << 20);
 }
 
 TEST(OptionTableTest, AccessTimeOptionsFollowTheKernelsOrder) {

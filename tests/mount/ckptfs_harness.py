@@ -237,6 +237,14 @@ def read_stats(mnt):
         return json.load(f)
 
 
+def read_ahead_kb(mnt):
+    """The kernel's read-ahead window of the mount on `mnt`, in KiB
+    (/sys/class/bdi/MAJOR:MINOR/read_ahead_kb)."""
+    dev = os.stat(mnt).st_dev
+    with open("/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(dev), os.minor(dev))) as f:
+        return int(f.read())
+
+
 def daemon_pid(mnt):
     """The pid of the daemon serving `mnt` (from its stats file), or None."""
     try:

@@ -128,6 +128,13 @@ class MountOptionsTest(unittest.TestCase):
                 self.assertFalse(absent & mnt_opts, mnt_opts)
                 self.assertLessEqual(super_present, super_opts)
 
+    def test_readahead_window_is_set_through_sysfs(self):
+        if os.geteuid() != 0:
+            self.skipTest("the kernel's read-ahead knob needs root")
+        for options, kb in (([], 1024), (["readahead=4M"], 4096)):
+            with self.subTest(options=options):
+                self.assertEqual(harness.read_ahead_kb(self.mount(options).mnt), kb)
+
     def test_fstab_options_accepted(self):
         m = self.mount(["defaults", "_netdev", "nofail", "user", "users", "noauto", "auto",
                         "x-systemd.automount", "comment=ckptfs", "rw", "atime", "exec",
