@@ -31,9 +31,6 @@ class File {
   // Reads up to `len` bytes at `offset` into `buf`; fewer only at the end of
   // the file.
   virtual Result<size_t> ReadAt(uint64_t offset, size_t len, char* buf) const = 0;
-  // ReadAt, then Evict of the whole pages the read touched: a read through
-  // the backend's cache that leaves none of its pages there.
-  Result<size_t> ReadAndEvict(uint64_t offset, size_t len, char* buf) const;
   // Writes `pieces` one after the other starting at `offset`, all of them or
   // an error (a failed write may have written part of them).
   // REQUIRES: the file was opened for writing.
@@ -64,6 +61,10 @@ class File {
   // Says that [offset, offset+len) will not be read again soon: a cache of
   // the backend may drop it. A hint, as Prefetch.
   virtual void Evict(uint64_t offset, uint64_t len) const {}
+  // Evict of every page that [offset, offset+len) touches, the partly
+  // covered ones at its ends too: after a read through the backend's cache,
+  // it leaves none of the read's pages there.
+  void EvictPagesOf(uint64_t offset, uint64_t len) const;
   // Says that reads through the backend's cache will not go on where the
   // last one ended: it reads no more than asked (POSIX_FADV_RANDOM, no
   // readahead). A hint, as Prefetch.

@@ -283,13 +283,11 @@ Status File::ReadExactly(uint64_t offset, size_t len, char* buf) const {
   return Status::OK();
 }
 
-Result<size_t> File::ReadAndEvict(uint64_t offset, size_t len, char* buf) const {
-  CKPTFS_ASSIGN_OR_RETURN(const size_t n, ReadAt(offset, len, buf));
-  // The whole pages it touched (an eviction keeps partly covered ones).
+void File::EvictPagesOf(uint64_t offset, uint64_t len) const {
+  // Rounded out to whole pages: an eviction keeps partly covered ones.
   const uint64_t page = PageSize();
   const uint64_t from = offset / page * page;
-  Evict(from, (offset + n + page - 1) / page * page - from);
-  return n;
+  Evict(from, (offset + len + page - 1) / page * page - from);
 }
 
 Status File::WriteUncachedAt(uint64_t offset, std::string_view data) {

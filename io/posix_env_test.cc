@@ -141,7 +141,7 @@ TEST_F(PosixEnvTest, UncachedWritesLeaveOnlyTheRaggedEndsInThePageCache) {
   EXPECT_TRUE(back == bytes);
 }
 
-TEST_F(PosixEnvTest, ReadAndEvictReturnsWhatReadAtReturns) {
+TEST_F(PosixEnvTest, ReadAtReadsUpToTheEndAtAnyAlignment) {
   const std::string src = Random((2 << 20) + 300, 3);
   Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
   ASSERT_TRUE(w.ok());
@@ -165,7 +165,7 @@ TEST_F(PosixEnvTest, ReadAndEvictReturnsWhatReadAtReturns) {
       {src.size() + 4096, 4096, 0}, // past it
   };
   for (const Case& c : cases) {
-    Result<size_t> n = (*r)->ReadAndEvict(c.offset, c.len, buf + c.at);
+    Result<size_t> n = (*r)->ReadAt(c.offset, c.len, buf + c.at);
     ASSERT_TRUE(n.ok()) << c.offset;
     const size_t want = c.offset >= src.size() ? 0 : std::min(c.len, src.size() - c.offset);
     ASSERT_EQ(*n, want) << c.offset;
@@ -175,7 +175,7 @@ TEST_F(PosixEnvTest, ReadAndEvictReturnsWhatReadAtReturns) {
   std::free(buf);
 }
 
-TEST_F(PosixEnvTest, ReadAndEvictDropsThePagesItRead) {
+TEST_F(PosixEnvTest, EvictPagesOfDropsThePagesAReadTouched) {
   const std::string src = Random(1 << 20, 5);
   {
     Result<std::unique_ptr<File>> w = Env::Posix()->CreateUnsynced(dir_ + "/f");
@@ -191,8 +191,9 @@ TEST_F(PosixEnvTest, ReadAndEvictDropsThePagesItRead) {
   ASSERT_EQ(std::count(cached.begin(), cached.end(), true), 0);
   // Through the cache (an unaligned offset and length), then dropped.
   std::string buf(300000, '\0');
-  Result<size_t> n = (*r)->ReadAndEvict(12345, buf.size(), buf.data());
+  Result<size_t> n = (*r)->ReadAt(12345, buf.size(), buf.data());
   ASSERT_TRUE(n.ok());
+  (*r)->EvictPagesOf(12345, *n);
   EXPECT_TRUE(std::string_view(buf.data(), *n) == std::string_view(src).substr(12345, buf.size()));
   // (Readahead may have cached pages past them.)
   cached = Cached(dir_ + "/f");

@@ -142,8 +142,28 @@ void DataFiles::ReadAhead(uint64_t ino, const io::File& file, uint64_t offset, s
       if (to > from) o.ahead_end = to;
     }
     o.read_end = std::max(o.read_end, end);
+    if (to <= from) return;
+    Asking& a = asking_[ino];
+    a.count++;
+    a.from = std::min(a.from, from);
+    a.to = std::max(a.to, to);
   }
-  if (to > from) file.Prefetch(from, to - from);
+  file.Prefetch(from, to - from);
+  {
+    MutexLock l(&mu_);
+    auto it = asking_.find(ino);
+    if (--it->second.count == 0) asking_.erase(it);
+  }
+  asked_cv_.SignalAll();
+}
+
+void DataFiles::WaitForReadAhead(uint64_t ino, uint64_t offset, uint64_t end) {
+  MutexLock l(&mu_);
+  for (;;) {
+    auto it = asking_.find(ino);
+    if (it == asking_.end() || it->second.to <= offset || it->second.from >= end) return;
+    asked_cv_.Wait(&mu_);
+  }
 }
 
 Result<size_t> DataFiles::ReadUpTo(uint64_t ino, uint64_t offset, size_t len, char* buf) {
@@ -158,7 +178,10 @@ Result<size_t> DataFiles::ReadOnce(uint64_t ino, uint64_t offset, size_t len, ch
   // Through the OS's cache, where ReadAhead's pages are (a direct read
   // would wait for the disk each time); the pages go at once: the reply
   // fills the FUSE file's cache.
-  return file->ReadAndEvict(offset, len, buf);
+  CKPTFS_ASSIGN_OR_RETURN(const size_t n, file->ReadAt(offset, len, buf));
+  WaitForReadAhead(ino, offset, offset + n);
+  file->EvictPagesOf(offset, n);
+  return n;
 }
 
 void DataFiles::Evict(uint64_t ino, uint64_t offset, uint64_t len) {

@@ -166,6 +166,11 @@ class DataFiles {
   // a byte read and dropped is never read ahead again (torch.load jumps
   // back and forth), so each byte still comes from the disk once.
   void ReadAhead(uint64_t ino, const io::File& file, uint64_t offset, size_t len);
+  // Before ReadOnce drops the pages of [offset, end) of the data file of
+  // `ino`: waits until every read-ahead of those bytes that ReadAhead has
+  // chosen has been asked of the OS. One asked later would bring back
+  // pages that no read drops again.
+  void WaitForReadAhead(uint64_t ino, uint64_t offset, uint64_t end);
   // The step of the data files' modification times, measured once on a
   // file of data/ (kTimestampProbeName).
   int64_t TimestampStep();
@@ -201,6 +206,15 @@ class DataFiles {
     uint64_t ahead_end = 0;  // ReadAhead asked for the bytes up to here
   };
   std::map<uint64_t, Open> open_ GUARDED_BY(mu_);
+  // The read-aheads chosen and not yet asked of the OS, by inode: how many,
+  // and the bytes they span.
+  struct Asking {
+    int count = 0;
+    uint64_t from = UINT64_MAX;
+    uint64_t to = 0;
+  };
+  std::map<uint64_t, Asking> asking_ GUARDED_BY(mu_);
+  CondVar asked_cv_;  // a read-ahead was asked of the OS
   std::map<uint64_t, std::shared_ptr<io::File>> dirty_ GUARDED_BY(mu_);
   std::set<uint64_t> remove_queue_ GUARDED_BY(mu_);
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;  // given with remove_queue_'s files

@@ -4,14 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -44,6 +47,25 @@ class EvictCountingEnv final : public io::Env {
     std::lock_guard<std::mutex> l(mu_);
     return prefetches_;
   }
+  // What reached the OS, in order: ('P', offset, end) of each Prefetch once
+  // it was asked, ('E', offset, end) of each Evict.
+  using Event = std::tuple<char, uint64_t, uint64_t>;
+  std::vector<Event> events() {
+    std::lock_guard<std::mutex> l(mu_);
+    return events_;
+  }
+  // The next Prefetch waits until Release() before it is asked of the OS,
+  // as a thread that lost the CPU between choosing a read-ahead and asking
+  // for it.
+  void HoldNextPrefetch() {
+    std::lock_guard<std::mutex> l(mu_);
+    hold_next_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = true;
+    released_cv_.notify_all();
+  }
 
  private:
   class CountingFile final : public io::File {
@@ -63,13 +85,18 @@ class EvictCountingEnv final : public io::Env {
     void Evict(uint64_t offset, uint64_t len) const override {
       ++env_->evictions_;
       base_->Evict(offset, len);
+      std::lock_guard<std::mutex> l(env_->mu_);
+      env_->events_.emplace_back('E', offset, offset + len);
     }
     void Prefetch(uint64_t offset, uint64_t len) const override {
-      {
-        std::lock_guard<std::mutex> l(env_->mu_);
-        env_->prefetches_.emplace_back(offset, offset + len);
+      std::unique_lock<std::mutex> l(env_->mu_);
+      env_->prefetches_.emplace_back(offset, offset + len);
+      if (env_->hold_next_) {
+        env_->hold_next_ = false;
+        env_->released_cv_.wait(l, [this] { return env_->released_; });
       }
       base_->Prefetch(offset, len);
+      env_->events_.emplace_back('P', offset, offset + len);
     }
     void NoReadahead() const override { base_->NoReadahead(); }
 
@@ -86,6 +113,10 @@ class EvictCountingEnv final : public io::Env {
   std::atomic<uint64_t> evictions_{0};
   std::mutex mu_;
   std::vector<std::pair<uint64_t, uint64_t>> prefetches_;
+  std::vector<Event> events_;
+  bool hold_next_ = false;
+  bool released_ = false;
+  std::condition_variable released_cv_;
 };
 
 class DataFilesTest : public ::testing::Test {
@@ -254,6 +285,41 @@ TEST_F(DataFilesTest, ReadsAheadOfAReaderGoingOnButNeverBehindTheFurthestRead) {
   // Going on from the furthest byte read: ahead of it again.
   read_once(11 * kMiB);
   EXPECT_EQ(env_->prefetches().back(), std::make_pair(12 * kMiB, 16 * kMiB));
+}
+
+TEST_F(DataFilesTest, AReadDropsItsPagesOnlyOnceTheReadAheadOfThemWasAsked) {
+  // A reader's read-ahead asked late, after a read of the same bytes on
+  // another thread had dropped them, would leave those pages cached for
+  // good: that read waits for it before it drops them.
+  constexpr uint64_t kMiB = 1 << 20;
+  const std::string bytes = test::CompressibleData(8 * kMiB);
+  ASSERT_TRUE(files_->Create(1).ok());
+  ASSERT_TRUE(files_->Write(1, 0, bytes).ok());
+  ASSERT_TRUE(files_->SyncDirty().ok());
+  env_->HoldNextPrefetch();
+  std::string first(kMiB, '\0'), second(kMiB, '\0');
+  std::thread ahead([&] { EXPECT_TRUE(files_->ReadOnce(1, 0, kMiB, first.data()).ok()); });
+  // Its read-ahead of [1 MiB, 5 MiB) is chosen and held.
+  while (env_->prefetches().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<bool> done{false};
+  std::thread behind([&] {
+    EXPECT_TRUE(files_->ReadOnce(1, kMiB, kMiB, second.data()).ok());
+    done = true;
+  });
+  // The second read has its bytes, and would drop them now.
+  for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  env_->Release();
+  ahead.join();
+  behind.join();
+  EXPECT_EQ(second, bytes.substr(kMiB, kMiB));
+  const std::vector<EvictCountingEnv::Event> events = env_->events();
+  const auto asked = std::find(events.begin(), events.end(),
+                               EvictCountingEnv::Event{'P', kMiB, 5 * kMiB});
+  const auto dropped = std::find(events.begin(), events.end(),
+                                 EvictCountingEnv::Event{'E', kMiB, 2 * kMiB});
+  ASSERT_NE(asked, events.end());
+  ASSERT_NE(dropped, events.end());
+  EXPECT_LT(asked, dropped);
 }
 
 TEST_F(DataFilesTest, DestroyingWaitsForTheQueue) {
