@@ -62,9 +62,21 @@ class RecordCache {
     uint64_t segment_id, offset;
     bool operator==(const Key&) const = default;
   };
+  // Every bit of the key moves every bit of the hash (murmur3's 64-bit
+  // finalizer), so that records at offsets with equal low bits (the 48-byte
+  // header and a 16 KiB chunk make multiples of 16) spread over all shards
+  // rather than filling one shard's share of the capacity.
   struct KeyHash {
+    static uint64_t Mix(uint64_t x) {
+      x ^= x >> 33;
+      x *= 0xff51afd7ed558ccdull;
+      x ^= x >> 33;
+      x *= 0xc4ceb9fe1a85ec53ull;
+      x ^= x >> 33;
+      return x;
+    }
     size_t operator()(const Key& k) const {
-      return std::hash<uint64_t>()(k.offset * 0x9E3779B97F4A7C15ull ^ k.segment_id);
+      return static_cast<size_t>(Mix(k.offset ^ Mix(k.segment_id + 0x9E3779B97F4A7C15ull)));
     }
   };
   struct Shard {

@@ -37,6 +37,27 @@ TEST(RecordCacheTest, CountsTheMemoryItsEntriesHold) {
   EXPECT_NE(cache.Lookup(1, 999 * 4096), nullptr);
 }
 
+TEST(RecordCacheTest, RecordsOfOneSizeUseTheWholeCapacity) {
+  // A segment of 16 KiB chunks: a record every 48 + 16384 bytes, so every
+  // offset is a multiple of 16. Half the capacity's worth of them all stays.
+  constexpr uint64_t kCapacity = 32 << 20;
+  constexpr size_t kChunk = 16 << 10, kStride = 48 + kChunk;
+  constexpr size_t kRecords = kCapacity / 2 / (kChunk + RecordCache::kEntryOverhead);
+  RecordCache cache(kCapacity);
+  for (uint64_t segment = 1; segment <= 2; ++segment) {
+    std::vector<std::weak_ptr<char[]>> buffers(kRecords / 2);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      cache.Insert(segment, 4096 + i * kStride, InBuffer(kChunk, kChunk, &buffers[i]));
+    }
+  }
+  for (uint64_t segment = 1; segment <= 2; ++segment) {
+    for (size_t i = 0; i < kRecords / 2; ++i) {
+      ASSERT_NE(cache.Lookup(segment, 4096 + i * kStride), nullptr) << segment << " " << i;
+    }
+  }
+  EXPECT_EQ(cache.bytes(), kRecords / 2 * 2 * (kChunk + RecordCache::kEntryOverhead));
+}
+
 TEST(RecordCacheTest, EntriesWithoutHeldCountTheirBytes) {
   RecordCache cache(16 * 1000);  // 1,000 bytes per shard
   auto r = std::make_shared<RecordBytes>();
