@@ -22,7 +22,11 @@ Sides:
   - raw RADOS throughput (`rados bench`, 4 MiB objects, 16 in flight), for
     the rank files.
 Prints one JSON line per workload and side: seconds, files or MB/s, and
-requests to the object store per file (the mount's engine.object_*).
+requests to the object store per file (the mount's engine.object_*). For
+the rank files through ckptfs and for rados bench, also the CPU seconds per
+GB that the client (the writer or reader, the ckptfs daemon, the rados
+command) and the cluster's daemons spent: client and cluster share this
+machine's cores.
 
 Run as root (mounting):
   /usr/bin/python3 bench/objectstore_bench.py --ckptfs build/tools/ckptfs
@@ -147,6 +151,27 @@ def timed(fn, *args):
     return time.monotonic() - t0
 
 
+class CpuMeter:
+    """CPU seconds spent on the client side (this process, its waited-for
+    children and the pids given) and by the cluster's daemons, from one
+    point on: where the cores of a machine that runs client and cluster
+    at once go."""
+
+    def __init__(self, bed, pids=()):
+        self.bed, self.pids = bed, pids
+        self.client, self.cluster = self._client(), bed.cpu_seconds()
+
+    def _client(self):
+        t = os.times()
+        own = t.user + t.system + t.children_user + t.children_system
+        return own + sum(harness.cpu_seconds(p) for p in self.pids)
+
+    def per_gb(self, gb):
+        """(client, cluster) CPU seconds per GB since the start."""
+        return (round((self._client() - self.client) / gb, 2),
+                round((self.bed.cpu_seconds() - self.cluster) / gb, 2))
+
+
 def workload_files(workload, a):
     """How many files `workload` saves."""
     return a.dirs * len(CHUNKS) if workload == "tree" else a.ranks
@@ -167,8 +192,13 @@ def object_requests(m):
     return e["object_reads"], e["object_writes"] + e["object_other"]
 
 
-def ckptfs_side(tmp, name, options, a, data, block):
-    """Both workloads through one mount: seconds and requests per file."""
+def rank_gb(a):
+    return a.ranks * a.rank_mib * BLOCK / 1e9
+
+
+def ckptfs_side(bed, tmp, name, options, a, data, block):
+    """Both workloads through one mount: seconds, requests per file, and
+    for the rank files the CPU seconds per GB of client and cluster."""
     out = []
     key = name.split()[-1].lower()
     m = harness.Mount(os.path.join(tmp, key, "store"), os.path.join(tmp, key, "mnt"), options)
@@ -180,17 +210,26 @@ def ckptfs_side(tmp, name, options, a, data, block):
             files = workload_files(workload, a)
             save_fn, restore_fn = WORKLOADS[workload]
             _, w0 = object_requests(m)
+            cpu = CpuMeter(bed, [m.pid])
             save = timed(save_fn, root, a, data, block)
+            save_cpu = cpu.per_gb(rank_gb(a))
             _, w1 = object_requests(m)
             m.unmount()
             drop_caches()
             m.mount(options=[])
             r0, _ = object_requests(m)
+            cpu = CpuMeter(bed, [m.pid])
             restore = timed(restore_fn, root, a, data, block)
+            restore_cpu = cpu.per_gb(rank_gb(a))
             r1, _ = object_requests(m)
+            more = {}
+            if workload == "ranks":
+                more = {"save_cpu_s_per_gb": {"client": save_cpu[0], "cluster": save_cpu[1]},
+                        "restore_cpu_s_per_gb": {"client": restore_cpu[0],
+                                                 "cluster": restore_cpu[1]}}
             out.append(row(workload, name, a, save, restore,
                            save_requests_per_file=round((w1 - w0) / files, 3),
-                           restore_requests_per_file=round((r1 - r0) / files, 3)))
+                           restore_requests_per_file=round((r1 - r0) / files, 3), **more))
     finally:
         m.unmount()
     return out
@@ -248,13 +287,25 @@ def rados_bench_side(bed, seconds):
             if line.startswith("Bandwidth (MB/sec):"):
                 return round(float(line.split(":")[1]) * 1.048576)  # MiB/s to MB/s
         raise RuntimeError("rados bench said: " + text[-500:])
+    def cpu_per_gb(meter, text):
+        client, cluster = meter.per_gb(1)
+        for line in text.splitlines():
+            if line.startswith("Total time run:"):
+                gb = mb_s(text) * float(line.split(":")[1]) / 1e3
+                return {"client": round(client / gb, 2), "cluster": round(cluster / gb, 2)}
+        raise RuntimeError("rados bench said: " + text[-500:])
+    cpu = CpuMeter(bed)
     w = bed.rados("bench", str(seconds), "write", "-t", "16", "--no-cleanup",
                   pool=bed.pool, timeout=seconds + 120).stdout
+    save_cpu = cpu_per_gb(cpu, w)
+    cpu = CpuMeter(bed)
     r = bed.rados("bench", str(seconds), "seq", "-t", "16", pool=bed.pool,
                   timeout=seconds + 120).stdout
+    restore_cpu = cpu_per_gb(cpu, r)
     bed.rados("cleanup", pool=bed.pool, timeout=120)
     return [{"workload": "ranks", "side": "raw RADOS (rados bench)",
-             "save_mb_s": mb_s(w), "restore_mb_s": mb_s(r)}]
+             "save_mb_s": mb_s(w), "restore_mb_s": mb_s(r),
+             "save_cpu_s_per_gb": save_cpu, "restore_cpu_s_per_gb": restore_cpu}]
 
 
 def main():
@@ -280,9 +331,9 @@ def main():
         data = os.urandom(a.chunk)
         block = os.urandom(BLOCK)
         rows = []
-        rows += ckptfs_side(tmp, "ckptfs on RADOS", ["data=rados://%s/bench" % bed.pool], a,
+        rows += ckptfs_side(bed, tmp, "ckptfs on RADOS", ["data=rados://%s/bench" % bed.pool], a,
                             data, block)
-        rows += ckptfs_side(tmp, "ckptfs on S3",
+        rows += ckptfs_side(bed, tmp, "ckptfs on S3",
                             ["data=s3://ckptfs/bench", "s3_endpoint=" + bed.s3_endpoint], a,
                             data, block)
         rows += object_per_file_side(bed, a, data, block)

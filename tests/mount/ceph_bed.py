@@ -206,6 +206,10 @@ class Cluster:
         return self.run("rados", "-c", self.conf, *(["-p", pool] if pool else []), *args,
                         timeout=timeout, check=check)
 
+    def cpu_seconds(self):
+        """The CPU time the cluster's daemons have used so far, in seconds."""
+        return sum(harness.cpu_seconds(p.pid) for p in self._procs.values())
+
     # -- the daemons --
 
     def _server(self, name, cmd):

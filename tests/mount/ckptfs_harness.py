@@ -182,6 +182,12 @@ def process_start(pid):
     return int(fields[19]) if fields else None
 
 
+def cpu_seconds(pid):
+    """The CPU time (user and system) process `pid` has used, or 0 when it is gone."""
+    fields = proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
+
+
 def process_gone(pid, start=None):
     """True when `pid` has exited (or is a zombie); with `start`, also when the
     pid now belongs to another process."""
