@@ -42,6 +42,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 
@@ -152,10 +153,9 @@ def timed(fn, *args):
 
 
 class CpuMeter:
-    """CPU seconds spent on the client side (this process, its waited-for
-    children and the pids given) and by the cluster's daemons, from one
-    point on: where the cores of a machine that runs client and cluster
-    at once go."""
+    """CPU seconds spent on the client side (this process and the pids
+    given) and by the cluster's daemons, from one point on: where the cores
+    of a machine that runs client and cluster at once go."""
 
     def __init__(self, bed, pids=()):
         self.bed, self.pids = bed, pids
@@ -163,13 +163,13 @@ class CpuMeter:
 
     def _client(self):
         t = os.times()
-        own = t.user + t.system + t.children_user + t.children_system
-        return own + sum(harness.cpu_seconds(p) for p in self.pids)
+        return t.user + t.system + sum(harness.cpu_seconds(p) for p in self.pids)
 
-    def per_gb(self, gb):
-        """(client, cluster) CPU seconds per GB since the start."""
-        return (round((self._client() - self.client) / gb, 2),
-                round((self.bed.cpu_seconds() - self.cluster) / gb, 2))
+    def per_gb(self, gb, more_client=0.0):
+        """(client, cluster) CPU seconds per GB since the start; the client
+        side's with `more_client` seconds added."""
+        return {"client": round((self._client() - self.client + more_client) / gb, 2),
+                "cluster": round((self.bed.cpu_seconds() - self.cluster) / gb, 2)}
 
 
 def workload_files(workload, a):
@@ -224,9 +224,7 @@ def ckptfs_side(bed, tmp, name, options, a, data, block):
             r1, _ = object_requests(m)
             more = {}
             if workload == "ranks":
-                more = {"save_cpu_s_per_gb": {"client": save_cpu[0], "cluster": save_cpu[1]},
-                        "restore_cpu_s_per_gb": {"client": restore_cpu[0],
-                                                 "cluster": restore_cpu[1]}}
+                more = {"save_cpu_s_per_gb": save_cpu, "restore_cpu_s_per_gb": restore_cpu}
             out.append(row(workload, name, a, save, restore,
                            save_requests_per_file=round((w1 - w0) / files, 3),
                            restore_requests_per_file=round((r1 - r0) / files, 3), **more))
@@ -287,21 +285,27 @@ def rados_bench_side(bed, seconds):
             if line.startswith("Bandwidth (MB/sec):"):
                 return round(float(line.split(":")[1]) * 1.048576)  # MiB/s to MB/s
         raise RuntimeError("rados bench said: " + text[-500:])
-    def cpu_per_gb(meter, text):
-        client, cluster = meter.per_gb(1)
+    def bench(*args):
+        """rados bench's output and its CPU seconds per GB moved, the
+        rados command's own (wait4) on the client side."""
+        cpu = CpuMeter(bed)
+        with tempfile.TemporaryFile(mode="w+") as out:
+            p = subprocess.Popen(["timeout", str(seconds + 120), "rados", "-c", bed.conf,
+                                  "-p", bed.pool, "bench", str(seconds), *args, "-t", "16"],
+                                 stdout=out, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            text = out.read()
+        if p.returncode != 0:
+            raise RuntimeError("rados bench said: " + text[-500:])
         for line in text.splitlines():
             if line.startswith("Total time run:"):
                 gb = mb_s(text) * float(line.split(":")[1]) / 1e3
-                return {"client": round(client / gb, 2), "cluster": round(cluster / gb, 2)}
+                return text, cpu.per_gb(gb, usage.ru_utime + usage.ru_stime)
         raise RuntimeError("rados bench said: " + text[-500:])
-    cpu = CpuMeter(bed)
-    w = bed.rados("bench", str(seconds), "write", "-t", "16", "--no-cleanup",
-                  pool=bed.pool, timeout=seconds + 120).stdout
-    save_cpu = cpu_per_gb(cpu, w)
-    cpu = CpuMeter(bed)
-    r = bed.rados("bench", str(seconds), "seq", "-t", "16", pool=bed.pool,
-                  timeout=seconds + 120).stdout
-    restore_cpu = cpu_per_gb(cpu, r)
+    w, save_cpu = bench("write", "--no-cleanup")
+    r, restore_cpu = bench("seq")
     bed.rados("cleanup", pool=bed.pool, timeout=120)
     return [{"workload": "ranks", "side": "raw RADOS (rados bench)",
              "save_mb_s": mb_s(w), "restore_mb_s": mb_s(r),
