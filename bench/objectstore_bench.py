@@ -166,10 +166,15 @@ class CpuMeter:
         return t.user + t.system + sum(harness.cpu_seconds(p) for p in self.pids)
 
     def per_gb(self, gb, more_client=0.0):
-        """(client, cluster) CPU seconds per GB since the start; the client
-        side's with `more_client` seconds added."""
+        """{"client", "cluster"}: CPU seconds per GB since the start, the
+        client side's with `more_client` seconds added."""
         return {"client": round((self._client() - self.client + more_client) / gb, 2),
                 "cluster": round((self.bed.cpu_seconds() - self.cluster) / gb, 2)}
+
+
+def rank_gb(a):
+    """The GB the rank files hold."""
+    return a.ranks * a.rank_mib * BLOCK / 1e9
 
 
 def workload_files(workload, a):
@@ -182,7 +187,7 @@ def row(workload, side, a, save, restore, **more):
     out = {"workload": workload, "side": side, "files": workload_files(workload, a),
            "save_s": round(save, 2), "restore_s": round(restore, 2), **more}
     if workload == "ranks":
-        mb = a.ranks * a.rank_mib * BLOCK / 1e6
+        mb = rank_gb(a) * 1e3
         out.update(save_mb_s=round(mb / save), restore_mb_s=round(mb / restore))
     return out
 
@@ -190,10 +195,6 @@ def row(workload, side, a, save, restore, **more):
 def object_requests(m):
     e = m.stats()["engine"]
     return e["object_reads"], e["object_writes"] + e["object_other"]
-
-
-def rank_gb(a):
-    return a.ranks * a.rank_mib * BLOCK / 1e9
 
 
 def ckptfs_side(bed, tmp, name, options, a, data, block):
@@ -209,22 +210,24 @@ def ckptfs_side(bed, tmp, name, options, a, data, block):
             os.mkdir(root)
             files = workload_files(workload, a)
             save_fn, restore_fn = WORKLOADS[workload]
+            more = {}
+
+            def metered(key, fn):
+                """`fn` timed, and for the rank files its CPU per GB under `key`."""
+                cpu = CpuMeter(bed, [m.pid])
+                seconds = timed(fn, root, a, data, block)
+                if workload == "ranks":
+                    more[key] = cpu.per_gb(rank_gb(a))
+                return seconds
             _, w0 = object_requests(m)
-            cpu = CpuMeter(bed, [m.pid])
-            save = timed(save_fn, root, a, data, block)
-            save_cpu = cpu.per_gb(rank_gb(a))
+            save = metered("save_cpu_s_per_gb", save_fn)
             _, w1 = object_requests(m)
             m.unmount()
             drop_caches()
             m.mount(options=[])
             r0, _ = object_requests(m)
-            cpu = CpuMeter(bed, [m.pid])
-            restore = timed(restore_fn, root, a, data, block)
-            restore_cpu = cpu.per_gb(rank_gb(a))
+            restore = metered("restore_cpu_s_per_gb", restore_fn)
             r1, _ = object_requests(m)
-            more = {}
-            if workload == "ranks":
-                more = {"save_cpu_s_per_gb": save_cpu, "restore_cpu_s_per_gb": restore_cpu}
             out.append(row(workload, name, a, save, restore,
                            save_requests_per_file=round((w1 - w0) / files, 3),
                            restore_requests_per_file=round((r1 - r0) / files, 3), **more))
