@@ -2,7 +2,6 @@
 #include "io/rados_env.h"
 
 #include <rados/librados.h>
-#include <rados/librados.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -38,11 +37,8 @@ Status FromRados(int rc, const std::string& what) {
 class Pool {
  public:
   Pool(rados_t cluster, rados_ioctx_t io, uint64_t stripe)
-      : cluster_(cluster), io_(io), stripe_(stripe) {
-    librados::IoCtx::from_rados_ioctx_t(io_, writes_io_);
-  }
+      : cluster_(cluster), io_(io), stripe_(stripe) {}
   ~Pool() {
-    writes_io_.close();
     rados_ioctx_destroy(io_);
     rados_shutdown(cluster_);
   }
@@ -50,9 +46,6 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   rados_ioctx_t io() const { return io_; }
-  // The pool through the C++ API, for data writes: its bufferlists can
-  // point at the writer's bytes, where the C API copies them.
-  librados::IoCtx& writes_io() { return writes_io_; }
 
   // A failed request's Status. One that timed out may have been waiting
   // on an OSD at an address it no longer has (killed and started again):
@@ -190,26 +183,18 @@ class Pool {
  private:
   const rados_t cluster_;
   const rados_ioctx_t io_;
-  librados::IoCtx writes_io_;
   const uint64_t stripe_;
   std::atomic<uint64_t> reads_{0}, writes_{0}, other_{0}, bytes_read_{0}, bytes_written_{0};
   std::atomic<bool> stale_map_{false};
 };
 
-// One write operation on the way to one object. Its bufferlists point at
-// `bytes` (no copy), which stay alive, and unchanged, until it completes.
+// One write operation on the way to one object: its bytes stay alive
+// until it completes.
 struct InFlight {
   std::string oid;
   std::deque<std::string> bytes;
-  librados::ObjectWriteOperation op;
-  librados::AioCompletion* done = nullptr;
-
-  void Write(std::string_view b, uint64_t off) {
-    ceph::bufferlist bl;
-    bl.push_back(ceph::buffer::create_static(static_cast<unsigned>(b.size()),
-                                             const_cast<char*>(b.data())));
-    op.write(off, bl);
-  }
+  rados_write_op_t op = nullptr;
+  rados_completion_t done = nullptr;
 };
 
 // One open file. Writes wait in `pending_` (in arrival order) until a
@@ -226,7 +211,7 @@ class RadosFile final : public File {
         buffer_limit_(o.write_buffer),
         max_in_flight_(std::max(1, o.writes_in_flight)),
         S(pool_->stripe()),
-        pending_(buffer_limit_, SIZE_MAX, static_cast<size_t>(max_in_flight_)),
+        pending_(buffer_limit_, SIZE_MAX),
         size_(size),
         objects_(objects),
         recorded_objects_(objects) {
@@ -281,9 +266,7 @@ class RadosFile final : public File {
   Status Sync() override {
     if (!writable_) return Status::OK();
     MutexLock l(&mu_);
-    Status s = DrainLocked();
-    pending_.DropSpares();
-    return s;
+    return DrainLocked();
   }
 
   Result<uint64_t> Size() const override {
@@ -353,6 +336,7 @@ class RadosFile final : public File {
       order.emplace_back(k, ops.size());
       ops.emplace_back();
       ops.back().oid = Pool::Stripe(oid_, k);
+      ops.back().op = rados_create_write_op();
       return ops.back();
     };
     for (PendingWrites::Run& e : pending_.Take()) {
@@ -360,7 +344,7 @@ class RadosFile final : public File {
         const uint64_t k = e.offset / S;
         InFlight& f = op_of(k);
         f.bytes.push_back(std::move(e.bytes));
-        f.Write(f.bytes.back(), e.offset % S);
+        rados_write_op_write(f.op, f.bytes.back().data(), f.bytes.back().size(), e.offset % S);
         objects_ = std::max(objects_, k + 1);
         continue;
       }
@@ -371,7 +355,7 @@ class RadosFile final : public File {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(rest.size(), S - at % S));
         InFlight& f = op_of(k);
         f.bytes.emplace_back(rest.substr(0, n));
-        f.Write(f.bytes.back(), at % S);
+        rados_write_op_write(f.op, f.bytes.back().data(), n, at % S);
         objects_ = std::max(objects_, k + 1);
         at += n;
         rest.remove_prefix(n);
@@ -383,28 +367,34 @@ class RadosFile final : public File {
       uint64_t bytes = 0;
       for (const std::string& b : f.bytes) bytes += b.size();
       pool_->CountWrite(bytes);
-      f.done = librados::Rados::aio_create_completion();
-      const int rc = pool_->writes_io().aio_operate(f.oid, f.done, &f.op,
-                                                    librados::OPERATION_FULL_TRY);
+      rados_aio_create_completion2(nullptr, nullptr, &f.done);
+      const int rc = rados_aio_write_op_operate(f.op, pool_->io(), f.done, f.oid.c_str(),
+                                                nullptr, kWriteFlags);
       if (rc < 0) {
-        f.done->release();
+        rados_aio_release(f.done);
+        rados_release_write_op(f.op);
+        f.op = nullptr;
         if (error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
         continue;
       }
       in_flight_.push_back(std::move(f));
+      f.op = nullptr;
     }
     sending_ = false;
+    for (InFlight& f : ops) {
+      if (f.op != nullptr) rados_release_write_op(f.op);
+    }
     return error_;
   }
 
   void WaitOldestLocked() const REQUIRES(mu_) {
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
-    f.done->wait_for_complete();
-    const int rc = f.done->get_return_value();
-    f.done->release();
+    rados_aio_wait_for_complete(f.done);
+    const int rc = rados_aio_get_return_value(f.done);
+    rados_aio_release(f.done);
+    rados_release_write_op(f.op);
     if (rc < 0 && error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
-    for (std::string& b : f.bytes) pending_.Recycle(std::move(b));
     ClearStagedLocked();
   }
 
