@@ -87,6 +87,10 @@ class ObjectStoreEnv : public Env {
 // A batch that starts with a large write (an eighth of `batch` or more) is
 // given room for `batch` bytes at once, the most a file holds before it
 // sends, so that the appends after it fill it without moving it.
+//
+// A batch's first run starts in a buffer given back (Recycle) by a write
+// that completed, when one is there: a file that streams writes fills the
+// same few buffers again instead of faulting in fresh pages each time.
 class PendingWrites {
  public:
   struct Run {
@@ -94,7 +98,9 @@ class PendingWrites {
     std::string bytes;
   };
 
-  PendingWrites(size_t batch, size_t max_run) : batch_(batch), max_run_(max_run) {}
+  // `spares`: the most buffers kept for reuse.
+  PendingWrites(size_t batch, size_t max_run, size_t spares = 0)
+      : batch_(batch), max_run_(max_run), max_spares_(spares) {}
 
   // Returns the offset past the last byte added.
   uint64_t Add(uint64_t offset, std::span<const std::string_view> pieces) {
@@ -105,9 +111,7 @@ class PendingWrites {
         runs_.back().bytes.append(p);
       } else {
         runs_.push_back(Run{offset, {}});
-        if (runs_.size() == 1 && p.size() >= batch_ / 8) {
-          runs_.back().bytes.reserve(std::max(p.size(), batch_));
-        }
+        if (runs_.size() == 1) StartBatch(runs_.back().bytes, p.size());
         runs_.back().bytes.append(p);
       }
       bytes_ += p.size();
@@ -129,11 +133,33 @@ class PendingWrites {
   bool empty() const { return runs_.empty(); }
   size_t bytes() const { return bytes_; }
 
+  // Keeps `b`, whose write completed, for a later batch: one that can
+  // hold a whole batch, while fewer than `spares` are kept.
+  void Recycle(std::string&& b) {
+    if (b.capacity() < batch_ || spares_.size() >= max_spares_) return;
+    b.clear();
+    spares_.push_back(std::move(b));
+  }
+  // Frees the buffers kept (a file that stopped writing for now).
+  void DropSpares() { spares_.clear(); }
+  size_t spares() const { return spares_.size(); }
+
  private:
+  void StartBatch(std::string& b, size_t first) {
+    if (!spares_.empty()) {
+      b = std::move(spares_.back());
+      spares_.pop_back();
+    } else if (first >= batch_ / 8) {
+      b.reserve(std::max(first, batch_));
+    }
+  }
+
   const size_t batch_;
   const size_t max_run_;
+  const size_t max_spares_;
   std::vector<Run> runs_;
   size_t bytes_ = 0;
+  std::vector<std::string> spares_;
 };
 
 // "D/NAME" for path ROOT/D/NAME where D is one of `dirs` and NAME holds no

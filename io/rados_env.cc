@@ -211,7 +211,7 @@ class RadosFile final : public File {
         buffer_limit_(o.write_buffer),
         max_in_flight_(std::max(1, o.writes_in_flight)),
         S(pool_->stripe()),
-        pending_(buffer_limit_, SIZE_MAX),
+        pending_(buffer_limit_, SIZE_MAX, static_cast<size_t>(max_in_flight_)),
         size_(size),
         objects_(objects),
         recorded_objects_(objects) {
@@ -266,7 +266,9 @@ class RadosFile final : public File {
   Status Sync() override {
     if (!writable_) return Status::OK();
     MutexLock l(&mu_);
-    return DrainLocked();
+    Status s = DrainLocked();
+    pending_.DropSpares();
+    return s;
   }
 
   Result<uint64_t> Size() const override {
@@ -395,6 +397,7 @@ class RadosFile final : public File {
     rados_aio_release(f.done);
     rados_release_write_op(f.op);
     if (rc < 0 && error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
+    for (std::string& b : f.bytes) pending_.Recycle(std::move(b));
     ClearStagedLocked();
   }
 

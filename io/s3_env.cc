@@ -92,12 +92,13 @@ class ExtentMap {
   std::map<uint64_t, Piece> map_;
 };
 
-// A PUT of one part on its way.
+// A PUT of one part on its way: `bytes` stay where they are until `done`.
 struct Upload {
   uint64_t seq = 0;
   uint64_t offset = 0;
   uint64_t len = 0;
   std::string key;
+  std::unique_ptr<std::string> bytes;
   std::future<Status> done;
 };
 
@@ -113,7 +114,7 @@ class S3File final : public File {
         writable_(writable),
         buffer_limit_(std::max<size_t>(1, o.write_buffer)),
         max_in_flight_(std::max(1, o.writes_in_flight)),
-        pending_(buffer_limit_, buffer_limit_) {
+        pending_(buffer_limit_, buffer_limit_, static_cast<size_t>(max_in_flight_)) {
     MutexLock l(&mu_);
     ApplyLocked(parts);
     if (writable && !staging.empty()) stage_ = std::make_unique<StagingLog>(staging);
@@ -183,7 +184,9 @@ class S3File final : public File {
   Status Sync() override {
     if (!writable_) return Status::OK();
     MutexLock l(&mu_);
-    return DrainLocked();
+    Status s = DrainLocked();
+    pending_.DropSpares();
+    return s;
   }
 
   Result<uint64_t> Size() const override {
@@ -279,9 +282,9 @@ class S3File final : public File {
       u.offset = run.offset;
       u.len = run.bytes.size();
       u.key = key_ + "/" + S3PartName(u.seq, 'd', run.offset);
+      u.bytes = std::make_unique<std::string>(std::move(run.bytes));
       u.done = std::async(std::launch::async,
-                          [s3 = s3_, key = u.key, bytes = std::move(run.bytes)]() -> Status {
-                            const std::string_view v(bytes);
+                          [s3 = s3_, key = u.key, v = std::string_view(*u.bytes)]() -> Status {
                             return s3->Put(key, std::span<const std::string_view>(&v, 1));
                           });
       in_flight_.push_back(std::move(u));
@@ -294,6 +297,7 @@ class S3File final : public File {
     Upload u = std::move(in_flight_.front());
     in_flight_.pop_front();
     Status s = u.done.get();
+    pending_.Recycle(std::move(*u.bytes));
     if (s.ok()) {
       map_.Write(u.offset, u.len, u.key);
       modified_ns_ = NowNs();

@@ -109,6 +109,40 @@ TEST(PendingWritesTest, JoinsContinuingWritesUpToTheLongestRun) {
   EXPECT_FALSE(w.Overlaps(0, 1000));
 }
 
+// A buffer given back after its write is where the next batch starts (the
+// same memory, emptied); small ones and those past the most kept are not
+// kept, and DropSpares frees them.
+TEST(PendingWritesTest, TheNextBatchStartsInABufferGivenBack) {
+  PendingWrites w(/*batch=*/64, /*max_run=*/SIZE_MAX, /*spares=*/2);
+  const std::string big(64, 'a');
+  const std::string_view first[] = {big};
+  w.Add(0, first);
+  std::vector<PendingWrites::Run> sent = w.Take();
+  ASSERT_EQ(sent.size(), 1u);
+  const char* memory = sent[0].bytes.data();
+  w.Recycle(std::move(sent[0].bytes));
+  w.Recycle(std::string("small"));  // cannot hold a batch
+  EXPECT_EQ(w.spares(), 1u);
+
+  const std::string_view next[] = {"xyz"};  // small, yet in the kept buffer
+  w.Add(1000, next);
+  EXPECT_EQ(w.spares(), 0u);
+  std::vector<PendingWrites::Run> again = w.Take();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].offset, 1000u);
+  EXPECT_EQ(again[0].bytes, "xyz");
+  EXPECT_EQ(again[0].bytes.data(), memory);
+
+  for (int i = 0; i < 3; ++i) {
+    std::string b;
+    b.reserve(64);
+    w.Recycle(std::move(b));
+  }
+  EXPECT_EQ(w.spares(), 2u);  // the most kept
+  w.DropSpares();
+  EXPECT_EQ(w.spares(), 0u);
+}
+
 TEST(S3PartNameTest, IsTheDocumentedName) {
   EXPECT_EQ(S3PartName(1, 'd', 0), "0000000000000001d0000000000000000");
   EXPECT_EQ(S3PartName(0x2a, 't', 0x1000), "000000000000002at0000000000001000");
