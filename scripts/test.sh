@@ -32,6 +32,9 @@ failed_suites=()
 # daemons and PostgreSQL, keep the CPUs they ask for, and the build takes
 # what they leave.
 
+# at: the time since the run began, as "12m05s".
+at() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
+
 # start_build NAME BUILD_DIR "CMAKE ARGS" ["NINJA TARGETS"] (no targets:
 # everything); in the background, its exit status in BUILD_DIR.build.rc.
 start_build() {
@@ -52,7 +55,7 @@ start_build() {
 # the suite counted failed) when it failed.
 finish_build() {
   local name=$1 dir=$2
-  echo "=== $name: build ($dir)"
+  echo "=== $name: build ($dir), at $(at)"
   wait
   if [ "$(cat "$dir.build.rc" 2>/dev/null)" != 0 ]; then
     tail -50 "$dir.build.log"; failed_suites+=("$name (build)"); total_fail=$((total_fail + 1))
@@ -63,7 +66,7 @@ finish_build() {
 # run_tests NAME BUILD_DIR "CTEST ARGS"
 run_tests() {
   local name=$1 dir=$2 ctest_args=$3
-  echo "=== $name: test"
+  echo "=== $name: test, at $(at)"
   local log="$dir.ctest.log"
   # shellcheck disable=SC2086
   (cd "$dir" && ctest --output-on-failure --timeout 900 $ctest_args) 2>&1 | tee "$log"
@@ -115,5 +118,6 @@ echo
 if [ ${#failed_suites[@]} -gt 0 ]; then
   echo "failing: ${failed_suites[*]}"
 fi
+echo "ckptfs: all suites done at $(at)"
 echo "ckptfs: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]
