@@ -12,6 +12,7 @@
 
 #include "base/mutex.h"
 #include "io/object_store_env.h"
+#include "io/rados_write.h"
 #include "io/staging_log.h"
 
 namespace ckptfs::io {
@@ -37,8 +38,9 @@ Status FromRados(int rc, const std::string& what) {
 class Pool {
  public:
   Pool(rados_t cluster, rados_ioctx_t io, uint64_t stripe)
-      : cluster_(cluster), io_(io), stripe_(stripe) {}
+      : cluster_(cluster), io_(io), writer_(std::make_unique<RadosWriter>(io)), stripe_(stripe) {}
   ~Pool() {
+    writer_.reset();
     rados_ioctx_destroy(io_);
     rados_shutdown(cluster_);
   }
@@ -46,6 +48,8 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   rados_ioctx_t io() const { return io_; }
+  // For data writes, which go out without a copy.
+  RadosWriter& writer() { return *writer_; }
 
   // A failed request's Status. One that timed out may have been waiting
   // on an OSD at an address it no longer has (killed and started again):
@@ -183,18 +187,19 @@ class Pool {
  private:
   const rados_t cluster_;
   const rados_ioctx_t io_;
+  std::unique_ptr<RadosWriter> writer_;
   const uint64_t stripe_;
   std::atomic<uint64_t> reads_{0}, writes_{0}, other_{0}, bytes_read_{0}, bytes_written_{0};
   std::atomic<bool> stale_map_{false};
 };
 
-// One write operation on the way to one object: its bytes stay alive
-// until it completes.
+// One write operation on the way to one object. It sends `bytes` from
+// where they are, so they stay alive, unchanged, until it completes (a
+// deque's elements do not move as it grows or moves).
 struct InFlight {
   std::string oid;
   std::deque<std::string> bytes;
-  rados_write_op_t op = nullptr;
-  rados_completion_t done = nullptr;
+  RadosWrite op;
 };
 
 // One open file. Writes wait in `pending_` (in arrival order) until a
@@ -338,7 +343,6 @@ class RadosFile final : public File {
       order.emplace_back(k, ops.size());
       ops.emplace_back();
       ops.back().oid = Pool::Stripe(oid_, k);
-      ops.back().op = rados_create_write_op();
       return ops.back();
     };
     for (PendingWrites::Run& e : pending_.Take()) {
@@ -346,7 +350,7 @@ class RadosFile final : public File {
         const uint64_t k = e.offset / S;
         InFlight& f = op_of(k);
         f.bytes.push_back(std::move(e.bytes));
-        rados_write_op_write(f.op, f.bytes.back().data(), f.bytes.back().size(), e.offset % S);
+        f.op.Add(f.bytes.back(), e.offset % S);
         objects_ = std::max(objects_, k + 1);
         continue;
       }
@@ -357,7 +361,7 @@ class RadosFile final : public File {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(rest.size(), S - at % S));
         InFlight& f = op_of(k);
         f.bytes.emplace_back(rest.substr(0, n));
-        rados_write_op_write(f.op, f.bytes.back().data(), n, at % S);
+        f.op.Add(f.bytes.back(), at % S);
         objects_ = std::max(objects_, k + 1);
         at += n;
         rest.remove_prefix(n);
@@ -369,33 +373,21 @@ class RadosFile final : public File {
       uint64_t bytes = 0;
       for (const std::string& b : f.bytes) bytes += b.size();
       pool_->CountWrite(bytes);
-      rados_aio_create_completion2(nullptr, nullptr, &f.done);
-      const int rc = rados_aio_write_op_operate(f.op, pool_->io(), f.done, f.oid.c_str(),
-                                                nullptr, kWriteFlags);
+      const int rc = f.op.Send(pool_->writer(), f.oid, kWriteFlags);
       if (rc < 0) {
-        rados_aio_release(f.done);
-        rados_release_write_op(f.op);
-        f.op = nullptr;
         if (error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
         continue;
       }
       in_flight_.push_back(std::move(f));
-      f.op = nullptr;
     }
     sending_ = false;
-    for (InFlight& f : ops) {
-      if (f.op != nullptr) rados_release_write_op(f.op);
-    }
     return error_;
   }
 
   void WaitOldestLocked() const REQUIRES(mu_) {
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
-    rados_aio_wait_for_complete(f.done);
-    const int rc = rados_aio_get_return_value(f.done);
-    rados_aio_release(f.done);
-    rados_release_write_op(f.op);
+    const int rc = f.op.Wait();
     if (rc < 0 && error_.ok()) error_ = pool_->Error(rc, "write " + f.oid);
     for (std::string& b : f.bytes) pending_.Recycle(std::move(b));
     ClearStagedLocked();

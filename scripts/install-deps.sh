@@ -11,7 +11,7 @@ PACKAGES=(
   build-essential clang cmake ninja-build pkg-config git
   meson dpkg-dev debian-archive-keyring
   fuse3 librocksdb-dev libzstd-dev libxxhash-dev libpq-dev postgresql-15
-  libssl-dev librados-dev libcurl4-openssl-dev libexpat1-dev
+  libssl-dev librados-dev libradospp-dev libcurl4-openssl-dev libexpat1-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   python3 python3-numpy python3-torch python3-zarr python3-h5py python3-matplotlib
   python3-prometheus-client
